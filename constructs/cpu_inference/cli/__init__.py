@@ -1,0 +1,1 @@
+"""The `cpu-inference` command line."""

@@ -1,0 +1,51 @@
+"""`cpu-inference` — validate, size, download, bench, eval, local. Each subcommand lives in its own module
+exposing `register(subparsers)`; user errors print one line each and exit 2, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> module under cpu_inference.cli; a module missing from an install simply does not register.
+SUBCOMMANDS = ("validate", "size", "stacks", "download", "bench", "eval", "local")
+
+
+class UserError(Exception):
+    """An error the user can fix; printed as-is with exit code 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cpu-inference", description="CPU-first LLM/SLM inference on AWS: check, size and test before you deploy.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(f"cpu_inference.cli.{name}_cmd")
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith("cpu_inference.cli."):
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ..config import ConfigError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(problem.render(exc.filename), file=sys.stderr)
+        return 2
+    except UserError as exc:
+        print(f"cpu-inference {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

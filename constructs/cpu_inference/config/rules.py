@@ -1,0 +1,176 @@
+"""Checks that need more than one key: instance types, fit, pattern wiring, and the AWS decision framework
+for CPU inference (warnings: where a GPU or an offline design is the better answer)."""
+
+from __future__ import annotations
+
+import difflib
+
+from .. import sizing
+from .problems import Problem
+from .schema import Config, Model
+
+
+def model_spec(m: Model) -> sizing.ModelSpec:
+    shape = m.shape
+    return sizing.ModelSpec(
+        parameters_billions=m.parameters_billions, quantization=m.quantization, context_window=m.context_window,
+        task=m.task, file_size_bytes=m.source.size_bytes, layers=shape.layers if shape else None,
+        kv_heads=shape.kv_heads if shape else None, head_dim=shape.head_dim if shape else None,
+        parallel_slots=m.parallel_slots, context_per_slot=m.context_per_slot,
+    )
+
+
+def sagemaker_instance_of(config: Config, m: Model) -> str:
+    return m.instance_type or config.sagemaker.instance_type
+
+
+def eks_candidates(config: Config) -> list[sizing.InstanceType]:
+    """Node types Karpenter may launch for inference pods under this config."""
+    eks = config.eks
+    if eks.instance_types:
+        pool = [sizing.CATALOG[t] for t in eks.instance_types if t in sizing.CATALOG]
+    else:
+        pool = [it for it in sizing.CATALOG.values() if it.family in eks.instance_families]
+    return [it for it in pool if it.arch in eks.architectures]
+
+
+def size_model(config: Config, m: Model) -> sizing.Sizing | None:
+    """The sizing the deployment will use: SageMaker on its instance; EKS on the smallest fitting node."""
+    spec = model_spec(m)
+    if config.target == "sagemaker":
+        return sizing.size(spec, sizing.instance(sagemaker_instance_of(config, m)), target="sagemaker")
+    return sizing.smallest_fitting(spec, eks_candidates(config), target="eks", cpu=m.cpu)
+
+
+def _unknown_instance(path: str, name: str, choices: list[str]) -> Problem:
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.7)
+    hint = f"did you mean {close[0]}?" if close else "run `cpu-inference size --list` for the catalog"
+    return Problem(path, f"unknown instance type {name!r} — {hint}")
+
+
+def _gib(n: int) -> str:
+    return f"{n / sizing.GIB:.1f} GiB"
+
+
+def check(config: Config) -> list[Problem]:
+    problems: list[Problem] = []
+    problems += _check_instances(config)
+    if any(p.severity == "error" for p in problems):
+        return problems  # fit checks need valid instance types
+    problems += _check_fit(config)
+    problems += _check_pattern(config)
+    problems += _decision_framework(config)
+    return problems
+
+
+def _check_instances(config: Config) -> list[Problem]:
+    out: list[Problem] = []
+    sm_types = sizing.sagemaker_instance_types()
+    if config.target == "sagemaker":
+        if config.sagemaker.instance_type not in sm_types:
+            out.append(_unknown_instance("sagemaker.instance_type", config.sagemaker.instance_type, sm_types))
+        for i, m in enumerate(config.models):
+            if m.instance_type and m.instance_type not in sm_types:
+                out.append(_unknown_instance(f"models[{i}].instance_type", m.instance_type, sm_types))
+    eks = config.eks
+    for i, fam in enumerate(eks.instance_families):
+        if fam not in sizing.FAMILIES:
+            close = difflib.get_close_matches(fam, sizing.FAMILIES, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]}?" if close else f"use one of {', '.join(sizing.FAMILIES)}"
+            out.append(Problem(f"eks.instance_families[{i}]", f"unknown instance family {fam!r} — {hint}"))
+    ec2 = list(sizing.CATALOG)
+    for i, name in enumerate(eks.instance_types):
+        if name not in sizing.CATALOG:
+            out.append(_unknown_instance(f"eks.instance_types[{i}]", name, ec2))
+        elif sizing.CATALOG[name].arch not in eks.architectures:
+            out.append(Problem(f"eks.instance_types[{i}]", f"{name} is {sizing.CATALOG[name].arch}, not in eks.architectures {eks.architectures} — add the architecture or drop the type"))
+    if eks.system_instance_type not in sizing.CATALOG:
+        out.append(_unknown_instance("eks.system_instance_type", eks.system_instance_type, ec2))
+    if config.target == "eks" and not out and not eks_candidates(config):
+        out.append(Problem("eks.instance_families", f"no instance type of these families has an architecture in {eks.architectures} — add a matching family"))
+    return out
+
+
+def _check_fit(config: Config) -> list[Problem]:
+    out: list[Problem] = []
+    for i, m in enumerate(config.models):
+        spec = model_spec(m)
+        if config.target == "sagemaker":
+            if m.replicas.min < 1:
+                out.append(Problem(f"models[{i}].replicas.min", "0 is not possible on a SageMaker real-time endpoint — use 1 or more (or target: eks to scale to zero)"))
+            s = size_model(config, m)
+            assert s is not None
+            if not s.fits:
+                bigger = sizing.smallest_fitting(spec, [it for it in sizing.CATALOG.values() if it.sagemaker], target="sagemaker")
+                fix = f"use a larger instance such as {bigger.instance.sagemaker_name}" if bigger else "use a smaller model or quantization"
+                out.append(Problem(
+                    f"models[{i}]",
+                    f"{m.name} ({m.parameters_billions:g}B {m.quantization}) needs {_gib(s.memory_needed_bytes)} but {sagemaker_instance_of(config, m)} has {_gib(s.memory_available_bytes)} usable — {fix}",
+                ))
+            continue
+        candidates = eks_candidates(config)
+        largest_cpu = max(sizing.usable_vcpus(it, target="eks") for it in candidates)
+        if m.cpu is not None and m.cpu > largest_cpu:
+            out.append(Problem(f"models[{i}].cpu", f"{m.cpu:g} vCPUs is more than the largest allowed node can give ({largest_cpu:.1f}) — lower cpu or allow larger instance types"))
+            continue
+        if size_model(config, m) is None:
+            biggest = max(candidates, key=lambda it: (it.memory_gib, it.vcpus))
+            s = sizing.size(spec, biggest, target="eks", cpu=m.cpu)
+            if s.memory_needed_bytes <= s.memory_available_bytes:
+                out.append(Problem(
+                    f"models[{i}].cpu",
+                    f"{m.name} gets {s.cpu_request:g} vCPUs per replica but the largest allowed node gives {s.cpu_available:g} — set a lower cpu or allow larger instance types",
+                ))
+            else:
+                out.append(Problem(
+                    f"models[{i}]",
+                    f"{m.name} ({m.parameters_billions:g}B {m.quantization}) needs {_gib(s.memory_needed_bytes)}, more than the largest allowed node ({biggest.name}, {_gib(s.memory_available_bytes)} allocatable) — allow r-family or larger instance types, or a smaller quantization",
+                ))
+    return out
+
+
+def _check_pattern(config: Config) -> list[Problem]:
+    out: list[Problem] = []
+    roles = {m.name: config.role_of(m) for m in config.models}
+    if config.pattern == "slm-prefilter":
+        if "slm" not in roles.values():
+            out.append(Problem("models", "slm-prefilter needs a model with role: slm (the small model that answers and classifies) — add one"))
+        if config.escalation is None:
+            out.append(Problem("escalation", "required for slm-prefilter — say where hard requests go (kind: openai | sagemaker | bedrock | model)"))
+        elif config.escalation.kind == "model":
+            target = config.escalation.model
+            if target not in roles:
+                out.append(Problem("escalation.model", f"{target!r} is not a model in models — use one of {', '.join(roles)}"))
+            elif roles[target] != "llm":
+                out.append(Problem("escalation.model", f"{target!r} has role {roles[target]}, not llm — set role: llm on that model"))
+        for i, shot in enumerate(config.router.few_shot):
+            if set(shot) != {"text", "label"}:
+                out.append(Problem(f"router.few_shot[{i}]", "each example needs exactly the keys text and label"))
+            elif shot["label"] not in config.router.labels:
+                out.append(Problem(f"router.few_shot[{i}].label", f"{shot['label']!r} is not in router.labels {config.router.labels} — use one of them"))
+    else:
+        for i, m in enumerate(config.models):
+            if roles[m.name] != "farm":
+                out.append(Problem(f"models[{i}].role", f"{roles[m.name]} is for slm-prefilter — use role: farm (or leave it out) in a model farm"))
+        if config.escalation is not None:
+            out.append(Problem("escalation", "only slm-prefilter escalates — remove escalation or use pattern: slm-prefilter", "warning"))
+    return out
+
+
+def _decision_framework(config: Config) -> list[Problem]:
+    """AWS guidance for CPU inference: warnings where the design is likely wrong for a CPU."""
+    out: list[Problem] = []
+    for i, m in enumerate(config.models):
+        p = f"models[{i}]"
+        b = m.parameters_billions
+        if b >= 70 and m.task != "batch":
+            out.append(Problem(p, f"{b:g}B on CPU serves ~1–5 tok/s and needs > 40 GB at Q4 — use CPU only offline (task: batch), or a GPU for online traffic", "warning"))
+        elif 8 <= b < 70 and m.task not in ("batch",):
+            out.append(Problem(p, f"{b:g}B on CPU suits batch/async use — for interactive p95 targets prefer ≤ 8B or a GPU", "warning"))
+        if m.quantization in ("BF16", "F16", "F32") and b >= 7:
+            out.append(Problem(f"{p}.quantization", f"{m.quantization} for a {b:g}B model is ~4–5× slower than Q4_K_M on CPU — use Q4_K_M (default), Q5_K_M or Q8_0", "warning"))
+    if config.slo.p95_latency_ms < 50:
+        out.append(Problem("slo.p95_latency_ms", f"{config.slo.p95_latency_ms} ms p95 is below what CPU inference reaches (100–500 ms) — consider a GPU", "warning"))
+    if config.slo.peak_requests_per_second > 100:
+        out.append(Problem("slo.peak_requests_per_second", f"{config.slo.peak_requests_per_second:g} req/s sustained per endpoint exceeds the CPU sweet spot (< 100) — consider a GPU or sharding", "warning"))
+    return out

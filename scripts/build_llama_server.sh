@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Builds llama-server from the ONE engine pin (the llama.cpp tree vendored in the llama-cpp-python sdist)
+# into a cache, and prints the binary's path. The container image builds from the same sdist and sha256
+# (containers/llama-server/engine-pin.env), so what the tests run is what the image ships.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=/dev/null
+. "$here/containers/llama-server/engine-pin.env"
+cache=${CPU_INFERENCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cpu-inference}
+dest="$cache/llama-server-$LLAMA_CPP_PYTHON_VERSION"
+bin="$dest/bin/llama-server"
+if [ -x "$bin" ] && "$bin" --version >/dev/null 2>&1; then
+  echo "$bin"; exit 0
+fi
+python=${PYTHON:-python3}
+work="$dest/work"
+rm -rf "$work"; mkdir -p "$work" "$dest/bin"
+sdist="$work/$LLAMA_CPP_PYTHON_SDIST"
+echo "downloading llama-cpp-python $LLAMA_CPP_PYTHON_VERSION sdist" >&2
+"$python" -m pip download -q --no-deps --no-binary :all: --no-build-isolation \
+  "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$work" >&2 2>/dev/null \
+  || "$python" -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$work" >&2
+echo "$LLAMA_CPP_PYTHON_SHA256  $sdist" | sha256sum -c --quiet - >&2
+tar -xzf "$sdist" -C "$work"
+src="$work/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION/vendor/llama.cpp"
+# Native ISA is right for a local test binary; the image uses runtime dispatch instead (see Dockerfile).
+cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+  -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF \
+  -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON >&2
+cmake --build "$work/build" --target llama-server -j "$(nproc)" >&2
+cp "$work/build/bin/llama-server" "$bin.tmp" && mv "$bin.tmp" "$bin"
+rm -rf "$work"
+echo "$bin"

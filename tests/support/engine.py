@@ -1,0 +1,53 @@
+"""Start the real llama-server on loopback and wait until its model is loaded."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(base_url: str, proc: subprocess.Popen | None = None, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode} before it was healthy")
+        try:
+            with urllib.request.urlopen(f"{base_url}/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"{base_url} not healthy after {timeout}s")
+
+
+@contextmanager
+def llama_server(binary: Path, model: Path, *args: str, port: int | None = None, log: Path | None = None) -> Iterator[str]:
+    """Run `llama-server -m model --host 127.0.0.1 --port N args...`; yields the base URL."""
+    port = port or free_port()
+    out = open(log, "wb") if log else subprocess.DEVNULL
+    proc = subprocess.Popen([str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), *args], stdout=out, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(base, proc)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if log:
+            out.close()  # type: ignore[union-attr]
