@@ -6,17 +6,52 @@ import json
 import re
 from typing import Any
 
+from pathlib import Path
+
 import aws_cdk as cdk
-from aws_cdk.assertions import Annotations, Match, Template
+from aws_cdk.assertions import Template
 from cdk_nag import AwsSolutionsChecks
 
 _ASSET_HASH = re.compile(r"[0-9a-f]{64}(?=\.(zip|json|tar|tar\.gz)\b|\b)")
 _VERSION_ID = re.compile(r"(CurrentVersion[0-9A-F]{8})[0-9a-f]{32}")
 
 
-def apply_nag(app: cdk.App | cdk.Stack) -> None:
-    """Add cdk-nag's AwsSolutions pack; must be called before synth."""
-    cdk.Aspects.of(app).add(AwsSolutionsChecks(verbose=True))
+def apply_nag(app: cdk.App) -> None:
+    """Register cdk-nag's AwsSolutions pack (cdk-nag v3 is a CDK policy-validation plugin); call before synth.
+
+    Violations make synth raise; acknowledge a finding with a reason via
+    `cdk.Validations.of(construct).acknowledge(cdk.Acknowledgment(id="AwsSolutions-IAM5[Resource::*]", reason=...))`."""
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+
+
+def _report(app: cdk.App) -> list[dict[str, Any]]:
+    path = Path(app.outdir) / "validation-report.json"
+    if not path.exists():
+        return []
+    return json.loads(path.read_text()).get("pluginReports", [])
+
+
+def _violations(app: cdk.App, stack_path: str | None = None, severity: str = "error") -> list[str]:
+    out: list[str] = []
+    for plugin in _report(app):
+        for v in plugin.get("violations", []):
+            if v.get("severity", "error") != severity:
+                continue
+            for res in v.get("violatingResources", []):
+                path = res.get("constructPath", "")
+                if stack_path is None or path == stack_path or path.startswith(stack_path + "/"):
+                    out.append(f"{v['ruleName']} at {path}: {v.get('description', '')}")
+    return out
+
+
+def synth(app: cdk.App) -> cdk.cx_api.CloudAssembly:
+    """app.synth(), turning a cdk-nag failure into an assertion listing every violation."""
+    try:
+        return app.synth()
+    except RuntimeError as exc:
+        if "Validation failed" not in str(exc):
+            raise
+        raise AssertionError("cdk-nag violations:\n" + "\n".join(_violations(app))) from None
 
 
 def template_json(stack: cdk.Stack) -> dict[str, Any]:
@@ -24,14 +59,16 @@ def template_json(stack: cdk.Stack) -> dict[str, Any]:
 
 
 def nag_errors(stack: cdk.Stack) -> list[str]:
-    """Unsuppressed AwsSolutions errors on a stack whose app had apply_nag() before synth."""
-    found = Annotations.from_stack(stack).find_error("*", Match.string_like_regexp(r"AwsSolutions-.*"))
-    return [f"{m.id}: {m.entry.data}" for m in found]
+    """Unacknowledged cdk-nag errors on a stack, read from the synthesized validation report."""
+    app = stack.node.root
+    synth(app)  # idempotent once synthesized
+    return _violations(app, stack.node.path)
 
 
 def nag_warnings(stack: cdk.Stack) -> list[str]:
-    found = Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp(r"AwsSolutions-.*"))
-    return [f"{m.id}: {m.entry.data}" for m in found]
+    app = stack.node.root
+    synth(app)
+    return _violations(app, stack.node.path, "warning")
 
 
 def cfn_lint_matches(template: dict[str, Any], regions: tuple[str, ...] = ("us-east-1", "eu-west-1")) -> list[str]:

@@ -1,0 +1,26 @@
+"""Build the CDK app for a config: one environment-agnostic stack per config (no lookups, no credentials)."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+
+from .config import Config
+from .patterns.from_config import served_models
+
+
+def stack_name(config: Config) -> str:
+    return f"{config.project.name}-{config.pattern}"
+
+
+def build_app(config: Config, *, app: cdk.App | None = None) -> tuple[cdk.App, cdk.Stack]:
+    app = app or cdk.App()
+    stack = cdk.Stack(
+        app, stack_name(config),
+        description=f"cdk-cpu-inference: {config.pattern} on {config.target} ({len(config.models)} model(s))",
+    )
+    for key, value in {"project": config.project.name, **config.project.tags}.items():
+        cdk.Tags.of(stack).add(key, value)
+    models = served_models(config)
+    for m in models:
+        m.validate()
+    return app, stack

@@ -1,0 +1,41 @@
+"""Every shipped config synthesizes to a template that is cfn-lint clean, cdk-nag clean, snapshot-stable, and
+whose Kubernetes objects validate against real schemas."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support import k8s
+from tests.support.cdk import cfn_lint_errors, nag_errors, normalized
+
+
+def test_cfn_lint_has_no_errors(synthesized, config_id: str) -> None:
+    assert cfn_lint_errors(synthesized[config_id].template) == []
+
+
+def test_cdk_nag_has_no_unsuppressed_errors(synthesized, config_id: str) -> None:
+    assert nag_errors(synthesized[config_id].stack) == []
+
+
+def test_snapshot(synthesized, config_id: str, snapshot) -> None:
+    assert normalized(synthesized[config_id].template) == snapshot
+
+
+def test_kubernetes_objects_validate(synthesized, config_id: str) -> None:
+    s = synthesized[config_id]
+    minor = s.config.eks.kubernetes_version
+    problems: list[str] = []
+    custom = [o for o in k8s.objects(s.template) if k8s.is_custom(o)]
+    for obj in k8s.objects(s.template):
+        if not k8s.is_custom(obj):
+            problems += k8s.validate_core(obj, minor)
+    if custom and not k8s.SHARED_CRDS.exists():
+        pytest.skip(f"{k8s.SHARED_CRDS} is absent: the upstream Karpenter/KEDA CRDs are needed to validate {len(custom)} custom objects")
+    for obj in custom:
+        problems += k8s.validate_custom(obj)
+    assert problems == []
+
+
+def test_manifests_stay_under_the_lambda_payload_bound(synthesized, config_id: str) -> None:
+    sizes = {lid: size for lid, _, size in k8s.manifests(synthesized[config_id].template)}
+    assert all(size <= 200_000 for size in sizes.values()), sizes
