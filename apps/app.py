@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import aws_cdk as cdk
+from cdk_nag import AwsSolutionsChecks
 
 from cpu_inference.app import build_app
 from cpu_inference.config import ConfigError, load, warnings_for
@@ -22,8 +23,20 @@ def main() -> None:
         sys.exit(2)
     for warning in warnings_for(config):
         print(warning.render(path), file=sys.stderr)
-    build_app(config, app=app)
-    app.synth()
+    try:
+        build_app(config, app=app)
+    except ValueError as exc:  # a construct's props.validate(): a precise message, not a traceback
+        print(f"{path}: {exc}", file=sys.stderr)
+        sys.exit(2)
+    # Security by default: every synth runs cdk-nag's AwsSolutions pack; a finding fails the synth.
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    try:
+        app.synth()
+    except RuntimeError as exc:
+        if "Validation failed" not in str(exc):
+            raise
+        print("cdk-nag AwsSolutions findings above fail this synth (see cdk.out/validation-report.json)", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

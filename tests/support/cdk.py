@@ -37,7 +37,7 @@ def _violations(app: cdk.App, stack_path: str | None = None, severity: str = "er
         for v in plugin.get("violations", []):
             if v.get("severity", "error") != severity:
                 continue
-            for res in v.get("violatingResources", []):
+            for res in v.get("violatingConstructs", v.get("violatingResources", [])):
                 path = res.get("constructPath", "")
                 if stack_path is None or path == stack_path or path.startswith(stack_path + "/"):
                     out.append(f"{v['ruleName']} at {path}: {v.get('description', '')}")

