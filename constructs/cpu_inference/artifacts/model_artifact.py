@@ -1,0 +1,235 @@
+"""ModelArtifact: one model file copied from the Hugging Face Hub into the ModelBucket at deploy time.
+
+`hf_repo/file@revision` → `s3://<bucket>/models/<name>/<revision>/<file>`, by a CodeBuild job running the
+`model_download` package (parallel ranged GETs streamed into a multipart upload, sha256-verified before the
+upload completes, aborted on any failure), driven by a custom resource whose isComplete waiter fails the
+deployment when the job fails. Changing the repo, file, revision or sha256 changes the custom resource's
+properties and re-runs the job; a run that finds the same object (same sha256) in place copies nothing.
+
+Why CodeBuild: a 40 GB 70B Q4 file does not fit Lambda's 15 minutes or its 10 GB of ephemeral storage; CodeBuild
+runs up to hours on managed images (no Docker at synth, no VPC or cluster to provide), bills per minute only
+while copying, logs to CloudWatch, and reports its state through BatchGetBuilds — exactly what an isComplete
+waiter polls. The project can also be started by hand (`aws codebuild start-build`): its environment holds the
+same inputs, which is how a copy longer than CloudFormation's one-hour custom-resource limit is pre-seeded.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import aws_cdk as cdk
+from aws_cdk import aws_codebuild as codebuild
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3_assets as s3_assets
+from aws_cdk import aws_secretsmanager as secretsmanager
+from constructs import Construct
+
+from model_download.custom_resource import build_environment
+
+from .. import nag
+from .copy_provider import MAX_WAIT_MINUTES, ModelCopyProvider
+from .model_bucket import MODELS_PREFIX, ModelBucket
+from .runtime_package import staged_root
+
+_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+_REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+# Install boto3 only when the image lacks it (the job needs boto3 + urllib3, nothing else).
+BUILD_SPEC = {
+    "version": "0.2",
+    "env": {"shell": "bash"},
+    "phases": {
+        "install": {
+            "commands": [
+                "python3 -c 'import boto3, urllib3' 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check 'boto3>=1.35,<2'",
+            ]
+        },
+        "build": {
+            "commands": [
+                'python3 -m model_download --repo "$MODEL_REPO" --file "$MODEL_FILE" --revision "$MODEL_REVISION"'
+                ' --bucket "$MODEL_BUCKET" --key-prefix "$MODEL_KEY_PREFIX" --endpoint "$HF_ENDPOINT"'
+                ' --concurrency "$MODEL_CONCURRENCY" ${MODEL_SHA256:+--sha256 "$MODEL_SHA256"}'
+                ' ${HF_TOKEN_SECRET_NAME:+--token-secret "$HF_TOKEN_SECRET_NAME"}',
+            ]
+        },
+    },
+}
+
+
+# A region/account as cdk-nag prints them: a literal for env-bound stacks, a pseudo parameter otherwise.
+_REGION = r"(?:<AWS::Region>|[a-z0-9-]+)"
+_ACCOUNT = r"(?:<AWS::AccountId>|\d{12})"
+
+
+@dataclass(frozen=True)
+class ModelArtifactProps:
+    """One model file to copy into `model_bucket`.
+
+    name: the model's name (DNS label); the object lands at `models/<name>/<revision>/<file>` and the copy job
+    can write nothing outside `models/<name>/`.
+    sha256: expected hex digest (default: the sha256 the Hub reports for the LFS file; the copy is verified either way).
+    token_secret_name / existing_token_secret: a Secrets Manager secret holding a Hugging Face token (the raw
+    token, or JSON with a `token` key) for gated models; the job reads it at run time, it never enters the template.
+    copy_timeout_minutes: the job's timeout, 5..60 (default 55) — inside CloudFormation's one-hour ceiling for a
+    custom resource, so a slow copy fails with the job's own TIMED_OUT rather than a bare CloudFormation timeout.
+    At 55 minutes a 40 GB file needs ≥ 13 MB/s; a LARGE CodeBuild host with 8 parallel ranges does far more.
+    compute_type: default LARGE (8 vCPU, 15 GB): network bandwidth grows with the host size, and the job hashes
+    every byte twice (per part for S3, whole file for the check). build_image: default Amazon Linux 2023 x86_64
+    standard 5.0. concurrency: parallel ranged GETs (default 8; memory ≈ (concurrency + 2) × 16 MiB).
+    """
+
+    model_bucket: ModelBucket
+    name: str
+    hf_repo: str
+    file: str
+    revision: str = "main"
+    sha256: str | None = None
+    token_secret_name: str | None = None
+    existing_token_secret: secretsmanager.ISecret | None = None
+    hf_endpoint: str = "https://huggingface.co"
+    copy_timeout_minutes: int = 55
+    compute_type: codebuild.ComputeType = codebuild.ComputeType.LARGE
+    build_image: codebuild.IBuildImage | None = None
+    concurrency: int = 8
+    log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS
+
+    def validate(self) -> None:
+        def check(field: str, value: str | None, pattern: re.Pattern[str], what: str) -> None:
+            if value is not None and not cdk.Token.is_unresolved(value) and not pattern.match(value):
+                raise ValueError(f"ModelArtifactProps.{field} must be {what}, got {value!r}")
+
+        check("name", self.name, _NAME, "a DNS label (lowercase letters, digits, '-'; at most 63)")
+        check("hf_repo", self.hf_repo, _REPO, "a Hugging Face repo as owner/name")
+        check("revision", self.revision, _REVISION, "a branch, tag or commit (letters, digits, . _ - /)")
+        check("sha256", self.sha256, _SHA256, "64 lowercase hex characters")
+        if ".." in self.revision.split("/"):
+            raise ValueError(f"ModelArtifactProps.revision must not contain '..', got {self.revision!r}")
+        if not self.file or self.file.startswith("/") or ".." in self.file.split("/") or "*" in self.file:
+            raise ValueError(f"ModelArtifactProps.file must be a path inside the repo (no leading '/', '..' or '*'), got {self.file!r}")
+        if self.token_secret_name is not None and self.existing_token_secret is not None:
+            raise ValueError("ModelArtifactProps: give token_secret_name or existing_token_secret, not both")
+        if not self.hf_endpoint.startswith(("https://", "http://")):
+            raise ValueError(f"ModelArtifactProps.hf_endpoint must be an http(s) URL, got {self.hf_endpoint!r}")
+        if not 5 <= self.copy_timeout_minutes <= MAX_WAIT_MINUTES:
+            raise ValueError(
+                f"ModelArtifactProps.copy_timeout_minutes must be 5..{MAX_WAIT_MINUTES} (CloudFormation waits at most one hour "
+                f"for a custom resource; pre-seed bigger copies with `cpu-inference download`), got {self.copy_timeout_minutes}"
+            )
+        if not 1 <= self.concurrency <= 64:
+            raise ValueError(f"ModelArtifactProps.concurrency must be 1..64, got {self.concurrency}")
+
+    @property
+    def prefix(self) -> str:
+        """`models/<name>/<revision>/` — where the file lands."""
+        return f"{MODELS_PREFIX}{self.name}/{self.revision}/"
+
+
+class ModelArtifact(Construct):
+    """Attributes: props, model_bucket, bucket (IBucket), key (`models/<name>/<revision>/<file>`), prefix
+    (`models/<name>/<revision>/`), s3_uri, s3_prefix_uri, token_secret (ISecret | None), role (the job's role),
+    log_group, project (the CodeBuild copy job), resource (the custom resource — depend on it to start serving
+    only after the copy), provider (the stack's ModelCopyProvider)."""
+
+    def __init__(self, scope: Construct, id: str, *, props: ModelArtifactProps) -> None:
+        super().__init__(scope, id)
+        props.validate()
+        self.props = props
+        self.model_bucket = props.model_bucket
+        self.bucket = props.model_bucket.bucket
+        self.prefix = props.prefix
+        self.key = f"{self.prefix}{props.file}"
+        self.s3_uri = f"s3://{self.bucket.bucket_name}/{self.key}"
+        self.s3_prefix_uri = f"s3://{self.bucket.bucket_name}/{self.prefix}"
+        self.provider = ModelCopyProvider.of(self)
+
+        self.token_secret: secretsmanager.ISecret | None = props.existing_token_secret
+        if self.token_secret is None and props.token_secret_name:
+            self.token_secret = secretsmanager.Secret.from_secret_name_v2(self, "TokenSecret", props.token_secret_name)
+
+        self.role = iam.Role(
+            self, "JobRole", assumed_by=iam.ServicePrincipal("codebuild.amazonaws.com"),
+            description=f"Model copy job for {props.name}: writes only {MODELS_PREFIX}{props.name}/ of the model bucket",
+        )
+        props.model_bucket.grant_write(self.role, f"{MODELS_PREFIX}{props.name}/")
+        if self.token_secret is not None:
+            self.token_secret.grant_read(self.role)
+
+        self.log_group = logs.LogGroup(self, "CodeBuildLogs", retention=props.log_retention, removal_policy=cdk.RemovalPolicy.DESTROY)
+        properties = {
+            "Bucket": self.bucket.bucket_name,
+            "KeyPrefix": self.prefix.rstrip("/"),
+            "Key": self.key,
+            "HfRepo": props.hf_repo,
+            "File": props.file,
+            "Revision": props.revision,
+            "Sha256": props.sha256 or "",
+            "TokenSecretName": self.token_secret.secret_name if self.token_secret is not None else "",
+            "HfEndpoint": props.hf_endpoint,
+            "Concurrency": str(props.concurrency),
+        }
+        runner = self._runner_asset()
+        self.project = codebuild.Project(
+            self,
+            "CopyJob",
+            description=f"Copies hf://{props.hf_repo}/{props.file}@{props.revision} into the model bucket",
+            source=codebuild.Source.s3(bucket=runner.bucket, path=runner.s3_object_key),
+            build_spec=codebuild.BuildSpec.from_object(BUILD_SPEC),
+            environment=codebuild.BuildEnvironment(
+                build_image=props.build_image or codebuild.LinuxBuildImage.AMAZON_LINUX_2023_5,
+                compute_type=props.compute_type,
+                privileged=False,
+            ),
+            # The same inputs as the custom resource's overrides: `aws codebuild start-build` re-runs this copy.
+            environment_variables={
+                e["name"]: codebuild.BuildEnvironmentVariable(value=e["value"]) for e in build_environment(properties)
+            },
+            role=self.role,
+            timeout=cdk.Duration.minutes(props.copy_timeout_minutes),
+            queued_timeout=cdk.Duration.minutes(MAX_WAIT_MINUTES),
+            logging=codebuild.LoggingOptions(cloud_watch=codebuild.CloudWatchLoggingOptions(log_group=self.log_group)),
+        )
+        self.provider.allow(self.project, self.log_group)
+
+        self.resource = cdk.CustomResource(
+            self,
+            "Copy",
+            service_token=self.provider.service_token,
+            resource_type="Custom::ModelArtifact",
+            properties={"ProjectName": self.project.project_name, **properties},
+            service_timeout=cdk.Duration.seconds(MAX_WAIT_MINUTES * 60),
+        )
+        # The job must find its permissions in place before it starts.
+        self.resource.node.add_dependency(self.role)
+        self._acknowledge()
+
+    def _runner_asset(self) -> s3_assets.Asset:
+        """The model_download package as one S3 asset, shared by every artifact of the stack."""
+        existing = self.provider.node.try_find_child("Runner")
+        if isinstance(existing, s3_assets.Asset):
+            return existing
+        return s3_assets.Asset(self.provider, "Runner", path=str(staged_root()))
+
+    def grant_read(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Read this model's prefix (all its files at this revision), and nothing else of the bucket."""
+        return self.model_bucket.grant_read(grantee, self.prefix)
+
+    def _acknowledge(self) -> None:
+        nag.acknowledge_wildcards(self.role, {
+            rf"Resource::arn:<AWS::Partition>:logs:{_REGION}:{_ACCOUNT}:log-group:/aws/codebuild/<.*CopyJob[0-9A-F]{{8}}>:\*": (
+                "CodeBuild's default grant on the project's default log group (streams named at run time); the job logs to its own group"
+            ),
+            rf"Resource::arn:<AWS::Partition>:codebuild:{_REGION}:{_ACCOUNT}:report-group/<.*CopyJob[0-9A-F]{{8}}>-\*": (
+                "CodeBuild's default test-report permissions, limited to report groups named after this project"
+            ),
+            r"Action::s3:(GetObject|GetBucket|List)\*": (
+                "CodeBuild's S3 source grant, limited to the CDK asset bucket and the one object holding the job's code"
+            ),
+        })
+        nag.acknowledge(
+            self.project, "AwsSolutions-CB4",
+            "The job produces no build artifacts (NO_ARTIFACTS, no cache) for a KMS key to encrypt; the model object is encrypted by the bucket's key",
+        )

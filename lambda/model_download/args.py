@@ -1,0 +1,51 @@
+"""Command-line arguments shared by `python -m model_download` (the CodeBuild job) and `cpu-inference download`."""
+
+from __future__ import annotations
+
+import argparse
+
+from .copy import DEFAULT_CONCURRENCY, MIB, CopyRequest
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--repo", required=True, help="Hugging Face repo, owner/name")
+    p.add_argument("--file", required=True, help="file inside the repo, e.g. model-Q4_K_M.gguf")
+    p.add_argument("--revision", default="main", help="branch, tag or commit (default: main)")
+    p.add_argument("--bucket", required=True, help="destination S3 bucket")
+    p.add_argument("--key-prefix", required=True, help="destination prefix; the object is <prefix>/<file>")
+    p.add_argument("--sha256", default=None, help="expected sha256 (default: the one the Hub reports for the LFS file)")
+    p.add_argument("--token-secret", default=None, metavar="NAME",
+                   help="Secrets Manager secret holding a Hugging Face token, for gated models (default: HF_TOKEN if set)")
+    p.add_argument("--endpoint", default=None, help="Hub endpoint (default: HF_ENDPOINT or https://huggingface.co)")
+    p.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, help=f"parallel ranged GETs (default {DEFAULT_CONCURRENCY})")
+    p.add_argument("--part-size-mib", type=int, default=None, help="bytes per range and S3 part, in MiB (default 16, grown for huge files)")
+
+
+def request_from_args(args: argparse.Namespace) -> CopyRequest:
+    return CopyRequest(
+        repo=args.repo,
+        file=args.file,
+        revision=args.revision or "main",
+        bucket=args.bucket,
+        key_prefix=args.key_prefix,
+        sha256=(args.sha256 or None),
+        concurrency=args.concurrency,
+        part_size=args.part_size_mib * MIB if args.part_size_mib else None,
+    )
+
+
+def one_line(exc: BaseException) -> str | None:
+    """The one-line message for errors a user can act on (ours and AWS's); None for bugs."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from .errors import DownloadError
+
+    if isinstance(exc, DownloadError):
+        return str(exc)
+    if isinstance(exc, ClientError):
+        err = exc.response.get("Error", {})
+        op = getattr(exc, "operation_name", "?")
+        return f"AWS {op} failed: {err.get('Code', '?')}: {err.get('Message', '')}".strip()
+    if isinstance(exc, BotoCoreError):
+        return f"AWS: {exc}"
+    return None
