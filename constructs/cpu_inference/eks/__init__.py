@@ -1,0 +1,23 @@
+"""EKS platform constructs (aws_eks_v2): InferenceCluster, Karpenter, Keda, Metrics, and the bounded
+manifest helper. See README.md beside this file for a minimal example."""
+
+from .inference_cluster import SYSTEM_LABEL, SYSTEM_TAINT, InferenceCluster, InferenceClusterProps
+from .karpenter import INTERRUPTION_RULES, Karpenter, KarpenterProps
+from .keda import Keda, KedaProps
+from .manifests import add_bounded_manifests
+from .metrics import Metrics, MetricsProps
+
+__all__ = [
+    "INTERRUPTION_RULES",
+    "InferenceCluster",
+    "InferenceClusterProps",
+    "Karpenter",
+    "KarpenterProps",
+    "Keda",
+    "KedaProps",
+    "Metrics",
+    "MetricsProps",
+    "SYSTEM_LABEL",
+    "SYSTEM_TAINT",
+    "add_bounded_manifests",
+]

@@ -1,0 +1,76 @@
+"""Synthesize the EKS platform once per session (EKS synth is slow on 2 cores): a new cluster with
+Karpenter (default Bottlerocket/SOCI pools), AMP metrics, KEDA and one queue-depth ScaledObject,
+with cdk-nag applied."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import aws_cdk as cdk
+import pytest
+
+from cpu_inference.config.schema import Eks
+from cpu_inference.eks import InferenceCluster, InferenceClusterProps, Karpenter, KarpenterProps, Keda, KedaProps, Metrics, MetricsProps
+from cpu_inference.k8s import llama_queue_scaled_object
+from tests.support.cdk import apply_nag, synth, template_json
+
+ENV = cdk.Environment(account="123456789012", region="us-east-1")
+ADMIN = "arn:aws:iam::123456789012:role/PlatformAdmin"
+
+
+@dataclass
+class Platform:
+    app: cdk.App
+    stack: cdk.Stack
+    cluster: InferenceCluster
+    karpenter: Karpenter
+    metrics: Metrics
+    keda: Keda
+    template: dict[str, Any]
+
+
+def build_platform(eks_config: Eks = Eks()) -> Platform:
+    app = cdk.App()
+    apply_nag(app)
+    stack = cdk.Stack(app, "Platform", env=ENV)
+    ic = InferenceCluster(
+        stack,
+        "Inference",
+        props=InferenceClusterProps(
+            kubernetes_version=eks_config.kubernetes_version,
+            admin_principal_arns=(ADMIN, *eks_config.admin_principal_arns),
+            system_instance_type=eks_config.system_instance_type,
+            endpoint_access=eks_config.endpoint_access,
+        ),
+    )
+    karpenter = Karpenter(stack, "Karpenter", props=KarpenterProps.for_cluster(ic))
+    karpenter.add_default_node_pools(
+        architectures=eks_config.architectures,
+        capacity_types=eks_config.capacity_types,
+        instance_families=eks_config.instance_families,
+        instance_types=eks_config.instance_types,
+        max_node_cpu=eks_config.max_node_cpu,
+        consolidation_budget=eks_config.consolidation_budget,
+    )
+    metrics = Metrics(stack, "Metrics", props=MetricsProps.for_cluster(ic, mode=eks_config.prometheus))
+    keda = Keda(stack, "Keda", props=KedaProps.for_cluster(ic, metrics=metrics))
+    auth = keda.trigger_authentication("inference")
+    scaled = llama_queue_scaled_object(
+        "smollm2",
+        "inference",
+        "smollm2",
+        server_address=metrics.query_url,
+        series_labels={"namespace": "inference", "app": "smollm2"},
+        aws_region=metrics.aws_region,
+        authentication_ref=auth.name,
+    )
+    assert ic.namespace_manifest is not None
+    keda.add_scaled_objects("Scaling", [scaled], auth=auth, depends_on=[ic.namespace_manifest])
+    synth(app)
+    return Platform(app, stack, ic, karpenter, metrics, keda, template_json(stack))
+
+
+@pytest.fixture(scope="session")
+def platform() -> Platform:
+    return build_platform()

@@ -1,0 +1,90 @@
+"""The user-reproducible validation path: `python -m cpu_inference.k8s.crd_validation` against a CRD
+directory (the pinned charts' CRDs fetched with `helm pull` into a cache, or the upstream copies beside
+the repo), run as a user would run it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cpu_inference.k8s import BottlerocketNodeClass, default_node_pools, llama_queue_scaled_object
+from cpu_inference.k8s.crd_validation import load_schemas, validate
+from tests.support.k8s import SHARED_CRDS
+
+ROOT = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("CPU_INFERENCE_CRDS", Path.home() / ".cache" / "cpu-inference" / "crds"))
+
+
+def sample_objects() -> list[dict]:
+    nc = BottlerocketNodeClass(
+        name="bottlerocket-soci",
+        role="KarpenterNodeRole-demo",
+        subnet_selector_terms=({"tags": {"karpenter.sh/discovery": "demo"}},),
+        security_group_selector_terms=({"tags": {"aws:eks:cluster-name": "demo"}},),
+    )
+    so = llama_queue_scaled_object("m", "inference", "m", server_address="http://prometheus-server.monitoring.svc", series_labels={"app": "m"})
+    return [nc.to_dict(), *(p.to_dict() for p in default_node_pools(nc.name)), so.to_dict(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "inference"}}]
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cpu_inference.k8s.crd_validation", *args], cwd=ROOT / "constructs", capture_output=True, text=True)
+
+
+@pytest.fixture(params=["shared", "cache"])
+def crd_dir(request: pytest.FixtureRequest) -> Path:
+    path = SHARED_CRDS if request.param == "shared" else CACHE
+    if not path.is_dir():
+        hint = "reference CRDs beside the repo" if request.param == "shared" else "run the helm pull commands in cpu_inference/k8s/crd_validation.py"
+        pytest.skip(f"no CRD directory at {path} ({hint})")
+    return path
+
+
+def test_cli_accepts_the_rendered_objects(crd_dir: Path, tmp_path: Path) -> None:
+    manifest = tmp_path / "objects.yaml"
+    manifest.write_text(yaml.safe_dump_all(sample_objects()))
+    out = run_cli("--crds", str(crd_dir), str(manifest))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.strip().splitlines()[-1].startswith("5 custom objects checked against")
+    assert out.stdout.strip().endswith(": 0 problems")
+
+
+def test_cli_reports_a_broken_object_and_exits_1(crd_dir: Path, tmp_path: Path) -> None:
+    objs = sample_objects()
+    objs[0]["spec"]["metadataOptions"]["httpTokens"] = "sometimes"
+    objs[1]["spec"]["disruption"]["budgets"][0]["nodes"] = "lots"
+    manifest = tmp_path / "broken.yaml"
+    manifest.write_text(yaml.safe_dump_all(objs))
+    out = run_cli("--crds", str(crd_dir), str(manifest))
+    assert out.returncode == 1
+    assert "EC2NodeClass/bottlerocket-soci: spec/metadataOptions/httpTokens" in out.stdout
+    assert "NodePool/cpu-arm64: spec/disruption/budgets/0/nodes" in out.stdout
+    assert out.stdout.strip().endswith(": 2 problems")
+
+
+def test_cli_explains_a_missing_crd_directory(tmp_path: Path) -> None:
+    out = run_cli("--crds", str(tmp_path / "absent"))
+    assert out.returncode == 2 and "CRD directory not found" in out.stderr and "helm pull" in out.stderr
+
+
+def test_unknown_kinds_are_reported_not_skipped(tmp_path: Path) -> None:
+    (tmp_path / "crd.yaml").write_text("kind: ConfigMap\n")
+    problems = validate({"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledJob", "metadata": {"name": "x"}}, load_schemas([tmp_path]))
+    assert problems == ["ScaledJob/x: no CRD for keda.sh/v1alpha1 ScaledJob"]
+
+
+def test_chart_templates_with_helm_directives_still_load(tmp_path: Path) -> None:
+    """The karpenter-crd chart's templates may carry {{ }} lines; the schema must still load."""
+    if not SHARED_CRDS.is_dir():
+        pytest.skip(f"upstream CRDs not present at {SHARED_CRDS}")
+    text = (SHARED_CRDS / "karpenter.sh_nodepools.yaml").read_text()
+    templated = text.replace("metadata:\n", "metadata:\n  {{- with .Values.additionalAnnotations }}\n  annotations: {{ toYaml . }}\n  {{- end }}\n", 1)
+    (tmp_path / "templates").mkdir()
+    (tmp_path / "templates" / "karpenter.sh_nodepools.yaml").write_text(templated)
+    schemas = load_schemas([tmp_path])
+    assert ("karpenter.sh/v1", "NodePool") in schemas
+    assert validate(default_node_pools("nc")[0].to_dict(), schemas) == []

@@ -1,0 +1,112 @@
+"""KEDA specs: the queue-depth ScaledObject (formula running + waiting*10, target 25, activation 5) and
+the SigV4 TriggerAuthentication render to objects the KEDA v2.20.2 CRDs accept; mistakes fail early."""
+
+from __future__ import annotations
+
+import pytest
+
+from cpu_inference.k8s.keda_specs import (
+    AwsTriggerAuthentication,
+    PrometheusTrigger,
+    ScaledObjectSpec,
+    ScalingModifiers,
+    amp_query_url,
+    llama_queue_scaled_object,
+)
+from tests.support.k8s import SHARED_CRDS, validate_custom
+
+needs_crds = pytest.mark.skipif(not SHARED_CRDS.is_dir(), reason=f"upstream CRDs not present at {SHARED_CRDS}")
+AMP = amp_query_url("eu-west-1", "ws-0123abcd")
+
+
+def queue_object(**kw: object) -> ScaledObjectSpec:
+    return llama_queue_scaled_object(
+        "gemma",
+        "inference",
+        "gemma",
+        server_address=AMP,
+        series_labels={"namespace": "inference", "app": "gemma"},
+        aws_region="eu-west-1",
+        authentication_ref="amp-sigv4",
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_queue_depth_scaled_object_renders_the_field_notes_formula() -> None:
+    d = queue_object(min_replicas=0, max_replicas=8).to_dict()
+    spec = d["spec"]
+    assert spec["advanced"]["scalingModifiers"] == {"formula": "running + (waiting * 10)", "target": "25", "activationTarget": "5", "metricType": "AverageValue"}
+    running, waiting = spec["triggers"]
+    assert running["name"] == "running" and waiting["name"] == "waiting"
+    assert running["metadata"]["query"] == 'sum(llamacpp:requests_processing{app="gemma",namespace="inference"}) or vector(0)'
+    assert waiting["metadata"]["query"] == 'sum(llamacpp:requests_deferred{app="gemma",namespace="inference"}) or vector(0)'
+    for trig in (running, waiting):
+        assert trig["metadata"]["serverAddress"] == "https://aps-workspaces.eu-west-1.amazonaws.com/workspaces/ws-0123abcd"
+        assert trig["metadata"]["awsRegion"] == "eu-west-1"
+        assert trig["authenticationRef"] == {"name": "amp-sigv4", "kind": "TriggerAuthentication"}
+    assert spec["minReplicaCount"] == 0 and spec["maxReplicaCount"] == 8
+    assert spec["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "gemma"}
+
+
+def test_in_cluster_prometheus_needs_no_authentication() -> None:
+    so = llama_queue_scaled_object("m", "inference", "m", server_address="http://prometheus-server.monitoring.svc.cluster.local", series_labels={"app": "m"})
+    for trig in so.to_dict()["spec"]["triggers"]:
+        assert "authenticationRef" not in trig and "awsRegion" not in trig["metadata"]
+
+
+def test_trigger_authentication_variants() -> None:
+    assert AwsTriggerAuthentication("amp", "inference").to_dict()["spec"] == {"podIdentity": {"provider": "aws"}}
+    role = "arn:aws:iam::123456789012:role/amp-query"
+    assert AwsTriggerAuthentication("amp", "inference", role_arn=role).to_dict()["spec"]["podIdentity"] == {"provider": "aws", "roleArn": role}
+    assert AwsTriggerAuthentication("amp", "inference", identity_owner="workload").to_dict()["spec"]["podIdentity"]["identityOwner"] == "workload"
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: AwsTriggerAuthentication("amp", "inference", role_arn="arn:aws:iam::1:role/x", identity_owner="keda"), "mutually exclusive"),
+        (lambda: queue_object(min_replicas=5, max_replicas=2), r"min_replicas \(5\) ≤ max_replicas \(2\)"),
+        (lambda: queue_object(modifiers=ScalingModifiers(formula="running * 2")), r"does not use trigger\(s\) \['waiting'\]"),
+        (lambda: queue_object(modifiers=ScalingModifiers(target="twenty")), "target 'twenty'"),
+        (
+            lambda: ScaledObjectSpec("so", "ns", "dep", triggers=(PrometheusTrigger("q", "http://p", "up"), PrometheusTrigger("q", "http://p", "up"))),
+            "must be unique",
+        ),
+        (lambda: ScaledObjectSpec("so", "ns", "dep", triggers=(PrometheusTrigger("Bad-Name", "http://p", "up"),), scaling_modifiers=None), "trigger name 'Bad-Name'"),
+        (lambda: ScaledObjectSpec("so", "ns", "dep", triggers=(PrometheusTrigger("q", "prometheus:9090", "up"),), scaling_modifiers=None), "must be an http"),
+        (lambda: ScaledObjectSpec("so", "ns", "dep", triggers=(PrometheusTrigger("q", "https://aps", "up", aws_region="us-east-1"),), scaling_modifiers=None), "needs authentication_ref"),
+        (lambda: ScaledObjectSpec("so", "ns", "dep", triggers=()), "at least one trigger"),
+        (lambda: ScaledObjectSpec("So", "ns", "dep", triggers=(PrometheusTrigger("q", "http://p", "up"),)), "DNS label"),
+    ],
+)
+def test_mistakes_fail_with_a_precise_message(build: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        build().to_dict()  # type: ignore[operator]
+
+
+@needs_crds
+def test_rendered_objects_validate_against_upstream_keda_crds() -> None:
+    objs = [
+        queue_object().to_dict(),
+        ScaledObjectSpec(
+            "plain",
+            "inference",
+            "router",
+            triggers=(PrometheusTrigger("rps", "http://prometheus-server.monitoring.svc", "sum(rate(x[1m]))", threshold="50", activation_threshold="1"),),
+            scaling_modifiers=None,
+            scale_down_stabilization_seconds=None,
+            fallback_replicas=2,
+        ).to_dict(),
+        AwsTriggerAuthentication("amp", "inference").to_dict(),
+        AwsTriggerAuthentication("amp", "inference", role_arn="arn:aws:iam::123456789012:role/q").to_dict(),
+    ]
+    assert [p for o in objs for p in validate_custom(o)] == []
+
+
+@needs_crds
+def test_the_keda_crd_check_is_not_vacuous() -> None:
+    broken = queue_object().to_dict()
+    broken["spec"]["advanced"]["scalingModifiers"]["metricType"] = "Average"
+    broken["spec"]["triggers"][0]["authenticationRef"]["kind"] = "Secret"
+    problems = validate_custom(broken)
+    assert len(problems) == 2, problems
