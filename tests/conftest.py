@@ -10,6 +10,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# This machine's CPU reports AMX, but its hypervisor faults on AMX tile instructions, which llama.cpp's
+# weight-repacking path uses (a segfault at model load). Repacking off (llama-server reads
+# LLAMA_ARG_REPACK) avoids that path for every engine the tests start; export LLAMA_ARG_REPACK=1 to test it.
+os.environ.setdefault("LLAMA_ARG_REPACK", "0")
+
 
 @pytest.fixture(scope="session")
 def repo_root() -> Path:

@@ -1,0 +1,114 @@
+"""What the endpoint's container is told, computed from the model and the instance (pure; no aws_cdk).
+
+The engine environment is `sizing`'s (threads = the instance's vCPUs, slots, context per slot) plus the
+SageMaker-mode settings of containers/llama-server/entrypoint.py (queue depth, prompt-cache RAM, model
+path, alias). Start-up timeouts grow with the model file: SageMaker downloads it into /opt/ml/model before
+the container starts, and llama-server reads every byte of it before /ping turns 200.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .. import sizing
+
+SAGEMAKER_MODEL_DIR = "/opt/ml/model"  # where SageMaker puts ModelDataSource files (entrypoint's default)
+
+# Keys the construct computes; a user-supplied environment may not override them (change the ModelSpec:
+# parallel_slots / context_per_slot, or the props, instead) so autoscaling and alarms stay consistent.
+COMPUTED_KEYS = frozenset(
+    {
+        "LLAMA_THREADS", "LLAMA_PARALLEL", "LLAMA_CTX_PER_SLOT", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS", "INTRA_OP_NUM_THREADS", "NUM_INTER_THREADS", "LLAMA_QUEUE_DEPTH",
+        "LLAMA_CACHE_RAM_MIB", "LLAMA_MODEL_ALIAS", "MODEL_PATH", "MODEL_DIR", "SM_MODEL_DIR",
+        "SAGEMAKER_BIND_TO_PORT", "LLAMA_ENGINE_PORT", "ADAPTER_HOST", "LLAMA_HOST", "LLAMA_PORT",
+        "LLAMA_SERVER_BIN",
+    }
+)
+
+ENGINE_CACHE_RAM_CAP_MIB = 8192  # llama-server's own default for --cache-ram
+MEMORY_BUDGET_FRACTION = 0.80  # weights + KV + prompt cache stay under this share of RAM (alarm at 85%)
+
+# Start-up sizing. Download: SageMaker's S3 download into the ML storage volume, assumed >= 50 MiB/s
+# (conservative for a single large object on a 2-vCPU instance); load: llama-server reads the whole file
+# from that EBS volume, assumed >= 125 MiB/s (gp2/gp3 baseline). Both doubled for headroom, plus a fixed
+# part for instance/container start and the engine's warm-up decode.
+DOWNLOAD_BYTES_PER_SECOND = 50 * sizing.MIB
+LOAD_BYTES_PER_SECOND = 125 * sizing.MIB
+DOWNLOAD_BASE_SECONDS = 120
+STARTUP_BASE_SECONDS = 180
+SAFETY_FACTOR = 2.0
+TIMEOUT_MIN_SECONDS = 60  # SageMaker's accepted range for both timeouts
+TIMEOUT_MAX_SECONDS = 3600
+
+
+def _round_up(seconds: float, step: int = 30) -> int:
+    return int(math.ceil(seconds / step) * step)
+
+
+def model_download_timeout_seconds(model_bytes: int) -> int:
+    """ModelDataDownloadTimeoutInSeconds for a model file of this size (60..3600)."""
+    raw = DOWNLOAD_BASE_SECONDS + SAFETY_FACTOR * model_bytes / DOWNLOAD_BYTES_PER_SECOND
+    return max(TIMEOUT_MIN_SECONDS, min(TIMEOUT_MAX_SECONDS, _round_up(raw)))
+
+
+def startup_health_check_timeout_seconds(model_bytes: int) -> int:
+    """ContainerStartupHealthCheckTimeoutInSeconds: until /ping is 200, i.e. llama-server has loaded the model."""
+    raw = STARTUP_BASE_SECONDS + SAFETY_FACTOR * model_bytes / LOAD_BYTES_PER_SECOND
+    return max(TIMEOUT_MIN_SECONDS, min(TIMEOUT_MAX_SECONDS, _round_up(raw)))
+
+
+def prompt_cache_mib(s: sizing.Sizing) -> int:
+    """--cache-ram: what is left of MEMORY_BUDGET_FRACTION of RAM after weights + KV + runtime, at most
+    llama-server's own 8 GiB default; 0 (off) when nothing is left. Keeps a full cache below the 85% alarm."""
+    budget = int(s.instance.memory_gib * sizing.GIB * MEMORY_BUDGET_FRACTION) - s.memory_needed_bytes
+    return max(0, min(ENGINE_CACHE_RAM_CAP_MIB, budget // sizing.MIB))
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """The sizing and the container environment of one endpoint."""
+
+    sizing: sizing.Sizing
+    queue_depth: int
+    cache_ram_mib: int
+    model_path: str | None
+    alias: str
+
+    @property
+    def max_in_flight(self) -> int:
+        """Requests the adapter admits per instance (slots + queue); more get 429 + Retry-After."""
+        return self.sizing.slots + self.queue_depth
+
+    def environment(self) -> dict[str, str]:
+        env = dict(self.sizing.engine_env())
+        env["LLAMA_QUEUE_DEPTH"] = str(self.queue_depth)
+        env["LLAMA_CACHE_RAM_MIB"] = str(self.cache_ram_mib)
+        env["LLAMA_MODEL_ALIAS"] = self.alias
+        if self.model_path:
+            env["MODEL_PATH"] = self.model_path
+        return env
+
+
+def engine_settings(
+    spec: sizing.ModelSpec,
+    instance_type: str,
+    *,
+    alias: str,
+    model_file: str | None = None,
+    queue_depth: int | None = None,
+) -> EngineSettings:
+    """Size `spec` on SageMaker `instance_type` (threads = vCPUs) and derive the container settings.
+
+    model_file: the GGUF's path relative to the model prefix (MODEL_PATH=/opt/ml/model/<file>); None lets the
+    entrypoint find the single .gguf (or the first shard) under /opt/ml/model.
+    queue_depth: requests admitted beyond the slots (default: as many as slots)."""
+    s = sizing.size(spec, sizing.instance(instance_type), target="sagemaker")
+    return EngineSettings(
+        sizing=s,
+        queue_depth=s.slots if queue_depth is None else queue_depth,
+        cache_ram_mib=prompt_cache_mib(s),
+        model_path=f"{SAGEMAKER_MODEL_DIR}/{model_file.lstrip('/')}" if model_file else None,
+        alias=alias,
+    )
