@@ -297,7 +297,7 @@ def test_every_custom_object_validates_against_the_upstream_crds(platform: Platf
 
 def test_every_core_object_validates_against_kubernetes_1_35(platform: Platform) -> None:
     core = [o for o in objects(platform.template) if not is_custom(o)]
-    assert [o["kind"] for o in core] == ["Namespace"]
+    assert sorted(o["kind"] for o in core) == ["ClusterRole", "ClusterRoleBinding", "Namespace"]
     assert [p for o in core for p in validate_core(o, "1.35")] == []
 
 
@@ -314,7 +314,8 @@ def test_amp_workspace_scraper_and_keda_query_access(platform: Platform) -> None
     assert p["Destination"]["AmpConfiguration"]["WorkspaceArn"] == {"Fn::GetAtt": [ws_id, "Arn"]}
     config = yaml.safe_load(p["ScrapeConfiguration"]["ConfigurationBlob"])
     assert config["global"]["scrape_interval"] == "30s"
-    (job,) = config["scrape_configs"]
+    job, cadvisor = config["scrape_configs"]
+    assert cadvisor["job_name"] == "cadvisor" and cadvisor["kubernetes_sd_configs"] == [{"role": "node"}]
     keep = job["relabel_configs"][0]
     assert keep == {"source_labels": ["__meta_kubernetes_pod_annotation_prometheus_io_scrape"], "action": "keep", "regex": "true"}
     (assoc,) = [a for a in resources(t, "AWS::EKS::PodIdentityAssociation").values() if a["Properties"]["ServiceAccount"] == "keda-operator"]
@@ -356,3 +357,30 @@ def test_user_validation_command_checks_a_synthesized_template(platform: Platfor
     dumped = sorted(dump.glob("*.yaml"))
     assert len(dumped) == len(objects(platform.template))
     assert {yaml.safe_load(f.read_text())["kind"] for f in dumped} >= {"EC2NodeClass", "NodePool", "Namespace"}
+
+
+def test_network_policies_are_enforced_by_the_vpc_cni_agent(platform) -> None:
+    """NetworkPolicies are only enforced when the VPC CNI runs its network policy agent."""
+    addons = [r["Properties"] for r in platform.template["Resources"].values() if r["Type"] == "AWS::EKS::Addon"]
+    cni = [a for a in addons if a["AddonName"] == "vpc-cni"]
+    assert len(cni) == 1
+    assert json.loads(cni[0]["ConfigurationValues"]) == {"enableNetworkPolicy": "true"}
+    assert cni[0]["ResolveConflicts"] == "OVERWRITE"
+
+
+def test_the_amp_collector_can_discover_and_read_cadvisor(platform) -> None:
+    """The managed collector is a Kubernetes user through an access entry; its ClusterRole is read-only and
+    covers the node proxy its cAdvisor job uses (the memory-vs-limit alert reads those series)."""
+    res = platform.template["Resources"].values()
+    entries = [r["Properties"] for r in res if r["Type"] == "AWS::EKS::AccessEntry" and r["Properties"].get("Username") == "aps-collector-user"]
+    assert len(entries) == 1 and "Fn::GetAtt" in entries[0]["PrincipalArn"] and entries[0]["PrincipalArn"]["Fn::GetAtt"][1] == "RoleArn"
+    from tests.support import k8s
+
+    roles = [o for o in k8s.objects(platform.template) if o["kind"] == "ClusterRole" and o["metadata"]["name"] == "aps-collector-role"]
+    assert len(roles) == 1
+    verbs = {v for rule in roles[0]["rules"] for v in rule["verbs"]}
+    assert verbs <= {"get", "list", "watch"}
+    assert any("nodes/proxy" in rule.get("resources", []) for rule in roles[0]["rules"])
+    scraper = next(r["Properties"] for r in res if r["Type"] == "AWS::APS::Scraper")
+    jobs = {j["job_name"] for j in yaml.safe_load(scraper["ScrapeConfiguration"]["ConfigurationBlob"])["scrape_configs"]}
+    assert {"annotated-pods", "cadvisor"} <= jobs

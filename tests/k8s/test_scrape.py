@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cpu_inference.k8s.scrape import pod_scrape_job, scrape_annotations, scrape_config, scrape_config_yaml
+from cpu_inference.k8s.scrape import cadvisor_scrape_job, pod_scrape_job, scrape_annotations, scrape_config, scrape_config_yaml
 
 
 def relabel(labels: dict[str, str], rules: list[dict[str, Any]]) -> dict[str, str] | None:
@@ -83,8 +83,21 @@ def test_whole_config_round_trips_and_respects_the_amp_minimum_interval() -> Non
     parsed = yaml.safe_load(scrape_config_yaml("60s", "demo"))
     assert parsed == scrape_config("60s", "demo")
     assert parsed["global"] == {"scrape_interval": "60s", "external_labels": {"cluster": "demo"}}
-    assert [j["kubernetes_sd_configs"] for j in parsed["scrape_configs"]] == [[{"role": "pod"}]]
+    assert [j["kubernetes_sd_configs"] for j in parsed["scrape_configs"]] == [[{"role": "pod"}], [{"role": "node"}]]
     with pytest.raises(ValueError, match="under the AMP managed collector's 30s minimum"):
         scrape_config("15s")
     with pytest.raises(ValueError, match="must look like 30s"):
         scrape_config("half a minute")
+
+
+def test_cadvisor_is_read_through_the_api_server_node_proxy() -> None:
+    job = cadvisor_scrape_job()
+    node = {"__address__": "10.0.3.1:10250", "__metrics_path__": "/metrics", "__meta_kubernetes_node_name": "ip-10-0-3-1"}
+    out = relabel(node, job["relabel_configs"])
+    assert out is not None
+    assert out["__address__"] == "kubernetes.default.svc:443"
+    assert out["__metrics_path__"] == "/api/v1/nodes/ip-10-0-3-1/proxy/metrics/cadvisor"
+    assert out["node"] == "ip-10-0-3-1" and job["scheme"] == "https"
+    keep = job["metric_relabel_configs"][0]
+    assert relabel({"__name__": "container_memory_working_set_bytes"}, [keep]) is not None
+    assert relabel({"__name__": "container_network_receive_bytes_total"}, [keep]) is None

@@ -1,7 +1,9 @@
-"""EKS platform constructs (aws_eks_v2): InferenceCluster, Karpenter, Keda, Metrics, and the bounded
-manifest helper. See README.md beside this file for a minimal example."""
+"""EKS platform constructs (aws_eks_v2): InferenceCluster, Karpenter, Keda, Metrics, InferenceWorkloads
+(the served models + router of one pattern), and the bounded manifest helper. See README.md beside this
+file for a minimal example."""
 
 from .inference_cluster import SYSTEM_LABEL, SYSTEM_TAINT, InferenceCluster, InferenceClusterProps
+from .inference_workloads import InferenceWorkloads, InferenceWorkloadsProps, ModelDeployment
 from .karpenter import INTERRUPTION_RULES, Karpenter, KarpenterProps
 from .keda import Keda, KedaProps
 from .manifests import add_bounded_manifests
@@ -11,6 +13,9 @@ __all__ = [
     "INTERRUPTION_RULES",
     "InferenceCluster",
     "InferenceClusterProps",
+    "InferenceWorkloads",
+    "InferenceWorkloadsProps",
+    "ModelDeployment",
     "Karpenter",
     "KarpenterProps",
     "Keda",

@@ -73,6 +73,9 @@ class InferenceClusterProps:
     existing_cluster: eks.ICluster | None = None
     existing_cluster_name: str | None = None  # required with existing_cluster (Karpenter's IAM scoping needs it)
     install_pod_identity_agent: bool = True
+    # The VPC CNI's network policy agent: without it NetworkPolicies (the model pods' allow-lists) are not
+    # enforced. Default: on for a new cluster; an existing cluster's vpc-cni is left alone unless True.
+    enable_network_policy: bool | None = None
     flow_logs: bool = True
 
     def validate(self) -> None:
@@ -116,6 +119,7 @@ class InferenceCluster(Construct):
         self.system_nodegroup: eks.Nodegroup | None = None
         self.flow_log: ec2.FlowLog | None = None
         self.pod_identity_agent: eks.IAddon | None = None
+        self.vpc_cni: eks.Addon | None = None
         self.namespace_manifest: eks.KubernetesManifest | None = None
         self.admin_access_entries: list[eks.AccessEntry] = []
 
@@ -127,6 +131,15 @@ class InferenceCluster(Construct):
                 self.pod_identity_agent = eks.Addon(self, "PodIdentityAgent", cluster=self.cluster, addon_name="eks-pod-identity-agent")
         else:
             self._create(props)
+        if props.enable_network_policy or (props.enable_network_policy is None and props.existing_cluster is None):
+            self.vpc_cni = eks.Addon(
+                self, "VpcCni", cluster=self.cluster, addon_name="vpc-cni",
+                configuration_values={"enableNetworkPolicy": "true"},
+            )
+            # Take over the cluster's default (self-managed) vpc-cni instead of failing on its fields.
+            cfn = self.vpc_cni.node.default_child
+            assert isinstance(cfn, eks.CfnAddon)
+            cfn.resolve_conflicts = "OVERWRITE"
 
         for i, arn in enumerate(props.admin_principal_arns):
             self.admin_access_entries.append(

@@ -21,8 +21,10 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IDependable
 
 from ..k8s.keda_specs import amp_query_url
-from ..k8s.scrape import scrape_config_yaml
+from ..k8s.scrape import collector_rbac, scrape_config_yaml
 from .inference_cluster import InferenceCluster
+
+COLLECTOR_USER = "aps-collector-user"
 
 PROMETHEUS_CHART_VERSION = "29.45.2"
 PROMETHEUS_REPOSITORY = "https://prometheus-community.github.io/helm-charts"
@@ -118,6 +120,13 @@ class Metrics(Construct):
             scrape_configuration=aps.CfnScraper.ScrapeConfigurationProperty(
                 configuration_blob=scrape_config_yaml(props.scrape_interval, props.cluster_name)
             ),
+        )
+        # The collector authenticates as its own service-linked role: an access entry maps that role to a
+        # Kubernetes user whose ClusterRole lets it discover targets and read cAdvisor through the node proxy.
+        self.scraper_rbac = props.cluster.add_manifest("ScraperRbac", *collector_rbac(COLLECTOR_USER))
+        self.scraper_access = eks.CfnAccessEntry(
+            self, "ScraperAccess", cluster_name=props.cluster.cluster_name, principal_arn=self.scraper.attr_role_arn,
+            username=COLLECTOR_USER, type="STANDARD",
         )
         self.aws_region = stack.region
         self.query_url = amp_query_url(stack.region, self.workspace_id)

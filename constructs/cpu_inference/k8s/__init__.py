@@ -1,6 +1,10 @@
 """Kubernetes objects as typed Python: Karpenter NodePools/EC2NodeClasses, the Bottlerocket SOCI node
 class, KEDA ScaledObjects/TriggerAuthentications, the Prometheus scrape contract, and an offline CRD
-validator. Plain Python (no aws_cdk) so CDK manifests, cdk8s charts and tests share them."""
+validator. Plain Python (no aws_cdk) so CDK manifests, cdk8s charts and tests share them.
+
+The cdk8s charts (cdk8s-plus-27): LlamaServerChart (one served model), RouterChart (router / gateway),
+ServingNamespaceChart; with the pure helpers around them: bin packing, Pod Security "restricted" checks,
+alert rules and dashboards. See README.md beside this file."""
 
 from .bottlerocket import BottlerocketNodeClass, SociSettings, user_data as bottlerocket_user_data
 from .karpenter_specs import (
@@ -24,9 +28,39 @@ from .keda_specs import (
     llama_queue_scaled_object,
 )
 from .scrape import scrape_annotations, scrape_config
+from .alerts import ModelAlertSpec, dashboard, rule_groups, rule_groups_yaml
+from .bin_packing import PackingPlan, PodRequest, choose, model_pod, pack, served_model_pods, table as packing_table
+from .llama_server_chart import KedaSource, LlamaServerChart, LlamaServerChartProps, ModelWorkload, ServingPolicy, queue_target
+from .namespace_chart import ServingNamespaceChart, ServingNamespaceProps
+from .pod_security import restricted_violations
+from .router_chart import RouterChart, RouterChartProps, gateway_cold_start_query, gateway_models
 
 __all__ = [
     "AwsTriggerAuthentication",
+    "KedaSource",
+    "LlamaServerChart",
+    "LlamaServerChartProps",
+    "ModelAlertSpec",
+    "ModelWorkload",
+    "PackingPlan",
+    "PodRequest",
+    "RouterChart",
+    "RouterChartProps",
+    "ServingNamespaceChart",
+    "ServingNamespaceProps",
+    "ServingPolicy",
+    "choose",
+    "dashboard",
+    "gateway_cold_start_query",
+    "gateway_models",
+    "model_pod",
+    "pack",
+    "packing_table",
+    "queue_target",
+    "restricted_violations",
+    "rule_groups",
+    "rule_groups_yaml",
+    "served_model_pods",
     "BlockDevice",
     "BottlerocketNodeClass",
     "Budget",

@@ -53,16 +53,67 @@ def pod_scrape_job(job_name: str = "annotated-pods") -> dict[str, Any]:
     }
 
 
+def cadvisor_scrape_job(job_name: str = "cadvisor") -> dict[str, Any]:
+    """Container metrics (container_memory_working_set_bytes for the memory-vs-limit alert) from every
+    node's kubelet, through the API server's node proxy: the collector needs no route to the kubelets."""
+    return {
+        "job_name": job_name,
+        "scheme": "https",
+        "authorization": {"credentials_file": "/var/run/secrets/kubernetes.io/serviceaccount/token"},
+        "kubernetes_sd_configs": [{"role": "node"}],
+        "relabel_configs": [
+            {"replacement": "kubernetes.default.svc:443", "target_label": "__address__"},
+            {
+                "source_labels": ["__meta_kubernetes_node_name"],
+                "regex": "(.+)",
+                "target_label": "__metrics_path__",
+                "replacement": "/api/v1/nodes/$1/proxy/metrics/cadvisor",
+            },
+            {"source_labels": ["__meta_kubernetes_node_name"], "target_label": "node"},
+        ],
+        # Only what the alerts and dashboard read: cAdvisor's full output is large.
+        "metric_relabel_configs": [
+            {"source_labels": ["__name__"], "action": "keep",
+             "regex": "container_memory_working_set_bytes|container_cpu_usage_seconds_total|container_cpu_cfs_throttled_periods_total"},
+        ],
+    }
+
+
+def collector_rbac(user: str = "aps-collector-user") -> list[dict[str, Any]]:
+    """What the AMP managed collector may read, bound to the Kubernetes user its access entry maps to:
+    discovery (pods, nodes, services, endpoints) and the node proxy for cAdvisor — read-only."""
+    name = "aps-collector-role"
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name},
+            "rules": [
+                {"apiGroups": [""], "resources": ["nodes", "nodes/proxy", "nodes/metrics", "pods", "services", "endpoints"],
+                 "verbs": ["get", "list", "watch"]},
+                {"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": f"{name}-binding"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        },
+    ]
+
+
 def scrape_config(interval: str = "30s", cluster_label: str | None = None) -> dict[str, Any]:
-    """A whole Prometheus configuration (global + the annotated-pods job). AMP managed collectors reject
-    scrape intervals under 30 s."""
+    """A whole Prometheus configuration (global + the annotated-pods and cAdvisor jobs). AMP managed
+    collectors reject scrape intervals under 30 s."""
     seconds = _seconds(interval)
     if seconds < 30:
         raise ValueError(f"scrape interval {interval} is under the AMP managed collector's 30s minimum")
     glob: dict[str, Any] = {"scrape_interval": interval}
     if cluster_label:
         glob["external_labels"] = {"cluster": cluster_label}
-    return {"global": glob, "scrape_configs": [pod_scrape_job()]}
+    return {"global": glob, "scrape_configs": [pod_scrape_job(), cadvisor_scrape_job()]}
 
 
 def scrape_config_yaml(interval: str = "30s", cluster_label: str | None = None) -> str:

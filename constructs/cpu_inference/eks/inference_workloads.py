@@ -1,0 +1,299 @@
+"""InferenceWorkloads: the served models (and optionally the router) of one pattern on an InferenceCluster.
+
+For every model: a LlamaServerChart (cdk8s) rendered into bounded KubernetesManifests, an IAM role that
+EKS Pod Identity gives the model's service account — allowed to read only that model's S3 prefix (the
+init container downloads the model with it) — and a queue-depth KEDA ScaledObject. Plus the pattern's
+namespace (Pod Security "restricted"), the router chart, and, with Amazon Managed Prometheus, a rule
+groups namespace with the field-notes alerts (k8s/alerts.py) and a Grafana dashboard ConfigMap.
+
+Order: namespace → Pod Identity associations + model copies (ModelArtifact.resource) → workloads →
+ScaledObjects (after KEDA's chart, which brings the CRDs). Associations come before the pods because the
+Pod Identity webhook injects credentials only into pods created after them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import aws_cdk as cdk
+import cdk8s
+from aws_cdk import aws_aps as aps
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from constructs import Construct, IDependable
+
+from .. import sizing
+from ..artifacts.model_artifact import ModelArtifact
+from ..artifacts.model_bucket import ModelBucket
+from ..k8s.alerts import ModelAlertSpec, dashboard, rule_groups_yaml
+from ..k8s.llama_server_chart import KedaSource, LlamaServerChart, LlamaServerChartProps, ModelWorkload, ServingPolicy
+from ..k8s.namespace_chart import ServingNamespaceChart, ServingNamespaceProps
+from ..k8s.router_chart import RouterChart, RouterChartProps, gateway_cold_start_query, gateway_models
+from .inference_cluster import InferenceCluster
+from .keda import Keda
+from .manifests import add_bounded_manifests
+from .metrics import Metrics
+
+POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
+
+
+@dataclass(frozen=True)
+class ModelDeployment:
+    """One model to deploy: the workload (k8s/llama_server_chart.ModelWorkload) and where its bytes are.
+
+    artifact: a ModelArtifact — the role may read its prefix (`models/<name>/<revision>/`) and the pods
+    start after its copy. Or model_bucket + read_prefix (a key prefix of the GGUF in that bucket), or an
+    existing_role that already grants the read (bring-your-own IAM).
+    baseline_tokens_per_second: decode tok/s per sequence for the throughput alert (None: self-calibrating).
+    """
+
+    workload: ModelWorkload
+    artifact: ModelArtifact | None = None
+    model_bucket: ModelBucket | None = None
+    read_prefix: str | None = None
+    existing_role: iam.IRole | None = None
+    baseline_tokens_per_second: float | None = None
+
+    @classmethod
+    def from_artifact(cls, artifact: ModelArtifact, *, image: str, spec: sizing.ModelSpec, **workload: Any) -> ModelDeployment:
+        """Name, S3 URI and pinned sha256 from the artifact; the rest of ModelWorkload as keywords."""
+        baseline = workload.pop("baseline_tokens_per_second", None)
+        workload.setdefault("sha256", artifact.props.sha256)
+        return cls(
+            workload=ModelWorkload(name=artifact.props.name, image=image, model_uri=artifact.s3_uri, spec=spec, **workload),
+            artifact=artifact,
+            baseline_tokens_per_second=baseline,
+        )
+
+    def validate(self) -> None:
+        sources = [x for x in (self.artifact, self.model_bucket, self.existing_role) if x is not None]
+        if len(sources) != 1:
+            raise ValueError(
+                f"ModelDeployment {self.workload.name!r}: give exactly one of artifact, model_bucket (+ read_prefix) or existing_role"
+            )
+        if self.model_bucket is not None and not self.read_prefix:
+            raise ValueError(f"ModelDeployment {self.workload.name!r}: model_bucket needs read_prefix (the model's key prefix, e.g. models/<name>/)")
+
+
+@dataclass(frozen=True)
+class InferenceWorkloadsProps:
+    """cluster: the InferenceCluster. models: the ModelDeployments (names unique). policy: namespace-wide
+    settings (k8s/llama_server_chart.ServingPolicy); the construct fills in what the platform knows when it
+    is left unset — KEDA's metrics source (from `metrics` + `keda`), the scraper's allowed sources (AMP
+    collector subnets or the in-cluster Prometheus namespace), the bucket region and the Kubernetes minor.
+    router: RouterChartProps to deploy the router/gateway in the same namespace; router_policy_statements:
+    what its Pod Identity role may do (e.g. sagemaker:InvokeEndpoint on the escalation endpoint).
+    p95_latency_slo_ms: adds the router-latency alert. alerts / dashboard: AMP rule groups namespace
+    (AMP only) and the Grafana dashboard ConfigMap (label grafana_dashboard=1). create_namespace: render
+    the pattern's namespace (skipped when it is the cluster's own workload namespace).
+    depends_on: anything the workloads must wait for (e.g. Karpenter's node pools).
+    """
+
+    cluster: InferenceCluster
+    models: tuple[ModelDeployment, ...]
+    policy: ServingPolicy = ServingPolicy()
+    metrics: Metrics | None = None
+    keda: Keda | None = None
+    router: RouterChartProps | None = None
+    router_policy_statements: tuple[iam.PolicyStatement, ...] = ()
+    p95_latency_slo_ms: int | None = None
+    alerts: bool = True
+    dashboard: bool = True
+    create_namespace: bool = True
+    depends_on: tuple[IDependable, ...] = field(default_factory=tuple)
+
+    def validate(self) -> None:
+        if not self.models:
+            raise ValueError("InferenceWorkloadsProps.models: at least one model is required")
+        names = [m.workload.name for m in self.models]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"InferenceWorkloadsProps.models: names {dup} appear more than once — model names must be unique")
+        for m in self.models:
+            m.validate()
+        if self.router is not None:
+            if self.router.name in names:
+                raise ValueError(f"InferenceWorkloadsProps.router.name {self.router.name!r} collides with a model name")
+            if self.router.namespace != self.policy.namespace:
+                raise ValueError(f"InferenceWorkloadsProps.router.namespace {self.router.namespace!r} must equal policy.namespace {self.policy.namespace!r}")
+        if self.keda is not None and self.metrics is None and self.policy.keda is None:
+            raise ValueError("InferenceWorkloadsProps: keda needs metrics (where KEDA reads llama-server's queue depth) or policy.keda")
+        if self.p95_latency_slo_ms is not None and self.p95_latency_slo_ms <= 0:
+            raise ValueError("InferenceWorkloadsProps.p95_latency_slo_ms must be > 0")
+
+
+class InferenceWorkloads(Construct):
+    """Attributes: policy (effective ServingPolicy), charts (name → LlamaServerChart), router_chart,
+    roles (name → IRole, models and "router"), pod_identity_associations (name → CfnPodIdentityAssociation),
+    namespace_manifests, model_manifests, router_manifests, scaled_object_manifests, rule_groups (AMP
+    CfnRuleGroupsNamespace or None), dashboard (dict or None), alert_rules_yaml (str)."""
+
+    def __init__(self, scope: Construct, id: str, *, props: InferenceWorkloadsProps) -> None:
+        super().__init__(scope, id)
+        props.validate()
+        self.props = props
+        ic = props.cluster
+        self.policy = self._effective_policy(props)
+        p = self.policy
+        app = cdk8s.App()  # rendering only: the objects go into KubernetesManifests below
+
+        self.namespace_manifests: list[eks.KubernetesManifest] = []
+        ns_deps: list[IDependable] = []
+        if ic.namespace_manifest is not None and ic.props.workload_namespace == p.namespace:
+            ns_deps.append(ic.namespace_manifest)
+        elif props.create_namespace:
+            ns_chart = ServingNamespaceChart(app, "Namespace", props=ServingNamespaceProps(p.namespace, p.pattern, p.kubernetes_minor))
+            self.namespace_manifests = add_bounded_manifests(ic.cluster, "Namespace", ns_chart.to_json(), scope=self, depends_on=props.depends_on)
+            ns_deps += self.namespace_manifests
+
+        self.roles: dict[str, iam.IRole] = {}
+        self.pod_identity_associations: dict[str, eks.CfnPodIdentityAssociation] = {}
+        self.charts: dict[str, LlamaServerChart] = {}
+        model_objs: list[dict[str, Any]] = []
+        deps: list[IDependable] = [*ns_deps, *props.depends_on]
+        gateway = props.router is not None and props.router.mode == "gateway"
+        for md in props.models:
+            w = md.workload
+            if gateway and w.replicas_min == 0 and not w.cold_start_query:
+                # Behind the gateway a cold model wakes on the gateway's 503s for it (no pod, no llama metrics).
+                w = replace(w, cold_start_query=gateway_cold_start_query(p.namespace, w.name))
+            chart = LlamaServerChart(app, w.name, props=LlamaServerChartProps(model=w, policy=p))
+            self.charts[w.name] = chart
+            role = md.existing_role or self._model_role(md)
+            self.roles[w.name] = role
+            deps.append(self._associate(w.name, chart.service_account_name, role))
+            if md.artifact is not None:
+                deps.append(md.artifact.resource)
+            model_objs += chart.to_json()
+
+        self.router_chart: RouterChart | None = None
+        router_objs: list[dict[str, Any]] = []
+        if props.router is not None:
+            self.router_chart = RouterChart(app, "Router", props=self._router_props(props.router, {n: c.service_url for n, c in self.charts.items()}))
+            router_objs = self.router_chart.to_json()
+            if props.router_policy_statements:
+                role = iam.Role(
+                    self, "RouterRole", assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal(POD_IDENTITY_PRINCIPAL)),
+                    description=f"Router {props.router.name} in {p.namespace} (EKS Pod Identity): escalation calls",
+                )
+                for s in props.router_policy_statements:
+                    role.add_to_principal_policy(s)
+                self.roles[props.router.name] = role
+                deps.append(self._associate(props.router.name, props.router.name, role))
+
+        alert_models = [
+            ModelAlertSpec(
+                name=md.workload.name, slots=self.charts[md.workload.name].sizing.slots,
+                memory_limit_bytes=self.charts[md.workload.name].sizing.memory_request_mib * sizing.MIB,
+                replicas_min=md.workload.replicas_min, baseline_tokens_per_second=md.baseline_tokens_per_second,
+            )
+            for md in props.models
+        ]
+        router_app = props.router.name if props.router is not None else None
+        router_mode = props.router.mode if props.router is not None else "router"
+        slo = props.p95_latency_slo_ms / 1000 if props.p95_latency_slo_ms is not None and router_app else None
+        self.alert_rules_yaml = rule_groups_yaml(p.namespace, alert_models, p95_latency_slo_seconds=slo, router_app=router_app, router_mode=router_mode)
+        self.dashboard: dict[str, Any] | None = None
+        if props.dashboard:
+            self.dashboard = dashboard(p.namespace, alert_models, router_app=router_app, router_mode=router_mode, title=f"CPU inference — {p.pattern}")
+            model_objs.append({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": f"{p.pattern}-dashboard", "namespace": p.namespace, "labels": {"grafana_dashboard": "1", "app.kubernetes.io/part-of": p.pattern}},
+                "data": {f"{p.pattern}.json": json.dumps(self.dashboard, sort_keys=True)},
+            })
+
+        self.model_manifests = add_bounded_manifests(ic.cluster, "Models", model_objs, scope=self, depends_on=deps)
+        self.router_manifests = (
+            add_bounded_manifests(ic.cluster, "Router", router_objs, scope=self, depends_on=deps) if router_objs else []
+        )
+
+        self.scaled_object_manifests: list[eks.KubernetesManifest] = []
+        specs = [c.scaled_object for c in self.charts.values() if c.scaled_object is not None]
+        if self.router_chart is not None and self.router_chart.scaled_object is not None:
+            specs.append(self.router_chart.scaled_object)
+        if specs:
+            if props.keda is None:
+                raise ValueError("InferenceWorkloadsProps: policy.keda renders ScaledObjects, which need keda (the Keda construct brings their CRDs)")
+            auth = props.keda.trigger_authentication(p.namespace) if p.keda is not None and p.keda.authentication_ref else None
+            self.scaled_object_manifests = props.keda.add_scaled_objects(
+                f"{id}Scaling", specs, auth=auth, depends_on=[*self.model_manifests, *self.router_manifests]
+            )
+
+        self.rule_groups: aps.CfnRuleGroupsNamespace | None = None
+        if props.alerts and props.metrics is not None and props.metrics.mode == "amp" and props.metrics.workspace_arn is not None:
+            self.rule_groups = aps.CfnRuleGroupsNamespace(
+                self, "AlertRules", workspace=props.metrics.workspace_arn, name=f"cpu-inference-{p.namespace}", data=self.alert_rules_yaml,
+            )
+
+    def _effective_policy(self, props: InferenceWorkloadsProps) -> ServingPolicy:
+        p = props.policy
+        stack = cdk.Stack.of(self)
+        changes: dict[str, Any] = {"kubernetes_minor": props.cluster.kubernetes_version or p.kubernetes_minor}
+        if p.aws_region is None:
+            changes["aws_region"] = stack.region
+        m = props.metrics
+        if p.keda is None and props.keda is not None and m is not None:
+            auth = props.keda.trigger_authentication(p.namespace).name if m.aws_region is not None else None
+            changes["keda"] = KedaSource(server_address=m.query_url, aws_region=m.aws_region, authentication_ref=auth)
+        if m is not None and not p.metrics_cidrs:
+            if m.mode == "amp":
+                # The managed collector has no pod identity: allow its subnets. Pods may share them (VPC CNI);
+                # give the scraper dedicated subnets (MetricsProps.scraper_subnet_ids) to narrow this.
+                changes["metrics_cidrs"] = self._scraper_cidrs(m)
+                changes["metrics_namespaces"] = ()
+            else:
+                changes["metrics_namespaces"] = (m.props.namespace,)
+        return replace(p, **changes)
+
+    @staticmethod
+    def _scraper_cidrs(m: Metrics) -> tuple[str, ...]:
+        vpc = m.props.vpc
+        subnets = vpc.private_subnets
+        if m.props.scraper_subnet_ids:
+            wanted = set(m.props.scraper_subnet_ids)
+            chosen = [s for s in (*vpc.private_subnets, *vpc.isolated_subnets) if s.subnet_id in wanted]
+            if len(chosen) != len(wanted):
+                return (vpc.vpc_cidr_block,)
+            subnets = chosen
+        return tuple(s.ipv4_cidr_block for s in subnets)
+
+    def _router_props(self, r: RouterChartProps, model_urls: dict[str, str]) -> RouterChartProps:
+        p = self.policy
+        changes: dict[str, Any] = {"pattern": p.pattern}
+        if r.mode == "gateway" and not (r.config.get("gateway") or {}).get("models"):
+            changes["config"] = {**r.config, "gateway": {**(r.config.get("gateway") or {}), "models": gateway_models(model_urls)}}
+        if r.keda is None and p.keda is not None:
+            changes["keda"] = p.keda
+        if r.metrics_namespaces == RouterChartProps.metrics_namespaces and not r.metrics_cidrs:
+            changes["metrics_namespaces"] = p.metrics_namespaces
+            changes["metrics_cidrs"] = p.metrics_cidrs
+        return replace(r, **changes)
+
+    def _model_role(self, md: ModelDeployment) -> iam.Role:
+        name = md.workload.name
+        role = iam.Role(
+            self, f"{name}-Role",
+            assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal(POD_IDENTITY_PRINCIPAL)),
+            description=f"Model {name} in {self.policy.namespace} (EKS Pod Identity): read its model files only",
+        )
+        if md.artifact is not None:
+            md.artifact.grant_read(role)
+        else:
+            assert md.model_bucket is not None and md.read_prefix is not None
+            md.model_bucket.grant_read(role, md.read_prefix)
+        return role
+
+    def _associate(self, name: str, service_account: str, role: iam.IRole) -> eks.CfnPodIdentityAssociation:
+        assoc = eks.CfnPodIdentityAssociation(
+            self, f"{name}-PodIdentity",
+            cluster_name=self.props.cluster.cluster.cluster_name,
+            namespace=self.policy.namespace,
+            service_account=service_account,
+            role_arn=role.role_arn,
+        )
+        if self.props.cluster.pod_identity_agent is not None:
+            assoc.node.add_dependency(self.props.cluster.pod_identity_agent)
+        self.pod_identity_associations[name] = assoc
+        return assoc

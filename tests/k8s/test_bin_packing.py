@@ -1,0 +1,96 @@
+"""Bin-packing check for the model-farm example (examples/model-farm-eks.yaml, 20 small models): the pods'
+requests — exactly what LlamaServerChart renders for each model — fit the chosen node sizes at the
+planned density. Run with `-s` to see the pods-per-node table."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import cdk8s
+import pytest
+
+from cpu_inference import sizing
+from cpu_inference.config import load
+from cpu_inference.k8s.bin_packing import PodRequest, choose, max_pods, model_pod, pack, served_model_pods, table
+from cpu_inference.k8s.llama_server_chart import LlamaServerChart, LlamaServerChartProps, ModelWorkload, ServingPolicy
+from cpu_inference.patterns.from_config import served_models
+
+ROOT = Path(__file__).resolve().parents[2]
+FARM = ROOT / "examples" / "model-farm-eks.yaml"
+SIZES = ("2xlarge", "4xlarge")
+COMPARISON = ("c7g.2xlarge", "c7g.4xlarge")  # compute-optimized, not in the example's families: printed for comparison
+CONFIG = load(FARM)
+# The node sizes Karpenter may choose for the example: 2xlarge/4xlarge of its families (r7g, r8g, m7g, m8g, r7a, r7i).
+CANDIDATES = tuple(f"{fam}.{size}" for fam in CONFIG.eks.instance_families for size in SIZES)
+
+
+@pytest.fixture(scope="module")
+def farm():
+    return served_models(CONFIG)
+
+
+def check(plan) -> None:
+    """Every pod placed, no node over its allocatable CPU, memory or pod limit, and within one node of optimal."""
+    assert not plan.unplaced
+    for node in plan.nodes:
+        assert node.cpu <= plan.cpu_allocatable + 1e-9
+        assert node.memory_bytes <= plan.memory_allocatable
+        assert len(node.pods) <= plan.max_pods
+    assert plan.lower_bound <= plan.node_count <= plan.lower_bound + 1
+
+
+def test_farm_has_at_least_20_small_models(farm) -> None:
+    assert len(farm) >= 20 and all(m.spec.parameters_billions < 4 for m in farm)
+
+
+def test_pod_requests_are_what_the_chart_renders(farm) -> None:
+    node = CANDIDATES[0]
+    for m in farm:
+        w = ModelWorkload(name=m.name, image="i@sha256:" + "f" * 64, model_uri=f"s3://b/models/{m.name}/main/{m.file}", spec=m.spec,
+                          cpu=m.cpu, node_type=node, replicas_min=max(1, m.replicas_min), replicas_max=m.replicas_max)
+        chart = LlamaServerChart(cdk8s.App(), m.name, props=LlamaServerChartProps(model=w, policy=ServingPolicy()))
+        dep = next(o for o in chart.to_json() if o["kind"] == "Deployment")
+        requests = dep["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]
+        pod = model_pod(m.name, m.spec, node, cpu=m.cpu)
+        assert requests["cpu"] == f"{int(pod.cpu * 1000)}m" and requests["memory"] == f"{pod.memory_bytes // sizing.MIB}Mi"
+        assert chart.pod_requests == (pod.cpu, pod.memory_bytes)
+
+
+@pytest.mark.parametrize("replicas", ["min", "max"])
+def test_farm_fits_the_chosen_node_sizes(farm, replicas: str) -> None:
+    plans = [pack(served_model_pods(farm, node, replicas=replicas), node) for node in CANDIDATES]
+    compare = [pack(served_model_pods(farm, node, replicas=replicas), node) for node in COMPARISON]
+    print(f"\nmodel farm ({FARM.name}), {replicas} replicas:\n{table(plans + compare)}")
+    for plan in plans + compare:
+        check(plan)
+    pods = served_model_pods(farm, CANDIDATES[0], replicas=replicas)
+    chosen = choose(pods, CANDIDATES)
+    print(f"chosen: {chosen.instance.name} x {chosen.node_count} ({chosen.node_vcpus} vCPUs, pods per node {chosen.pods_per_node})")
+    total_cpu = sum(p.cpu * p.replicas for p in pods)
+    assert chosen.cpu_requested == pytest.approx(total_cpu)
+    assert chosen.node_vcpus == min(p.node_vcpus for p in plans)
+    # The planned density: the chosen plan packs ≥ 80% of its allocatable CPU (CPU is what binds for 1-2 thread pods).
+    assert chosen.cpu_utilization >= 0.8
+    assert math.ceil(total_cpu / chosen.cpu_allocatable) == chosen.lower_bound
+
+
+def test_cpu_binds_before_memory_for_a_farm_of_small_models(farm) -> None:
+    plan = pack(served_model_pods(farm, "r7g.2xlarge", replicas="max"), "r7g.2xlarge")
+    assert plan.cpu_utilization > 3 * plan.memory_utilization
+
+
+def test_pods_that_cannot_fit_are_reported_not_dropped() -> None:
+    big = model_pod("llama-70b", sizing.ModelSpec(70.0), "r7g.16xlarge", cpu=16)
+    plan = pack([big, PodRequest("tiny", 1, 256 * sizing.MIB)], "m7g.2xlarge")
+    assert plan.unplaced == ("llama-70b",) and plan.pod_count == 1
+    with pytest.raises(ValueError, match="fits every pod"):
+        choose([big], ("m7g.2xlarge",))
+
+
+def test_the_pod_limit_binds_for_tiny_pods() -> None:
+    it = sizing.instance("r7g.4xlarge")
+    tiny = [PodRequest("t", 0.1, 64 * sizing.MIB, replicas=300)]
+    plan = pack(tiny, it.name)
+    assert max(plan.pods_per_node) == max_pods(it) and plan.node_count == math.ceil(300 / max_pods(it))
+    check(plan)
