@@ -5,7 +5,9 @@ from __future__ import annotations
 import aws_cdk as cdk
 
 from .config import Config
-from .patterns.from_config import served_models
+from .patterns.from_config import model_farm_props, slm_prefilter_props
+from .patterns.model_farm import ModelFarm
+from .patterns.slm_prefilter import SlmPrefilter
 
 
 def stack_name(config: Config) -> str:
@@ -20,7 +22,8 @@ def build_app(config: Config, *, app: cdk.App | None = None) -> tuple[cdk.App, c
     )
     for key, value in {"project": config.project.name, **config.project.tags}.items():
         cdk.Tags.of(stack).add(key, value)
-    models = served_models(config)
-    for m in models:
-        m.validate()
+    if config.pattern == "slm-prefilter":
+        SlmPrefilter(stack, "SlmPrefilter", props=slm_prefilter_props(config))
+    else:
+        ModelFarm(stack, "ModelFarm", props=model_farm_props(config))
     return app, stack

@@ -75,6 +75,8 @@ CASES = [
      "config.yaml: models[0].source.sha256: string should match pattern '^[0-9a-f]{64}$' (got 'abc123') — expected sha256 of the file (64 hex chars); default: the one the Hub reports"),
     ("unknown-router-label", _set("router.slm_labels", ["easy"]),
      "config.yaml: router: slm_labels ['easy'] are not in labels ['simple', 'complex'] — use labels from the list"),
+    ("two-slms", lambda d: d["models"].append({**SECOND_MODEL, "role": "slm"}),
+     "config.yaml: models: slm-prefilter classifies with one SLM, found 2 (smollm2-1-7b, gemma-270m) — keep one role: slm and set role: llm on the escalation model"),
     ("cpu-above-largest-node", lambda d: (d["models"][0].update(cpu=96), d["eks"].update(instance_families=["c7g"])),
      "config.yaml: models[0].cpu: 96 vCPUs is more than the largest allowed node can give (63.5) — lower cpu or allow larger instance types"),
     ("invalid-yaml", "models:\n  - name: x\n   source: {}\n",

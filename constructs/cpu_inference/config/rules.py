@@ -133,8 +133,11 @@ def _check_pattern(config: Config) -> list[Problem]:
     out: list[Problem] = []
     roles = {m.name: config.role_of(m) for m in config.models}
     if config.pattern == "slm-prefilter":
-        if "slm" not in roles.values():
+        slms = [name for name, role in roles.items() if role == "slm"]
+        if not slms:
             out.append(Problem("models", "slm-prefilter needs a model with role: slm (the small model that answers and classifies) — add one"))
+        elif len(slms) > 1:
+            out.append(Problem("models", f"slm-prefilter classifies with one SLM, found {len(slms)} ({', '.join(slms)}) — keep one role: slm and set role: llm on the escalation model"))
         if config.escalation is None:
             out.append(Problem("escalation", "required for slm-prefilter — say where hard requests go (kind: openai | sagemaker | bedrock | model)"))
         elif config.escalation.kind == "model":

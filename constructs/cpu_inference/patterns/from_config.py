@@ -4,7 +4,14 @@ read config.yaml, the app does, through these pure functions."""
 from __future__ import annotations
 
 from ..config import Config, model_spec
+from ..eks import InferenceClusterProps
+from .deployment import DeploymentProps, SageMakerSettings
+from .eks_platform import EksPlatformProps, NodePoolSettings
+from .escalation import EscalationTarget
+from .model_farm import ModelFarmProps
+from .router_settings import RouterSettings
 from .served_model import ServedModel
+from .slm_prefilter import SlmPrefilterProps
 
 
 def served_models(config: Config) -> tuple[ServedModel, ...]:
@@ -18,3 +25,59 @@ def served_models(config: Config) -> tuple[ServedModel, ...]:
         )
         for m in config.models
     )
+
+
+def platform_props(config: Config) -> EksPlatformProps:
+    e = config.eks
+    return EksPlatformProps(
+        cluster=InferenceClusterProps(
+            kubernetes_version=e.kubernetes_version,
+            admin_principal_arns=tuple(e.admin_principal_arns),
+            endpoint_access=e.endpoint_access,
+            system_instance_type=e.system_instance_type,
+            workload_namespace=None,  # each pattern renders its own restricted namespace
+        ),
+        node_pools=NodePoolSettings(
+            architectures=tuple(e.architectures),
+            capacity_types=tuple(e.capacity_types),
+            instance_families=tuple(e.instance_families),
+            instance_types=tuple(e.instance_types),
+            max_node_cpu=e.max_node_cpu,
+            consolidation_budget=e.consolidation_budget,
+            memory_pool=config.pattern == "model-farm",
+        ),
+        prometheus=e.prometheus,
+    )
+
+
+def deployment_props(config: Config) -> DeploymentProps:
+    return DeploymentProps(
+        models=served_models(config),
+        target=config.target,
+        platform=platform_props(config),
+        sagemaker=SageMakerSettings(
+            network_isolation=config.sagemaker.network_isolation,
+            data_capture_percent=config.sagemaker.data_capture_percent,
+        ),
+        p95_latency_ms=config.slo.p95_latency_ms,
+    )
+
+
+def slm_prefilter_props(config: Config) -> SlmPrefilterProps:
+    assert config.escalation is not None  # the config rules require it for slm-prefilter
+    e, r = config.escalation, config.router
+    return SlmPrefilterProps(
+        deployment=deployment_props(config),
+        escalation=EscalationTarget(
+            kind=e.kind, url=e.url, api_key_secret_name=e.api_key_secret_name, endpoint_name=e.endpoint_name,
+            model_id=e.model_id, model=e.model,
+        ),
+        router=RouterSettings(
+            labels=tuple(r.labels), slm_labels=tuple(r.slm_labels), confidence_threshold=r.confidence_threshold,
+            few_shot=tuple(r.few_shot), replicas_min=r.replicas.min, replicas_max=r.replicas.max,
+        ),
+    )
+
+
+def model_farm_props(config: Config) -> ModelFarmProps:
+    return ModelFarmProps(deployment=deployment_props(config))

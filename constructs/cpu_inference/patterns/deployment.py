@@ -1,0 +1,144 @@
+"""What both patterns share: the target (EKS or SageMaker), the served models, and how each model becomes a
+workload on the cluster or an endpoint."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from aws_cdk import aws_iam as iam
+
+from ..artifacts import ModelBucketProps
+from ..eks import InferenceWorkloads, InferenceWorkloadsProps
+from ..eks.inference_workloads import ModelDeployment
+from ..images import LlamaCppImageProps
+from ..k8s.llama_server_chart import ServingPolicy
+from ..k8s.router_chart import RouterChartProps
+from ..sagemaker import GravitonEndpoint, GravitonEndpointProps
+from .eks_platform import EksPlatform, EksPlatformProps
+from .served_model import ServedModel
+from .serving_foundation import ROUTER_IMAGE, ServingFoundation
+
+TARGETS = ("eks", "sagemaker")
+
+
+@dataclass(frozen=True)
+class SageMakerSettings:
+    """Endpoint-wide options for target `sagemaker` (mirrors config.yaml `sagemaker`)."""
+
+    network_isolation: bool = True
+    data_capture_percent: int = 0
+
+
+@dataclass(frozen=True)
+class DeploymentProps:
+    """models: the served models. target: `eks` (a cluster: platform props, or bring `existing_platform`) or
+    `sagemaker` (one GravitonEndpoint per model). p95_latency_ms: the SLO behind the latency alarms.
+    bucket / engine_image / router_image: props of the ModelBucket and the two images (bring existing ones there)."""
+
+    models: tuple[ServedModel, ...]
+    target: Literal["eks", "sagemaker"] = "eks"
+    platform: EksPlatformProps = field(default_factory=EksPlatformProps)
+    existing_platform: EksPlatform | None = None
+    sagemaker: SageMakerSettings = field(default_factory=SageMakerSettings)
+    p95_latency_ms: int = 500
+    bucket: ModelBucketProps = ModelBucketProps()
+    engine_image: LlamaCppImageProps = LlamaCppImageProps()
+    router_image: LlamaCppImageProps = ROUTER_IMAGE
+
+    def validate(self) -> None:
+        if self.target not in TARGETS:
+            raise ValueError(f"target must be one of {TARGETS}, got {self.target!r}")
+        if not self.models:
+            raise ValueError("models: give at least one model")
+        if self.p95_latency_ms <= 0:
+            raise ValueError(f"p95_latency_ms must be > 0, got {self.p95_latency_ms}")
+        if self.target == "sagemaker":
+            missing = [m.name for m in self.models if not m.instance_type]
+            if missing:
+                raise ValueError(f"target sagemaker needs an instance_type for every model, missing for {missing}")
+        if self.existing_platform is None and self.target == "eks":
+            self.platform.validate()
+
+
+def served_policy(props: DeploymentProps, *, namespace: str, pattern: str, farm: bool) -> ServingPolicy:
+    """Namespace-wide serving settings from the platform's node pools. A farm packs onto the tainted
+    memory-optimized pool (r families), tolerating its taint and preferring it."""
+    from ..k8s.karpenter_specs import MEMORY_TAINT
+
+    pools = props.platform.node_pools
+    families = tuple(pools.instance_families)
+    policy = ServingPolicy(
+        namespace=namespace,
+        pattern=pattern,
+        node_families=families,
+        architectures=tuple(pools.architectures),
+        kubernetes_minor=props.platform.cluster.kubernetes_version,
+    )
+    if farm and pools.memory_pool and any(f.startswith("r") for f in families):
+        from dataclasses import replace
+
+        taint = {"key": MEMORY_TAINT.key, "operator": "Equal", "value": MEMORY_TAINT.value, "effect": MEMORY_TAINT.effect}
+        policy = replace(policy, tolerations=(taint,), preferred_pools=("memory-optimized",))
+    return policy
+
+
+def model_deployments(models: tuple[ServedModel, ...], foundation: ServingFoundation) -> tuple[ModelDeployment, ...]:
+    return tuple(
+        ModelDeployment.from_artifact(
+            foundation.artifacts[m.name],
+            image=foundation.engine_image.image_uri,
+            spec=m.spec,
+            cpu=m.cpu,
+            replicas_min=m.replicas_min,
+            replicas_max=m.replicas_max,
+            role=m.role,
+        )
+        for m in models
+    )
+
+
+def eks_workloads(
+    scope: object,
+    props: DeploymentProps,
+    foundation: ServingFoundation,
+    platform: EksPlatform,
+    *,
+    policy: ServingPolicy,
+    router: RouterChartProps,
+    router_statements: tuple[iam.PolicyStatement, ...] = (),
+) -> InferenceWorkloads:
+    return InferenceWorkloads(
+        scope,  # type: ignore[arg-type]
+        "Workloads",
+        props=InferenceWorkloadsProps(
+            cluster=platform.cluster,
+            models=model_deployments(props.models, foundation),
+            policy=policy,
+            metrics=platform.metrics,
+            keda=platform.keda,
+            router=router,
+            router_policy_statements=router_statements,
+            p95_latency_slo_ms=props.p95_latency_ms,
+            depends_on=tuple(platform.karpenter.node_pool_manifests),
+        ),
+    )
+
+
+def endpoints(scope: object, props: DeploymentProps, foundation: ServingFoundation) -> dict[str, GravitonEndpoint]:
+    """One SageMaker endpoint per model, each reading only its own model prefix."""
+    out: dict[str, GravitonEndpoint] = {}
+    for m in props.models:
+        out[m.name] = GravitonEndpoint(
+            scope,  # type: ignore[arg-type]
+            f"Endpoint{''.join(p.capitalize() for p in m.name.split('-'))}",
+            props=GravitonEndpointProps.for_served_model(
+                m,
+                model=foundation.artifacts[m.name],
+                image=foundation.engine_image,
+                latency_slo_ms=props.p95_latency_ms,
+                network_isolation=props.sagemaker.network_isolation,
+                data_capture_percent=props.sagemaker.data_capture_percent,
+            ),
+        )
+    return out

@@ -1,0 +1,64 @@
+"""The EKS platform both patterns share: cluster, Karpenter pools, metrics and KEDA, composed in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from constructs import Construct
+
+from ..eks import InferenceCluster, InferenceClusterProps, Karpenter, KarpenterProps, Keda, KedaProps, Metrics, MetricsProps
+
+
+@dataclass(frozen=True)
+class NodePoolSettings:
+    """Karpenter's CPU-inference pools (mirrors config.yaml `eks`): Spot first with On-Demand fallback across
+    the listed families and architectures; `memory_pool` adds the tainted r-family pool the model farm packs onto."""
+
+    architectures: tuple[str, ...] = ("arm64", "amd64")
+    capacity_types: tuple[str, ...] = ("spot", "on-demand")
+    instance_families: tuple[str, ...] = ("c7g", "c8g", "m7g", "m8g", "r7g", "c7a", "m7a", "c7i", "m7i")
+    instance_types: tuple[str, ...] = ()
+    max_node_cpu: int = 256
+    consolidation_budget: str = "20%"
+    memory_pool: bool = True
+
+
+@dataclass(frozen=True)
+class EksPlatformProps:
+    """cluster: the InferenceCluster's props (bring `existing_cluster`/`existing_vpc` there).
+    node_pools: Karpenter pool settings. prometheus: `amp` (managed workspace + scraper) or `in-cluster`."""
+
+    cluster: InferenceClusterProps = InferenceClusterProps()
+    node_pools: NodePoolSettings = field(default_factory=NodePoolSettings)
+    prometheus: Literal["amp", "in-cluster"] = "amp"
+
+    def validate(self) -> None:
+        self.cluster.validate()
+        if self.prometheus not in ("amp", "in-cluster"):
+            raise ValueError(f"prometheus must be 'amp' or 'in-cluster', got {self.prometheus!r}")
+
+
+class EksPlatform(Construct):
+    """InferenceCluster + Karpenter (Bottlerocket/SOCI node class and default pools) + Metrics + KEDA.
+
+    Attributes: `cluster` (InferenceCluster), `karpenter`, `metrics`, `keda`, `node_pools` (the NodePoolSpecs)."""
+
+    def __init__(self, scope: Construct, id: str, *, props: EksPlatformProps = EksPlatformProps()) -> None:
+        super().__init__(scope, id)
+        props.validate()
+        self.props = props
+        self.cluster = InferenceCluster(self, "Cluster", props=props.cluster)
+        self.karpenter = Karpenter(self, "Karpenter", props=KarpenterProps.for_cluster(self.cluster))
+        pools = props.node_pools
+        self.node_pools = self.karpenter.add_default_node_pools(
+            architectures=pools.architectures,
+            capacity_types=pools.capacity_types,
+            instance_families=pools.instance_families,
+            instance_types=pools.instance_types,
+            max_node_cpu=pools.max_node_cpu,
+            consolidation_budget=pools.consolidation_budget,
+            memory_pool=pools.memory_pool,
+        )
+        self.metrics = Metrics(self, "Metrics", props=MetricsProps.for_cluster(self.cluster, mode=props.prometheus))
+        self.keda = Keda(self, "Keda", props=KedaProps.for_cluster(self.cluster, metrics=self.metrics))

@@ -1,0 +1,61 @@
+"""Where the SLM pre-filter sends the requests its small model should not answer, and what that costs in IAM."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
+
+KINDS = ("openai", "sagemaker", "bedrock", "model")
+_ENDPOINT = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+
+
+@dataclass(frozen=True)
+class EscalationTarget:
+    """kind: `openai` (url, optional model_id, optional api_key_secret_name: a Secrets Manager secret with the
+    key), `sagemaker` (endpoint_name of an existing endpoint), `bedrock` (model_id: a foundation-model id), or
+    `model` (model: the name of a self-hosted model of the pattern with role llm)."""
+
+    kind: Literal["openai", "sagemaker", "bedrock", "model"]
+    url: str | None = None
+    api_key_secret_name: str | None = None
+    endpoint_name: str | None = None
+    model_id: str | None = None
+    model: str | None = None
+
+    def validate(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"EscalationTarget.kind must be one of {KINDS}, got {self.kind!r}")
+        need = {"openai": "url", "sagemaker": "endpoint_name", "bedrock": "model_id", "model": "model"}[self.kind]
+        if not getattr(self, need):
+            raise ValueError(f"EscalationTarget: kind {self.kind} needs {need}")
+        if self.kind == "openai" and not str(self.url).startswith(("https://", "http://")):
+            raise ValueError(f"EscalationTarget.url must be an http(s) URL, got {self.url!r}")
+        if self.kind == "sagemaker" and not _ENDPOINT.match(str(self.endpoint_name)):
+            raise ValueError(f"EscalationTarget.endpoint_name {self.endpoint_name!r} is not a SageMaker endpoint name")
+
+    def router_config(self, *, llm_url: str | None = None, region: str | None = None) -> dict[str, Any]:
+        """The router's `escalation` section (containers/router/README.md). `llm_url`: the self-hosted LLM's root
+        URL for kind `model`; `region`: for AWS kinds (empty: the SDK's own chain)."""
+        if self.kind == "model":
+            if not llm_url:
+                raise ValueError("EscalationTarget kind model needs the LLM's URL")
+            return {"kind": "openai", "url": f"{llm_url}/v1", "model_id": self.model}
+        if self.kind == "openai":
+            return {"kind": "openai", "url": self.url, **({"model_id": self.model_id} if self.model_id else {})}
+        if self.kind == "sagemaker":
+            return {"kind": "sagemaker", "endpoint_name": self.endpoint_name, **({"region": region} if region else {})}
+        return {"kind": "bedrock", "model_id": self.model_id, **({"region": region} if region else {})}
+
+    def policy_statements(self, scope: cdk.Stack) -> tuple[iam.PolicyStatement, ...]:
+        """Least privilege for the router's role: invoke exactly the one endpoint or foundation model."""
+        if self.kind == "sagemaker":
+            arn = scope.format_arn(service="sagemaker", resource="endpoint", resource_name=str(self.endpoint_name).lower())
+            return (iam.PolicyStatement(actions=["sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithResponseStream"], resources=[arn]),)
+        if self.kind == "bedrock":
+            arn = scope.format_arn(service="bedrock", account="", resource="foundation-model", resource_name=str(self.model_id))
+            return (iam.PolicyStatement(actions=["bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"], resources=[arn]),)
+        return ()

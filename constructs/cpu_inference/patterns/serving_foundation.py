@@ -1,0 +1,70 @@
+"""What every deployment needs before anything serves: the model store, one copied artifact per model, and the
+engine image (plus the router image when a pattern runs one)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from constructs import Construct
+
+from ..artifacts import ModelArtifact, ModelArtifactProps, ModelBucket, ModelBucketProps
+from ..images import LlamaCppImage, LlamaCppImageProps
+from ..images.props import REPO_ROOT
+from .served_model import ServedModel
+
+# The router/gateway image is built by the same native multi-arch pipeline; it carries no engine pin.
+ROUTER_IMAGE = LlamaCppImageProps(context_dir=REPO_ROOT / "containers" / "router", name="router", pin_file=None)
+
+
+@dataclass(frozen=True)
+class ServingFoundationProps:
+    """models: what to copy from Hugging Face (one ModelArtifact each, under `models/<name>/`).
+    bucket / engine_image: props of the ModelBucket and the llama-server LlamaCppImage (bring `existing_bucket`
+    or `existing_repository` there). router_image: props of the router/gateway image, or None for no router."""
+
+    models: tuple[ServedModel, ...]
+    bucket: ModelBucketProps = ModelBucketProps()
+    engine_image: LlamaCppImageProps = LlamaCppImageProps()
+    router_image: LlamaCppImageProps | None = None
+
+    def validate(self) -> None:
+        if not self.models:
+            raise ValueError("ServingFoundationProps.models: give at least one model")
+        names = [m.name for m in self.models]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"ServingFoundationProps.models: names must be unique, repeated: {dupes}")
+        for m in self.models:
+            m.validate()
+
+
+def _construct_id(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("-"))
+
+
+class ServingFoundation(Construct):
+    """Attributes: model_bucket, artifacts (name → ModelArtifact), engine_image, router_image (or None)."""
+
+    def __init__(self, scope: Construct, id: str, *, props: ServingFoundationProps) -> None:
+        super().__init__(scope, id)
+        props.validate()
+        self.props = props
+        self.model_bucket = ModelBucket(self, "ModelBucket", props=props.bucket)
+        self.artifacts: dict[str, ModelArtifact] = {
+            m.name: ModelArtifact(
+                self,
+                f"Model{_construct_id(m.name)}",
+                props=ModelArtifactProps(
+                    model_bucket=self.model_bucket,
+                    name=m.name,
+                    hf_repo=m.hf_repo,
+                    file=m.file,
+                    revision=m.revision,
+                    sha256=m.sha256,
+                    token_secret_name=m.token_secret_name,
+                ),
+            )
+            for m in props.models
+        }
+        self.engine_image = LlamaCppImage(self, "EngineImage", props=props.engine_image)
+        self.router_image = LlamaCppImage(self, "RouterImage", props=props.router_image) if props.router_image else None

@@ -1,0 +1,99 @@
+"""Pattern 1 — SLM pre-filter: a router on CPU asks a small model to classify each request (constrained to the
+configured labels), lets it answer the easy ones, and escalates the rest to a large LLM."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import aws_cdk as cdk
+from constructs import Construct
+
+from ..k8s.router_chart import RouterChartProps
+from .deployment import DeploymentProps, eks_workloads, endpoints, served_policy
+from .eks_platform import EksPlatform
+from .escalation import EscalationTarget
+from .router_settings import RouterSettings
+from .serving_foundation import ServingFoundation, ServingFoundationProps
+
+NAMESPACE = "slm-prefilter"
+
+
+@dataclass(frozen=True)
+class SlmPrefilterProps:
+    """deployment: the models (exactly one with role `slm`; role `llm` for a self-hosted escalation model) and
+    the target. escalation: where hard requests go. router: labels, threshold, few-shot examples, replicas."""
+
+    deployment: DeploymentProps
+    escalation: EscalationTarget
+    router: RouterSettings = field(default_factory=RouterSettings)
+
+    def validate(self) -> None:
+        self.deployment.validate()
+        self.escalation.validate()
+        self.router.validate()
+        slms = [m.name for m in self.deployment.models if m.role == "slm"]
+        if len(slms) != 1:
+            raise ValueError(f"SlmPrefilter needs exactly one model with role slm (the router classifies with it), got {slms or 'none'}")
+        llms = {m.name for m in self.deployment.models if m.role == "llm"}
+        if self.escalation.kind == "model" and self.escalation.model not in llms:
+            raise ValueError(f"escalation.model {self.escalation.model!r} must name a model with role llm, one of {sorted(llms) or 'none'}")
+        farm = [m.name for m in self.deployment.models if m.role == "farm"]
+        if farm:
+            raise ValueError(f"models {farm} have role farm — use role slm or llm in an SLM pre-filter")
+
+    @property
+    def slm(self) -> str:
+        return next(m.name for m in self.deployment.models if m.role == "slm")
+
+
+class SlmPrefilter(Construct):
+    """Attributes: foundation (ServingFoundation: bucket, artifacts, images); on EKS `platform` (EksPlatform) and
+    `workloads` (InferenceWorkloads: model charts + router chart + Pod Identity roles); on SageMaker `endpoints`
+    (name → GravitonEndpoint)."""
+
+    def __init__(self, scope: Construct, id: str, *, props: SlmPrefilterProps) -> None:
+        super().__init__(scope, id)
+        props.validate()
+        self.props = props
+        d = props.deployment
+        self.foundation = ServingFoundation(
+            self, "Serving",
+            props=ServingFoundationProps(models=d.models, bucket=d.bucket, engine_image=d.engine_image,
+                                         router_image=d.router_image if d.target == "eks" else None),
+        )
+        self.platform: EksPlatform | None = None
+        self.workloads = None
+        self.endpoints = {}
+        if d.target == "eks":
+            self._on_eks(props)
+        else:
+            self.endpoints = endpoints(self, d, self.foundation)
+
+    def _on_eks(self, props: SlmPrefilterProps) -> None:
+        d = props.deployment
+        self.platform = d.existing_platform or EksPlatform(self, "Platform", props=d.platform)
+        policy = served_policy(d, namespace=NAMESPACE, pattern="slm-prefilter", farm=False)
+        url = {m.name: f"http://{m.name}.{NAMESPACE}.svc.cluster.local:8080" for m in d.models}
+        region = cdk.Stack.of(self).region
+        config = {
+            **props.router.router_config(),
+            "slm_url": url[props.slm],
+            "escalation": props.escalation.router_config(
+                llm_url=url.get(props.escalation.model or ""), region=None if cdk.Token.is_unresolved(region) else region,
+            ),
+        }
+        assert self.foundation.router_image is not None
+        router = RouterChartProps(
+            image=self.foundation.router_image.image_uri,
+            config=config,
+            mode="router",
+            namespace=NAMESPACE,
+            pattern="slm-prefilter",
+            replicas_min=props.router.replicas_min,
+            replicas_max=props.router.replicas_max,
+            architectures=tuple(d.platform.node_pools.architectures),
+        )
+        self.workloads = eks_workloads(
+            self, d, self.foundation, self.platform, policy=policy, router=router,
+            router_statements=props.escalation.policy_statements(cdk.Stack.of(self)),
+        )

@@ -1,0 +1,117 @@
+"""The patterns as config.yaml wires them (the session's synthesized apps): the router talks to the right SLM
+and escalation target with a config the router itself accepts, IAM is scoped to exactly that target, the farm
+packs onto the memory pool behind one gateway, and SageMaker gets one endpoint per model and no cluster."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+from tests.support import k8s
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _router_config_module():
+    path = ROOT / "containers" / "router" / "slm_router" / "config.py"
+    spec = importlib.util.spec_from_file_location("router_config_under_test", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _objects(synthesized, config_id: str) -> list[dict]:
+    return k8s.objects(synthesized[config_id].template)
+
+
+def _find(objs: list[dict], kind: str, name: str) -> dict:
+    hits = [o for o in objs if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(hits) == 1, f"{kind}/{name}: {len(hits)} found"
+    return hits[0]
+
+
+def _router_config(objs: list[dict], name: str) -> dict:
+    return json.loads(_find(objs, "ConfigMap", name)["data"]["config.json"])
+
+
+def _policies(template: dict) -> list[dict]:
+    return [r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::IAM::Policy"]
+
+
+def test_self_hosted_escalation_routes_slm_then_llm(synthesized) -> None:
+    s = synthesized["examples/slm-prefilter-eks.yaml"]
+    cfg = _router_config(_objects(synthesized, "examples/slm-prefilter-eks.yaml"), "router")
+    assert cfg["slm_url"] == "http://smollm2-1-7b.slm-prefilter.svc.cluster.local:8080"
+    assert cfg["escalation"] == {"kind": "openai", "url": "http://llama-3-1-8b.slm-prefilter.svc.cluster.local:8080/v1", "model_id": "llama-3-1-8b"}
+    assert cfg["labels"] == s.config.router.labels and cfg["slm_labels"] == s.config.router.slm_labels
+    assert cfg["confidence_threshold"] == s.config.router.confidence_threshold
+    assert cfg["few_shot"] == s.config.router.few_shot
+    # The router's own loader accepts what the construct rendered (unknown keys or bad values exit 2 there).
+    loaded = _router_config_module().from_dict(cfg)
+    assert list(loaded.labels) == s.config.router.labels
+
+
+def test_bedrock_escalation_is_one_model_arn_for_the_router_only(synthesized) -> None:
+    s = synthesized["config.yaml"]
+    cfg = _router_config(_objects(synthesized, "config.yaml"), "router")
+    assert cfg["escalation"]["kind"] == "bedrock" and cfg["escalation"]["model_id"] == s.config.escalation.model_id
+    _router_config_module().from_dict(cfg)
+    bedrock = [
+        st for p in _policies(s.template) for st in p["PolicyDocument"]["Statement"]
+        if any(str(a).startswith("bedrock:") for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"]))
+    ]
+    assert len(bedrock) == 1, bedrock
+    assert sorted(bedrock[0]["Action"]) == ["bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"]
+    resource = json.dumps(bedrock[0]["Resource"])
+    assert f"foundation-model/{s.config.escalation.model_id}" in resource and "*" not in resource
+
+
+def test_each_model_gets_its_own_read_only_prefix(synthesized) -> None:
+    s = synthesized["examples/slm-prefilter-eks.yaml"]
+    text = json.dumps(s.template)
+    for m in s.config.models:
+        assert f"models/{m.name}/{m.source.revision}/*" in text
+    for obj in _objects(synthesized, "examples/slm-prefilter-eks.yaml"):
+        if obj["kind"] == "Deployment" and obj["metadata"]["name"] != "router":
+            init = obj["spec"]["template"]["spec"]["initContainers"]
+            assert any(f"models/{obj['metadata']['name']}/" in json.dumps(c) for c in init), obj["metadata"]["name"]
+
+
+def test_model_farm_packs_on_the_memory_pool_behind_one_gateway(synthesized) -> None:
+    s = synthesized["examples/model-farm-eks.yaml"]
+    objs = _objects(synthesized, "examples/model-farm-eks.yaml")
+    names = {m.name for m in s.config.models}
+    gateway = _router_config(objs, "gateway")
+    assert gateway["mode"] == "gateway"
+    assert {m["name"] for m in gateway["gateway"]["models"]} == names
+    for m in gateway["gateway"]["models"]:
+        assert m["url"] == f"http://{m['name']}.model-farm.svc.cluster.local:8080"
+    _router_config_module().from_dict(gateway)
+    pools = {o["metadata"]["name"]: o for o in objs if o["kind"] == "NodePool"}
+    assert "memory-optimized" in pools
+    taint = pools["memory-optimized"]["spec"]["template"]["spec"]["taints"][0]
+    for name in names:
+        pod = _find(objs, "Deployment", name)["spec"]["template"]["spec"]
+        assert any(t.get("key") == taint["key"] and t.get("effect") == taint["effect"] for t in pod.get("tolerations", [])), name
+    cold = [m.name for m in s.config.models if m.replicas.min == 0]
+    assert cold, "the example should show scale-to-zero"
+    for name in cold:
+        assert _find(objs, "ScaledObject", name)["spec"]["minReplicaCount"] == 0
+
+
+def test_sagemaker_target_has_one_endpoint_per_model_and_no_cluster(synthesized) -> None:
+    s = synthesized["examples/slm-prefilter-sagemaker.yaml"]
+    res = list(s.template["Resources"].values())
+    models = [r["Properties"] for r in res if r["Type"] == "AWS::SageMaker::Model"]
+    configs = [r["Properties"] for r in res if r["Type"] == "AWS::SageMaker::EndpointConfig"]
+    engine = [m for m in models if "LLAMA_THREADS" in json.dumps(m)]
+    assert len(engine) == len(s.config.models)
+    wanted = sorted((m.instance_type or s.config.sagemaker.instance_type) for m in s.config.models)
+    engine_types = sorted(c["ProductionVariants"][0]["InstanceType"] for c in configs)
+    for t in wanted:
+        assert t in engine_types
+    assert not [r for r in res if r["Type"].startswith("AWS::EKS::")]
