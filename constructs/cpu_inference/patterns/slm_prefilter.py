@@ -9,6 +9,7 @@ import aws_cdk as cdk
 from constructs import Construct
 
 from ..k8s.router_chart import RouterChartProps
+from ..sagemaker import RouterEndpoint, RouterEndpointProps
 from .deployment import DeploymentProps, eks_workloads, endpoints, served_policy
 from .eks_platform import EksPlatform
 from .escalation import EscalationTarget
@@ -49,7 +50,7 @@ class SlmPrefilterProps:
 class SlmPrefilter(Construct):
     """Attributes: foundation (ServingFoundation: bucket, artifacts, images); on EKS `platform` (EksPlatform) and
     `workloads` (InferenceWorkloads: model charts + router chart + Pod Identity roles); on SageMaker `endpoints`
-    (name → GravitonEndpoint)."""
+    (name → GravitonEndpoint) and `router_endpoint` (RouterEndpoint)."""
 
     def __init__(self, scope: Construct, id: str, *, props: SlmPrefilterProps) -> None:
         super().__init__(scope, id)
@@ -58,16 +59,29 @@ class SlmPrefilter(Construct):
         d = props.deployment
         self.foundation = ServingFoundation(
             self, "Serving",
-            props=ServingFoundationProps(models=d.models, bucket=d.bucket, engine_image=d.engine_image,
-                                         router_image=d.router_image if d.target == "eks" else None),
+            props=ServingFoundationProps(models=d.models, bucket=d.bucket, engine_image=d.engine_image, router_image=d.router_image),
         )
         self.platform: EksPlatform | None = None
         self.workloads = None
         self.endpoints = {}
+        self.router_endpoint: RouterEndpoint | None = None
         if d.target == "eks":
             self._on_eks(props)
         else:
-            self.endpoints = endpoints(self, d, self.foundation)
+            self._on_sagemaker(props)
+
+    def _on_sagemaker(self, props: SlmPrefilterProps) -> None:
+        """One endpoint per model, and the router itself as a small SageMaker endpoint that reaches them
+        through SageMaker Runtime (its role may invoke exactly the SLM and the escalation target)."""
+        self.endpoints = endpoints(self, props.deployment, self.foundation)
+        assert self.foundation.router_image is not None
+        self.router_endpoint = RouterEndpoint(
+            self, "Router",
+            props=RouterEndpointProps.for_prefilter(
+                props.router, props.escalation, slm=self.endpoints[props.slm], image=self.foundation.router_image,
+                endpoints=self.endpoints,
+            ),
+        )
 
     def _on_eks(self, props: SlmPrefilterProps) -> None:
         d = props.deployment

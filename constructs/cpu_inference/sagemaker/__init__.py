@@ -1,4 +1,5 @@
-"""SageMaker real-time endpoints for llama.cpp on CPU (Graviton first): GravitonEndpoint. See README.md."""
+"""SageMaker real-time endpoints for llama.cpp on CPU (Graviton first): GravitonEndpoint, and RouterEndpoint for the
+SLM pre-filter's router. See README.md."""
 
 from .engine_settings import (
     EngineSettings,
@@ -10,6 +11,8 @@ from .engine_settings import (
 from .graviton_endpoint import GravitonEndpoint, default_target_concurrency, placement_slug
 from .monitoring import EndpointMonitoring, MonitoringSettings
 from .props import EngineImage, GravitonEndpointProps
+from .router_endpoint import RouterEndpoint
+from .router_props import RouterEndpointProps, RouterEscalation
 
 __all__ = [
     "EndpointMonitoring",
@@ -18,6 +21,9 @@ __all__ = [
     "GravitonEndpoint",
     "GravitonEndpointProps",
     "MonitoringSettings",
+    "RouterEndpoint",
+    "RouterEndpointProps",
+    "RouterEscalation",
     "default_target_concurrency",
     "engine_settings",
     "model_download_timeout_seconds",

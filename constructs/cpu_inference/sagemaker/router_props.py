@@ -1,0 +1,412 @@
+"""RouterEndpointProps and RouterEscalation: the SLM pre-filter's router (containers/router) on a SageMaker
+endpoint, talking to its SLM and LLM through SageMaker Runtime (or Bedrock / an OpenAI-compatible URL)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Mapping
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import aws_sns as sns
+
+from .. import sizing
+from ..images import LlamaCppImage
+from .engine_settings import TIMEOUT_MAX_SECONDS, TIMEOUT_MIN_SECONDS
+from .graviton_endpoint import GravitonEndpoint
+from .props import _ENDPOINT_PREFIX, _NAME, _VARIANT, SAGEMAKER_FAMILIES, EngineImage, image_architectures
+
+if TYPE_CHECKING:
+    from ..patterns.escalation import EscalationTarget
+    from ..patterns.router_settings import RouterSettings
+
+ROUTER_PORT = 8080  # SageMaker's container contract: /ping and /invocations on 8080
+# SageMaker's ContainerDefinition.Environment: at most 1024 bytes per value (32 KB in all).
+ENV_VALUE_MAX_BYTES = 1024
+# The router's AWS calls (SageMaker Runtime, Bedrock) run on a 64-thread pool with 64 pooled connections
+# (containers/router/slm_router/aws.py): beyond that, requests would wait inside the process, so 429 at the door.
+DEFAULT_MAX_IN_FLIGHT = 64
+TARGET_IN_FLIGHT_SHARE = 0.75
+# Router keys the caller may still set through config_overrides (the rest are props or fixed by SageMaker).
+OVERRIDABLE_KEYS = frozenset({"slm_model", "top_logprobs", "classify_max_chars", "cache_prompt", "timeouts", "retries", "breaker", "max_body_bytes", "log_level"})
+# The labels of the router's built-in few-shot examples (used when few_shot is empty).
+BUILTIN_FEW_SHOT_LABELS = frozenset({"simple", "complex"})
+# Placeholders for the size estimate of values only known at deploy time.
+_LONGEST_REGION = "ap-southeast-4"
+_TOKEN_BYTES = 63  # a SageMaker endpoint name is at most 63 characters
+_TOKEN = re.compile(r"\$\{Token\[[^\]]+\]\}")
+_BEDROCK_MODEL = re.compile(r"^[a-z0-9-]+\.[A-Za-z0-9][A-Za-z0-9.:_-]*$")
+# Cross-Region inference profile ids start with a geography: us., eu., apac., global., ...
+_PROFILE_GEOS = ("us", "us-gov", "eu", "apac", "jp", "au", "ca", "global")
+_ENDPOINT_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+
+EscalationKind = Literal["sagemaker", "bedrock", "openai"]
+
+
+def _endpoint_name(target: GravitonEndpoint | str) -> str:
+    return target.endpoint_name if isinstance(target, GravitonEndpoint) else target
+
+
+def _check_endpoint(target: Any, where: str) -> None:
+    if isinstance(target, GravitonEndpoint):
+        return
+    if not isinstance(target, str):
+        raise ValueError(f"{where} must be a GravitonEndpoint or the name of an existing SageMaker endpoint, got {type(target).__name__}")
+    if not cdk.Token.is_unresolved(target) and not _ENDPOINT_NAME.match(target):
+        raise ValueError(f"{where} {target!r} is not a SageMaker endpoint name (letters, digits and '-', at most 63)")
+
+
+@dataclass(frozen=True)
+class RouterEscalation:
+    """Where the router sends what the SLM should not answer. Build it with one of the class methods:
+
+    - `RouterEscalation.sagemaker(llm)`: a GravitonEndpoint (or an existing endpoint's name); the role gets
+      InvokeEndpoint + InvokeEndpointWithResponseStream on that endpoint only.
+    - `RouterEscalation.bedrock("anthropic.claude-3-5-haiku-20241022-v1:0")`: a foundation model in the
+      stack's Region; the role gets bedrock:InvokeModel + InvokeModelWithResponseStream on that model's ARN only.
+    - `RouterEscalation.openai("https://llm.internal/v1", model_id=...)`: an OpenAI-compatible URL the router
+      reaches over the network. Without an API key only: SageMaker cannot hand the container a secret
+      (`api_key_secret` is refused with the alternatives).
+    """
+
+    kind: EscalationKind
+    endpoint: GravitonEndpoint | str | None = None
+    model_id: str | None = None
+    url: str | None = None
+    api_key_secret: secretsmanager.ISecret | str | None = None
+
+    @classmethod
+    def sagemaker(cls, endpoint: GravitonEndpoint | str, *, model_id: str | None = None) -> "RouterEscalation":
+        return cls(kind="sagemaker", endpoint=endpoint, model_id=model_id)
+
+    @classmethod
+    def bedrock(cls, model_id: str) -> "RouterEscalation":
+        return cls(kind="bedrock", model_id=model_id)
+
+    @classmethod
+    def openai(cls, url: str, *, model_id: str | None = None, api_key_secret: secretsmanager.ISecret | str | None = None) -> "RouterEscalation":
+        return cls(kind="openai", url=url, model_id=model_id, api_key_secret=api_key_secret)
+
+    @classmethod
+    def for_target(cls, target: "EscalationTarget", endpoints: Mapping[str, GravitonEndpoint]) -> "RouterEscalation":
+        """From the pattern's EscalationTarget (config.yaml `escalation`): kind `model` is the GravitonEndpoint
+        of that model (`endpoints[name]`)."""
+        if target.kind == "model":
+            if target.model not in endpoints:
+                raise ValueError(f"escalation.model {target.model!r} has no SageMaker endpoint; known: {sorted(endpoints)}")
+            return cls.sagemaker(endpoints[str(target.model)])
+        if target.kind == "sagemaker":
+            return cls.sagemaker(str(target.endpoint_name))
+        if target.kind == "bedrock":
+            return cls.bedrock(str(target.model_id))
+        return cls.openai(str(target.url), model_id=target.model_id, api_key_secret=target.api_key_secret_name)
+
+    @property
+    def endpoint_name(self) -> str:
+        assert self.endpoint is not None
+        return _endpoint_name(self.endpoint)
+
+    def validate(self) -> None:
+        p = "RouterEscalation"
+        if self.kind == "sagemaker":
+            if self.endpoint is None:
+                raise ValueError(f"{p}: kind sagemaker needs endpoint (a GravitonEndpoint or an endpoint name): RouterEscalation.sagemaker(llm)")
+            _check_endpoint(self.endpoint, f"{p}.endpoint")
+        elif self.kind == "bedrock":
+            self._validate_bedrock(p)
+        elif self.kind == "openai":
+            if not self.url or not str(self.url).startswith(("https://", "http://")):
+                raise ValueError(f"{p}.url: kind openai needs the LLM's http(s) base URL including /v1, got {self.url!r}")
+            if self.api_key_secret is not None:
+                raise ValueError(
+                    f"{p}.api_key_secret: a router on SageMaker cannot receive an API key — SageMaker has no secret "
+                    "injection and the Model's environment is stored in plain text (DescribeModel shows it). Escalate to "
+                    "Bedrock (RouterEscalation.bedrock) or a SageMaker endpoint (RouterEscalation.sagemaker), use an "
+                    "OpenAI-compatible URL that needs no key (e.g. inside your VPC), or run the router on EKS (target: eks), "
+                    "where the key is a mounted Secret"
+                )
+        else:
+            raise ValueError(f"{p}.kind must be sagemaker, bedrock or openai, got {self.kind!r}")
+        if self.kind != "sagemaker" and self.endpoint is not None:
+            raise ValueError(f"{p}.endpoint applies to kind sagemaker only")
+
+    def _validate_bedrock(self, p: str) -> None:
+        model_id = self.model_id
+        if not model_id:
+            raise ValueError(f"{p}: kind bedrock needs model_id, e.g. RouterEscalation.bedrock('anthropic.claude-3-5-haiku-20241022-v1:0')")
+        if cdk.Token.is_unresolved(model_id):
+            return
+        if model_id.startswith("arn:"):
+            raise ValueError(f"{p}.model_id must be a foundation-model id such as 'anthropic.claude-3-5-haiku-20241022-v1:0', not an ARN: got {model_id!r}")
+        geo = model_id.split(".", 1)[0]
+        if geo in _PROFILE_GEOS and model_id.count(".") >= 2:
+            raise ValueError(
+                f"{p}.model_id {model_id!r} is a cross-Region inference profile: invoking it needs the profile and the "
+                f"model in every Region it routes to, which one model ARN cannot grant — give the foundation-model id "
+                f"{model_id.split('.', 1)[1]!r} (invoked in the stack's Region)"
+            )
+        if not _BEDROCK_MODEL.match(model_id):
+            raise ValueError(f"{p}.model_id {model_id!r} is not a Bedrock foundation-model id (provider.model, e.g. 'amazon.nova-lite-v1:0')")
+
+    def router_config(self, region: str) -> dict[str, Any]:
+        """The router's `escalation` section (containers/router/README.md)."""
+        if self.kind == "sagemaker":
+            out = {"kind": "sagemaker", "endpoint_name": self.endpoint_name, "region": region}
+            if self.model_id:
+                out["model_id"] = self.model_id
+            return out
+        if self.kind == "bedrock":
+            return {"kind": "bedrock", "model_id": self.model_id, "region": region}
+        return {"kind": "openai", "url": self.url, **({"model_id": self.model_id} if self.model_id else {})}
+
+
+@dataclass(frozen=True)
+class RouterEndpointProps:
+    """The SLM pre-filter's router on a SageMaker endpoint. Required: image, slm, escalation.
+
+    image: the router image (containers/router): a LlamaCppImage built from it, or an EngineImage (any ECR
+        repository + tag/digest). Its architectures must include the instance type's.
+    slm: the SLM's GravitonEndpoint (or an existing endpoint's name): the router classifies and answers easy
+        requests through SageMaker Runtime on it; the role may invoke that endpoint only.
+    escalation: RouterEscalation.sagemaker(llm) | .bedrock(model_id) | .openai(url) (see RouterEscalation).
+    name: DNS label for names and tags (default "router").
+    labels / slm_labels / confidence_threshold / few_shot / instructions: the router's decision settings
+        (default simple/complex, SLM answers simple, 0.7, the router's built-in examples and prompt).
+        few_shot entries are `{"text", "label"}`; custom labels need few_shot (the built-in ones are
+        labelled simple/complex).
+    max_in_flight: requests in progress per instance before the router answers 429 (default 64: its AWS
+        call pool). config_overrides: other router keys (timeouts, retries, breaker, top_logprobs,
+        classify_max_chars, cache_prompt, max_body_bytes, log_level, slm_model).
+        The whole config travels in ROUTER_CONFIG_JSON, and SageMaker caps one environment value at 1024 bytes:
+        long few_shot / instructions are refused with the size.
+    instance_type: default ml.c7g.large (the router relays bytes; 2 vCPU, 4 GiB is plenty).
+    min_capacity / max_capacity: default 2..4 (two instances: SageMaker spreads them over Availability Zones,
+        and the router is the front door). initial_instance_count: default min_capacity.
+    autoscaling: target tracking on ConcurrentRequestsPerModel when max > min (default True);
+        target_concurrency: in-flight requests per instance to hold (default 75% of max_in_flight);
+        scale_out_cooldown (default 60 s: a router instance starts in about a minute, no model to load) /
+        scale_in_cooldown (default 300 s).
+    startup_health_check_timeout: time for /ping to answer 200 after start (default: SageMaker's).
+    vpc / vpc_subnets / security_groups: run the router in your VPC (default: no VPC). With a VPC and no
+        security groups, one is created with no inbound rules and egress to HTTPS only (SageMaker Runtime and
+        Bedrock through VPC interface endpoints or NAT), plus the port of an openai URL.
+    encryption_key: KMS key for the ML storage volume and the created log group (default: a new key with
+        rotation). log_retention: container logs (default 3 months). existing_role: the execution role to use.
+    latency_slo: p95 ModelLatency target, end to end (classification + the answering model's generation;
+        default 10 s). error_rate_4xx_percent / error_rate_5xx_percent / utilization_alarm_percent /
+        alarm_topic / dashboard: as GravitonEndpoint (defaults 5, 1, 85, none, on).
+    endpoint_name_prefix: default `<stack>-<name>`; the name ends in a hash of the placement.
+    variant_name: default AllTraffic. removal_policy: the created key (default RETAIN).
+
+    Network isolation is always off for the router: it calls SageMaker Runtime and Bedrock, which an
+    isolated container cannot reach.
+    """
+
+    image: LlamaCppImage | EngineImage
+    slm: GravitonEndpoint | str
+    escalation: RouterEscalation
+    name: str = "router"
+    labels: tuple[str, ...] = ("simple", "complex")
+    slm_labels: tuple[str, ...] = ("simple",)
+    confidence_threshold: float = 0.7
+    few_shot: tuple[Mapping[str, str], ...] = ()
+    instructions: str | None = None
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
+    config_overrides: Mapping[str, Any] = field(default_factory=dict)
+    instance_type: str = "ml.c7g.large"
+    min_capacity: int = 2
+    max_capacity: int = 4
+    initial_instance_count: int | None = None
+    autoscaling: bool = True
+    target_concurrency: float | None = None
+    scale_out_cooldown: cdk.Duration = field(default_factory=lambda: cdk.Duration.seconds(60))
+    scale_in_cooldown: cdk.Duration = field(default_factory=lambda: cdk.Duration.seconds(300))
+    startup_health_check_timeout: cdk.Duration | None = None
+    vpc: ec2.IVpc | None = None
+    vpc_subnets: ec2.SubnetSelection | None = None
+    security_groups: tuple[ec2.ISecurityGroup, ...] = ()
+    encryption_key: kms.IKey | None = None
+    log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS
+    existing_role: iam.IRole | None = None
+    latency_slo: cdk.Duration = field(default_factory=lambda: cdk.Duration.seconds(10))
+    error_rate_4xx_percent: float = 5.0
+    error_rate_5xx_percent: float = 1.0
+    utilization_alarm_percent: float = 85.0
+    alarm_topic: sns.ITopic | None = None
+    dashboard: bool = True
+    endpoint_name_prefix: str | None = None
+    variant_name: str = "AllTraffic"
+    removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN
+
+    # -- derived ----------------------------------------------------------------------------------
+
+    @property
+    def instance(self) -> sizing.InstanceType:
+        return sizing.instance(self.instance_type)
+
+    @property
+    def scales(self) -> bool:
+        return self.autoscaling and self.max_capacity > self.min_capacity
+
+    @property
+    def initial_count(self) -> int:
+        return self.initial_instance_count if self.initial_instance_count is not None else self.min_capacity
+
+    @property
+    def slm_endpoint_name(self) -> str:
+        return _endpoint_name(self.slm)
+
+    def target_in_flight(self) -> float:
+        return self.target_concurrency or float(max(1, int(self.max_in_flight * TARGET_IN_FLIGHT_SHARE)))
+
+    def router_config(self, region: str) -> dict[str, Any]:
+        """The router's JSON config (containers/router/README.md). The SLM is a SageMaker endpoint:
+        `slm_endpoint_name` + `slm_region` (see the README's "Router support needed")."""
+        config: dict[str, Any] = {
+            "labels": list(self.labels),
+            "slm_labels": list(self.slm_labels),
+            "confidence_threshold": self.confidence_threshold,
+            "max_in_flight": self.max_in_flight,
+            "slm_endpoint_name": self.slm_endpoint_name,
+            "slm_region": region,
+            "escalation": self.escalation.router_config(region),
+        }
+        if self.few_shot:  # else the router's built-in examples
+            config["few_shot"] = [{"text": s["text"], "label": s["label"]} for s in self.few_shot]
+        if self.instructions is not None:
+            config["instructions"] = self.instructions
+        config.update(self.config_overrides)
+        return config
+
+    def config_size_bytes(self) -> int:
+        """Upper estimate of ROUTER_CONFIG_JSON's size: the longest Region name, 63 bytes per deploy-time token."""
+        text = json.dumps(self.router_config(_LONGEST_REGION), separators=(",", ":"), ensure_ascii=False)
+        return len(_TOKEN.sub("x" * _TOKEN_BYTES, text).encode())
+
+    # -- validation -------------------------------------------------------------------------------
+
+    def validate(self) -> None:
+        p = "RouterEndpointProps"
+        if not _NAME.match(self.name):
+            raise ValueError(f"{p}.name must be a DNS label (lowercase letters, digits, '-'; at most 63), got {self.name!r}")
+        self._validate_image(p)
+        _check_endpoint(self.slm, f"{p}.slm")
+        if not isinstance(self.escalation, RouterEscalation):
+            raise ValueError(f"{p}.escalation must be a RouterEscalation (RouterEscalation.sagemaker / .bedrock / .openai), got {type(self.escalation).__name__}")
+        self.escalation.validate()
+        if self.escalation.kind == "sagemaker" and self.escalation.endpoint_name == self.slm_endpoint_name:
+            raise ValueError(f"{p}.escalation: the SLM's own endpoint cannot be the escalation target — escalate to the LLM's endpoint")
+        self._validate_decision(p)
+        self._validate_capacity(p)
+        if self.startup_health_check_timeout is not None and not TIMEOUT_MIN_SECONDS <= self.startup_health_check_timeout.to_seconds() <= TIMEOUT_MAX_SECONDS:
+            raise ValueError(f"{p}.startup_health_check_timeout must be {TIMEOUT_MIN_SECONDS}..{TIMEOUT_MAX_SECONDS} seconds (SageMaker's range), got {self.startup_health_check_timeout.to_seconds()}")
+        if self.security_groups and self.vpc is None:
+            raise ValueError(f"{p}.security_groups need a vpc: give vpc too, or drop security_groups")
+        if self.vpc_subnets is not None and self.vpc is None:
+            raise ValueError(f"{p}.vpc_subnets need a vpc: give vpc too, or drop vpc_subnets")
+        if self.latency_slo.to_milliseconds() <= 0:
+            raise ValueError(f"{p}.latency_slo must be positive")
+        for attr in ("error_rate_4xx_percent", "error_rate_5xx_percent", "utilization_alarm_percent"):
+            if not 0 < getattr(self, attr) <= 100:
+                raise ValueError(f"{p}.{attr} must be in (0, 100], got {getattr(self, attr)}")
+        if self.endpoint_name_prefix is not None and not _ENDPOINT_PREFIX.match(self.endpoint_name_prefix):
+            raise ValueError(
+                f"{p}.endpoint_name_prefix must be letters, digits and '-' (not first or last), at most 54 characters "
+                f"(a 9-character placement hash follows), got {self.endpoint_name_prefix!r}"
+            )
+        if not _VARIANT.match(self.variant_name):
+            raise ValueError(f"{p}.variant_name must be letters, digits and '-', at most 63, got {self.variant_name!r}")
+        size = self.config_size_bytes()
+        if size > ENV_VALUE_MAX_BYTES:
+            raise ValueError(
+                f"{p}: the router config is {size} bytes as JSON but SageMaker allows {ENV_VALUE_MAX_BYTES} bytes per "
+                f"environment value (ROUTER_CONFIG_JSON) — shorten few_shot ({len(self.few_shot)} examples) or instructions, "
+                "or leave few_shot empty to use the router's built-in examples"
+            )
+
+    def _validate_image(self, p: str) -> None:
+        if isinstance(self.image, EngineImage):
+            self.image.validate()
+        elif not isinstance(self.image, LlamaCppImage):
+            raise ValueError(f"{p}.image must be a LlamaCppImage (built from containers/router) or an EngineImage, got {type(self.image).__name__}")
+        if not self.instance_type.startswith("ml."):
+            raise ValueError(f"{p}.instance_type must be a SageMaker instance type such as ml.c7g.large, got {self.instance_type!r}")
+        try:
+            arch = self.instance.arch
+        except sizing.UnknownInstanceType:
+            raise ValueError(
+                f"{p}.instance_type {self.instance_type!r} is not a SageMaker CPU instance in the catalog "
+                f"(families: {', '.join('ml.' + f for f in SAGEMAKER_FAMILIES)}; `cpu-inference size --list`)"
+            ) from None
+        if arch not in image_architectures(self.image):
+            raise ValueError(
+                f"{p}.image has no {arch} build ({', '.join(image_architectures(self.image))}) but {self.instance_type} is {arch} — "
+                f"build the router image for {arch} or pick an instance type of its architecture"
+            )
+
+    def _validate_decision(self, p: str) -> None:
+        labels = list(self.labels)
+        if len(labels) < 2 or len(set(labels)) != len(labels):
+            raise ValueError(f"{p}.labels needs at least two distinct labels, got {labels}")
+        bad = [x for x in labels if not x or not x.isprintable() or x != x.strip()]
+        if bad:
+            raise ValueError(f"{p}.labels must be non-empty printable text without surrounding spaces, got {bad}")
+        unknown = [x for x in self.slm_labels if x not in labels]
+        if not self.slm_labels or unknown or set(self.slm_labels) == set(labels):
+            raise ValueError(f"{p}.slm_labels must be a non-empty strict subset of labels {labels} (the rest escalate), got {list(self.slm_labels)}")
+        if not 0 <= self.confidence_threshold <= 1:
+            raise ValueError(f"{p}.confidence_threshold must be within 0..1, got {self.confidence_threshold}")
+        for i, shot in enumerate(self.few_shot):
+            if set(shot) != {"text", "label"} or shot["label"] not in labels or not str(shot["text"]).strip():
+                raise ValueError(f"{p}.few_shot[{i}] needs exactly the keys text (non-empty) and label (one of {labels}), got {dict(shot)!r}")
+        if not self.few_shot and not BUILTIN_FEW_SHOT_LABELS <= set(labels):
+            raise ValueError(f"{p}.few_shot: labels {labels} need their own examples — the router's built-in ones are labelled simple/complex")
+        if self.max_in_flight < 1:
+            raise ValueError(f"{p}.max_in_flight must be >= 1, got {self.max_in_flight}")
+        owned = sorted(set(self.config_overrides) - OVERRIDABLE_KEYS)
+        if owned:
+            raise ValueError(
+                f"{p}.config_overrides may not set {', '.join(owned)}: the construct sets them from its props or SageMaker's "
+                f"contract (overridable: {', '.join(sorted(OVERRIDABLE_KEYS))})"
+            )
+
+    def _validate_capacity(self, p: str) -> None:
+        if self.min_capacity < 1:
+            raise ValueError(f"{p}.min_capacity must be >= 1 (SageMaker real-time endpoints cannot scale to zero), got {self.min_capacity}")
+        if self.max_capacity < self.min_capacity:
+            raise ValueError(f"{p}.max_capacity ({self.max_capacity}) must be >= min_capacity ({self.min_capacity})")
+        if not self.min_capacity <= self.initial_count <= self.max_capacity:
+            raise ValueError(f"{p}.initial_instance_count ({self.initial_count}) must be within min_capacity..max_capacity ({self.min_capacity}..{self.max_capacity})")
+        if self.target_concurrency is not None and not 0 < self.target_concurrency <= self.max_in_flight:
+            raise ValueError(f"{p}.target_concurrency must be > 0 and <= max_in_flight ({self.max_in_flight}: 429 beyond it), got {self.target_concurrency}")
+
+    # -- from the patterns ------------------------------------------------------------------------
+
+    @classmethod
+    def for_prefilter(
+        cls,
+        settings: "RouterSettings",
+        escalation: "EscalationTarget",
+        *,
+        slm: GravitonEndpoint | str,
+        image: LlamaCppImage | EngineImage,
+        endpoints: Mapping[str, GravitonEndpoint] | None = None,
+        **overrides: Any,
+    ) -> "RouterEndpointProps":
+        """Props from the SLM pre-filter pattern's RouterSettings and EscalationTarget (config.yaml `router` and
+        `escalation`): labels, threshold, few-shot and replicas → min/max_capacity; `endpoints` (name →
+        GravitonEndpoint) resolves escalation kind `model`. Anything else via `overrides`."""
+        kwargs: dict[str, Any] = dict(
+            image=image, slm=slm, escalation=RouterEscalation.for_target(escalation, endpoints or {}),
+            labels=tuple(settings.labels), slm_labels=tuple(settings.slm_labels),
+            confidence_threshold=settings.confidence_threshold, few_shot=tuple(settings.few_shot),
+            min_capacity=settings.replicas_min, max_capacity=settings.replicas_max,
+        )
+        kwargs.update(overrides)
+        return cls(**kwargs)
