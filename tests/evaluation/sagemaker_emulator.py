@@ -1,0 +1,197 @@
+"""A loopback stand-in for the SageMaker Runtime front end, in front of a real SageMaker container.
+
+What is emulated is only AWS's managed front end: the REST paths botocore calls
+(/endpoints/{name}/invocations and /invocations-response-stream), SigV4 authentication — the signature is
+recomputed here from the request as received and the known test secret (an independent implementation of
+the SigV4 algorithm, not botocore's), so a request signed with the wrong key, region, service, body or path
+is rejected the way AWS rejects it — and the response framing: the container's bytes go back as AWS
+event-stream `PayloadPart` messages, re-split at awkward sizes as SageMaker may split them.
+
+Behind it runs the container's own code (containers/llama-server/sagemaker_adapter.py, the `/invocations`
+the image serves) in front of the real llama-server, so every token comes from the engine."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import http.client
+import posixpath
+import re
+import struct
+import threading
+import zlib
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Iterator
+from urllib.parse import quote, unquote, urlsplit
+
+AUTH = re.compile(r"^AWS4-HMAC-SHA256 Credential=(?P<key>[^/]+)/(?P<date>\d{8})/(?P<region>[^/]+)/(?P<service>[^/]+)/aws4_request, SignedHeaders=(?P<signed>[^,]+), Signature=(?P<sig>[0-9a-f]{64})$")
+MAX_SKEW = dt.timedelta(minutes=5)  # AWS rejects requests whose X-Amz-Date is further off than this
+
+
+def event_message(headers: dict[str, str], payload: bytes) -> bytes:
+    """One AWS event-stream message: prelude (lengths + CRC), string headers, payload, message CRC."""
+    hbytes = b"".join(len(k).to_bytes(1, "big") + k.encode() + b"\x07" + len(v.encode()).to_bytes(2, "big") + v.encode() for k, v in headers.items())
+    prelude = struct.pack(">II", 16 + len(hbytes) + len(payload), len(hbytes))
+    message = prelude + struct.pack(">I", zlib.crc32(prelude)) + hbytes + payload
+    return message + struct.pack(">I", zlib.crc32(message))
+
+
+def payload_part(data: bytes) -> bytes:
+    return event_message({":event-type": "PayloadPart", ":content-type": "application/octet-stream", ":message-type": "event"}, data)
+
+
+def awkward_pieces(data: bytes, sizes: tuple[int, ...] = (7, 1, 33, 2, 120)) -> Iterator[bytes]:
+    i = k = 0
+    while i < len(data):
+        n = sizes[k % len(sizes)]
+        yield data[i : i + n]
+        i, k = i + n, k + 1
+
+
+def _hmac(key: bytes, msg: str) -> bytes:
+    return hmac.new(key, msg.encode(), hashlib.sha256).digest()
+
+
+def sigv4_signature(secret: str, *, method: str, raw_path: str, query: str, headers: dict[str, str], signed: list[str], body: bytes, amz_date: str, region: str, service: str) -> str:
+    """The SigV4 signature (AWS General Reference, "Create a signed AWS API request") of a request as
+    received. Non-S3 services sign the URI-encoded, normalized path."""
+    path = posixpath.normpath(raw_path) if raw_path not in ("", "/") else "/"
+    canonical_uri = quote(path, safe="/~")
+    canonical_query = "&".join(sorted(q for q in query.split("&") if q))
+    canonical_headers = "".join(f"{name}:{' '.join(headers.get(name, '').split())}\n" for name in signed)
+    payload_hash = headers.get("x-amz-content-sha256") or hashlib.sha256(body).hexdigest()
+    canonical_request = "\n".join([method, canonical_uri, canonical_query, canonical_headers, ";".join(signed), payload_hash])
+    scope = f"{amz_date[:8]}/{region}/{service}/aws4_request"
+    string_to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical_request.encode()).hexdigest()])
+    key = _hmac(_hmac(_hmac(_hmac(("AWS4" + secret).encode(), amz_date[:8]), region), service), "aws4_request")
+    return hmac.new(key, string_to_sign.encode(), hashlib.sha256).hexdigest()
+
+
+@dataclass
+class Seen:
+    """What the emulator observed, for assertions."""
+
+    requests: list[dict] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class SageMakerRuntimeEmulator:
+    """`container_url` serves the SageMaker container contract (POST /invocations); `credentials` maps
+    access key id -> secret key, the identities this emulated account accepts."""
+
+    def __init__(self, container_url: str, endpoint_name: str, region: str = "us-east-1", credentials: dict[str, str] | None = None) -> None:
+        parts = urlsplit(container_url)
+        self.container = (parts.hostname, parts.port)
+        self.endpoint_name = endpoint_name
+        self.region = region
+        self.credentials = credentials or {"testing": "testing"}
+        self.seen = Seen()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> "SageMakerRuntimeEmulator":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def authenticate(self, method: str, raw_path: str, headers: dict[str, str], body: bytes) -> tuple[str, str] | None:
+        """None when the request is correctly signed, else (error type, message) as AWS would answer."""
+        auth = AUTH.match(headers.get("authorization", ""))
+        if auth is None:
+            return "MissingAuthenticationTokenException", "Missing Authentication Token"
+        secret = self.credentials.get(auth["key"])
+        if secret is None:
+            return "UnrecognizedClientException", "The security token included in the request is invalid."
+        amz_date = headers.get("x-amz-date", "")
+        try:
+            when = dt.datetime.strptime(amz_date, "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.timezone.utc)
+        except ValueError:
+            return "IncompleteSignatureException", "X-Amz-Date missing or malformed"
+        if abs(dt.datetime.now(dt.timezone.utc) - when) > MAX_SKEW:
+            return "InvalidSignatureException", "Signature expired"
+        signed = auth["signed"].split(";")
+        if auth["date"] != amz_date[:8] or auth["region"] != self.region or auth["service"] != "sagemaker" or "host" not in signed:
+            return "InvalidSignatureException", f"Credential should be scoped to a valid region and service: {self.region}/sagemaker"
+        path, _, query = raw_path.partition("?")
+        expected = sigv4_signature(secret, method=method, raw_path=path, query=query, headers=headers, signed=signed, body=body, amz_date=amz_date, region=auth["region"], service=auth["service"])
+        if not hmac.compare_digest(expected, auth["sig"]):
+            return "InvalidSignatureException", "The request signature we calculated does not match the signature you provided."
+        return None
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        emu = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body are separate writes; avoid delayed-ACK stalls
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _error(self, status: int, kind: str, message: str) -> None:
+                body = ('{"message": "%s"}' % message.replace('"', "'")).encode()
+                self.send_response(status)
+                self.send_header("x-amzn-ErrorType", kind)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                rejected = emu.authenticate("POST", self.path, headers, body)
+                auth = AUTH.match(headers.get("authorization", ""))
+                with emu.seen.lock:
+                    emu.seen.requests.append({"path": self.path, "auth": auth.groupdict() if auth else None, "content_type": headers.get("content-type"), "accept": headers.get("accept"), "body": body})
+                    if rejected:
+                        emu.seen.rejected.append(rejected[0])
+                if rejected:
+                    return self._error(403, *rejected)
+                m = re.fullmatch(r"/endpoints/([^/]+)/(invocations|invocations-response-stream)", self.path)
+                if m is None:
+                    return self._error(404, "UnknownOperationException", "unknown path")
+                if unquote(m.group(1)) != emu.endpoint_name:
+                    return self._error(400, "ValidationError", f"Endpoint {unquote(m.group(1))} of account 000000000000 not found.")
+                upstream = http.client.HTTPConnection(*emu.container, timeout=120)
+                try:
+                    # SageMaker hands the container the body with the caller's ContentType and Accept.
+                    fwd = {"Content-Type": headers.get("content-type", "application/octet-stream")}
+                    if headers.get("accept"):
+                        fwd["Accept"] = headers["accept"]
+                    upstream.request("POST", "/invocations", body=body, headers=fwd)
+                    resp = upstream.getresponse()
+                    if resp.status != 200:
+                        detail = resp.read()[:300].decode(errors="replace")
+                        return self._error(424, "ModelError", f"Received client error ({resp.status}) from primary with message {detail}")
+                    if m.group(2) == "invocations":
+                        data = resp.read()
+                        self.send_response(200)
+                        self.send_header("Content-Type", resp.getheader("Content-Type", "application/json"))
+                        self.send_header("Content-Length", str(len(data)))
+                        self.end_headers()
+                        self.wfile.write(data)
+                        return
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/vnd.amazon.eventstream")
+                    self.send_header("X-Amzn-SageMaker-Content-Type", resp.getheader("Content-Type", ""))
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    while chunk := resp.read1(4096):
+                        for piece in awkward_pieces(chunk):
+                            msg = payload_part(piece)
+                            self.wfile.write(b"%x\r\n%s\r\n" % (len(msg), msg))
+                        self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                finally:
+                    upstream.close()
+
+        return Handler
