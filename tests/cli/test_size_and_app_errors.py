@@ -58,3 +58,16 @@ def test_stacks_lists_the_synthesized_assembly(tmp_path: Path) -> None:
     proc = _cli("stacks", str(tmp_path / "out"))
     assert proc.returncode == 0
     assert proc.stdout.startswith("cpu-inference-slm-prefilter  (")
+
+
+def test_module_entry_point_reports_user_errors_without_a_traceback(tmp_path) -> None:
+    """`python -m cpu_inference.cli.main` (what the Makefile runs) keeps user errors to one line, exit 2."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "cpu_inference.cli.main", "stacks", str(tmp_path / "no-such-cdk.out")],
+        capture_output=True, text=True,
+    )
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr and out.stderr.startswith("cpu-inference stacks:")

@@ -48,4 +48,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as a script this module is `__main__`, a second copy whose UserError the subcommands never raise:
+    # dispatch through the package's own module so user errors stay one line and exit 2.
+    from cpu_inference.cli.main import main as package_main
+
+    sys.exit(package_main())

@@ -146,6 +146,9 @@ def _check_pattern(config: Config) -> list[Problem]:
                 out.append(Problem("escalation.model", f"{target!r} is not a model in models — use one of {', '.join(roles)}"))
             elif roles[target] != "llm":
                 out.append(Problem("escalation.model", f"{target!r} has role {roles[target]}, not llm — set role: llm on that model"))
+        default_labels = sorted(config.router.labels) == ["complex", "simple"]
+        if not default_labels and config.router.instructions is None:
+            out.append(Problem("router.instructions", "the router's default prompt is written for the labels simple/complex — write instructions for your labels ({labels} is replaced by them)", "warning"))
         for i, shot in enumerate(config.router.few_shot):
             if set(shot) != {"text", "label"}:
                 out.append(Problem(f"router.few_shot[{i}]", "each example needs exactly the keys text and label"))

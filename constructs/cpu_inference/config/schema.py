@@ -146,6 +146,7 @@ class Router(_Strict):
     slm_labels: Annotated[list[str], Field(min_length=1, description="labels the SLM answers itself; the rest escalate")] = ["simple"]
     confidence_threshold: Annotated[float, Field(ge=0, le=1, description="minimum label probability for the SLM to answer, e.g. 0.7")] = 0.7
     few_shot: Annotated[list[dict[str, str]], Field(description="examples {text: ..., label: ...} prepended to the classification prompt")] = []
+    instructions: Annotated[str | None, Field(min_length=20, description="the classification system prompt; {labels} becomes the labels. Write your own when you change the labels (default: the router's prompt for simple/complex)")] = None
     replicas: Replicas = Replicas(min=2, max=6)
 
     @model_validator(mode="after")

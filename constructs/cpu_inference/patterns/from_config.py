@@ -74,7 +74,7 @@ def slm_prefilter_props(config: Config) -> SlmPrefilterProps:
         ),
         router=RouterSettings(
             labels=tuple(r.labels), slm_labels=tuple(r.slm_labels), confidence_threshold=r.confidence_threshold,
-            few_shot=tuple(r.few_shot), replicas_min=r.replicas.min, replicas_max=r.replicas.max,
+            few_shot=tuple(r.few_shot), instructions=r.instructions, replicas_min=r.replicas.min, replicas_max=r.replicas.max,
         ),
     )
 

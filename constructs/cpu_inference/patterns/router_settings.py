@@ -10,12 +10,15 @@ from typing import Any, Mapping
 class RouterSettings:
     """labels: the classes the SLM must choose from (constrained output). slm_labels: those the SLM answers
     itself. confidence_threshold: the label probability below which the request escalates anyway.
-    few_shot: `{text, label}` examples in the cached classification prefix. replicas_min/max: router scaling."""
+    few_shot: `{text, label}` examples in the cached classification prefix. instructions: the classification
+    system prompt (`{labels}` is replaced; default: the router's own, written for simple/complex).
+    replicas_min/max: router scaling."""
 
     labels: tuple[str, ...] = ("simple", "complex")
     slm_labels: tuple[str, ...] = ("simple",)
     confidence_threshold: float = 0.7
     few_shot: tuple[Mapping[str, str], ...] = ()
+    instructions: str | None = None
     replicas_min: int = 2
     replicas_max: int = 6
 
@@ -41,4 +44,6 @@ class RouterSettings:
         }
         if self.few_shot:  # else the router's own examples for the default labels
             config["few_shot"] = [dict(s) for s in self.few_shot]
+        if self.instructions:
+            config["instructions"] = self.instructions
         return config
