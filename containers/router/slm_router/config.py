@@ -1,0 +1,330 @@
+"""Router configuration: a JSON file (the CDK construct renders it into a ConfigMap) plus env overrides.
+
+Two modes share the file format, the server and the probes: `router` (SLM pre-filter with escalation) and
+`gateway` (model farm: one OpenAI-compatible entry point, routed by the body's `model`).
+Errors name the key and what is wrong in one line, so a bad ConfigMap shows up in the pod's log as the cause.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import MISSING, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+DEFAULT_CONFIG_PATH = "/etc/router/config.json"
+
+DEFAULT_INSTRUCTIONS = (
+    "You are a request router. Read the user's request and answer with exactly one label: {labels}.\n"
+    "simple: greetings, small talk, a short fact, a yes/no question, a one-line rewrite or translation.\n"
+    "complex: code, math, proofs, essays, long documents, plans, comparisons, multi-step reasoning, expert analysis."
+)
+
+DEFAULT_FEW_SHOT: tuple[tuple[str, str], ...] = (
+    ("Hi there!", "simple"),
+    ("Write a Python function that parses a CSV file and returns the median of every column, with unit tests.", "complex"),
+    ("What is the capital of France?", "simple"),
+    ("Prove that there are infinitely many prime numbers.", "complex"),
+    ("Say thank you in Spanish.", "simple"),
+    ("Write a 1500-word essay on the economic causes of the French Revolution.", "complex"),
+    ("Is water wet?", "simple"),
+    ("Design a multi-region database architecture for a bank and explain the trade-offs step by step.", "complex"),
+)
+
+
+class ConfigError(ValueError):
+    """One precise line: which key, what is wrong."""
+
+
+@dataclass(frozen=True)
+class FewShot:
+    text: str
+    label: str
+
+
+@dataclass(frozen=True)
+class Escalation:
+    kind: str = "openai"  # openai | sagemaker | bedrock
+    url: str = ""  # openai: base URL including /v1, e.g. https://llm.example/v1
+    model_id: str = ""  # openai: sets the body's "model"; bedrock: the modelId (or inference profile ARN)
+    endpoint_name: str = ""  # sagemaker
+    inference_component: str = ""  # sagemaker, optional
+    region: str = ""  # sagemaker/bedrock; empty = AWS_REGION / the SDK default chain
+    endpoint_url: str = ""  # sagemaker/bedrock: VPC interface endpoint or a test server; empty = public
+    api_key_env: str = ""  # openai: name of the env var that holds the API key
+    api_key_file: str = ""  # openai: path of a mounted secret file holding the API key (wins over api_key_env)
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    connect_s: float = 2.0
+    classify_s: float = 5.0  # per classification attempt, head + body
+    first_byte_s: float = 120.0  # generation: until the response head (prompt processing happens before it)
+    idle_s: float = 60.0  # generation: longest silence between streamed pieces
+    total_s: float = 600.0  # generation: a whole non-streamed answer
+
+
+@dataclass(frozen=True)
+class Retries:
+    classify_attempts: int = 3  # classification is idempotent: retried with backoff
+    backoff_base_s: float = 0.05
+    backoff_max_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class Breaker:
+    failure_threshold: int = 3  # consecutive failures that open the circuit
+    reset_after_s: float = 15.0  # open this long, then one trial request (half-open)
+
+
+@dataclass(frozen=True)
+class GatewayModel:
+    name: str  # the `model` clients send
+    url: str  # the backend's root, e.g. http://bge-small.models.svc:8080 (a llama-server or any OpenAI-compatible server)
+
+
+@dataclass(frozen=True)
+class Gateway:
+    models: tuple[GatewayModel, ...] = ()
+    retry_after_s: int = 10  # Retry-After of the 503 for a model whose backend is unavailable (scaled to zero, starting)
+
+
+MODES = ("router", "gateway")
+
+
+@dataclass(frozen=True)
+class Config:
+    mode: str = "router"  # router | gateway
+    slm_url: str = "http://127.0.0.1:8080"  # llama-server root (serves /health and /v1/chat/completions)
+    slm_model: str = ""  # if set, the body's "model" on requests answered by the SLM
+    labels: tuple[str, ...] = ("simple", "complex")
+    slm_labels: tuple[str, ...] = ("simple",)
+    confidence_threshold: float = 0.9
+    instructions: str = DEFAULT_INSTRUCTIONS  # "{labels}" is replaced by the labels, comma separated
+    few_shot: tuple[FewShot, ...] = tuple(FewShot(t, lab) for t, lab in DEFAULT_FEW_SHOT)
+    top_logprobs: int = 10  # alternatives read at the label's first token
+    classify_max_chars: int = 2000  # longer inputs are classified on their head and tail
+    cache_prompt: bool = True  # llama.cpp reuses the KV cache of the fixed instructions + few-shot prefix
+    escalation: Escalation = field(default_factory=Escalation)
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    retries: Retries = field(default_factory=Retries)
+    breaker: Breaker = field(default_factory=Breaker)
+    gateway: Gateway = field(default_factory=Gateway)
+    listen_host: str = "0.0.0.0"
+    listen_port: int = 8000
+    max_body_bytes: int = 1 << 20
+    max_in_flight: int = 256  # requests in progress beyond this get 429 + Retry-After (overload protection)
+    log_level: str = "INFO"
+
+    def validate(self) -> "Config":
+        if self.mode not in MODES:
+            raise ConfigError(f"mode: must be router or gateway, got {self.mode!r}")
+        if not 0 < self.listen_port < 65536:
+            raise ConfigError(f"listen_port: must be within 1..65535, got {self.listen_port}")
+        if self.max_body_bytes < 1024:
+            raise ConfigError(f"max_body_bytes: must be >= 1024, got {self.max_body_bytes}")
+        if self.max_in_flight < 1:
+            raise ConfigError(f"max_in_flight: must be >= 1, got {self.max_in_flight}")
+        if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+            raise ConfigError(f"log_level: must be DEBUG, INFO, WARNING, ERROR or CRITICAL, got {self.log_level!r}")
+        for f in fields(self.timeouts):
+            if getattr(self.timeouts, f.name) <= 0:
+                raise ConfigError(f"timeouts.{f.name}: must be > 0, got {getattr(self.timeouts, f.name)}")
+        if self.breaker.failure_threshold < 1:
+            raise ConfigError(f"breaker.failure_threshold: must be >= 1, got {self.breaker.failure_threshold}")
+        if self.breaker.reset_after_s <= 0:
+            raise ConfigError(f"breaker.reset_after_s: must be > 0, got {self.breaker.reset_after_s}")
+        if self.mode == "gateway":
+            _validate_gateway(self.gateway)
+            return self
+        return self._validate_router()
+
+    def _validate_router(self) -> "Config":
+        if not self.slm_url.startswith(("http://", "https://")):
+            raise ConfigError(f"slm_url: must be an http(s) URL, got {self.slm_url!r}")
+        if len(self.labels) < 2:
+            raise ConfigError(f"labels: need at least 2 labels, got {list(self.labels)}")
+        for i, label in enumerate(self.labels):
+            if not label or not label.isprintable() or label != label.strip():
+                raise ConfigError(f"labels[{i}]: must be non-empty printable text without surrounding spaces, got {label!r}")
+        if len(set(self.labels)) != len(self.labels):
+            raise ConfigError(f"labels: duplicates in {list(self.labels)}")
+        if not self.slm_labels:
+            raise ConfigError("slm_labels: at least one label must be answerable by the SLM")
+        for i, label in enumerate(self.slm_labels):
+            if label not in self.labels:
+                raise ConfigError(f"slm_labels[{i}]: {label!r} is not one of labels {list(self.labels)}")
+        if set(self.slm_labels) == set(self.labels):
+            raise ConfigError("slm_labels: every label is answered by the SLM, so nothing would ever escalate")
+        if not 0.0 <= self.confidence_threshold <= 1.0:
+            raise ConfigError(f"confidence_threshold: must be within [0, 1], got {self.confidence_threshold}")
+        for i, ex in enumerate(self.few_shot):
+            if ex.label not in self.labels:
+                raise ConfigError(f"few_shot[{i}].label: {ex.label!r} is not one of labels {list(self.labels)}")
+            if not ex.text.strip():
+                raise ConfigError(f"few_shot[{i}].text: must not be empty")
+        if not 1 <= self.top_logprobs <= 20:
+            raise ConfigError(f"top_logprobs: must be within [1, 20], got {self.top_logprobs}")
+        if self.classify_max_chars < 16:
+            raise ConfigError(f"classify_max_chars: must be >= 16, got {self.classify_max_chars}")
+        _validate_escalation(self.escalation)
+        if self.retries.classify_attempts < 1:
+            raise ConfigError(f"retries.classify_attempts: must be >= 1, got {self.retries.classify_attempts}")
+        if self.retries.backoff_base_s < 0 or self.retries.backoff_max_s < self.retries.backoff_base_s:
+            raise ConfigError("retries: need 0 <= backoff_base_s <= backoff_max_s")
+        return self
+
+
+def _validate_gateway(g: Gateway) -> None:
+    if not g.models:
+        raise ConfigError("gateway.models: mode gateway needs at least one {name, url}")
+    seen: set[str] = set()
+    for i, m in enumerate(g.models):
+        if not m.name or not m.name.isprintable() or m.name != m.name.strip():
+            raise ConfigError(f"gateway.models[{i}].name: must be non-empty printable text without surrounding spaces, got {m.name!r}")
+        if m.name in seen:
+            raise ConfigError(f"gateway.models[{i}].name: {m.name!r} appears twice")
+        seen.add(m.name)
+        if not m.url.startswith(("http://", "https://")):
+            raise ConfigError(f"gateway.models[{i}].url: must be an http(s) URL, got {m.url!r}")
+    if g.retry_after_s < 1:
+        raise ConfigError(f"gateway.retry_after_s: must be >= 1, got {g.retry_after_s}")
+
+
+def _validate_escalation(e: Escalation) -> None:
+    if e.kind == "openai":
+        if not e.url.startswith(("http://", "https://")):
+            raise ConfigError(f"escalation.url: kind openai needs the LLM's http(s) base URL (…/v1), got {e.url!r}")
+    elif e.kind == "sagemaker":
+        if not e.endpoint_name:
+            raise ConfigError("escalation.endpoint_name: kind sagemaker needs the SageMaker endpoint name")
+    elif e.kind == "bedrock":
+        if not e.model_id:
+            raise ConfigError("escalation.model_id: kind bedrock needs the Bedrock model id or inference profile")
+    else:
+        raise ConfigError(f"escalation.kind: must be openai, sagemaker or bedrock, got {e.kind!r}")
+    if e.endpoint_url and not e.endpoint_url.startswith(("http://", "https://")):
+        raise ConfigError(f"escalation.endpoint_url: must be an http(s) URL, got {e.endpoint_url!r}")
+
+
+def _section(cls: type, data: Any, key: str) -> Any:
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{key}: must be an object, got {type(data).__name__}")
+    known = {f.name: f for f in fields(cls)}
+    kwargs = {}
+    for name, value in data.items():
+        if name not in known:
+            raise ConfigError(f"{key}.{name}: unknown key (known: {', '.join(sorted(known))})")
+        kwargs[name] = _typed(value, known[name].type, f"{key}.{name}")
+    missing = [f.name for f in fields(cls) if f.name not in kwargs and f.default is MISSING and f.default_factory is MISSING]
+    if missing:
+        raise ConfigError(f"{key}.{missing[0]}: required")
+    return cls(**kwargs)
+
+
+def _typed(value: Any, annotation: Any, key: str) -> Any:
+    ann = str(annotation)
+    if ann == "str":
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: must be a string, got {value!r}")
+        return value
+    if ann == "bool":
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: must be true or false, got {value!r}")
+        return value
+    if ann == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: must be an integer, got {value!r}")
+        return value
+    if ann == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}: must be a number, got {value!r}")
+        return float(value)
+    if ann == "tuple[str, ...]":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{key}: must be a list of strings, got {value!r}")
+        return tuple(value)
+    for cls, shape in ((FewShot, "{text, label}"), (GatewayModel, "{name, url}")):
+        if ann == f"tuple[{cls.__name__}, ...]":
+            if not isinstance(value, list):
+                raise ConfigError(f"{key}: must be a list of {shape} objects")
+            return tuple(_section(cls, v, f"{key}[{i}]") for i, v in enumerate(value))
+    for cls in (Escalation, Timeouts, Retries, Breaker, Gateway):
+        if ann == cls.__name__:
+            return _section(cls, value, key)
+    raise AssertionError(f"unhandled config type {ann} for {key}")  # pragma: no cover - schema bug
+
+
+def from_dict(data: Any) -> Config:
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"config: must be a JSON object, got {type(data).__name__}")
+    known = {f.name: f for f in fields(Config)}
+    kwargs = {}
+    for name, value in data.items():
+        if name not in known:
+            raise ConfigError(f"{name}: unknown key (known: {', '.join(sorted(known))})")
+        kwargs[name] = _typed(value, known[name].type, name)
+    return Config(**kwargs).validate()
+
+
+# Scalar env overrides (e.g. a Deployment patch without re-rendering the ConfigMap): env name -> (key path, type).
+ENV_OVERRIDES: dict[str, tuple[tuple[str, ...], type]] = {
+    "ROUTER_MODE": (("mode",), str),
+    "ROUTER_SLM_URL": (("slm_url",), str),
+    "ROUTER_CONFIDENCE_THRESHOLD": (("confidence_threshold",), float),
+    "ROUTER_LISTEN_HOST": (("listen_host",), str),
+    "ROUTER_PORT": (("listen_port",), int),
+    "ROUTER_LOG_LEVEL": (("log_level",), str),
+    "ROUTER_MAX_IN_FLIGHT": (("max_in_flight",), int),
+    "ROUTER_ESCALATION_KIND": (("escalation", "kind"), str),
+    "ROUTER_ESCALATION_URL": (("escalation", "url"), str),
+    "ROUTER_ESCALATION_MODEL_ID": (("escalation", "model_id"), str),
+    "ROUTER_ESCALATION_ENDPOINT_NAME": (("escalation", "endpoint_name"), str),
+    "ROUTER_ESCALATION_REGION": (("escalation", "region"), str),
+    "ROUTER_ESCALATION_ENDPOINT_URL": (("escalation", "endpoint_url"), str),
+}
+
+
+def load(env: Mapping[str, str] | None = None) -> Config:
+    """Config from ROUTER_CONFIG_JSON (inline) or the file at ROUTER_CONFIG (default /etc/router/config.json,
+    optional), then the scalar ROUTER_* overrides."""
+    env = os.environ if env is None else env
+    data: dict[str, Any] = {}
+    if env.get("ROUTER_CONFIG_JSON"):
+        data = _parse(env["ROUTER_CONFIG_JSON"], "ROUTER_CONFIG_JSON")
+    else:
+        path = Path(env.get("ROUTER_CONFIG", DEFAULT_CONFIG_PATH))
+        if path.exists():
+            data = _parse(path.read_text(encoding="utf-8"), str(path))
+        elif "ROUTER_CONFIG" in env:
+            raise ConfigError(f"ROUTER_CONFIG: {path} does not exist")
+    for name, (keys, typ) in ENV_OVERRIDES.items():
+        if name not in env:
+            continue
+        raw = env[name]
+        try:
+            value: Any = typ(raw)
+        except ValueError:
+            raise ConfigError(f"{name}: not a valid {typ.__name__}: {raw!r}") from None
+        target = data
+        for k in keys[:-1]:
+            target = target.setdefault(k, {})
+            if not isinstance(target, dict):
+                raise ConfigError(f"{'.'.join(keys[:-1])}: must be an object")
+        target[keys[-1]] = value
+    return from_dict(data)
+
+
+def _parse(text: str, source: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise ConfigError(f"{source}: not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: must hold a JSON object")
+    return data
+
+
+def with_overrides(cfg: Config, **changes: Any) -> Config:
+    return replace(cfg, **changes).validate()
