@@ -14,7 +14,6 @@ instance type of an autoscaled variant in place), created before the old one is 
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 
@@ -23,32 +22,26 @@ from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
-from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
 from .. import nag
 from ..artifacts import ModelArtifact
+from . import endpoint_parts as parts
+from .endpoint_parts import INVOKE_ACTIONS as INVOKE_ACTIONS  # re-exported (public constants of this module)
+from .endpoint_parts import SCALABLE_DIMENSION as SCALABLE_DIMENSION
+from .endpoint_parts import placement_slug as placement_slug
 from .engine_settings import (
     EngineSettings,
     engine_settings,
     model_download_timeout_seconds,
     startup_health_check_timeout_seconds,
 )
-from .monitoring import EndpointMonitoring, MonitoringSettings
+from .monitoring import EndpointMonitoring
 from .props import GravitonEndpointProps
 
 TARGET_SLOT_UTILIZATION = 0.75  # default scaling target: 3/4 of the slots busy per instance
-SCALABLE_DIMENSION = "sagemaker:variant:DesiredInstanceCount"
-INVOKE_ACTIONS = ["sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithResponseStream"]
-_VPC_DESCRIBE = ["ec2:DescribeVpcs", "ec2:DescribeDhcpOptions", "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups", "ec2:DescribeNetworkInterfaces"]
-_VPC_ENI = ["ec2:CreateNetworkInterface", "ec2:CreateNetworkInterfacePermission", "ec2:DeleteNetworkInterface", "ec2:DeleteNetworkInterfacePermission"]
-
-
-def placement_slug(instance_type: str) -> str:
-    """`ml.c7g.8xlarge` → `MlC7g8xlarge` (part of the logical IDs that must change with the instance type)."""
-    return "".join(part.capitalize() for part in re.split(r"[^A-Za-z0-9]+", instance_type) if part)
 
 
 def default_target_concurrency(slots: int) -> float:
@@ -66,7 +59,6 @@ class GravitonEndpoint(Construct):
         super().__init__(scope, id)
         props.validate()
         self.props = props
-        stack = cdk.Stack.of(self)
         artifact = props.model if isinstance(props.model, ModelArtifact) else None
 
         self.settings: EngineSettings = engine_settings(
@@ -78,51 +70,31 @@ class GravitonEndpoint(Construct):
         self.environment: dict[str, str] = {**self.settings.environment(), **props.environment}
         self.variant_name = props.variant_name
         slug = placement_slug(props.instance_type)
-        self.endpoint_name = self._endpoint_name(stack)
+        self.endpoint_name = parts.endpoint_name(
+            self, name=props.name, instance_type=props.instance_type, variant_name=props.variant_name, prefix=props.endpoint_name_prefix,
+        )
         self.target_concurrency = (props.target_concurrency or default_target_concurrency(self.sizing.slots)) if props.scales else None
 
-        self.key: kms.IKey = props.encryption_key or self._create_key(stack)
-        # SageMaker writes container logs to this group; creating it sets retention and encryption. It follows
-        # the endpoint name, so a replaced endpoint gets a new group and the old one goes with the old endpoint.
-        self.log_group = logs.LogGroup(
-            self, f"Logs{slug}",
-            log_group_name=f"/aws/sagemaker/Endpoints/{self.endpoint_name}",
-            retention=props.log_retention,
-            encryption_key=self.key if props.encryption_key is None else None,
-            removal_policy=cdk.RemovalPolicy.DESTROY,
+        self.key: kms.IKey = props.encryption_key or parts.create_key(
+            self, description=f"{props.name} endpoint: ML storage volume, container logs, captured data",
+            removal_policy=props.removal_policy, endpoint=self.endpoint_name,
         )
-
-        self.role: iam.IRole = props.existing_role or iam.Role(
-            self, "ExecutionRole",
-            assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
-            description=f"SageMaker execution role of {props.name}: reads its model prefix, pulls its image, writes its logs",
+        self.log_group = parts.endpoint_log_group(
+            self, slug, endpoint=self.endpoint_name, retention=props.log_retention, key=self.key, own_key=props.encryption_key is None,
+        )
+        self.role: iam.IRole = parts.execution_role(
+            self, props.existing_role, f"SageMaker execution role of {props.name}: reads its model prefix, pulls its image, writes its logs",
         )
         self.grant_principal = self.role
         self.model_data_uri = artifact.s3_prefix_uri if artifact is not None else str(props.model)
         self._grant_model(artifact)
         self.image_uri: str = props.image.image_uri
-        props.image.grant_pull(self.role)
-        self.log_group.grant_write(self.role)
-        self.log_group.grant(self.role, "logs:CreateLogGroup", "logs:DescribeLogStreams")
-        self.role.add_to_principal_policy(
-            iam.PolicyStatement(
-                sid="EndpointMetrics",
-                actions=["cloudwatch:PutMetricData"],
-                resources=["*"],
-                conditions={"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/*"}},
-            )
+        parts.grant_basics(self.role, image=props.image, log_group=self.log_group, key=self.key)
+        self.security_groups: list[ec2.ISecurityGroup] = parts.security_groups(
+            self, self.role, vpc=props.vpc, given=props.security_groups,
+            description=f"SageMaker endpoint {props.name}: no inbound; HTTPS out for the model download and image pull",
+            egress=lambda: [(443, "S3 and ECR (VPC endpoints or NAT)")],
         )
-        # The ML storage volume is encrypted with the endpoint key: SageMaker creates a grant on it for the
-        # instance's EBS volume (only for AWS resources).
-        self.role.add_to_principal_policy(
-            iam.PolicyStatement(
-                sid="VolumeKeyGrant",
-                actions=["kms:CreateGrant", "kms:DescribeKey"],
-                resources=[self.key.key_arn],
-                conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}},
-            )
-        )
-        self.security_groups = self._network()
         self.capture_bucket: s3.IBucket | None = self._data_capture() if props.data_capture_percent else None
 
         self.model = sagemaker.CfnModel(
@@ -139,7 +111,7 @@ class GravitonEndpoint(Construct):
                 ),
                 environment=self.environment,
             ),
-            vpc_config=self._vpc_config(),
+            vpc_config=parts.vpc_config(props.vpc, props.vpc_subnets, self.security_groups),
         )
         # CreateModel checks the image and model data with the role: its policy must exist first, and the
         # model object must have been copied.
@@ -147,47 +119,24 @@ class GravitonEndpoint(Construct):
         if artifact is not None:
             self.model.node.add_dependency(artifact.resource)
 
-        self.endpoint_config = sagemaker.CfnEndpointConfig(
-            self, f"Config{slug}",
-            production_variants=[
-                sagemaker.CfnEndpointConfig.ProductionVariantProperty(
-                    variant_name=props.variant_name,
-                    model_name=self.model.attr_model_name,
-                    instance_type=props.instance_type,
-                    initial_instance_count=props.initial_count,
-                    initial_variant_weight=1,
-                    model_data_download_timeout_in_seconds=self.model_download_timeout_seconds,
-                    container_startup_health_check_timeout_in_seconds=self.startup_health_check_timeout_seconds,
-                    volume_size_in_gb=props.volume_size_gb,
-                )
-            ],
-            kms_key_id=self.key.key_arn,
-            data_capture_config=self._capture_config(),
+        self.endpoint_config = parts.endpoint_config(
+            self, slug, props, model=self.model, key=self.key, data_capture_config=self._capture_config(),
+            model_data_download_timeout_in_seconds=self.model_download_timeout_seconds,
+            container_startup_health_check_timeout_in_seconds=self.startup_health_check_timeout_seconds,
+            volume_size_in_gb=props.volume_size_gb,
         )
-        self.endpoint = sagemaker.CfnEndpoint(
-            self, f"Endpoint{slug}",
-            endpoint_name=self.endpoint_name,
-            endpoint_config_name=self.endpoint_config.attr_endpoint_config_name,
-            # A model/engine update must not reset the instance count autoscaling chose.
-            retain_all_variant_properties=True if props.scales else None,
+        self.endpoint = parts.create_endpoint(
+            self, slug, name=self.endpoint_name, config=self.endpoint_config, scales=props.scales, log_group=self.log_group,
         )
-        self.endpoint.node.add_dependency(self.log_group)
         self.endpoint_arn: str = self.endpoint.ref
 
-        self.scalable_target: appscaling.ScalableTarget | None = None
-        self.scaling_policy: appscaling.TargetTrackingScalingPolicy | None = None
-        if self.target_concurrency is not None:
-            self._autoscaling(stack, slug, self.target_concurrency)
+        self.scalable_target: appscaling.ScalableTarget | None
+        self.scaling_policy: appscaling.TargetTrackingScalingPolicy | None
+        self.scalable_target, self.scaling_policy = parts.autoscaling(self, slug, props, endpoint=self.endpoint, target=self.target_concurrency)
 
-        self.monitoring = EndpointMonitoring(
-            self, "Monitoring",
-            settings=MonitoringSettings(
-                endpoint_name=self.endpoint_name, variant_name=props.variant_name, vcpus=self.sizing.instance.vcpus,
-                latency_slo=props.latency_slo, target_concurrency=self.target_concurrency,
-                max_in_flight=self.settings.max_in_flight, error_rate_4xx_percent=props.error_rate_4xx_percent,
-                error_rate_5xx_percent=props.error_rate_5xx_percent, utilization_percent=props.utilization_alarm_percent,
-                alarm_topic=props.alarm_topic, dashboard=props.dashboard,
-            ),
+        self.monitoring: EndpointMonitoring = parts.monitoring(
+            self, props, endpoint=self.endpoint_name, vcpus=self.sizing.instance.vcpus,
+            target_concurrency=self.target_concurrency, max_in_flight=self.settings.max_in_flight,
         )
         self.alarms = self.monitoring.alarms
         self.dashboard = self.monitoring.dashboard
@@ -206,43 +155,7 @@ class GravitonEndpoint(Construct):
         t = self.props.startup_health_check_timeout
         return int(t.to_seconds()) if t is not None else startup_health_check_timeout_seconds(self.props.model_bytes)
 
-    def _endpoint_name(self, stack: cdk.Stack) -> str:
-        """`<prefix>-<hash>`: lowercase (SageMaker ARNs are), at most 63 characters, unique per construct
-        path, and different for every placement (instance type, variant) so a re-placement is a new endpoint."""
-        p = self.props
-        digest = hashlib.sha256(f"{self.node.path}|{p.instance_type}|{p.variant_name}".encode()).hexdigest()[:8]
-        prefix = p.endpoint_name_prefix
-        if prefix is None:
-            base = stack.stack_name if not cdk.Token.is_unresolved(stack.stack_name) else stack.node.id
-            prefix = f"{base}-{p.name}"
-        prefix = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", prefix.lower()))[:54].strip("-") or p.name[:54]
-        return f"{prefix}-{digest}"
-
     # -- resources --------------------------------------------------------------------------------
-
-    def _create_key(self, stack: cdk.Stack) -> kms.Key:
-        key = kms.Key(
-            self, "Key",
-            description=f"{self.props.name} endpoint: ML storage volume, container logs, captured data",
-            enable_key_rotation=True,
-            removal_policy=self.props.removal_policy,
-        )
-        key.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="ThisEndpointsLogGroup",
-                principals=[iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com")],
-                actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
-                resources=["*"],
-                conditions={
-                    "ArnLike": {
-                        "kms:EncryptionContext:aws:logs:arn": (
-                            f"arn:{stack.partition}:logs:{stack.region}:{stack.account}:log-group:/aws/sagemaker/Endpoints/{self.endpoint_name}"
-                        )
-                    }
-                },
-            )
-        )
-        return key
 
     def _grant_model(self, artifact: ModelArtifact | None) -> None:
         if artifact is not None:
@@ -263,40 +176,6 @@ class GravitonEndpoint(Construct):
         )
         if self.props.model_key is not None:
             self.props.model_key.grant_decrypt(self.role)
-
-    def _network(self) -> list[ec2.ISecurityGroup]:
-        p = self.props
-        if p.vpc is None:
-            return []
-        groups = list(p.security_groups)
-        if not groups:
-            sg = ec2.SecurityGroup(
-                self, "SecurityGroup", vpc=p.vpc, allow_all_outbound=False,
-                description=f"SageMaker endpoint {p.name}: no inbound; HTTPS out for the model download and image pull",
-            )
-            sg.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "S3 and ECR (VPC endpoints or NAT)")
-            groups = [sg]
-        # SageMaker attaches the endpoint's ENIs in these subnets with the execution role.
-        self.role.add_to_principal_policy(iam.PolicyStatement(sid="DescribeNetwork", actions=_VPC_DESCRIBE, resources=["*"]))
-        self.role.add_to_principal_policy(
-            iam.PolicyStatement(
-                sid="EndpointNetworkInterfaces", actions=_VPC_ENI, resources=["*"],
-                conditions={"ArnEquals": {"ec2:Vpc": p.vpc.vpc_arn}},
-            )
-        )
-        return groups
-
-    def _vpc_config(self) -> sagemaker.CfnModel.VpcConfigProperty | None:
-        p = self.props
-        if p.vpc is None:
-            return None
-        sel = p.vpc_subnets
-        fields = ("availability_zones", "one_per_az", "subnet_filters", "subnet_group_name", "subnets", "subnet_type")
-        chosen = {f: getattr(sel, f) for f in fields if sel is not None and getattr(sel, f) is not None}
-        subnets = p.vpc.select_subnets(**chosen).subnet_ids
-        return sagemaker.CfnModel.VpcConfigProperty(
-            security_group_ids=[g.security_group_id for g in self.security_groups], subnets=subnets,
-        )
 
     def _data_capture(self) -> s3.IBucket:
         p = self.props
@@ -360,40 +239,11 @@ class GravitonEndpoint(Construct):
             capture_content_type_header=cap.CaptureContentTypeHeaderProperty(json_content_types=["application/json"]),
         )
 
-    def _autoscaling(self, stack: cdk.Stack, slug: str, target: float) -> None:
-        p = self.props
-        # The service-linked role Application Auto Scaling creates for SageMaker variants on first use.
-        slr = iam.Role.from_role_arn(
-            self, "ScalingServiceRole",
-            f"arn:{stack.partition}:iam::{stack.account}:role/aws-service-role/sagemaker.application-autoscaling.amazonaws.com/"
-            "AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint",
-            mutable=False,
-        )
-        self.scalable_target = appscaling.ScalableTarget(
-            self, f"Scaling{slug}",
-            service_namespace=appscaling.ServiceNamespace.SAGEMAKER,
-            # attr_endpoint_name (not the string) so the target is registered after the endpoint exists.
-            resource_id=f"endpoint/{self.endpoint.attr_endpoint_name}/variant/{p.variant_name}",
-            scalable_dimension=SCALABLE_DIMENSION,
-            min_capacity=p.min_capacity,
-            max_capacity=p.max_capacity,
-            role=slr,
-        )
-        # In-flight requests per instance: on a CPU each request holds a slot for its whole generation, so
-        # concurrency (not request rate, whose cost varies 100x with output length) is what saturates it.
-        self.scaling_policy = self.scalable_target.scale_to_track_metric(
-            "ConcurrentRequests",
-            target_value=target,
-            predefined_metric=appscaling.PredefinedMetric.SAGEMAKER_VARIANT_CONCURRENT_REQUESTS_PER_MODEL_HIGH_RESOLUTION,
-            scale_out_cooldown=p.scale_out_cooldown,
-            scale_in_cooldown=p.scale_in_cooldown,
-        )
-
     # -- public API -------------------------------------------------------------------------------
 
     def grant_invoke(self, grantee: iam.IGrantable) -> iam.Grant:
         """InvokeEndpoint and InvokeEndpointWithResponseStream on this endpoint only."""
-        return iam.Grant.add_to_principal(grantee=grantee, actions=INVOKE_ACTIONS, resource_arns=[self.endpoint_arn])
+        return parts.grant_invoke(grantee, self.endpoint_arn)
 
     def add_to_role_policy(self, statement: iam.PolicyStatement) -> None:
         self.role.add_to_principal_policy(statement)
@@ -401,28 +251,8 @@ class GravitonEndpoint(Construct):
     # -- cdk-nag ----------------------------------------------------------------------------------
 
     def _acknowledge(self) -> None:
-        only = lambda allowed: (lambda actions: bool(actions) and set(actions) <= set(allowed))  # noqa: E731
         rules = [
-            nag.Wildcard(
-                r"Resource::\*",
-                "ecr:GetAuthorizationToken has no resource-level permissions; image pulls are limited to the one repository",
-                only_with=only(["ecr:GetAuthorizationToken"]),
-            ),
-            nag.Wildcard(
-                r"Resource::\*",
-                "cloudwatch:PutMetricData has no resource-level permissions; limited to the /aws/sagemaker/ namespaces by condition",
-                only_with=only(["cloudwatch:PutMetricData"]),
-            ),
-            nag.Wildcard(
-                r"Resource::\*",
-                "EC2 Describe* calls SageMaker makes to place the endpoint's ENIs have no resource-level permissions",
-                only_with=only(_VPC_DESCRIBE),
-            ),
-            nag.Wildcard(
-                r"Resource::\*",
-                "ENIs SageMaker creates for the endpoint do not exist before it runs; limited to this VPC by the ec2:Vpc condition",
-                only_with=only(_VPC_ENI),
-            ),
+            *parts.role_wildcards("the one repository"),
             nag.Wildcard(
                 rf"Resource::(<[^>]+\.Arn>|arn:[^*]+)/{re.escape(self.props.capture_prefix)}/\*",
                 "Data capture writes objects named by SageMaker at run time under this endpoint's capture prefix only",

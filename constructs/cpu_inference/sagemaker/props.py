@@ -18,20 +18,17 @@ from aws_cdk import aws_sns as sns
 from .. import sizing
 from ..artifacts import ModelArtifact
 from ..images import LlamaCppImage
-from .engine_settings import COMPUTED_KEYS, TIMEOUT_MAX_SECONDS, TIMEOUT_MIN_SECONDS
+from .endpoint_parts import SAGEMAKER_FAMILIES as SAGEMAKER_FAMILIES  # re-exported: the catalog families SageMaker offers
+from .endpoint_parts import EndpointPropsBase
+from .engine_settings import COMPUTED_KEYS
 
 if TYPE_CHECKING:
     from ..patterns.served_model import ServedModel
 
-_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _S3_PREFIX = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(?P<prefix>[^*]+/)$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-_ENDPOINT_PREFIX = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,53}$")
-_VARIANT = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,1023}$")
-
-SAGEMAKER_FAMILIES = ("c7g", "c8g", "m7g", "m8g", "r7g", "r8g", "c7i", "m7i", "r7i")
 
 
 @dataclass(frozen=True)
@@ -74,7 +71,7 @@ def image_architectures(image: LlamaCppImage | EngineImage) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class GravitonEndpointProps:
+class GravitonEndpointProps(EndpointPropsBase):
     """One llama.cpp model on a SageMaker real-time endpoint. Required: name, model, spec, image.
 
     name: DNS label for the model (response `model` field, tags, names' prefix), e.g. "zephyr-7b".
@@ -158,17 +155,7 @@ class GravitonEndpointProps:
 
     # -- derived ----------------------------------------------------------------------------------
 
-    @property
-    def instance(self) -> sizing.InstanceType:
-        return sizing.instance(self.instance_type)
-
-    @property
-    def scales(self) -> bool:
-        return self.autoscaling and self.max_capacity > self.min_capacity
-
-    @property
-    def initial_count(self) -> int:
-        return self.initial_instance_count if self.initial_instance_count is not None else self.min_capacity
+    # instance, scales, initial_count: EndpointPropsBase
 
     @property
     def model_bytes(self) -> int:
@@ -191,32 +178,21 @@ class GravitonEndpointProps:
 
     def validate(self) -> None:
         p = "GravitonEndpointProps"
-        if not _NAME.match(self.name):
-            raise ValueError(f"{p}.name must be a DNS label (lowercase letters, digits, '-'; at most 63), got {self.name!r}")
+        self._check_name(p)
         self._validate_model(p)
         self._validate_instance(p)
         if isinstance(self.image, EngineImage):
             self.image.validate()
         elif not isinstance(self.image, LlamaCppImage):
             raise ValueError(f"{p}.image must be a LlamaCppImage or an EngineImage, got {type(self.image).__name__}")
-        arch = self.instance.arch
-        if arch not in image_architectures(self.image):
-            raise ValueError(
-                f"{p}.image has no {arch} build ({', '.join(image_architectures(self.image))}) but {self.instance_type} is {arch} — "
-                f"build the image for {arch} or pick an instance type of its architecture"
-            )
+        self._check_image_arch(p, self.instance.arch, image_architectures(self.image), "the image")
         self._validate_capacity(p)
         self._validate_environment(p)
-        for attr in ("model_download_timeout", "startup_health_check_timeout"):
-            value: cdk.Duration | None = getattr(self, attr)
-            if value is not None and not TIMEOUT_MIN_SECONDS <= value.to_seconds() <= TIMEOUT_MAX_SECONDS:
-                raise ValueError(f"{p}.{attr} must be {TIMEOUT_MIN_SECONDS}..{TIMEOUT_MAX_SECONDS} seconds (SageMaker's range), got {value.to_seconds()}")
+        self._check_timeout(p, "model_download_timeout")
+        self._check_timeout(p, "startup_health_check_timeout")
         if self.volume_size_gb is not None and not 1 <= self.volume_size_gb <= 512:
             raise ValueError(f"{p}.volume_size_gb must be 1..512, got {self.volume_size_gb}")
-        if self.security_groups and self.vpc is None:
-            raise ValueError(f"{p}.security_groups need a vpc: give vpc too, or drop security_groups")
-        if self.vpc_subnets is not None and self.vpc is None:
-            raise ValueError(f"{p}.vpc_subnets need a vpc: give vpc too, or drop vpc_subnets")
+        self._check_network(p)
         if not 0 <= self.data_capture_percent <= 100:
             raise ValueError(f"{p}.data_capture_percent must be 0..100 (0 = off), got {self.data_capture_percent}")
         if self.data_capture_bucket is not None and self.data_capture_percent == 0:
@@ -225,18 +201,8 @@ class GravitonEndpointProps:
             raise ValueError(f"{p}.data_capture_retention_days must be >= 1, got {self.data_capture_retention_days}")
         if self.data_capture_prefix is not None and (not self.capture_prefix or "*" in self.capture_prefix or ".." in self.capture_prefix.split("/")):
             raise ValueError(f"{p}.data_capture_prefix must be an S3 key prefix without '*' or '..', got {self.data_capture_prefix!r}")
-        if self.latency_slo.to_milliseconds() <= 0:
-            raise ValueError(f"{p}.latency_slo must be positive")
-        for attr in ("error_rate_4xx_percent", "error_rate_5xx_percent", "utilization_alarm_percent"):
-            if not 0 < getattr(self, attr) <= 100:
-                raise ValueError(f"{p}.{attr} must be in (0, 100], got {getattr(self, attr)}")
-        if self.endpoint_name_prefix is not None and not _ENDPOINT_PREFIX.match(self.endpoint_name_prefix):
-            raise ValueError(
-                f"{p}.endpoint_name_prefix must be letters, digits and '-' (not first or last), at most 54 characters "
-                f"(a 9-character placement hash follows), got {self.endpoint_name_prefix!r}"
-            )
-        if not _VARIANT.match(self.variant_name):
-            raise ValueError(f"{p}.variant_name must be letters, digits and '-', at most 63, got {self.variant_name!r}")
+        self._check_alarms(p)
+        self._check_naming(p)
 
     def _validate_model(self, p: str) -> None:
         if isinstance(self.model, ModelArtifact):
@@ -258,15 +224,7 @@ class GravitonEndpointProps:
             raise ValueError(f"{p}.model_file must be a .gguf path relative to the model prefix, got {self.model_file!r}")
 
     def _validate_instance(self, p: str) -> None:
-        if not self.instance_type.startswith("ml."):
-            raise ValueError(f"{p}.instance_type must be a SageMaker instance type such as ml.c7g.8xlarge, got {self.instance_type!r}")
-        try:
-            it = self.instance
-        except sizing.UnknownInstanceType:
-            raise ValueError(
-                f"{p}.instance_type {self.instance_type!r} is not a SageMaker CPU instance in the catalog "
-                f"(families: {', '.join('ml.' + f for f in SAGEMAKER_FAMILIES)}; `cpu-inference size --list`)"
-            ) from None
+        it = self._check_instance_type(p, "ml.c7g.8xlarge")
         s = sizing.size(self.spec, it, target="sagemaker")
         if not s.fits:
             same_arch = [i for i in sizing.CATALOG.values() if i.sagemaker and i.arch == it.arch]
@@ -279,12 +237,7 @@ class GravitonEndpointProps:
             )
 
     def _validate_capacity(self, p: str) -> None:
-        if self.min_capacity < 1:
-            raise ValueError(f"{p}.min_capacity must be >= 1 (SageMaker real-time endpoints cannot scale to zero), got {self.min_capacity}")
-        if self.max_capacity < self.min_capacity:
-            raise ValueError(f"{p}.max_capacity ({self.max_capacity}) must be >= min_capacity ({self.min_capacity})")
-        if not self.min_capacity <= self.initial_count <= self.max_capacity:
-            raise ValueError(f"{p}.initial_instance_count ({self.initial_count}) must be within min_capacity..max_capacity ({self.min_capacity}..{self.max_capacity})")
+        self._check_capacity_bounds(p)
         if self.target_concurrency is not None and self.target_concurrency <= 0:
             raise ValueError(f"{p}.target_concurrency must be > 0, got {self.target_concurrency}")
         if self.queue_depth is not None and self.queue_depth < 0:

@@ -16,11 +16,10 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sns as sns
 
-from .. import sizing
 from ..images import LlamaCppImage
-from .engine_settings import TIMEOUT_MAX_SECONDS, TIMEOUT_MIN_SECONDS
+from .endpoint_parts import EndpointPropsBase
 from .graviton_endpoint import GravitonEndpoint
-from .props import _ENDPOINT_PREFIX, _NAME, _VARIANT, SAGEMAKER_FAMILIES, EngineImage, image_architectures
+from .props import EngineImage, image_architectures
 
 if TYPE_CHECKING:
     from ..patterns.escalation import EscalationTarget
@@ -167,7 +166,7 @@ class RouterEscalation:
 
 
 @dataclass(frozen=True)
-class RouterEndpointProps:
+class RouterEndpointProps(EndpointPropsBase):
     """The SLM pre-filter's router on a SageMaker endpoint. Required: image, slm, escalation.
 
     image: the router image (containers/router): a LlamaCppImage built from it, or an EngineImage (any ECR
@@ -246,17 +245,7 @@ class RouterEndpointProps:
 
     # -- derived ----------------------------------------------------------------------------------
 
-    @property
-    def instance(self) -> sizing.InstanceType:
-        return sizing.instance(self.instance_type)
-
-    @property
-    def scales(self) -> bool:
-        return self.autoscaling and self.max_capacity > self.min_capacity
-
-    @property
-    def initial_count(self) -> int:
-        return self.initial_instance_count if self.initial_instance_count is not None else self.min_capacity
+    # instance, scales, initial_count: EndpointPropsBase
 
     @property
     def slm_endpoint_name(self) -> str:
@@ -293,8 +282,7 @@ class RouterEndpointProps:
 
     def validate(self) -> None:
         p = "RouterEndpointProps"
-        if not _NAME.match(self.name):
-            raise ValueError(f"{p}.name must be a DNS label (lowercase letters, digits, '-'; at most 63), got {self.name!r}")
+        self._check_name(p)
         self._validate_image(p)
         _check_endpoint(self.slm, f"{p}.slm")
         if not isinstance(self.escalation, RouterEscalation):
@@ -304,24 +292,10 @@ class RouterEndpointProps:
             raise ValueError(f"{p}.escalation: the SLM's own endpoint cannot be the escalation target — escalate to the LLM's endpoint")
         self._validate_decision(p)
         self._validate_capacity(p)
-        if self.startup_health_check_timeout is not None and not TIMEOUT_MIN_SECONDS <= self.startup_health_check_timeout.to_seconds() <= TIMEOUT_MAX_SECONDS:
-            raise ValueError(f"{p}.startup_health_check_timeout must be {TIMEOUT_MIN_SECONDS}..{TIMEOUT_MAX_SECONDS} seconds (SageMaker's range), got {self.startup_health_check_timeout.to_seconds()}")
-        if self.security_groups and self.vpc is None:
-            raise ValueError(f"{p}.security_groups need a vpc: give vpc too, or drop security_groups")
-        if self.vpc_subnets is not None and self.vpc is None:
-            raise ValueError(f"{p}.vpc_subnets need a vpc: give vpc too, or drop vpc_subnets")
-        if self.latency_slo.to_milliseconds() <= 0:
-            raise ValueError(f"{p}.latency_slo must be positive")
-        for attr in ("error_rate_4xx_percent", "error_rate_5xx_percent", "utilization_alarm_percent"):
-            if not 0 < getattr(self, attr) <= 100:
-                raise ValueError(f"{p}.{attr} must be in (0, 100], got {getattr(self, attr)}")
-        if self.endpoint_name_prefix is not None and not _ENDPOINT_PREFIX.match(self.endpoint_name_prefix):
-            raise ValueError(
-                f"{p}.endpoint_name_prefix must be letters, digits and '-' (not first or last), at most 54 characters "
-                f"(a 9-character placement hash follows), got {self.endpoint_name_prefix!r}"
-            )
-        if not _VARIANT.match(self.variant_name):
-            raise ValueError(f"{p}.variant_name must be letters, digits and '-', at most 63, got {self.variant_name!r}")
+        self._check_timeout(p, "startup_health_check_timeout")
+        self._check_network(p)
+        self._check_alarms(p)
+        self._check_naming(p)
         size = self.config_size_bytes()
         if size > ENV_VALUE_MAX_BYTES:
             raise ValueError(
@@ -335,20 +309,8 @@ class RouterEndpointProps:
             self.image.validate()
         elif not isinstance(self.image, LlamaCppImage):
             raise ValueError(f"{p}.image must be a LlamaCppImage (built from containers/router) or an EngineImage, got {type(self.image).__name__}")
-        if not self.instance_type.startswith("ml."):
-            raise ValueError(f"{p}.instance_type must be a SageMaker instance type such as ml.c7g.large, got {self.instance_type!r}")
-        try:
-            arch = self.instance.arch
-        except sizing.UnknownInstanceType:
-            raise ValueError(
-                f"{p}.instance_type {self.instance_type!r} is not a SageMaker CPU instance in the catalog "
-                f"(families: {', '.join('ml.' + f for f in SAGEMAKER_FAMILIES)}; `cpu-inference size --list`)"
-            ) from None
-        if arch not in image_architectures(self.image):
-            raise ValueError(
-                f"{p}.image has no {arch} build ({', '.join(image_architectures(self.image))}) but {self.instance_type} is {arch} — "
-                f"build the router image for {arch} or pick an instance type of its architecture"
-            )
+        arch = self._check_instance_type(p, "ml.c7g.large").arch
+        self._check_image_arch(p, arch, image_architectures(self.image), "the router image")
 
     def _validate_decision(self, p: str) -> None:
         labels = list(self.labels)
@@ -377,12 +339,7 @@ class RouterEndpointProps:
             )
 
     def _validate_capacity(self, p: str) -> None:
-        if self.min_capacity < 1:
-            raise ValueError(f"{p}.min_capacity must be >= 1 (SageMaker real-time endpoints cannot scale to zero), got {self.min_capacity}")
-        if self.max_capacity < self.min_capacity:
-            raise ValueError(f"{p}.max_capacity ({self.max_capacity}) must be >= min_capacity ({self.min_capacity})")
-        if not self.min_capacity <= self.initial_count <= self.max_capacity:
-            raise ValueError(f"{p}.initial_instance_count ({self.initial_count}) must be within min_capacity..max_capacity ({self.min_capacity}..{self.max_capacity})")
+        self._check_capacity_bounds(p)
         if self.target_concurrency is not None and not 0 < self.target_concurrency <= self.max_in_flight:
             raise ValueError(f"{p}.target_concurrency must be > 0 and <= max_in_flight ({self.max_in_flight}: 429 beyond it), got {self.target_concurrency}")
 
@@ -406,6 +363,7 @@ class RouterEndpointProps:
             image=image, slm=slm, escalation=RouterEscalation.for_target(escalation, endpoints or {}),
             labels=tuple(settings.labels), slm_labels=tuple(settings.slm_labels),
             confidence_threshold=settings.confidence_threshold, few_shot=tuple(settings.few_shot),
+            instructions=settings.instructions,
             min_capacity=settings.replicas_min, max_capacity=settings.replicas_max,
         )
         kwargs.update(overrides)
