@@ -39,8 +39,6 @@ ENV = cdk.Environment(account="123456789012", region="us-east-1")
 DIGEST = "sha256:" + "ef" * 32
 HAIKU = "anthropic.claude-3-5-haiku-20241022-v1:0"
 SHOTS = ({"text": "Hello!", "label": "simple"}, {"text": "Write a B-tree in Rust with tests.", "label": "complex"})
-# Keys the construct emits that the router's loader does not know yet (the SLM behind a SageMaker endpoint).
-PENDING = {"slm_endpoint_name", "slm_region"} - {f.name for f in dataclasses.fields(router_config.Config)}
 
 
 @dataclass
@@ -132,12 +130,9 @@ def _resolve(value: Any, pseudo: dict[str, str]) -> str:
     return sep.join(_resolve(p, pseudo) for p in parts)
 
 
-def _load(config_json: str, *, drop_pending: bool) -> router_config.Config:
+def _load(config_json: str) -> router_config.Config:
     """The router's own loader, fed the environment SageMaker gives the container."""
-    data = json.loads(config_json)
-    if drop_pending:
-        data = {k: v for k, v in data.items() if k not in PENDING}
-    return router_config.load({"ROUTER_CONFIG_JSON": json.dumps(data), "ROUTER_PORT": "8080"})
+    return router_config.load({"ROUTER_CONFIG_JSON": config_json, "ROUTER_PORT": "8080"})
 
 
 def _statements(r: Routers, key: str) -> list[dict[str, Any]]:
@@ -177,7 +172,7 @@ def test_environment_is_the_compact_router_config_and_port(r: Routers) -> None:
 @pytest.mark.parametrize("key", ["sagemaker", "bedrock", "openai"])
 def test_router_loader_accepts_the_config(r: Routers, key: str) -> None:
     """Everything but the pending SLM-endpoint keys, through the router's own validation."""
-    cfg = _load(_env(r, key)["ROUTER_CONFIG_JSON"], drop_pending=True)
+    cfg = _load(_env(r, key)["ROUTER_CONFIG_JSON"])
     assert (cfg.mode, cfg.listen_port, cfg.max_in_flight) == ("router", 8080, 64)
     e = cfg.escalation
     if key == "sagemaker":
@@ -191,9 +186,8 @@ def test_router_loader_accepts_the_config(r: Routers, key: str) -> None:
         assert (e.kind, e.url, e.model_id, e.api_key_env, e.api_key_file) == ("openai", "http://llm.internal:8000/v1", "big", "", "")
 
 
-@pytest.mark.xfail(bool(PENDING), strict=True, reason=f"the router does not read {sorted(PENDING)} yet (SLM behind a SageMaker endpoint)")
 def test_router_loader_accepts_the_slm_endpoint_keys(r: Routers) -> None:
-    cfg = _load(_env(r, "sagemaker")["ROUTER_CONFIG_JSON"], drop_pending=False)
+    cfg = _load(_env(r, "sagemaker")["ROUTER_CONFIG_JSON"])
     assert (cfg.slm_endpoint_name, cfg.slm_region) == (r.slm.endpoint_name, "us-east-1")  # type: ignore[attr-defined]
 
 
@@ -201,7 +195,7 @@ def test_env_agnostic_stack_fills_the_region_at_deploy_time(r: Routers) -> None:
     value = _env(r, "agnostic")["ROUTER_CONFIG_JSON"]
     assert "Fn::Join" in value and {"Ref": "AWS::Region"} in value["Fn::Join"][1]
     raw = _resolve(value, {"AWS::Region": "eu-west-1"})
-    cfg = _load(raw, drop_pending=True)
+    cfg = _load(raw)
     assert (cfg.escalation.kind, cfg.escalation.region) == ("bedrock", "eu-west-1")
     assert json.loads(raw)["slm_region"] == "eu-west-1" and json.loads(raw)["slm_endpoint_name"] == "smollm2"
 
@@ -461,7 +455,7 @@ def test_for_prefilter_maps_settings_and_escalation(props: RouterEndpointProps) 
     assert made.escalation.kind == "sagemaker" and made.escalation.endpoint is llm
     config = made.router_config("us-east-1")
     assert config["escalation"]["endpoint_name"] == llm.endpoint_name and config["slm_endpoint_name"] == slm.endpoint_name
-    assert _load(json.dumps(config), drop_pending=True).labels == ("easy", "hard")
+    assert _load(json.dumps(config)).labels == ("easy", "hard")
     bedrock = RouterEndpointProps.for_prefilter(settings, EscalationTarget(kind="bedrock", model_id=HAIKU), slm=slm, image=props.image)
     assert bedrock.escalation == RouterEscalation.bedrock(HAIKU)
     with_key = RouterEndpointProps.for_prefilter(settings, EscalationTarget(kind="openai", url="https://api.example.com/v1", api_key_secret_name="k"),
@@ -482,7 +476,7 @@ def test_readme_router_example_synthesizes() -> None:
     resources = Template.from_stack(stack).to_json()["Resources"]
     env = resources[stack.get_logical_id(router.model)]["Properties"]["PrimaryContainer"]["Environment"]
     raw = _resolve(env["ROUTER_CONFIG_JSON"], {"AWS::Region": "eu-central-1"})  # an env-agnostic stack
-    cfg = _load(raw, drop_pending=True)
+    cfg = _load(raw)
     assert (cfg.escalation.kind, cfg.escalation.endpoint_name, cfg.escalation.region) == ("sagemaker", ns["llm"].endpoint_name, "eu-central-1")
     assert cfg.confidence_threshold == 0.8 and json.loads(raw)["slm_endpoint_name"] == ns["slm"].endpoint_name
     (variant,) = resources[stack.get_logical_id(router.endpoint_config)]["Properties"]["ProductionVariants"]

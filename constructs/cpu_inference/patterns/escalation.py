@@ -16,7 +16,8 @@ _ENDPOINT = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 @dataclass(frozen=True)
 class EscalationTarget:
     """kind: `openai` (url, optional model_id, optional api_key_secret_name: a Secrets Manager secret with the
-    key), `sagemaker` (endpoint_name of an existing endpoint), `bedrock` (model_id: a foundation-model id), or
+    key, which the router reads at run time — encrypted with the account's aws/secretsmanager key, or grant
+    kms:Decrypt on your key to the router role), `sagemaker` (endpoint_name of an existing endpoint), `bedrock` (model_id: a foundation-model id), or
     `model` (model: the name of a self-hosted model of the pattern with role llm)."""
 
     kind: Literal["openai", "sagemaker", "bedrock", "model"]
@@ -45,7 +46,12 @@ class EscalationTarget:
                 raise ValueError("EscalationTarget kind model needs the LLM's URL")
             return {"kind": "openai", "url": f"{llm_url}/v1", "model_id": self.model}
         if self.kind == "openai":
-            return {"kind": "openai", "url": self.url, **({"model_id": self.model_id} if self.model_id else {})}
+            config: dict[str, Any] = {"kind": "openai", "url": self.url}
+            if self.model_id:
+                config["model_id"] = self.model_id
+            if self.api_key_secret_name:  # the router reads it at run time with its own role: never in a manifest
+                config["api_key_secret_arn"] = self.api_key_secret_name
+            return config
         if self.kind == "sagemaker":
             return {"kind": "sagemaker", "endpoint_name": self.endpoint_name, **({"region": region} if region else {})}
         return {"kind": "bedrock", "model_id": self.model_id, **({"region": region} if region else {})}
@@ -55,6 +61,13 @@ class EscalationTarget:
         if self.kind == "sagemaker":
             arn = scope.format_arn(service="sagemaker", resource="endpoint", resource_name=str(self.endpoint_name).lower())
             return (iam.PolicyStatement(actions=["sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithResponseStream"], resources=[arn]),)
+        if self.kind == "openai" and self.api_key_secret_name:
+            # Secrets Manager ARNs end in a random 6-character suffix: `<name>-??????` matches exactly that secret.
+            arn = scope.format_arn(
+                service="secretsmanager", resource="secret", resource_name=f"{self.api_key_secret_name}-??????",
+                arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+            )
+            return (iam.PolicyStatement(actions=["secretsmanager:GetSecretValue"], resources=[arn]),)
         if self.kind == "bedrock":
             arn = scope.format_arn(service="bedrock", account="", resource="foundation-model", resource_name=str(self.model_id))
             return (iam.PolicyStatement(actions=["bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"], resources=[arn]),)

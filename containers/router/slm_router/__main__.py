@@ -1,5 +1,7 @@
 """`python -m slm_router`: load the config, serve (mode router or gateway) until SIGTERM/SIGINT, drain, exit.
 
+`python -m slm_router serve` is the same service as SageMaker starts it (`docker run IMAGE serve`): the port
+defaults to 8080 (SageMaker's) unless ROUTER_PORT is set, and /ping + /invocations answer next to the usual routes.
 `python -m slm_router --print-config` validates the config and prints it as JSON (exit 2 on an error).
 """
 
@@ -9,6 +11,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import os
 import signal
 import sys
 
@@ -24,7 +27,8 @@ async def serve(cfg: config.Config) -> None:
     port = await server.start(cfg.listen_host, cfg.listen_port)
     warm = None
     if isinstance(server, RouterServer):
-        log.info("router listening on %s:%d (slm %s, escalation %s)", cfg.listen_host, port, cfg.slm_url, cfg.escalation.kind)
+        slm = f"SageMaker endpoint {cfg.slm_endpoint_name}" if cfg.slm_endpoint_name else cfg.slm_url
+        log.info("router listening on %s:%d (slm %s, escalation %s)", cfg.listen_host, port, slm, cfg.escalation.kind)
         warm = asyncio.create_task(server.router.warm_up())
     else:
         log.info("gateway listening on %s:%d (models: %s)", cfg.listen_host, port, ", ".join(m.name for m in cfg.gateway.models))
@@ -41,8 +45,12 @@ async def serve(cfg: config.Config) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    env = dict(os.environ)
+    if argv[:1] == ["serve"]:  # SageMaker's container contract: `serve`, port 8080
+        argv = argv[1:]
+        env.setdefault("ROUTER_PORT", "8080")
     try:
-        cfg = config.load()
+        cfg = config.load(env)
     except config.ConfigError as e:
         print(f"router: config error: {e}", file=sys.stderr)
         return 2
@@ -50,9 +58,12 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(dataclasses.asdict(cfg), indent=2))
         return 0
     if argv:
-        print(f"router: unknown arguments {argv} (only --print-config)", file=sys.stderr)
+        print(f"router: unknown arguments {argv} (only serve or --print-config)", file=sys.stderr)
         return 2
     logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
+    # botocore's DEBUG log holds whole request and response bodies (prompts, answers, the API key secret): the
+    # router's own DEBUG lines are enough.
+    logging.getLogger("botocore").setLevel(max(logging.INFO, logging.getLogger().level))
     asyncio.run(serve(cfg))
     return 0
 

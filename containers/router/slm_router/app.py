@@ -20,10 +20,17 @@ def build(cfg: Config) -> Front:
     from .server import RouterServer
 
     metrics = Metrics(cfg.labels)
-    classify_client = HttpClient(cfg.slm_url, connect_timeout=cfg.timeouts.connect_s)
+    slm = make_slm(cfg)
+    if cfg.slm_endpoint_name:
+        from .aws import SageMakerTransport
+
+        classify_client = SageMakerTransport(slm)  # the SLM backend's botocore client
+        health = None  # a SageMaker endpoint has no /health for us: readiness follows the SLM's circuit
+    else:
+        classify_client = HttpClient(cfg.slm_url, connect_timeout=cfg.timeouts.connect_s)
+        health = HttpClient(cfg.slm_url, connect_timeout=1.0, max_idle=2)
     classifier = Classifier(cfg, classify_client, on_retry=metrics.classify_retries.inc)
-    router = Router(cfg, make_slm(cfg), make_llm(cfg), classifier, metrics)
-    health = HttpClient(cfg.slm_url, connect_timeout=1.0, max_idle=2)
+    router = Router(cfg, slm, make_llm(cfg), classifier, metrics)
     server = RouterServer(router, metrics, health, max_body_bytes=cfg.max_body_bytes, max_in_flight=cfg.max_in_flight)
     metrics.in_flight.set_function(lambda: server.in_flight)
     return server

@@ -42,10 +42,11 @@ _UNAVAILABLE_CODES = {"ThrottlingException", "ServiceUnavailableException", "Ser
                       "ExpiredTokenException", "ModelTimeoutException", "InternalDependencyException", "TooManyRequestsException"}
 
 
-def make_client(service: str, e: Escalation, t: Timeouts) -> Any:
+def make_client(service: str, region: str, endpoint_url: str, t: Timeouts) -> Any:
+    """A botocore client without retries; empty region / endpoint_url mean the SDK chain / the public endpoint."""
     cfg = BotoConfig(connect_timeout=t.connect_s, read_timeout=max(t.total_s, t.first_byte_s, t.idle_s),
                      retries={"total_max_attempts": 1}, max_pool_connections=64, user_agent_extra="slm-router")
-    return botocore.session.get_session().create_client(service, region_name=e.region or None, endpoint_url=e.endpoint_url or None, config=cfg)
+    return botocore.session.get_session().create_client(service, region_name=region or None, endpoint_url=endpoint_url or None, config=cfg)
 
 
 def _mapped(exc: BaseException) -> UpstreamError | Answer:
@@ -129,27 +130,43 @@ def _closer(stream: Any) -> Callable[[], None]:
 
 class SageMakerBackend:
     """The OpenAI chat body as is to InvokeEndpoint(WithResponseStream); the engine answers in OpenAI shape
-    (JSON, or SSE bytes carried in PayloadPart events, relayed unchanged)."""
+    (JSON, or SSE bytes carried in PayloadPart events, relayed unchanged). Used for the LLM (escalation kind
+    sagemaker) and for the SLM (slm_endpoint_name)."""
 
-    upstream = "llm"
+    def __init__(self, endpoint_name: str, timeouts: Timeouts, *, upstream: str = "llm", region: str = "", endpoint_url: str = "",
+                 model_id: str = "", inference_component: str = "", client: Any = None):
+        self.upstream = upstream
+        self.endpoint_name, self.model_id, self.inference_component = endpoint_name, model_id, inference_component
+        self.t = timeouts
+        self.client = client or make_client("sagemaker-runtime", region, endpoint_url, timeouts)
 
-    def __init__(self, e: Escalation, timeouts: Timeouts):
-        self.e, self.t = e, timeouts
-        self.client = make_client("sagemaker-runtime", e, timeouts)
+    @classmethod
+    def for_escalation(cls, e: Escalation, timeouts: Timeouts) -> "SageMakerBackend":
+        return cls(e.endpoint_name, timeouts, upstream="llm", region=e.region, endpoint_url=e.endpoint_url, model_id=e.model_id,
+                   inference_component=e.inference_component)
+
+    def _kwargs(self, body: dict[str, Any]) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"EndpointName": self.endpoint_name, "Body": json.dumps(body).encode(), "ContentType": "application/json"}
+        if self.inference_component:
+            kwargs["InferenceComponentName"] = self.inference_component
+        return kwargs
+
+    async def invoke(self, body: dict[str, Any], timeout: float) -> Answer:
+        """One non-streamed InvokeEndpoint, head and body within `timeout`."""
+        deadline = time.monotonic() + timeout
+        resp = await _call(self.client.invoke_endpoint, timeout, Accept="application/json", **self._kwargs(body))
+        if isinstance(resp, Answer):
+            return resp
+        data = await _call(resp["Body"].read, max(0.001, deadline - time.monotonic()))
+        return Answer(200, resp.get("ContentType") or "application/json", body=data)
 
     async def complete(self, body: dict[str, Any], stream: bool) -> Answer:
-        if self.e.model_id:
-            body = {**body, "model": self.e.model_id}
-        kwargs: dict[str, Any] = {"EndpointName": self.e.endpoint_name, "Body": json.dumps(body).encode(), "ContentType": "application/json"}
-        if self.e.inference_component:
-            kwargs["InferenceComponentName"] = self.e.inference_component
+        if self.model_id:
+            body = {**body, "model": self.model_id}
         if not stream:
-            resp = await _call(self.client.invoke_endpoint, self.t.total_s, Accept="application/json", **kwargs)
-            if isinstance(resp, Answer):
-                return resp
-            data = await _call(resp["Body"].read, self.t.total_s)
-            return Answer(200, resp.get("ContentType") or "application/json", body=data)
-        resp = await _call(self.client.invoke_endpoint_with_response_stream, self.t.first_byte_s, Accept="text/event-stream", **kwargs)
+            return await self.invoke(body, self.t.total_s)
+        resp = await _call(self.client.invoke_endpoint_with_response_stream, self.t.first_byte_s, Accept="text/event-stream",
+                           **self._kwargs(body))
         if isinstance(resp, Answer):
             return resp
         events = resp["Body"]
@@ -164,6 +181,27 @@ class SageMakerBackend:
 
     async def aclose(self) -> None:
         self.client.close()
+
+
+class SageMakerTransport:
+    """The classifier's transport when the SLM is a SageMaker endpoint: the same post_json() as HttpClient, with
+    /v1/chat/completions sent to InvokeEndpoint (the engine's /invocations takes the body byte for byte: grammar,
+    logprobs and cache_prompt included). Other paths (/tokenize) are not reachable through SageMaker: 404."""
+
+    def __init__(self, backend: SageMakerBackend):
+        self.backend = backend
+
+    async def post_json(self, path: str, payload: dict[str, Any], *, timeout: float) -> tuple[int, Any]:
+        if path != "/v1/chat/completions":
+            return 404, {"error": {"code": 404, "message": f"{path} is not reachable through SageMaker Runtime"}}
+        answer = await self.backend.invoke(payload, timeout)
+        try:
+            return answer.status, json.loads(answer.body) if answer.body else None
+        except ValueError:
+            return answer.status, answer.body
+
+    def close(self) -> None:
+        pass  # the backend owns the botocore client
 
 
 _STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
@@ -234,7 +272,7 @@ class BedrockBackend:
 
     def __init__(self, e: Escalation, timeouts: Timeouts):
         self.e, self.t = e, timeouts
-        self.client = make_client("bedrock-runtime", e, timeouts)
+        self.client = make_client("bedrock-runtime", e.region, e.endpoint_url, timeouts)
 
     async def complete(self, body: dict[str, Any], stream: bool) -> Answer:
         try:

@@ -8,6 +8,7 @@ which the upstream never read from, is re-sent by the HTTP client).
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 from dataclasses import dataclass, field
@@ -43,7 +44,7 @@ class OpenAIBackend:
     """An OpenAI-compatible /chat/completions (llama-server, vLLM, a hosted API)."""
 
     def __init__(self, upstream: str, client: HttpClient, path: str, timeouts: Timeouts, *, model: str = "",
-                 auth: Callable[[], str | None] | None = None):
+                 auth: Callable[[], Any] | None = None):
         self.upstream = upstream
         self.client = client
         self.path = path
@@ -55,10 +56,21 @@ class OpenAIBackend:
         if self.model:
             body = {**body, "model": self.model}
         headers = [("Content-Type", "application/json"), ("Accept", "text/event-stream" if stream else "application/json")]
-        key = self.auth()
-        if key:
-            headers.append(("Authorization", f"Bearer {key}"))
-        resp = await self.client.request("POST", self.path, json.dumps(body).encode(), headers, head_timeout=self.timeouts.first_byte_s)
+        raw_body = json.dumps(body).encode()
+        key = await _resolved(self.auth())
+        resp = await self._send(raw_body, headers, key)
+        if resp.status == 401 and key:
+            # The router's own key was refused: re-read it (a rotated secret) and try once more. The LLM did not
+            # start a generation, so this is not a retried generation.
+            resp.close()
+            refresh = getattr(self.auth, "refresh", None)
+            new_key = await refresh() if refresh else None
+            if not new_key:
+                raise UpstreamError("status", f"{self.upstream} refused the router's API key (401)", 401)
+            resp = await self._send(raw_body, headers, new_key)
+            if resp.status == 401:
+                resp.close()
+                raise UpstreamError("status", f"{self.upstream} refused the router's refreshed API key (401)", 401)
         content_type = resp.header("content-type", "application/json")
         if resp.status == 200 and stream:
             return Answer(200, content_type, chunks=resp.iter(self.timeouts.idle_s), close=resp.close)
@@ -71,8 +83,20 @@ class OpenAIBackend:
             raise UpstreamError("status", f"{self.upstream} answered {resp.status}: {raw[:200]!r}", resp.status)
         return Answer(resp.status, content_type, body=raw)
 
+    async def _send(self, raw_body: bytes, headers: list[tuple[str, str]], key: str | None) -> Any:
+        if key:
+            headers = [*headers, ("Authorization", f"Bearer {key}")]
+        return await self.client.request("POST", self.path, raw_body, headers, head_timeout=self.timeouts.first_byte_s)
+
     async def aclose(self) -> None:
         self.client.close()
+        aclose = getattr(self.auth, "aclose", None)
+        if aclose:
+            await aclose()
+
+
+async def _resolved(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
 
 
 class ApiKey:
@@ -100,7 +124,12 @@ class ApiKey:
         return None
 
 
-def make_slm(cfg: Config) -> OpenAIBackend:
+def make_slm(cfg: Config) -> Backend:
+    if cfg.slm_endpoint_name:
+        from . import aws  # botocore only when the SLM is a SageMaker endpoint
+
+        return aws.SageMakerBackend(cfg.slm_endpoint_name, cfg.timeouts, upstream="slm", region=cfg.slm_region,
+                                    endpoint_url=cfg.slm_endpoint_url, model_id=cfg.slm_model)
     client = HttpClient(cfg.slm_url, connect_timeout=cfg.timeouts.connect_s)
     return OpenAIBackend("slm", client, "/v1/chat/completions", cfg.timeouts, model=cfg.slm_model)
 
@@ -109,10 +138,15 @@ def make_llm(cfg: Config) -> Backend:
     e = cfg.escalation
     if e.kind == "openai":
         client = HttpClient(e.url, connect_timeout=cfg.timeouts.connect_s)
-        return OpenAIBackend("llm", client, "/chat/completions", cfg.timeouts, model=e.model_id,
-                             auth=ApiKey(e.api_key_file, e.api_key_env))
+        if e.api_key_secret_arn:
+            from .secret_key import SecretApiKey  # botocore only when a secret is configured
+
+            auth: Callable[[], Any] = SecretApiKey(e, cfg.timeouts)
+        else:
+            auth = ApiKey(e.api_key_file, e.api_key_env)
+        return OpenAIBackend("llm", client, "/chat/completions", cfg.timeouts, model=e.model_id, auth=auth)
     from . import aws  # botocore only when an AWS escalation is configured
 
     if e.kind == "sagemaker":
-        return aws.SageMakerBackend(e, cfg.timeouts)
+        return aws.SageMakerBackend.for_escalation(e, cfg.timeouts)
     return aws.BedrockBackend(e, cfg.timeouts)

@@ -16,9 +16,9 @@ import math
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 
-from .client import HttpClient, UpstreamError
+from .client import UpstreamError
 from .config import Config
 
 
@@ -148,8 +148,16 @@ def read_decision(content: str, positions: list[dict[str, Any]], labels: Sequenc
     return label, confidence, distribution
 
 
+class Transport(Protocol):
+    """How the classifier reaches the SLM: client.HttpClient (slm_url) or aws.SageMakerTransport (slm_endpoint_name)."""
+
+    async def post_json(self, path: str, payload: dict[str, Any], *, timeout: float) -> tuple[int, Any]: ...
+
+    def close(self) -> None: ...
+
+
 class Classifier:
-    def __init__(self, cfg: Config, client: HttpClient, *, on_retry=None):
+    def __init__(self, cfg: Config, client: Transport, *, on_retry=None):
         self.cfg = cfg
         self.client = client
         self.grammar = grammar_for(cfg.labels)
@@ -171,12 +179,34 @@ class Classifier:
         counts = []
         for label in self.cfg.labels:
             status, payload = await self.client.post_json("/tokenize", {"content": label}, timeout=self.cfg.timeouts.classify_s)
+            if status == 404 and not counts:  # no /tokenize (a SageMaker endpoint serves only /invocations)
+                counts = [await self._generated_tokens(label) for label in self.cfg.labels]
+                break
             tokens = payload.get("tokens") if status == 200 and isinstance(payload, dict) else None
             if not isinstance(tokens, list) or not tokens:
                 raise ClassificationError(f"SLM /tokenize answered {status}")
             counts.append(len(tokens))
         self.max_tokens = min(FULL_LABEL_TOKENS, max(counts))
         self.calibrated = True
+
+    async def _generated_tokens(self, label: str) -> int:
+        """The label's token count as the SLM generates it: a chat completion whose grammar allows only this label
+        (the fixed prefix, so the prompt cache serves it); its logprobs list the generated tokens, the end-of-turn
+        token after the label included, so the count stops where the label's text is complete."""
+        body = {**self.request_body("Hello", max_tokens=FULL_LABEL_TOKENS), "grammar": grammar_for([label]), "top_logprobs": 1}
+        status, payload = await self.client.post_json("/v1/chat/completions", body, timeout=self.cfg.timeouts.classify_s)
+        try:
+            positions = payload["choices"][0]["logprobs"]["content"] if status == 200 else None
+        except (KeyError, IndexError, TypeError):
+            positions = None
+        if not isinstance(positions, list) or not positions:
+            raise ClassificationError(f"SLM answered {status} without logprobs while counting the tokens of {label!r}")
+        text = ""
+        for n, pos in enumerate(positions, 1):
+            text += _piece(pos) if isinstance(pos, dict) else ""
+            if len(text.strip()) >= len(label):
+                return n
+        return len(positions)
 
     def request_body(self, text: str, *, cache_prompt: bool | None = None, max_tokens: int | None = None) -> dict[str, Any]:
         return {

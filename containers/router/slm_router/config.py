@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
@@ -54,6 +55,8 @@ class Escalation:
     endpoint_url: str = ""  # sagemaker/bedrock: VPC interface endpoint or a test server; empty = public
     api_key_env: str = ""  # openai: name of the env var that holds the API key
     api_key_file: str = ""  # openai: path of a mounted secret file holding the API key (wins over api_key_env)
+    api_key_secret_arn: str = ""  # openai: AWS Secrets Manager secret (ARN or name) holding the API key (wins over both)
+    api_key_refresh_minutes: float = 15.0  # openai + api_key_secret_arn: re-read the secret this often (and after a 401)
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,8 @@ class Gateway:
 
 
 MODES = ("router", "gateway")
+SECRET_ID = re.compile(r"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[\w/+=.@-]+|[\w/+=.@-]{1,512}")
+ENDPOINT_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")  # SageMaker's endpoint name pattern
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,9 @@ class Config:
     mode: str = "router"  # router | gateway
     slm_url: str = "http://127.0.0.1:8080"  # llama-server root (serves /health and /v1/chat/completions)
     slm_model: str = ""  # if set, the body's "model" on requests answered by the SLM
+    slm_endpoint_name: str = ""  # the SLM behind a SageMaker endpoint (SageMaker Runtime); slm_url is then ignored
+    slm_region: str = ""  # its Region; empty = AWS_REGION / the SDK default chain
+    slm_endpoint_url: str = ""  # a SageMaker Runtime VPC interface endpoint URL (or a test server); empty = public
     labels: tuple[str, ...] = ("simple", "complex")
     slm_labels: tuple[str, ...] = ("simple",)
     confidence_threshold: float = 0.9
@@ -141,8 +149,17 @@ class Config:
         return self._validate_router()
 
     def _validate_router(self) -> "Config":
-        if not self.slm_url.startswith(("http://", "https://")):
+        if self.slm_endpoint_name:
+            if not ENDPOINT_NAME.fullmatch(self.slm_endpoint_name):
+                raise ConfigError(f"slm_endpoint_name: must be a SageMaker endpoint name (letters, digits and '-', not first "
+                                  f"or last, at most 63), got {self.slm_endpoint_name!r}")
+            if self.slm_endpoint_url and not self.slm_endpoint_url.startswith(("http://", "https://")):
+                raise ConfigError(f"slm_endpoint_url: must be an http(s) URL, got {self.slm_endpoint_url!r}")
+        elif not self.slm_url.startswith(("http://", "https://")):
             raise ConfigError(f"slm_url: must be an http(s) URL, got {self.slm_url!r}")
+        elif self.slm_region or self.slm_endpoint_url:
+            key = "slm_region" if self.slm_region else "slm_endpoint_url"
+            raise ConfigError(f"{key}: only used with slm_endpoint_name (the SLM behind a SageMaker endpoint); set slm_endpoint_name or drop {key}")
         if len(self.labels) < 2:
             raise ConfigError(f"labels: need at least 2 labels, got {list(self.labels)}")
         for i, label in enumerate(self.labels):
@@ -204,6 +221,12 @@ def _validate_escalation(e: Escalation) -> None:
             raise ConfigError("escalation.model_id: kind bedrock needs the Bedrock model id or inference profile")
     else:
         raise ConfigError(f"escalation.kind: must be openai, sagemaker or bedrock, got {e.kind!r}")
+    if e.api_key_secret_arn and e.kind != "openai":
+        raise ConfigError(f"escalation.api_key_secret_arn: only kind openai sends an API key (kind is {e.kind!r}: AWS credentials sign the calls)")
+    if e.api_key_secret_arn and not SECRET_ID.fullmatch(e.api_key_secret_arn):
+        raise ConfigError(f"escalation.api_key_secret_arn: must be a Secrets Manager secret ARN or name, got {e.api_key_secret_arn!r}")
+    if e.api_key_refresh_minutes <= 0:
+        raise ConfigError(f"escalation.api_key_refresh_minutes: must be > 0, got {e.api_key_refresh_minutes}")
     if e.endpoint_url and not e.endpoint_url.startswith(("http://", "https://")):
         raise ConfigError(f"escalation.endpoint_url: must be an http(s) URL, got {e.endpoint_url!r}")
 
@@ -272,6 +295,7 @@ def from_dict(data: Any) -> Config:
 ENV_OVERRIDES: dict[str, tuple[tuple[str, ...], type]] = {
     "ROUTER_MODE": (("mode",), str),
     "ROUTER_SLM_URL": (("slm_url",), str),
+    "ROUTER_SLM_ENDPOINT_NAME": (("slm_endpoint_name",), str),
     "ROUTER_CONFIDENCE_THRESHOLD": (("confidence_threshold",), float),
     "ROUTER_LISTEN_HOST": (("listen_host",), str),
     "ROUTER_PORT": (("listen_port",), int),

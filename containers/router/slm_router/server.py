@@ -23,7 +23,7 @@ log = logging.getLogger("router.http")
 CLIENT_IDLE_S = 75.0  # longer than typical load balancer idle timeouts (ALB: 60 s), so the LB closes first
 READY_CACHE_S = 1.0
 OVERLOAD_RETRY_AFTER_S = 1
-PROBE_PATHS = ("/health", "/ready", "/metrics")
+PROBE_PATHS = ("/health", "/ready", "/ping", "/metrics")
 
 
 def error_response(status: int, message: str, *, keep_alive: bool = True, headers: list[tuple[str, str]] | None = None,
@@ -155,7 +155,7 @@ class Front:
         elif path == "/health":
             # Liveness: the config loaded (the server only listens after that) and the loop answers.
             writer.write(json_response(200, {"status": "ok"}, keep_alive=ka))
-        elif path == "/ready":
+        elif path in ("/ready", "/ping"):  # /ping: SageMaker's health check
             status, doc = await self.ready()
             if self._closing:
                 status, doc = 503, {**doc, "status": "draining"}
@@ -200,10 +200,10 @@ class Front:
 class RouterServer(Front):
     """Mode `router`: POST /v1/chat/completions classified by the SLM, answered by the SLM or the LLM."""
 
-    post_paths = ("/v1/chat/completions", "/chat/completions")
-    routes_hint = "the router serves POST /v1/chat/completions, GET /health, /ready, /metrics"
+    post_paths = ("/v1/chat/completions", "/chat/completions", "/invocations")  # /invocations: SageMaker's data plane
+    routes_hint = "the router serves POST /v1/chat/completions (and /invocations), GET /health, /ready, /ping, /metrics"
 
-    def __init__(self, router: Router, metrics: Metrics, slm_health: HttpClient, *, max_body_bytes: int, max_in_flight: int):
+    def __init__(self, router: Router, metrics: Metrics, slm_health: HttpClient | None, *, max_body_bytes: int, max_in_flight: int):
         super().__init__(render_metrics=metrics.render, on_reject=lambda reason: metrics.rejected.labels(reason).inc(),
                          max_body_bytes=max_body_bytes, max_in_flight=max_in_flight)
         self.router = router
@@ -215,17 +215,22 @@ class RouterServer(Front):
         for backend in (self.router.slm, self.router.llm):
             await backend.aclose()
         self.router.classifier.client.close()
-        self.slm_health.close()
+        if self.slm_health is not None:
+            self.slm_health.close()
 
     async def ready(self) -> tuple[int, dict]:
-        """Ready when some model can answer: the SLM's /health is 200, or the LLM's circuit is not open."""
+        """Ready when some model can answer: the SLM's /health is 200 (a SageMaker SLM endpoint: its circuit is not
+        open), or the LLM's circuit is not open."""
         now = time.monotonic()
         if self._ready_cache and now - self._ready_cache[0] < READY_CACHE_S:
             return self._ready_cache[1], self._ready_cache[2]
-        try:
-            slm_ok = await self.slm_health.get("/health", timeout=1.0) == 200
-        except (UpstreamError, asyncio.TimeoutError, HttpError, ConnectionError, asyncio.IncompleteReadError):
-            slm_ok = False
+        if self.slm_health is None:
+            slm_ok = self.router.breakers["slm"].state != "open"
+        else:
+            try:
+                slm_ok = await self.slm_health.get("/health", timeout=1.0) == 200
+            except (UpstreamError, asyncio.TimeoutError, HttpError, ConnectionError, asyncio.IncompleteReadError):
+                slm_ok = False
         llm_state = self.router.breakers["llm"].state
         ready = slm_ok or llm_state != "open"
         doc = {"status": "ready" if ready else "unavailable", "slm": "ok" if slm_ok else "down", "llm_circuit": llm_state}

@@ -1,8 +1,11 @@
-"""A loopback stand-in for the SageMaker Runtime and Bedrock Runtime front ends, in front of a real engine.
+"""A loopback stand-in for the SageMaker Runtime and Bedrock Runtime front ends, in front of real engines.
 
 botocore talks to it through `endpoint_url` exactly as to AWS (SigV4-signed REST-JSON requests; binary
 application/vnd.amazon.eventstream responses for the streaming operations); it forwards the chat to a real
-llama-server and frames the answer the way the services do. `fail_with` makes it answer an AWS error instead.
+llama-server and frames the answer the way the services do. SageMaker endpoints are routed by name
+(`endpoints`: name → engine URL, others go to `engine_url`), so the SLM and the LLM can both be "endpoints";
+the body is forwarded as the engine container's /invocations does (OpenAI chat body byte for byte).
+`fail_with` makes it answer an AWS error instead.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ class Seen:
 @dataclass
 class AwsStandIn:
     engine_url: str
+    endpoints: dict[str, str] = field(default_factory=dict)  # SageMaker endpoint name → engine URL
     seen: list[Seen] = field(default_factory=list)
     fail_with: tuple[int, str] | None = None  # (HTTP status, x-amzn-ErrorType)
     url: str = ""
@@ -56,17 +60,20 @@ class AwsStandIn:
                 pass
 
             def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+                raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                body = json.loads(raw or b"{}")
                 standin.seen.append(Seen(self.path, self.headers.get("Authorization", ""), body))
                 if standin.fail_with:
                     status, code = standin.fail_with
                     self._send(status, json.dumps({"message": f"stand-in {code}"}).encode(), "application/json", {"x-amzn-ErrorType": code})
                     return
                 if m := re.fullmatch(r"/endpoints/([^/]+)/invocations", self.path):
-                    r = httpx.post(f"{standin.engine_url}/v1/chat/completions", json=body, timeout=300)
+                    url = standin.endpoints.get(m[1], standin.engine_url)
+                    r = httpx.post(f"{url}/v1/chat/completions", content=raw, headers={"Content-Type": "application/json"}, timeout=300)
                     self._send(r.status_code, r.content, r.headers.get("content-type", "application/json"))
                 elif m := re.fullmatch(r"/endpoints/([^/]+)/invocations-response-stream", self.path):
-                    self._stream(event("PayloadPart", piece, "application/octet-stream") for piece in standin._engine_stream(body))
+                    url = standin.endpoints.get(m[1], standin.engine_url)
+                    self._stream(event("PayloadPart", piece, "application/octet-stream") for piece in standin._engine_stream(body, url))
                 elif m := re.fullmatch(r"/model/([^/]+)/converse", self.path):
                     r = httpx.post(f"{standin.engine_url}/v1/chat/completions", json=_openai(body), timeout=300).json()
                     out = {"output": {"message": {"role": "assistant", "content": [{"text": r["choices"][0]["message"]["content"]}]}},
@@ -112,8 +119,8 @@ class AwsStandIn:
             self._server.shutdown()
             self._server.server_close()
 
-    def _engine_stream(self, body: dict[str, Any]) -> Iterator[bytes]:
-        with httpx.stream("POST", f"{self.engine_url}/v1/chat/completions", json=body, timeout=300) as r:
+    def _engine_stream(self, body: dict[str, Any], url: str = "") -> Iterator[bytes]:
+        with httpx.stream("POST", f"{url or self.engine_url}/v1/chat/completions", json=body, timeout=300) as r:
             yield from r.iter_raw()
 
     def _converse_events(self, body: dict[str, Any]) -> Iterator[bytes]:

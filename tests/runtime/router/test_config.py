@@ -50,6 +50,15 @@ def test_inline_json_and_aws_kinds():
     ({"escalation": {"kind": "bedrock"}}, "escalation.model_id: kind bedrock needs"),
     ({"escalation": {"kind": "vertex", "url": "http://x"}}, "escalation.kind: must be openai, sagemaker or bedrock"),
     ({**LLM, "slm_url": "slm:8080"}, "slm_url: must be an http(s) URL"),
+    ({**LLM, "slm_endpoint_name": "-slm"}, "slm_endpoint_name: must be a SageMaker endpoint name"),
+    ({**LLM, "slm_endpoint_name": "slm_1"}, "slm_endpoint_name: must be a SageMaker endpoint name"),
+    ({**LLM, "slm_endpoint_name": "a" * 64}, "slm_endpoint_name: must be a SageMaker endpoint name"),
+    ({**LLM, "slm_endpoint_name": "slm", "slm_endpoint_url": "vpce.local"}, "slm_endpoint_url: must be an http(s) URL"),
+    ({**LLM, "slm_region": "us-east-1"}, "slm_region: only used with slm_endpoint_name"),
+    ({"escalation": {"kind": "bedrock", "model_id": "m", "api_key_secret_arn": "k"}}, "escalation.api_key_secret_arn: only kind openai"),
+    ({"escalation": {**LLM["escalation"], "api_key_secret_arn": "my key"}}, "escalation.api_key_secret_arn: must be a Secrets Manager secret ARN or name"),
+    ({"escalation": {**LLM["escalation"], "api_key_secret_arn": "k", "api_key_refresh_minutes": 0}},
+     "escalation.api_key_refresh_minutes: must be > 0"),
     ({**LLM, "top_logprobs": 50}, "top_logprobs: must be within [1, 20]"),
     ({**LLM, "threshold": 0.5}, "threshold: unknown key"),
     ({**LLM, "breaker": {"failure_threshold": 0}}, "breaker.failure_threshold: must be >= 1"),
@@ -67,6 +76,33 @@ def test_errors_name_the_key(data, message):
     with pytest.raises(rc.ConfigError) as e:
         rc.from_dict(data)
     assert message in str(e.value)
+
+
+def test_slm_endpoint_keys_replace_slm_url():
+    cfg = rc.load({"ROUTER_CONFIG_JSON": json.dumps({**LLM, "slm_url": "not a url", "slm_region": "eu-west-1",
+                                                     "slm_endpoint_url": "https://runtime.sagemaker.eu-west-1.amazonaws.com"}),
+                   "ROUTER_SLM_ENDPOINT_NAME": "Smollm2-2-1a2b3c4d"})
+    assert (cfg.slm_endpoint_name, cfg.slm_region) == ("Smollm2-2-1a2b3c4d", "eu-west-1")  # slm_url is then ignored
+    assert rc.from_dict({**LLM, "slm_endpoint_name": "a" * 63, "slm_endpoint_url": ""}).slm_endpoint_name == "a" * 63
+    arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:router/llm-key-AbCdEf"
+    for secret in (arn, "router/llm-key"):
+        e = rc.from_dict({"escalation": {**LLM["escalation"], "api_key_secret_arn": secret}}).escalation
+        assert (e.api_key_secret_arn, e.api_key_refresh_minutes) == (secret, 15.0)
+
+
+def test_secret_values_the_key_is_read_from():
+    from slm_router.secret_key import parse_secret
+
+    assert parse_secret("  sk-raw\n") == "sk-raw"
+    assert [parse_secret(json.dumps({k: "sk-1", "other": "x"})) for k in ("api_key", "token", "key")] == ["sk-1"] * 3
+    assert parse_secret(json.dumps({"key": "k", "api_key": "a"})) == "a"  # api_key first
+    assert parse_secret("{not json") == "{not json"  # a raw key that merely starts with a brace
+    with pytest.raises(ValueError, match="the secret is empty"):
+        parse_secret("  ")
+    for bad in ({"password": "hunter2"}, {"api_key": ""}):
+        with pytest.raises(ValueError, match="without a non-empty string field api_key / token / key") as e:
+            parse_secret(json.dumps(bad))
+        assert "hunter2" not in str(e.value)  # the message never carries the secret's content
 
 
 def test_gateway_mode_needs_no_router_keys():
@@ -94,3 +130,10 @@ def test_entrypoint_reports_a_bad_config_in_one_line_and_exit_2():
     ok = subprocess.run([sys.executable, "-m", "slm_router", "--print-config"], env={**env, "ROUTER_CONFIG_JSON": json.dumps(LLM)},
                         capture_output=True, text=True, timeout=30)
     assert ok.returncode == 0 and json.loads(ok.stdout)["escalation"]["url"] == "http://llm:8080/v1"
+    # SageMaker starts the container with `serve`: port 8080 unless ROUTER_PORT says otherwise.
+    sm = subprocess.run([sys.executable, "-m", "slm_router", "serve", "--print-config"], env={**env, "ROUTER_CONFIG_JSON": json.dumps(LLM)},
+                        capture_output=True, text=True, timeout=30)
+    assert sm.returncode == 0 and json.loads(sm.stdout)["listen_port"] == 8080
+    bad = subprocess.run([sys.executable, "-m", "slm_router", "serve", "--workers"], env={**env, "ROUTER_CONFIG_JSON": json.dumps(LLM)},
+                         capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2 and "unknown arguments ['--workers']" in bad.stderr
