@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Container entrypoint for llama-server.
+
+    entrypoint.py            EKS mode: exec llama-server on LLAMA_HOST:LLAMA_PORT (0.0.0.0:8080)
+    entrypoint.py serve      SageMaker mode: llama-server on loopback + the /ping, /invocations adapter
+    entrypoint.py print-command [serve]   print the engine command line this environment produces
+
+Flags come from engine_flags (the env contract); see README.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shlex
+import shutil
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from engine_flags import EngineConfig, EngineConfigError, config_from_env, llama_server_args, on_loopback
+from sagemaker_adapter import SageMakerAdapter
+
+DEFAULT_BIN = "/opt/llama/bin/llama-server"
+EKS_MODEL_DIR = "/models"
+SAGEMAKER_MODEL_DIR = "/opt/ml/model"
+
+log = logging.getLogger("entrypoint")
+
+
+def engine_binary(env: Mapping[str, str]) -> str:
+    explicit = env.get("LLAMA_SERVER_BIN", "").strip()
+    if explicit:
+        return explicit
+    if Path(DEFAULT_BIN).is_file():
+        return DEFAULT_BIN
+    found = shutil.which("llama-server")
+    if found:
+        return found
+    raise EngineConfigError("llama-server not found: set LLAMA_SERVER_BIN")
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name, "").strip()
+    try:
+        return int(raw) if raw else default
+    except ValueError:
+        raise EngineConfigError(f"{name} must be an integer, got {raw!r}") from None
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name, "").strip()
+    try:
+        return float(raw) if raw else default
+    except ValueError:
+        raise EngineConfigError(f"{name} must be a number, got {raw!r}") from None
+
+
+def eks_command(env: Mapping[str, str], **probe: int | None) -> list[str]:
+    """The llama-server argv for EKS mode (`probe`: cpus=, memory_limit= instead of reading cgroups)."""
+    cfg = config_from_env(env, model_dir_default=EKS_MODEL_DIR, **probe)
+    return [engine_binary(env), *llama_server_args(cfg)]
+
+
+@dataclass(frozen=True)
+class SageMakerPlan:
+    engine: EngineConfig  # bound to 127.0.0.1
+    command: list[str]
+    adapter_host: str
+    adapter_port: int
+    max_in_flight: int  # slots + queue depth
+    retry_after: int
+    pool_idle_seconds: float
+    drain_seconds: float  # on SIGTERM, how long requests being answered may take to finish
+
+
+def sagemaker_plan(env: Mapping[str, str], **probe: int | None) -> SageMakerPlan:
+    model_dir = env.get("SM_MODEL_DIR", "").strip() or SAGEMAKER_MODEL_DIR
+    cfg = config_from_env({**env, "MODEL_DIR": model_dir}, model_dir_default=model_dir, **probe)
+    # SAGEMAKER_BIND_TO_PORT is set for containers in inference pipelines; 8080 otherwise.
+    adapter_port = _int(env, "SAGEMAKER_BIND_TO_PORT", 8080)
+    engine_port = _int(env, "LLAMA_ENGINE_PORT", 8081 if adapter_port != 8081 else 8082)
+    if engine_port == adapter_port:
+        raise EngineConfigError(f"LLAMA_ENGINE_PORT must differ from the adapter port {adapter_port}")
+    queue_depth = _int(env, "LLAMA_QUEUE_DEPTH", cfg.parallel)
+    if queue_depth < 0:
+        raise EngineConfigError(f"LLAMA_QUEUE_DEPTH must be >= 0, got {queue_depth}")
+    engine = on_loopback(cfg, engine_port)
+    pool_idle = _float(env, "ADAPTER_POOL_IDLE_SECONDS", 3.0)
+    drain = _float(env, "ADAPTER_DRAIN_SECONDS", 20.0)
+    return SageMakerPlan(
+        engine=engine,
+        command=[engine_binary(env), *llama_server_args(engine)],
+        adapter_host=env.get("ADAPTER_HOST", "").strip() or "0.0.0.0",
+        adapter_port=adapter_port,
+        max_in_flight=cfg.parallel + queue_depth,
+        retry_after=_int(env, "ADAPTER_RETRY_AFTER_SECONDS", 1),
+        pool_idle_seconds=pool_idle,
+        drain_seconds=drain,
+    )
+
+
+async def serve(env: Mapping[str, str]) -> int:
+    """Run SageMaker mode until SIGTERM (exit 0) or until llama-server dies (its exit code, so the
+    platform replaces the container instead of answering 503 forever)."""
+    plan = sagemaker_plan(env)
+    adapter = SageMakerAdapter(
+        "127.0.0.1", plan.engine.port, max_in_flight=plan.max_in_flight, retry_after=plan.retry_after,
+        pool_idle_seconds=plan.pool_idle_seconds,
+    )
+    # Bind first, so /ping answers 503 (not connection refused) while the model loads.
+    port = await adapter.start(plan.adapter_host, plan.adapter_port)
+    log.info("adapter on %s:%d, max in flight %d; engine: %s", plan.adapter_host, port, plan.max_in_flight, shlex.join(plan.command))
+    proc = await asyncio.create_subprocess_exec(*plan.command)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    engine_exit = asyncio.create_task(proc.wait())
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({engine_exit, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if engine_exit.done():
+        stopping.cancel()
+        log.error("llama-server exited with %s", proc.returncode)
+        await adapter.close(grace=0)
+        return proc.returncode or 1
+    log.info("stopping: draining requests in flight for up to %.0fs", plan.drain_seconds)
+    await adapter.close(grace=plan.drain_seconds)
+    proc.terminate()
+    try:
+        await asyncio.wait_for(engine_exit, 15)
+    except asyncio.TimeoutError:
+        proc.kill()
+        await engine_exit
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    args = sys.argv[1:] if argv is None else argv
+    env = os.environ
+    try:
+        if args[:1] == ["serve"]:
+            return asyncio.run(serve(env))
+        if args[:1] == ["print-command"]:
+            cmd = sagemaker_plan(env).command if args[1:2] == ["serve"] else eks_command(env)
+            print(shlex.join(cmd))
+            return 0
+        if args:
+            print(f"entrypoint: unknown mode {args[0]!r} (use no argument for EKS mode, or 'serve')", file=sys.stderr)
+            return 2
+        cmd = eks_command(env)
+    except EngineConfigError as e:
+        print(f"entrypoint: error: {e}", file=sys.stderr)
+        return 2
+    print(f"entrypoint: exec {shlex.join(cmd)}", file=sys.stderr, flush=True)
+    os.execv(cmd[0], cmd)  # llama-server becomes PID 1 and handles SIGTERM itself
+    return 1  # pragma: no cover
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,346 @@
+"""SageMaker's container contract in front of llama-server on loopback (stdlib asyncio only).
+
+Data plane only: `GET /ping` and `POST /invocations`; every other path is 404 (no model swap, no
+/props, no slot save/restore). An OpenAI chat body (`messages`) goes to /v1/chat/completions, a
+completion body (`prompt`) to /v1/completions; the body is forwarded byte for byte and the response
+relayed as it arrives (SSE when `stream: true`, which InvokeEndpointWithResponseStream consumes).
+
+Admission: at most `max_in_flight` (= slots + queue depth) requests in flight; beyond that 429 with
+Retry-After, so bursts queue in the engine (bounded) instead of piling up behind SageMaker's timeout.
+503 with Retry-After while the engine is down or loading.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import AsyncIterator
+
+from http1 import LAST_CHUNK, Head, HttpError, Request, encode_chunk, encode_head, iter_chunked, json_error, read_head, read_request
+
+log = logging.getLogger("sagemaker-adapter")
+
+ENGINE_KEEPALIVE_SECONDS = 5.0  # cpp-httplib's CPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND in the pinned llama.cpp
+ROUTES = {"messages": "/v1/chat/completions", "prompt": "/v1/completions"}
+RELAYED_HEADERS = ("content-type", "cache-control")
+
+
+@dataclass
+class AdapterStats:
+    accepted: int = 0
+    rejected_busy: int = 0  # 429
+    rejected_unavailable: int = 0  # 503 before reaching the engine
+    stale_retries: int = 0  # requests re-sent once on a fresh connection
+    upstream_errors: int = 0  # 502/504
+
+
+class EngineUnavailable(Exception):
+    pass
+
+
+class _StaleConnection(Exception):
+    """The engine closed a pooled keep-alive connection before answering: the request was not processed."""
+
+
+class _Conn:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.reader = reader
+        self.writer = writer
+        self.idle_since = time.monotonic()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.writer.close()
+
+
+class EnginePool:
+    """Keep-alive connections to the engine. Idle ones are dropped before the engine's own keep-alive
+    timeout would close them, which makes the stale-connection race rare; one the engine closed anyway
+    shows up as an immediate EOF on use and the request is re-sent once (see _forward)."""
+
+    def __init__(self, host: str, port: int, *, max_idle: int, idle_seconds: float, connect_timeout: float = 2.0):
+        self.host, self.port = host, port
+        self.max_idle = max_idle
+        self.idle_seconds = idle_seconds
+        self.connect_timeout = connect_timeout
+        self._idle: list[_Conn] = []
+
+    async def acquire(self, *, fresh: bool = False) -> tuple[_Conn, bool]:
+        now = time.monotonic()
+        while self._idle and not fresh:
+            conn = self._idle.pop()
+            if now - conn.idle_since < self.idle_seconds:
+                return conn, True
+            conn.close()
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port, limit=1 << 16), self.connect_timeout)
+        except (OSError, asyncio.TimeoutError) as e:
+            raise EngineUnavailable(f"engine not reachable: {e}") from None
+        return _Conn(reader, writer), False
+
+    def release(self, conn: _Conn) -> None:
+        if len(self._idle) >= self.max_idle:
+            conn.close()
+            return
+        conn.idle_since = time.monotonic()
+        self._idle.append(conn)
+
+    def close(self) -> None:
+        while self._idle:
+            self._idle.pop().close()
+
+
+class SageMakerAdapter:
+    def __init__(
+        self,
+        engine_host: str,
+        engine_port: int,
+        *,
+        max_in_flight: int,
+        retry_after: int = 1,
+        pool_idle_seconds: float = 3.0,
+        request_timeout: float = 600.0,
+        max_body_bytes: int = 6 * 1024 * 1024,  # SageMaker's real-time payload limit
+        client_idle_timeout: float = 75.0,  # longer than SageMaker's front end keeps idle connections
+    ):
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+        self.engine = (engine_host, engine_port)
+        self.max_in_flight = max_in_flight
+        self.retry_after = retry_after
+        self.request_timeout = request_timeout
+        self.max_body_bytes = max_body_bytes
+        self.client_idle_timeout = client_idle_timeout
+        self.pool = EnginePool(engine_host, engine_port, max_idle=max_in_flight + 2, idle_seconds=pool_idle_seconds)
+        self.stats = AdapterStats()
+        self.in_flight = 0  # admitted /invocations (the admission bound)
+        self._busy = 0  # requests being answered, any path (what a graceful stop waits for)
+        self._closing = False
+        self._server: asyncio.AbstractServer | None = None
+        self._conns: set[asyncio.Task] = set()
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+
+    async def start(self, host: str = "0.0.0.0", port: int = 8080) -> int:
+        self._server = await asyncio.start_server(self._serve_conn, host, port, limit=1 << 16, reuse_address=True, backlog=1024)
+        return self._server.sockets[0].getsockname()[1]
+
+    async def close(self, grace: float = 10.0) -> None:
+        """Stop accepting, let requests being answered finish for up to `grace` seconds, then close
+        every connection (idle keep-alive ones at once)."""
+        self._closing = True
+        if self._server is not None:
+            self._server.close()
+        deadline = time.monotonic() + grace
+        while self._busy and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        for task in list(self._conns):
+            task.cancel()
+        await asyncio.gather(*self._conns, return_exceptions=True)
+        self.pool.close()
+
+    # --- connections -------------------------------------------------------------------------------
+
+    async def _serve_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._conns.add(task)
+        try:
+            while True:
+                try:
+                    req = await asyncio.wait_for(read_request(reader, self.max_body_bytes, writer), self.client_idle_timeout)
+                except HttpError as e:
+                    writer.write(json_error(e.status, e.message, keep_alive=False))
+                    await writer.drain()
+                    return
+                except (asyncio.TimeoutError, asyncio.IncompleteReadError):
+                    return
+                if req is None:
+                    return
+                self._busy += 1
+                try:
+                    keep = await self._dispatch(req, writer)
+                finally:
+                    self._busy -= 1
+                if not keep or self._closing:
+                    return
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        except (asyncio.TimeoutError, asyncio.IncompleteReadError, HttpError) as e:
+            log.info("engine response cut off mid-body: %s", type(e).__name__)
+        except Exception:  # a bug must cost one connection, never the server
+            log.exception("unexpected error while serving a connection")
+        finally:
+            self._conns.discard(task)
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def _dispatch(self, req: Request, writer: asyncio.StreamWriter) -> bool:
+        """Answer one request; False when the connection must close."""
+        path = req.path
+        if path == "/ping":
+            if req.method not in ("GET", "HEAD"):
+                return await self._send(writer, json_error(405, "use GET /ping", keep_alive=req.keep_alive, extra=[("Allow", "GET")]), req.keep_alive)
+            healthy = await self.engine_healthy()
+            if healthy:
+                body = b'{"status":"ok"}'
+                head = encode_head(200, [("Content-Type", "application/json"), ("Content-Length", str(len(body))), ("Connection", "keep-alive" if req.keep_alive else "close")])
+                return await self._send(writer, head + (b"" if req.method == "HEAD" else body), req.keep_alive)
+            return await self._send(writer, json_error(503, "model loading or engine down", keep_alive=req.keep_alive, retry_after=self.retry_after), req.keep_alive)
+        if path == "/invocations":
+            if req.method != "POST":
+                return await self._send(writer, json_error(405, "use POST /invocations", keep_alive=req.keep_alive, extra=[("Allow", "POST")]), req.keep_alive)
+            return await self._invocations(req, writer)
+        return await self._send(writer, json_error(404, f"no route {path}: this endpoint serves GET /ping and POST /invocations", keep_alive=req.keep_alive), req.keep_alive)
+
+    @staticmethod
+    async def _send(writer: asyncio.StreamWriter, data: bytes, keep_alive: bool) -> bool:
+        writer.write(data)
+        await writer.drain()
+        return keep_alive
+
+    # --- /ping -------------------------------------------------------------------------------------
+
+    async def engine_healthy(self, timeout: float = 1.5) -> bool:  # SageMaker wants /ping within 2 s
+        """llama-server's /health: 200 once the model is loaded, 503 while loading."""
+        host, port = self.engine
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        except (OSError, asyncio.TimeoutError):
+            return False
+        try:
+            writer.write(f"GET /health HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n".encode())
+            await writer.drain()
+            head = await asyncio.wait_for(read_head(reader), timeout)
+            return head is not None and head.start_line.split(" ")[1:2] == ["200"]
+        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, HttpError):
+            return False
+        finally:
+            writer.close()
+
+    # --- /invocations ------------------------------------------------------------------------------
+
+    async def _invocations(self, req: Request, writer: asyncio.StreamWriter) -> bool:
+        ka = req.keep_alive
+        if self.in_flight >= self.max_in_flight:
+            self.stats.rejected_busy += 1
+            return await self._send(writer, json_error(429, f"busy: {self.max_in_flight} requests in flight", keep_alive=ka, retry_after=self.retry_after), ka)
+        try:
+            payload = json.loads(req.body)
+        except (ValueError, UnicodeDecodeError):
+            return await self._send(writer, json_error(400, "body must be JSON", keep_alive=ka), ka)
+        kinds = [k for k in ROUTES if isinstance(payload, dict) and k in payload]
+        if len(kinds) != 1:
+            return await self._send(writer, json_error(400, "body must be an OpenAI chat request (messages) or completion request (prompt)", keep_alive=ka), ka)
+        self.in_flight += 1
+        self.stats.accepted += 1
+        try:
+            try:
+                conn, head = await self._forward(ROUTES[kinds[0]], req.body)
+            except EngineUnavailable as e:
+                self.stats.rejected_unavailable += 1
+                return await self._send(writer, json_error(503, str(e), keep_alive=ka, retry_after=self.retry_after), ka)
+            except (asyncio.TimeoutError, HttpError, ConnectionError, asyncio.IncompleteReadError) as e:
+                self.stats.upstream_errors += 1
+                status = 504 if isinstance(e, asyncio.TimeoutError) else 502
+                return await self._send(writer, json_error(status, f"engine error: {type(e).__name__}", keep_alive=ka), ka)
+            return await self._relay(conn, head, writer, ka)
+        finally:
+            self.in_flight -= 1
+
+    async def _forward(self, path: str, body: bytes) -> tuple[_Conn, Head]:
+        host, port = self.engine
+        request = (
+            f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: keep-alive\r\n\r\n"
+        ).encode() + body
+        for attempt in (0, 1):
+            conn, reused = await self.pool.acquire(fresh=attempt > 0)
+            try:
+                conn.writer.write(request)
+                await conn.writer.drain()
+                head = await asyncio.wait_for(read_head(conn.reader), self.request_timeout)
+                if head is None:
+                    raise _StaleConnection()
+                return conn, head
+            except (_StaleConnection, ConnectionResetError, BrokenPipeError):
+                conn.close()
+                if reused and attempt == 0:
+                    # Nothing came back on a reused connection: the engine closed it idle and never read the
+                    # request, so re-sending cannot run the generation twice.
+                    self.stats.stale_retries += 1
+                    continue
+                raise EngineUnavailable("engine closed the connection") from None
+            except BaseException:
+                conn.close()
+                raise
+        raise AssertionError("unreachable")
+
+    async def _relay(self, conn: _Conn, head: Head, writer: asyncio.StreamWriter, keep_alive: bool) -> bool:
+        """Stream the engine's response to the client as it arrives (no buffering of whole bodies)."""
+        parts = head.start_line.split(" ", 2)
+        status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 502
+        reusable = parts[0] == "HTTP/1.1" and "close" not in head.header("connection").lower()
+        out = [(name.title(), head.headers[name]) for name in RELAYED_HEADERS if name in head.headers]
+        if status == 503:
+            out.append(("Retry-After", str(self.retry_after)))
+        conn_header = ("Connection", "keep-alive" if keep_alive else "close")
+        released = False
+
+        def engine_body_read() -> None:
+            # Hand the engine connection back as soon as its response is fully read, before the client has
+            # the last bytes: a request that follows at once finds it idle instead of opening another.
+            nonlocal released
+            released = True
+            if reusable:
+                self.pool.release(conn)
+            else:
+                conn.close()
+
+        try:
+            length = head.content_length()
+            if head.chunked or length is None:
+                writer.write(encode_head(status, out + [("Transfer-Encoding", "chunked"), conn_header]))
+                source = iter_chunked(conn.reader) if head.chunked else self._until_eof(conn.reader)
+                reusable = reusable and head.chunked
+                # One deadline pushed forward per chunk (an idle timeout between SSE events), rather than
+                # wait_for per chunk, which would create a task per token.
+                loop = asyncio.get_running_loop()
+                async with asyncio.timeout(self.request_timeout) as idle:
+                    async for data in source:
+                        writer.write(encode_chunk(data))
+                        await writer.drain()
+                        idle.reschedule(loop.time() + self.request_timeout)
+                engine_body_read()
+                writer.write(LAST_CHUNK)
+            else:
+                writer.write(encode_head(status, out + [("Content-Length", str(length)), conn_header]))
+                remaining = length
+                while remaining:
+                    data = await asyncio.wait_for(conn.reader.read(min(remaining, 1 << 16)), self.request_timeout)
+                    if not data:
+                        raise asyncio.IncompleteReadError(b"", remaining)
+                    remaining -= len(data)
+                    if not remaining:
+                        engine_body_read()
+                    writer.write(data)
+                    await writer.drain()
+                if not released:  # empty body
+                    engine_body_read()
+            await writer.drain()
+        except BaseException:
+            # The client left or the engine broke mid-body: closing the engine connection makes llama-server
+            # cancel the generation and free the slot. The client connection cannot carry on either.
+            if not released:
+                conn.close()
+            raise
+        return keep_alive
+
+    @staticmethod
+    async def _until_eof(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
+        while data := await reader.read(1 << 16):
+            yield data
