@@ -449,6 +449,7 @@ class EC2NodeClassSpec:
 # Labels/taints shared by the default pools, so workloads can select and tolerate them by name.
 POOL_LABEL = "cpu-inference/pool"
 MEMORY_TAINT = Taint("cpu-inference/memory-optimized", "true", "NoSchedule")
+MEMORY_POOL = "memory-optimized"  # the model farm's pool: its name and its POOL_LABEL value
 DEFAULT_CATEGORIES = ("c", "m", "r")
 DEFAULT_MIN_GENERATION = 7
 
@@ -513,14 +514,14 @@ def default_node_pools(
         mem_fams = tuple(f for f in fams if family_parts(f)[0] == "r")
         pools.append(
             NodePoolSpec(
-                name="memory-optimized",
+                name=MEMORY_POOL,
                 node_class=node_class,
                 architectures=archs,
                 capacity_types=tuple(capacity_types),
                 instance_families=mem_fams,
                 instance_categories=("r",),
                 min_generation=DEFAULT_MIN_GENERATION,
-                labels={POOL_LABEL: "memory-optimized"},
+                labels={POOL_LABEL: MEMORY_POOL},
                 taints=(MEMORY_TAINT,),
                 disruption=disruption,
                 limit_cpu=max_node_cpu,

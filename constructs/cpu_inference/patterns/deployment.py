@@ -3,15 +3,17 @@ workload on the cluster or an endpoint."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from aws_cdk import aws_iam as iam
+from constructs import Construct
 
 from ..artifacts import ModelBucketProps
 from ..eks import InferenceWorkloads, InferenceWorkloadsProps
 from ..eks.inference_workloads import ModelDeployment
 from ..images import LlamaCppImageProps
+from ..k8s.karpenter_specs import MEMORY_POOL, MEMORY_TAINT
 from ..k8s.llama_server_chart import ServingPolicy
 from ..k8s.router_chart import RouterChartProps
 from ..sagemaker import GravitonEndpoint, GravitonEndpointProps
@@ -64,8 +66,6 @@ class DeploymentProps:
 def served_policy(props: DeploymentProps, *, namespace: str, pattern: str, farm: bool) -> ServingPolicy:
     """Namespace-wide serving settings from the platform's node pools. A farm packs onto the tainted
     memory-optimized pool (r families), tolerating its taint and preferring it."""
-    from ..k8s.karpenter_specs import MEMORY_TAINT
-
     pools = props.platform.node_pools
     families = tuple(pools.instance_families)
     policy = ServingPolicy(
@@ -76,10 +76,7 @@ def served_policy(props: DeploymentProps, *, namespace: str, pattern: str, farm:
         kubernetes_minor=props.platform.cluster.kubernetes_version,
     )
     if farm and pools.memory_pool and any(f.startswith("r") for f in families):
-        from dataclasses import replace
-
-        taint = {"key": MEMORY_TAINT.key, "operator": "Equal", "value": MEMORY_TAINT.value, "effect": MEMORY_TAINT.effect}
-        policy = replace(policy, tolerations=(taint,), preferred_pools=("memory-optimized",))
+        policy = replace(policy, tolerations=(MEMORY_TAINT.toleration(),), preferred_pools=(MEMORY_POOL,))
     return policy
 
 
@@ -99,7 +96,7 @@ def model_deployments(models: tuple[ServedModel, ...], foundation: ServingFounda
 
 
 def eks_workloads(
-    scope: object,
+    scope: Construct,
     props: DeploymentProps,
     foundation: ServingFoundation,
     platform: EksPlatform,
@@ -109,7 +106,7 @@ def eks_workloads(
     router_statements: tuple[iam.PolicyStatement, ...] = (),
 ) -> InferenceWorkloads:
     return InferenceWorkloads(
-        scope,  # type: ignore[arg-type]
+        scope,
         "Workloads",
         props=InferenceWorkloadsProps(
             cluster=platform.cluster,
@@ -125,12 +122,12 @@ def eks_workloads(
     )
 
 
-def endpoints(scope: object, props: DeploymentProps, foundation: ServingFoundation) -> dict[str, GravitonEndpoint]:
+def endpoints(scope: Construct, props: DeploymentProps, foundation: ServingFoundation) -> dict[str, GravitonEndpoint]:
     """One SageMaker endpoint per model, each reading only its own model prefix."""
     out: dict[str, GravitonEndpoint] = {}
     for m in props.models:
         out[m.name] = GravitonEndpoint(
-            scope,  # type: ignore[arg-type]
+            scope,
             f"Endpoint{''.join(p.capitalize() for p in m.name.split('-'))}",
             props=GravitonEndpointProps.for_served_model(
                 m,
