@@ -59,6 +59,9 @@ def test_bedrock_escalation_is_one_model_arn_for_the_router_only(synthesized) ->
     s = synthesized["config.yaml"]
     cfg = _router_config(_objects(synthesized, "config.yaml"), "router")
     assert cfg["escalation"]["kind"] == "bedrock" and cfg["escalation"]["model_id"] == s.config.escalation.model_id
+    # The stack's region reaches the router at deploy time (Pod Identity gives credentials, not a region):
+    # a CloudFormation reference in the manifest, which the extraction renders as its placeholder.
+    assert cfg["escalation"]["region"] == k8s.TOKEN
     _router_config_module().from_dict(cfg)
     bedrock = [
         st for p in _policies(s.template) for st in p["PolicyDocument"]["Statement"]

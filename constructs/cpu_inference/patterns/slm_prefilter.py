@@ -88,12 +88,13 @@ class SlmPrefilter(Construct):
         self.platform = d.existing_platform or EksPlatform(self, "Platform", props=d.platform)
         policy = served_policy(d, namespace=NAMESPACE, pattern="slm-prefilter", farm=False)
         url = {m.name: f"http://{m.name}.{NAMESPACE}.svc.cluster.local:8080" for m in d.models}
+        # Explicit, deploy-time region for AWS escalations: EKS Pod Identity injects credentials, not a region.
         region = cdk.Stack.of(self).region
         config = {
             **props.router.router_config(),
             "slm_url": url[props.slm],
             "escalation": props.escalation.router_config(
-                llm_url=url.get(props.escalation.model or ""), region=None if cdk.Token.is_unresolved(region) else region,
+                llm_url=url.get(props.escalation.model or ""), region=region,
             ),
         }
         assert self.foundation.router_image is not None
