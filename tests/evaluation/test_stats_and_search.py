@@ -91,7 +91,8 @@ def test_bench_finds_the_knee_of_a_known_latency_curve() -> None:
     """The whole loop (closed-loop load, per-level p95, the search, the cost) against a server whose
     curve is known: 2 slots of 150 ms, so p95 is ≥ 150 ms at 1-2 in flight, ≥ 300 ms at 4, ≥ 600 ms at 8
     (queueing makes these floors physical). A 450 ms target sits between 4 and 8 with room for a slow
-    machine, so the search must select 4; throughput saturates at slots / service time = 13.3 queries/s."""
+    machine, so the search selects 4 (or 2 when a preempted request pushed 4 over); throughput saturates
+    at slots / service time = 13.3 queries/s."""
     from cpu_inference.evaluation.bench import run_bench
     from cpu_inference.evaluation.client import OpenAIClient
     from cpu_inference.evaluation.loadgen import LoadSettings, load_prompts
@@ -109,7 +110,10 @@ def test_bench_finds_the_knee_of_a_known_latency_curve() -> None:
     assert [lv["errors"] for lv in report["levels"]] == [0, 0, 0, 0], [lv["first_errors"] for lv in report["levels"]]
     p95 = {lv["concurrency"]: lv["e2e_p95_ms"] for lv in report["levels"]}
     assert p95[1] >= 150 and p95[2] >= 150 and p95[4] >= 300 and p95[8] >= 600, p95
-    assert report["selected"]["concurrency"] == 4
+    # The search picks the highest level whose measured p95 meets the target: 8 never can (its queueing
+    # floor is 600 ms), 4 does on an idle machine (~300 ms) but a preempted request can push its p95 over.
+    meets = [c for c in (1, 2, 4, 8) if p95[c] <= 450]
+    assert report["selected"]["concurrency"] == max(meets) and max(meets) in (2, 4), p95
     sel = report["selected"]
     assert 6 < sel["qps"] <= 13.5  # bounded by 2 slots / 150 ms
     assert sel["cost_per_1k_queries_usd"] == pytest.approx(0.0723 / (sel["qps"] * 3600) * 1000, rel=1e-6)
