@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -43,10 +44,11 @@ _UNAVAILABLE_CODES = {"ThrottlingException", "ServiceUnavailableException", "Ser
 
 
 def make_client(service: str, region: str, endpoint_url: str, t: Timeouts) -> Any:
-    """A botocore client without retries; empty region / endpoint_url mean the SDK chain / the public endpoint."""
+    """A botocore client without retries; empty region / endpoint_url mean AWS_REGION or the SDK chain / the
+    public endpoint (botocore itself reads only AWS_DEFAULT_REGION, not the AWS_REGION other SDKs use)."""
     cfg = BotoConfig(connect_timeout=t.connect_s, read_timeout=max(t.total_s, t.first_byte_s, t.idle_s),
                      retries={"total_max_attempts": 1}, max_pool_connections=64, user_agent_extra="slm-router")
-    return botocore.session.get_session().create_client(service, region_name=region or None, endpoint_url=endpoint_url or None, config=cfg)
+    return botocore.session.get_session().create_client(service, region_name=region or os.environ.get("AWS_REGION") or None, endpoint_url=endpoint_url or None, config=cfg)
 
 
 def _mapped(exc: BaseException) -> UpstreamError | Answer:

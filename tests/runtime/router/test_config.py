@@ -137,3 +137,14 @@ def test_entrypoint_reports_a_bad_config_in_one_line_and_exit_2():
     bad = subprocess.run([sys.executable, "-m", "slm_router", "serve", "--workers"], env={**env, "ROUTER_CONFIG_JSON": json.dumps(LLM)},
                          capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and "unknown arguments ['--workers']" in bad.stderr
+
+
+def test_aws_region_env_is_honoured_when_the_config_names_none(monkeypatch) -> None:
+    """botocore alone reads AWS_DEFAULT_REGION only; the router also takes AWS_REGION (what EKS and most SDKs set)."""
+    from slm_router.aws import make_client
+    from slm_router.config import Timeouts
+
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    monkeypatch.setenv("AWS_REGION", "eu-central-1")
+    assert make_client("sagemaker-runtime", "", "", Timeouts()).meta.region_name == "eu-central-1"
+    assert make_client("sagemaker-runtime", "us-west-2", "", Timeouts()).meta.region_name == "us-west-2"
