@@ -14,6 +14,14 @@ recipe="pin=$LLAMA_CPP_PYTHON_SHA256 native no-amx-on-x86 v2"
 if [ -x "$bin" ] && [ "$(cat "$dest/recipe" 2>/dev/null)" = "$recipe" ] && "$bin" --version >/dev/null 2>&1; then
   echo "$bin"; exit 0
 fi
+# One build at a time: a second caller (another pytest session, `make test` beside a test run) waits for the
+# first instead of wiping its work tree, then reuses its binary.
+mkdir -p "$dest"
+exec 9>"$dest/.lock"
+flock 9
+if [ -x "$bin" ] && [ "$(cat "$dest/recipe" 2>/dev/null)" = "$recipe" ] && "$bin" --version >/dev/null 2>&1; then
+  echo "$bin"; exit 0
+fi
 python=${PYTHON:-python3}
 work="$dest/work"
 rm -rf "$work"; mkdir -p "$work" "$dest/bin"
