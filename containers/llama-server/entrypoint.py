@@ -2,7 +2,8 @@
 """Container entrypoint for llama-server.
 
     entrypoint.py            EKS mode: exec llama-server on LLAMA_HOST:LLAMA_PORT (0.0.0.0:8080)
-    entrypoint.py serve      SageMaker mode: llama-server on loopback + the /ping, /invocations adapter
+    entrypoint.py serve      SageMaker mode: llama-server on loopback + the /ping, /invocations adapter;
+                             started as root (SageMaker's way), it drops to LLAMA_RUN_AS first (privileges.py)
     entrypoint.py print-command [serve]   print the engine command line this environment produces
 
 Flags come from engine_flags (the env contract); see README.md.
@@ -22,13 +23,22 @@ from pathlib import Path
 from typing import Mapping
 
 from engine_flags import EngineConfig, EngineConfigError, config_from_env, llama_server_args, on_loopback
-from sagemaker_adapter import SageMakerAdapter
+from privileges import drop_privileges
+from sagemaker_adapter import ABORT_SECONDS, DEFAULT_GENERATION_BUDGET_SECONDS, INVOKE_ENDPOINT_TIMEOUT_SECONDS, SageMakerAdapter
 
 DEFAULT_BIN = "/opt/llama/bin/llama-server"
 EKS_MODEL_DIR = "/models"
 SAGEMAKER_MODEL_DIR = "/opt/ml/model"
 
 log = logging.getLogger("entrypoint")
+
+# Stopping: SageMaker sends SIGTERM, then SIGKILL 30 s later ("This command sends the SIGTERM signal, then it
+# sends the SIGKILL signal 30 seconds later", docs.aws.amazon.com/sagemaker/latest/dg/your-algorithms-inference-code.html).
+# Everything below is derived from that one figure: drain + abort + engine stop + margin = 30 s.
+SIGKILL_AFTER_SECONDS = 30.0
+SHUTDOWN_MARGIN_SECONDS = 5.0  # interpreter exit, signal delivery, a loaded host
+ENGINE_STOP_SECONDS = 5.0  # llama-server exits at once on SIGTERM when idle; SIGKILL after this
+MAX_DRAIN_SECONDS = SIGKILL_AFTER_SECONDS - SHUTDOWN_MARGIN_SECONDS - ENGINE_STOP_SECONDS - ABORT_SECONDS  # 19 s
 
 
 def engine_binary(env: Mapping[str, str]) -> str:
@@ -75,6 +85,12 @@ class SageMakerPlan:
     retry_after: int
     pool_idle_seconds: float
     drain_seconds: float  # on SIGTERM, how long requests being answered may take to finish
+    generation_budget: float  # a non-streamed request is answered within this many seconds
+
+    @property
+    def shutdown_seconds(self) -> float:
+        """The longest SIGTERM → exit: drain, then the clean 503s, then the engine's stop."""
+        return self.drain_seconds + ABORT_SECONDS + ENGINE_STOP_SECONDS
 
 
 def sagemaker_plan(env: Mapping[str, str], **probe: int | None) -> SageMakerPlan:
@@ -90,7 +106,18 @@ def sagemaker_plan(env: Mapping[str, str], **probe: int | None) -> SageMakerPlan
         raise EngineConfigError(f"LLAMA_QUEUE_DEPTH must be >= 0, got {queue_depth}")
     engine = on_loopback(cfg, engine_port)
     pool_idle = _float(env, "ADAPTER_POOL_IDLE_SECONDS", 3.0)
-    drain = _float(env, "ADAPTER_DRAIN_SECONDS", 20.0)
+    drain = _float(env, "ADAPTER_DRAIN_SECONDS", MAX_DRAIN_SECONDS)
+    if not 0 <= drain <= MAX_DRAIN_SECONDS:
+        raise EngineConfigError(
+            f"ADAPTER_DRAIN_SECONDS must be in 0..{MAX_DRAIN_SECONDS:.0f}, got {drain:g}: SageMaker kills the container "
+            f"{SIGKILL_AFTER_SECONDS:.0f} s after SIGTERM, and stopping the engine needs the rest"
+        )
+    budget = _float(env, "ADAPTER_GENERATION_BUDGET_SECONDS", DEFAULT_GENERATION_BUDGET_SECONDS)
+    if not 0 < budget <= INVOKE_ENDPOINT_TIMEOUT_SECONDS:
+        raise EngineConfigError(
+            f"ADAPTER_GENERATION_BUDGET_SECONDS must be in (0, {INVOKE_ENDPOINT_TIMEOUT_SECONDS:.0f}], got {budget:g}: "
+            "InvokeEndpoint waits at most 60 s for an answer"
+        )
     return SageMakerPlan(
         engine=engine,
         command=[engine_binary(env), *llama_server_args(engine)],
@@ -100,16 +127,17 @@ def sagemaker_plan(env: Mapping[str, str], **probe: int | None) -> SageMakerPlan
         retry_after=_int(env, "ADAPTER_RETRY_AFTER_SECONDS", 1),
         pool_idle_seconds=pool_idle,
         drain_seconds=drain,
+        generation_budget=budget,
     )
 
 
-async def serve(env: Mapping[str, str]) -> int:
+async def serve(env: Mapping[str, str], plan: SageMakerPlan | None = None) -> int:
     """Run SageMaker mode until SIGTERM (exit 0) or until llama-server dies (its exit code, so the
     platform replaces the container instead of answering 503 forever)."""
-    plan = sagemaker_plan(env)
+    plan = plan or sagemaker_plan(env)
     adapter = SageMakerAdapter(
         "127.0.0.1", plan.engine.port, max_in_flight=plan.max_in_flight, retry_after=plan.retry_after,
-        pool_idle_seconds=plan.pool_idle_seconds,
+        pool_idle_seconds=plan.pool_idle_seconds, generation_budget=plan.generation_budget,
     )
     # Bind first, so /ping answers 503 (not connection refused) while the model loads.
     port = await adapter.start(plan.adapter_host, plan.adapter_port)
@@ -131,7 +159,7 @@ async def serve(env: Mapping[str, str]) -> int:
     await adapter.close(grace=plan.drain_seconds)
     proc.terminate()
     try:
-        await asyncio.wait_for(engine_exit, 15)
+        await asyncio.wait_for(engine_exit, ENGINE_STOP_SECONDS)
     except asyncio.TimeoutError:
         proc.kill()
         await engine_exit
@@ -144,7 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     env = os.environ
     try:
         if args[:1] == ["serve"]:
-            return asyncio.run(serve(env))
+            plan = sagemaker_plan(env)
+            # Before anything listens or starts: the adapter and the engine never run as root.
+            log.info("%s", drop_privileges(env, model=plan.engine.model, binary=plan.command[0]))
+            return asyncio.run(serve(env, plan))
         if args[:1] == ["print-command"]:
             cmd = sagemaker_plan(env).command if args[1:2] == ["serve"] else eks_command(env)
             print(shlex.join(cmd))

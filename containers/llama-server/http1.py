@@ -173,10 +173,15 @@ LAST_CHUNK = b"0\r\n\r\n"
 
 
 def json_error(status: int, message: str, *, keep_alive: bool = True, retry_after: int | None = None, extra: list[tuple[str, str]] | None = None) -> bytes:
-    """A complete response in llama-server's error shape, so clients parse one format."""
+    """A complete response in llama-server's error shape, so clients parse one format. With `retry_after`,
+    the body carries it too (`error.retry_after_seconds`): behind SageMaker a caller sees only the body, as
+    ModelError's OriginalMessage (with OriginalStatusCode), never the Retry-After header."""
     kind = {400: "invalid_request_error", 404: "not_found_error", 405: "invalid_request_error", 413: "invalid_request_error",
-            429: "rate_limit_error", 503: "unavailable_error"}.get(status, "server_error")
-    body = json.dumps({"error": {"code": status, "message": message, "type": kind}}).encode()
+            429: "rate_limit_error", 503: "unavailable_error", 504: "timeout_error"}.get(status, "server_error")
+    error: dict = {"code": status, "message": message, "type": kind}
+    if retry_after is not None:
+        error["retry_after_seconds"] = retry_after
+    body = json.dumps({"error": error}).encode()
     headers = [("Content-Type", "application/json; charset=utf-8"), ("Content-Length", str(len(body)))]
     if retry_after is not None:
         headers.append(("Retry-After", str(retry_after)))

@@ -2,12 +2,22 @@
 
 Data plane only: `GET /ping` and `POST /invocations`; every other path is 404 (no model swap, no
 /props, no slot save/restore). An OpenAI chat body (`messages`) goes to /v1/chat/completions, a
-completion body (`prompt`) to /v1/completions; the body is forwarded byte for byte and the response
-relayed as it arrives (SSE when `stream: true`, which InvokeEndpointWithResponseStream consumes).
+completion body (`prompt`) to /v1/completions; a streamed body is forwarded byte for byte (a non-streamed
+one gets the engine's time limit, see Time below) and the response relayed as it arrives (SSE when `stream: true`, which InvokeEndpointWithResponseStream consumes).
 
 Admission: at most `max_in_flight` (= slots + queue depth) requests in flight; beyond that 429 with
 Retry-After, so bursts queue in the engine (bounded) instead of piling up behind SageMaker's timeout.
 503 with Retry-After while the engine is down or loading.
+
+Time: InvokeEndpoint waits at most 60 s for the container ("A customer's model containers must respond
+to requests within 60 seconds", API_runtime_InvokeEndpoint), so a non-streamed request gets a time budget
+(`generation_budget`): the engine is asked to stop generating before it (`t_max_predict_ms`, which the
+pinned llama-server honours at the first newline after the limit: tools/server/server-context.cpp), and at
+the budget the adapter closes the engine connection and answers 504. A request whose client left is
+cancelled the same way: closing the engine connection makes llama-server cancel the task (its handler
+polls `is_connection_closed` every HTTP_POLLING_SECONDS = 1 s and the response reader's destructor
+cancels the task: server-context.cpp, server-queue.cpp). Streamed requests
+(InvokeEndpointWithResponseStream) have no budget: that is the way to long answers.
 """
 
 from __future__ import annotations
@@ -25,6 +35,14 @@ from http1 import LAST_CHUNK, Head, HttpError, Request, encode_chunk, encode_hea
 log = logging.getLogger("sagemaker-adapter")
 
 ENGINE_KEEPALIVE_SECONDS = 5.0  # cpp-httplib's CPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND in the pinned llama.cpp
+INVOKE_ENDPOINT_TIMEOUT_SECONDS = 60.0  # InvokeEndpoint: containers must respond within 60 s (API reference)
+# A non-streamed answer must leave the container before SageMaker gives up, with room for its front end.
+DEFAULT_GENERATION_BUDGET_SECONDS = INVOKE_ENDPOINT_TIMEOUT_SECONDS - 10.0
+# The engine's own limit, as a share of the budget: it counts generation only (from the first token) and
+# stops at the next newline, so the rest of the budget is for queueing, the prompt and that last line.
+SOFT_LIMIT_FRACTION = 0.6
+WATCH_SECONDS = 0.1  # how often a request waiting for the engine checks its client, budget and shutdown
+ABORT_SECONDS = 1.0  # on shutdown, time for requests still running to send their clean 503 / last SSE event
 ROUTES = {"messages": "/v1/chat/completions", "prompt": "/v1/completions"}
 RELAYED_HEADERS = ("content-type", "cache-control")
 
@@ -36,6 +54,9 @@ class AdapterStats:
     rejected_unavailable: int = 0  # 503 before reaching the engine
     stale_retries: int = 0  # requests re-sent once on a fresh connection
     upstream_errors: int = 0  # 502/504
+    over_budget: int = 0  # non-streamed requests cut at the generation budget (504)
+    client_gone: int = 0  # requests whose client left before the answer: engine task cancelled
+    aborted: int = 0  # requests still running when the drain ended (503 / SSE error event)
 
 
 class EngineUnavailable(Exception):
@@ -44,6 +65,23 @@ class EngineUnavailable(Exception):
 
 class _StaleConnection(Exception):
     """The engine closed a pooled keep-alive connection before answering: the request was not processed."""
+
+
+class _ClientGone(Exception):
+    """The client closed its connection while the engine was still working on its request."""
+
+
+class _Aborted(Exception):
+    """The adapter is stopping and the drain time is over."""
+
+
+class _OverBudget(Exception):
+    """A non-streamed request reached its generation budget."""
+
+
+def _client_gone(reader: asyncio.StreamReader) -> bool:
+    # EOF (FIN) or a reset with nothing left unread: SageMaker never pipelines, so no request can be lost.
+    return reader.exception() is not None or reader.at_eof()
 
 
 class _Conn:
@@ -103,12 +141,16 @@ class SageMakerAdapter:
         max_in_flight: int,
         retry_after: int = 1,
         pool_idle_seconds: float = 3.0,
-        request_timeout: float = 600.0,
+        request_timeout: float = 600.0,  # streamed requests: longest silence between two events
+        generation_budget: float = DEFAULT_GENERATION_BUDGET_SECONDS,  # non-streamed requests: answer by then
         max_body_bytes: int = 6 * 1024 * 1024,  # SageMaker's real-time payload limit
         client_idle_timeout: float = 75.0,  # longer than SageMaker's front end keeps idle connections
     ):
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+        if not 0 < generation_budget <= INVOKE_ENDPOINT_TIMEOUT_SECONDS:
+            raise ValueError(f"generation_budget must be in (0, {INVOKE_ENDPOINT_TIMEOUT_SECONDS:.0f}] s, got {generation_budget}")
+        self.generation_budget = generation_budget
         self.engine = (engine_host, engine_port)
         self.max_in_flight = max_in_flight
         self.retry_after = retry_after
@@ -120,6 +162,8 @@ class SageMakerAdapter:
         self.in_flight = 0  # admitted /invocations (the admission bound)
         self._busy = 0  # requests being answered, any path (what a graceful stop waits for)
         self._closing = False
+        self._aborting = False  # the drain is over: requests still running are answered 503 and cut
+        self._engine_conns: set[_Conn] = set()  # engine connections of requests being answered
         self._server: asyncio.AbstractServer | None = None
         self._conns: set[asyncio.Task] = set()
 
@@ -138,6 +182,15 @@ class SageMakerAdapter:
         deadline = time.monotonic() + grace
         while self._busy and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
+        if self._busy:
+            # Out of drain time: every request still running gets a clean end (503 + Retry-After, or a last
+            # SSE error event) and its engine task is cancelled by closing the engine connection.
+            self._aborting = True
+            for conn in list(self._engine_conns):
+                conn.close()
+            deadline = time.monotonic() + ABORT_SECONDS
+            while self._busy and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
         for task in list(self._conns):
             task.cancel()
         await asyncio.gather(*self._conns, return_exceptions=True)
@@ -163,7 +216,7 @@ class SageMakerAdapter:
                     return
                 self._busy += 1
                 try:
-                    keep = await self._dispatch(req, writer)
+                    keep = await self._dispatch(req, reader, writer)
                 finally:
                     self._busy -= 1
                 if not keep or self._closing:
@@ -179,7 +232,7 @@ class SageMakerAdapter:
             with contextlib.suppress(Exception):
                 writer.close()
 
-    async def _dispatch(self, req: Request, writer: asyncio.StreamWriter) -> bool:
+    async def _dispatch(self, req: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         """Answer one request; False when the connection must close."""
         path = req.path
         if path == "/ping":
@@ -194,7 +247,7 @@ class SageMakerAdapter:
         if path == "/invocations":
             if req.method != "POST":
                 return await self._send(writer, json_error(405, "use POST /invocations", keep_alive=req.keep_alive, extra=[("Allow", "POST")]), req.keep_alive)
-            return await self._invocations(req, writer)
+            return await self._invocations(req, reader, writer)
         return await self._send(writer, json_error(404, f"no route {path}: this endpoint serves GET /ping and POST /invocations", keep_alive=req.keep_alive), req.keep_alive)
 
     @staticmethod
@@ -224,8 +277,9 @@ class SageMakerAdapter:
 
     # --- /invocations ------------------------------------------------------------------------------
 
-    async def _invocations(self, req: Request, writer: asyncio.StreamWriter) -> bool:
+    async def _invocations(self, req: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         ka = req.keep_alive
+        received = time.monotonic()
         if self.in_flight >= self.max_in_flight:
             self.stats.rejected_busy += 1
             return await self._send(writer, json_error(429, f"busy: {self.max_in_flight} requests in flight", keep_alive=ka, retry_after=self.retry_after), ka)
@@ -236,14 +290,30 @@ class SageMakerAdapter:
         kinds = [k for k in ROUTES if isinstance(payload, dict) and k in payload]
         if len(kinds) != 1:
             return await self._send(writer, json_error(400, "body must be an OpenAI chat request (messages) or completion request (prompt)", keep_alive=ka), ka)
+        streamed = payload.get("stream") is True
+        body = req.body if streamed else self._within_budget(payload)
+        deadline = None if streamed else received + self.generation_budget
         self.in_flight += 1
         self.stats.accepted += 1
         try:
             try:
-                conn, head = await self._forward(ROUTES[kinds[0]], req.body)
+                conn, head = await self._forward(ROUTES[kinds[0]], body, reader, deadline)
             except EngineUnavailable as e:
                 self.stats.rejected_unavailable += 1
                 return await self._send(writer, json_error(503, str(e), keep_alive=ka, retry_after=self.retry_after), ka)
+            except _ClientGone:
+                self.stats.client_gone += 1
+                log.info("client left before the answer: engine request cancelled")
+                return False
+            except _OverBudget:
+                self.stats.over_budget += 1
+                message = (f"no answer within the {self.generation_budget:.0f} s budget of a non-streamed request (InvokeEndpoint "
+                           "waits 60 s): generation cancelled; ask for fewer max_tokens, or stream it with "
+                           "InvokeEndpointWithResponseStream (\"stream\": true)")
+                return await self._send(writer, json_error(504, message, keep_alive=False), False)
+            except _Aborted:
+                self.stats.aborted += 1
+                return await self._send(writer, json_error(503, "endpoint shutting down: retry", keep_alive=False, retry_after=self.retry_after), False)
             except (asyncio.TimeoutError, HttpError, ConnectionError, asyncio.IncompleteReadError) as e:
                 self.stats.upstream_errors += 1
                 status = 504 if isinstance(e, asyncio.TimeoutError) else 502
@@ -252,7 +322,17 @@ class SageMakerAdapter:
         finally:
             self.in_flight -= 1
 
-    async def _forward(self, path: str, body: bytes) -> tuple[_Conn, Head]:
+    def _within_budget(self, payload: dict) -> bytes:
+        """The body with the engine's own time limit set below the budget, so a long answer comes back cut
+        (finish_reason "length") rather than cancelled. llama-server counts t_max_predict_ms from the first
+        generated token and stops at the first newline after it: the adapter's hard deadline stays."""
+        soft_ms = int(self.generation_budget * 1000 * SOFT_LIMIT_FRACTION)
+        asked = payload.get("t_max_predict_ms")
+        if not (isinstance(asked, int) and not isinstance(asked, bool) and 0 < asked <= soft_ms):
+            payload["t_max_predict_ms"] = soft_ms
+        return json.dumps(payload).encode()
+
+    async def _forward(self, path: str, body: bytes, client: asyncio.StreamReader, deadline: float | None) -> tuple[_Conn, Head]:
         host, port = self.engine
         request = (
             f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
@@ -260,25 +340,58 @@ class SageMakerAdapter:
         ).encode() + body
         for attempt in (0, 1):
             conn, reused = await self.pool.acquire(fresh=attempt > 0)
+            self._engine_conns.add(conn)
             try:
                 conn.writer.write(request)
                 await conn.writer.drain()
-                head = await asyncio.wait_for(read_head(conn.reader), self.request_timeout)
+                head = await self._head_or_stop(conn, client, deadline)
                 if head is None:
                     raise _StaleConnection()
                 return conn, head
             except (_StaleConnection, ConnectionResetError, BrokenPipeError):
                 conn.close()
+                self._engine_conns.discard(conn)
+                if self._aborting:
+                    raise _Aborted() from None
                 if reused and attempt == 0:
                     # Nothing came back on a reused connection: the engine closed it idle and never read the
                     # request, so re-sending cannot run the generation twice.
                     self.stats.stale_retries += 1
                     continue
                 raise EngineUnavailable("engine closed the connection") from None
-            except BaseException:
+            except BaseException as e:
+                # Closing the engine connection is what makes llama-server cancel the request.
                 conn.close()
+                self._engine_conns.discard(conn)
+                if self._aborting and not isinstance(e, (asyncio.CancelledError, _Aborted)):
+                    raise _Aborted() from None
                 raise
         raise AssertionError("unreachable")
+
+    async def _head_or_stop(self, conn: _Conn, client: asyncio.StreamReader, deadline: float | None) -> Head | None:
+        """The engine's response head, unless first the client leaves, the budget ends or the drain is over."""
+        loop = asyncio.get_running_loop()
+        idle_limit = loop.time() + self.request_timeout
+        head = asyncio.ensure_future(read_head(conn.reader))
+        try:
+            while True:
+                done, _ = await asyncio.wait({head}, timeout=WATCH_SECONDS)
+                if done:
+                    return head.result()
+                if self._aborting:
+                    raise _Aborted()
+                if _client_gone(client):
+                    raise _ClientGone()
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    raise _OverBudget()
+                if loop.time() >= idle_limit:
+                    raise asyncio.TimeoutError()
+        finally:
+            if not head.done():
+                head.cancel()
+                with contextlib.suppress(BaseException):
+                    await head
 
     async def _relay(self, conn: _Conn, head: Head, writer: asyncio.StreamWriter, keep_alive: bool) -> bool:
         """Stream the engine's response to the client as it arrives (no buffering of whole bodies)."""
@@ -290,13 +403,15 @@ class SageMakerAdapter:
             out.append(("Retry-After", str(self.retry_after)))
         conn_header = ("Connection", "keep-alive" if keep_alive else "close")
         released = False
+        chunked_head_sent = False
 
         def engine_body_read() -> None:
             # Hand the engine connection back as soon as its response is fully read, before the client has
             # the last bytes: a request that follows at once finds it idle instead of opening another.
             nonlocal released
             released = True
-            if reusable:
+            self._engine_conns.discard(conn)
+            if reusable and not self._aborting:
                 self.pool.release(conn)
             else:
                 conn.close()
@@ -305,6 +420,7 @@ class SageMakerAdapter:
             length = head.content_length()
             if head.chunked or length is None:
                 writer.write(encode_head(status, out + [("Transfer-Encoding", "chunked"), conn_header]))
+                chunked_head_sent = True
                 source = iter_chunked(conn.reader) if head.chunked else self._until_eof(conn.reader)
                 reusable = reusable and head.chunked
                 # One deadline pushed forward per chunk (an idle timeout between SSE events), rather than
@@ -337,6 +453,15 @@ class SageMakerAdapter:
             # cancel the generation and free the slot. The client connection cannot carry on either.
             if not released:
                 conn.close()
+                self._engine_conns.discard(conn)
+            if self._aborting and chunked_head_sent:
+                # Shutting down mid-stream: end the event stream cleanly with an error event.
+                self.stats.aborted += 1
+                event = b'data: {"error": {"code": 503, "message": "endpoint shutting down", "type": "unavailable_error"}}\n\n'
+                with contextlib.suppress(Exception):
+                    writer.write(encode_chunk(event) + LAST_CHUNK)
+                    await writer.drain()
+                return False
             raise
         return keep_alive
 

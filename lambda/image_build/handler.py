@@ -1,7 +1,7 @@
 """Custom-resource handlers (CDK Provider framework) for the multi-arch image build.
 
 `on_event` starts the build state machine (native arm64 + amd64 builds in parallel, then the
-manifest + SOCI build); `is_complete` polls the execution and returns the pushed image digest, or
+manifest-list build); `is_complete` polls the execution and returns the pushed image digest, or
 raises so CloudFormation fails the deployment with the failing build named. Plain Python + boto3.
 """
 
@@ -28,7 +28,6 @@ class BuildFailed(RuntimeError):
 class BuildResult:
     digest: str
     platform_digests: dict[str, str] = field(default_factory=dict)
-    soci_indexed: bool = False
 
 
 def execution_name(tag: str, request_id: str) -> str:
@@ -58,7 +57,7 @@ def build_result(output: str | None) -> BuildResult:
         pv = _variables(build)
         if pv.get("ARCH") and DIGEST.match(pv.get("IMAGE_DIGEST", "")):
             platforms[pv["ARCH"]] = pv["IMAGE_DIGEST"]
-    return BuildResult(digest=digest, platform_digests=platforms, soci_indexed=variables.get("SOCI_INDEXED") == "true")
+    return BuildResult(digest=digest, platform_digests=platforms)
 
 
 def _get(doc: dict[str, Any], name: str) -> Any:
@@ -124,7 +123,6 @@ def is_complete(event: dict[str, Any], context: Any = None, *, sfn: Any = None) 
         "ImageDigest": result.digest,
         "ImageUri": f"{props['RepositoryUri']}@{result.digest}",
         "Tag": props["Tag"],
-        "SociIndexed": "true" if result.soci_indexed else "false",
     }
     data.update({f"Digest-{arch}": digest for arch, digest in sorted(result.platform_digests.items())})
     return {"IsComplete": True, "Data": data}

@@ -1,6 +1,8 @@
 """The buildspecs' shell: syntax and shellcheck clean, the pinned engine passed as build args, and the
-scripts run for real against ECR (moto's server, the real AWS CLI) with a stand-in docker CLI:
-push once, skip an existing immutable tag, fail on real errors, export the digest ECR holds."""
+scripts run for real against ECR (moto's server, the real AWS CLI) with a stand-in docker CLI that
+models buildx's media-type behaviour per flag (fake_docker.py): push once, skip an existing immutable
+tag, fail on real errors, export the digest ECR holds — and publish Docker v2 schema 2 only, because
+SageMaker CreateModel refuses OCI media types (aws/amazon-sagemaker-feedback#180; FIELD-NOTES)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ from typing import Any
 import boto3
 import pytest
 
-from cpu_inference.images.buildspecs import SOCI_0_14_1, manifest_buildspec, platform_buildspec, shell_of
+from cpu_inference.images.buildspecs import manifest_buildspec, platform_buildspec, shell_of
+from tests.images.fake_docker import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, build_media_types
 
 FAKE_DOCKER = Path(__file__).with_name("fake_docker.py")
 VENV_BIN = Path(sys.executable).parent
@@ -32,9 +35,8 @@ def variants(pin: dict[str, str]) -> dict[str, dict[str, Any]]:
     return {
         "platform": platform_buildspec(dockerfile="Dockerfile", build_args=pin),
         "platform-extra-args": platform_buildspec(dockerfile="docker/Dockerfile.cpu", build_args={**pin, "X": "a,b"}),
-        "manifest-soci": manifest_buildspec(platforms=["arm64", "amd64"], soci=SOCI_0_14_1, min_layer_bytes=10 << 20),
-        "manifest-plain": manifest_buildspec(platforms=["arm64", "amd64"], soci=None, min_layer_bytes=0),
-        "manifest-one-arch": manifest_buildspec(platforms=["amd64"], soci=SOCI_0_14_1, min_layer_bytes=0),
+        "manifest": manifest_buildspec(platforms=["arm64", "amd64"]),
+        "manifest-one-arch": manifest_buildspec(platforms=["amd64"]),
     }
 
 
@@ -63,12 +65,51 @@ def test_platform_builds_pass_every_pin_pair_as_a_build_arg(real_pin) -> None:
         assert f"--build-arg {key}={value} \\" in text
 
 
-def test_the_soci_download_is_pinned_and_checked(real_pin) -> None:
-    text = shell_of(variants(real_pin)["manifest-soci"])
-    url = "https://github.com/awslabs/soci-snapshotter/releases/download/v0.14.1/soci-snapshotter-0.14.1-linux-$host_arch-static.tar.gz"
-    assert url in text
-    assert text.index("sha256sum -c -") < text.index("tar -xzf /tmp/soci.tar.gz")
-    assert "--min-layer-size 10485760" in text
+def test_no_soci_or_oci_path_reappears(real_pin) -> None:
+    """`soci convert` always writes an OCI index, which SageMaker refuses; SOCI on EKS is Bottlerocket's
+    parallel-pull-unpack snapshotter, which reads no index (FIELD-NOTES)."""
+    for name, spec in variants(real_pin).items():
+        text = shell_of(spec).lower()
+        for banned in ("soci", "ctr ", "containerd", "oci-mediatypes=true", "--annotation", "--attest", "zstd", "estargz"):
+            assert banned not in text, f"{name}: {banned}"
+
+
+def platform_build_command(real_pin) -> list[str]:
+    """The `docker buildx build` argv the platform buildspec runs (its shell words, variables kept)."""
+    import shlex
+
+    text = shell_of(platform_buildspec(dockerfile="Dockerfile", build_args=real_pin))
+    words = []
+    for line in text[text.index("docker buildx build"):].splitlines():
+        words.append(line.rstrip().rstrip("\\"))
+        if not line.rstrip().endswith("\\"):
+            break
+    return shlex.split(" ".join(words))
+
+
+@pytest.mark.parametrize(
+    ("flags", "oci", "attestations"),
+    [
+        # buildx >= 0.10 adds provenance by default, and BuildKit forces OCI types for attestations.
+        (["--push"], True, True),
+        (["--provenance=false", "--push"], False, False),
+        (["--provenance=false", "--sbom=true", "--push"], True, True),
+        (["--provenance=false", "--output", "type=image,push=true,oci-mediatypes=true"], True, False),
+        (["--provenance=false", "--output", "type=image,push=true,compression=zstd"], True, False),
+        (["--provenance=false", "--annotation", "index:org.opencontainers.image.title=x", "--push"], True, False),
+    ],
+)
+def test_the_stand_in_models_buildkit_media_types(flags, oci, attestations) -> None:
+    assert build_media_types(["buildx", "build", *flags, "."]) == (oci, attestations)
+
+
+def test_the_emitted_build_command_asks_for_docker_types_without_attestations(real_pin, monkeypatch) -> None:
+    argv = platform_build_command(real_pin)
+    assert "--provenance=false" in argv and "--sbom=false" in argv
+    assert argv[argv.index("--output") + 1] == "type=image,push=true,oci-mediatypes=false,compression=gzip"
+    # Even on a builder whose default is OCI (a containerd image store), these flags give Docker types.
+    monkeypatch.setenv("FAKE_DOCKER_OCI_DEFAULT", "1")
+    assert build_media_types(argv) == (False, False)
 
 
 # -- running the scripts --------------------------------------------------------------------------
@@ -177,15 +218,24 @@ def builds(runner: Runner) -> list[list[str]]:
     return [c for c in runner.docker_calls() if c[:2] == ["buildx", "build"]]
 
 
+def media_type(runner: Runner, tag: str) -> str:
+    """What ECR itself records for a tag (what SageMaker CreateModel is given)."""
+    ids = [{"imageTag": tag}]
+    return runner.repo["client"].describe_images(repositoryName=runner.repo["name"], imageIds=ids)["imageDetails"][0]["imageManifestMediaType"]
+
+
+TAG = "llama-server-0123456789abcdef"
+
+
 def test_platform_build_pushes_once_and_exports_the_ecr_digest(runner, real_pin) -> None:
     spec = platform_buildspec(dockerfile="Dockerfile", build_args=real_pin)
     result, exported = runner.run(spec, ARCH="arm64")
     assert result.returncode == 0, result.stderr
     (build,) = builds(runner)
-    assert build[build.index("--platform") + 1] == "linux/arm64" and "--push" in build
-    assert build[build.index("--tag") + 1] == f"{runner.repo['uri']}:llama-server-0123456789abcdef-arm64"
+    assert build[build.index("--platform") + 1] == "linux/arm64"
+    assert build[build.index("--tag") + 1] == f"{runner.repo['uri']}:{TAG}-arm64"
     assert [build[i + 1] for i, a in enumerate(build) if a == "--build-arg"] == [f"{k}={v}" for k, v in real_pin.items()]
-    assert exported == {"IMAGE_DIGEST": runner.digest("llama-server-0123456789abcdef-arm64"), "ARCH": "arm64"}
+    assert exported == {"IMAGE_DIGEST": runner.digest(f"{TAG}-arm64"), "ARCH": "arm64"}
     seen = json.loads(Path(f"{runner.log}.context").read_text())
     assert seen == {"files": ["Dockerfile", "bin/entrypoint.sh", "engine-pin.env"], "executable": ["bin/entrypoint.sh"]}
 
@@ -194,6 +244,26 @@ def test_platform_build_pushes_once_and_exports_the_ecr_digest(runner, real_pin)
     assert again.returncode == 0, again.stderr
     assert "already in ECR" in again.stdout
     assert len(builds(runner)) == 1 and exported_again == exported
+
+
+@pytest.mark.parametrize("builder_default", ["docker", "oci"])
+def test_platform_build_pushes_a_docker_v2_schema2_manifest(runner, real_pin, builder_default) -> None:
+    """On any builder (one whose default is OCI too), the pushed image is what SageMaker accepts."""
+    env = {"FAKE_DOCKER_OCI_DEFAULT": "1"} if builder_default == "oci" else {}
+    result, _ = runner.run(platform_buildspec(dockerfile="Dockerfile", build_args=real_pin), ARCH="amd64", **env)
+    assert result.returncode == 0, result.stderr
+    assert media_type(runner, f"{TAG}-amd64") == DOCKER_MANIFEST
+    assert "is application/vnd.docker.distribution.manifest.v2+json (Docker v2 schema 2)" in result.stdout
+
+
+def test_platform_build_refuses_an_oci_image_under_its_tag(runner, real_pin) -> None:
+    """A tag that already holds an OCI image (an older recipe, a hand push) fails the build: never hand
+    SageMaker an OCI manifest."""
+    put_image(runner, f"{TAG}-arm64", OCI_MANIFEST)
+    result, exported = runner.run(platform_buildspec(dockerfile="Dockerfile", build_args=real_pin), ARCH="arm64")
+    assert result.returncode != 0
+    assert f"{TAG}-arm64 is {OCI_MANIFEST}, not {DOCKER_MANIFEST}: SageMaker CreateModel refuses OCI media types" in result.stderr
+    assert "IMAGE_DIGEST" not in exported
 
 
 def test_platform_build_fails_when_its_context_object_is_missing(runner, real_pin) -> None:
@@ -218,35 +288,67 @@ def test_a_failing_docker_build_fails_the_phase(runner, real_pin) -> None:
     assert "IMAGE_DIGEST" not in exported
 
 
-def put_platform_image(runner: Runner, tag: str) -> None:
+def put_image(runner: Runner, tag: str, media: str = DOCKER_MANIFEST) -> None:
     """What a platform build leaves in ECR (pushed directly: the platform script is tested above)."""
+    oci = media == OCI_MANIFEST
     layer = "sha256:" + hashlib.sha256(tag.encode()).hexdigest()
-    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
-                "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "digest": layer, "size": 1},
-                "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", "digest": layer, "size": 1}]}
-    runner.repo["client"].put_image(repositoryName=runner.repo["name"], imageTag=tag, imageManifest=json.dumps(manifest))
+    manifest = {"schemaVersion": 2, "mediaType": media,
+                "config": {"mediaType": "application/vnd.oci.image.config.v1+json" if oci else "application/vnd.docker.container.image.v1+json",
+                           "digest": layer, "size": 1},
+                "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip" if oci else "application/vnd.docker.image.rootfs.diff.tar.gzip",
+                            "digest": layer, "size": 1}]}
+    runner.repo["client"].put_image(repositoryName=runner.repo["name"], imageTag=tag, imageManifest=json.dumps(manifest),
+                                    imageManifestMediaType=media)
 
 
 def test_manifest_list_joins_both_architectures_under_one_tag(runner) -> None:
     for arch in ("arm64", "amd64"):
-        put_platform_image(runner, f"llama-server-0123456789abcdef-{arch}")
-    manifest = manifest_buildspec(platforms=["arm64", "amd64"], soci=None, min_layer_bytes=0)
-    result, exported = runner.run(manifest, ARCH="arm64")
+        put_image(runner, f"{TAG}-{arch}")
+    result, exported = runner.run(manifest_buildspec(platforms=["arm64", "amd64"]), ARCH="arm64")
     assert result.returncode == 0, result.stderr
     creates = [c for c in runner.docker_calls() if c[:3] == ["buildx", "imagetools", "create"]]
     uri = runner.repo["uri"]
-    assert creates == [["buildx", "imagetools", "create", "--tag", f"{uri}:llama-server-0123456789abcdef",
-                        f"{uri}:llama-server-0123456789abcdef-arm64", f"{uri}:llama-server-0123456789abcdef-amd64"]]
-    assert exported == {"IMAGE_DIGEST": runner.digest("llama-server-0123456789abcdef"), "SOCI_INDEXED": "false"}
+    assert creates == [["buildx", "imagetools", "create", "--tag", f"{uri}:{TAG}", f"{uri}:{TAG}-arm64", f"{uri}:{TAG}-amd64"]]
+    assert exported == {"IMAGE_DIGEST": runner.digest(TAG)}
+    # The one media type SageMaker accepts for a multi-arch image, and Docker manifests inside.
+    assert media_type(runner, TAG) == DOCKER_LIST
+    (image,) = runner.repo["client"].batch_get_image(repositoryName=runner.repo["name"], imageIds=[{"imageTag": TAG}])["images"]
+    children = json.loads(image["imageManifest"])["manifests"]
+    assert [(c["mediaType"], c["platform"]["architecture"]) for c in children] == [(DOCKER_MANIFEST, "arm64"), (DOCKER_MANIFEST, "amd64")]
 
 
-def test_soci_step_is_skipped_when_the_tag_already_exists(runner) -> None:
-    index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": []}
-    runner.repo["client"].put_image(repositoryName=runner.repo["name"], imageTag="llama-server-0123456789abcdef",
-                                    imageManifest=json.dumps(index))
-    spec = manifest_buildspec(platforms=["arm64", "amd64"], soci=SOCI_0_14_1, min_layer_bytes=10 << 20)
-    # No curl, soci or containerd here: reaching any of them would fail the run.
-    result, exported = runner.run(spec, ARCH="arm64")
+def test_one_platform_still_publishes_a_docker_manifest_list(runner) -> None:
+    put_image(runner, f"{TAG}-amd64")
+    result, _ = runner.run(manifest_buildspec(platforms=["amd64"]), ARCH="amd64")
     assert result.returncode == 0, result.stderr
-    assert exported["IMAGE_DIGEST"] == runner.digest("llama-server-0123456789abcdef")
-    assert [c[:2] for c in runner.docker_calls()] == [["buildx", "version"], ["login", "--username"], ["buildx", "imagetools"]]
+    assert media_type(runner, TAG) == DOCKER_LIST
+
+
+def test_manifest_step_refuses_oci_platform_images(runner) -> None:
+    """imagetools would turn an OCI child into an OCI index: the step stops before creating it."""
+    put_image(runner, f"{TAG}-arm64")
+    put_image(runner, f"{TAG}-amd64", OCI_MANIFEST)
+    result, exported = runner.run(manifest_buildspec(platforms=["arm64", "amd64"]), ARCH="arm64")
+    assert result.returncode != 0 and "SageMaker CreateModel refuses OCI media types" in result.stderr
+    assert not [c for c in runner.docker_calls() if c[:3] == ["buildx", "imagetools", "create"]]
+    assert "IMAGE_DIGEST" not in exported
+
+
+def test_an_existing_oci_index_under_the_tag_fails_the_step(runner) -> None:
+    """What the removed `soci convert` step published (an OCI index) is never handed on as the digest."""
+    index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []}
+    runner.repo["client"].put_image(repositoryName=runner.repo["name"], imageTag=TAG, imageManifest=json.dumps(index),
+                                    imageManifestMediaType=OCI_INDEX)
+    result, exported = runner.run(manifest_buildspec(platforms=["arm64", "amd64"]), ARCH="arm64")
+    assert result.returncode != 0 and f"is {OCI_INDEX}, not {DOCKER_LIST}" in result.stderr
+    assert "IMAGE_DIGEST" not in exported
+
+
+def test_an_existing_docker_list_is_reused(runner) -> None:
+    for arch in ("arm64", "amd64"):
+        put_image(runner, f"{TAG}-{arch}")
+    first, exported = runner.run(manifest_buildspec(platforms=["arm64", "amd64"]), ARCH="arm64")
+    assert first.returncode == 0, first.stderr
+    again, exported_again = runner.run(manifest_buildspec(platforms=["arm64", "amd64"]), ARCH="arm64")
+    assert again.returncode == 0 and "nothing to do" in again.stdout and exported_again == exported
+    assert len([c for c in runner.docker_calls() if c[:3] == ["buildx", "imagetools", "create"]]) == 1

@@ -28,7 +28,7 @@ def synth(make_context):
     (context / "engine-pin.env").unlink()
     image = LlamaCppImage(stack, "Router", props=LlamaCppImageProps(
         context_dir=context, name="router", pin_file=None, existing_repository=repository, existing_key=key,
-        platforms=("arm64", "amd64"), soci_index=False))
+        platforms=("arm64", "amd64")))
     apply_nag(app)
     return stack, image, template_json(stack)
 

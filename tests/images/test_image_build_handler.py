@@ -63,7 +63,7 @@ def workflow_output(manifest_digest: str = DIGEST) -> str:
             ],
             "manifestBuild": {
                 "BuildId": "manifest:1",
-                "ExportedEnvironmentVariables": variables(IMAGE_DIGEST=manifest_digest, SOCI_INDEXED="true"),
+                "ExportedEnvironmentVariables": variables(IMAGE_DIGEST=manifest_digest),
             },
         }
     )
@@ -147,7 +147,6 @@ def test_success_returns_the_manifest_digest_and_uri(handler, sfn) -> None:
             "ImageDigest": DIGEST,
             "ImageUri": f"{URI}@{DIGEST}",
             "Tag": PROPS["Tag"],
-            "SociIndexed": "true",
             "Digest-amd64": AMD,
             "Digest-arm64": ARM,
         },

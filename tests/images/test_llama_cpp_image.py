@@ -1,4 +1,4 @@
-"""LlamaCppImage synthesized once (cdk-nag on): native builds, manifest + SOCI step, ECR settings,
+"""LlamaCppImage synthesized once (cdk-nag on): native builds, manifest-list step, ECR settings,
 the deploy-time workflow, least-privilege IAM, cdk-nag and cfn-lint clean."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 import yaml
 from aws_cdk import aws_iam as iam
 
-from cpu_inference.images import SOCI_0_14_1, LlamaCppImage, LlamaCppImageProps
+from cpu_inference.images import LlamaCppImage, LlamaCppImageProps
 from cpu_inference.nag import acknowledge
 from tests.support.cdk import apply_nag, cfn_lint_errors, nag_errors, template_json
 
@@ -106,19 +106,24 @@ def test_native_builds_pass_the_pinned_engine_as_build_args(synth, real_pin) -> 
     assert synth.image.build_args == real_pin
 
 
-def test_manifest_step_publishes_one_tag_with_a_soci_index(synth) -> None:
+def test_manifest_step_publishes_one_docker_manifest_list(synth) -> None:
     project = synth.template["Resources"][logical_id(synth.stack, synth.image.manifest_project)]
     env = project["Properties"]["Environment"]
     assert (env["Type"], env["ComputeType"], env["PrivilegedMode"]) == ("ARM_CONTAINER", "BUILD_GENERAL1_SMALL", True)
     spec = buildspec(project)
-    assert spec["env"]["exported-variables"] == ["IMAGE_DIGEST", "SOCI_INDEXED"]
+    assert spec["env"]["exported-variables"] == ["IMAGE_DIGEST"]
     text = commands(spec)
-    assert 'docker buildx imagetools create --tag "$plain" "$REPOSITORY_URI:$IMAGE_TAG-arm64" "$REPOSITORY_URI:$IMAGE_TAG-amd64"' in text
-    assert 'soci --address "$sock" --content-store containerd convert --all-platforms' in text
-    assert 'ctr --address "$sock" images push' in text
-    assert f"soci-snapshotter-{SOCI_0_14_1.version}-linux-$host_arch-static.tar.gz" in text
-    assert SOCI_0_14_1.sha256_arm64 in text and SOCI_0_14_1.sha256_amd64 in text
-    assert "sha256sum -c -" in text
+    assert 'docker buildx imagetools create --tag "$final" "$REPOSITORY_URI:$IMAGE_TAG-arm64" "$REPOSITORY_URI:$IMAGE_TAG-amd64"' in text
+    assert 'require_media_type "$IMAGE_TAG" application/vnd.docker.distribution.manifest.list.v2+json' in text
+
+
+def test_no_soci_or_oci_path_in_what_deploys(synth) -> None:
+    """SageMaker refuses OCI manifests (aws/amazon-sagemaker-feedback#180) and `soci convert` always
+    writes an OCI index; SOCI on EKS is Bottlerocket's parallel-pull-unpack, which needs no index."""
+    text = json.dumps(synth.template).lower()
+    for banned in ("soci", "ctr ", "containerd", "oci-mediatypes=true", "--annotation", "--attest", "compression=zstd"):
+        assert banned not in text, banned
+    assert not [f for f in LlamaCppImageProps.__dataclass_fields__ if "soci" in f]
 
 
 def test_repository_scans_is_immutable_encrypted_and_expires_images(synth) -> None:
@@ -129,8 +134,8 @@ def test_repository_scans_is_immutable_encrypted_and_expires_images(synth) -> No
     assert props["EncryptionConfiguration"] == {"EncryptionType": "KMS", "KmsKey": arn_of(synth.stack, synth.image.key)}
     rules = {r["selection"]["tagStatus"]: r["selection"] for r in json.loads(props["LifecyclePolicy"]["LifecyclePolicyText"])["rules"]}
     assert rules["untagged"] == {"tagStatus": "untagged", "countType": "sinceImagePushed", "countNumber": 7, "countUnit": "days"}
-    # 10 builds x 4 tags (<tag>, -multiarch, -arm64, -amd64).
-    assert rules["tagged"] == {"tagStatus": "tagged", "tagPrefixList": ["llama-server-"], "countType": "imageCountMoreThan", "countNumber": 40}
+    # 10 builds x 3 tags (<tag>, -arm64, -amd64).
+    assert rules["tagged"] == {"tagStatus": "tagged", "tagPrefixList": ["llama-server-"], "countType": "imageCountMoreThan", "countNumber": 30}
     assert repo["DeletionPolicy"] == "Retain"
 
 

@@ -13,8 +13,8 @@ from tests.images.contexts import ROOT
 def test_default_context_is_the_repo_llama_server_directory() -> None:
     props = LlamaCppImageProps()
     assert props.context_path == DEFAULT_CONTEXT_DIR == ROOT / "containers" / "llama-server"
-    assert props.pin_file == "engine-pin.env" and props.platforms == ("arm64", "amd64") and props.soci_index
-    assert props.tags_per_build() == 4
+    assert props.pin_file == "engine-pin.env" and props.platforms == ("arm64", "amd64")
+    assert props.tags_per_build() == 3  # the manifest list and one image per platform
 
 
 def test_a_valid_context_validates_and_merges_build_args(make_context, real_pin) -> None:
@@ -27,7 +27,7 @@ def test_a_valid_context_validates_and_merges_build_args(make_context, real_pin)
 def test_router_style_context_without_a_pin(make_context) -> None:
     context = make_context("router")
     (context / "engine-pin.env").unlink()
-    props = LlamaCppImageProps(context_dir=context, name="router", pin_file=None, platforms=("arm64",), soci_index=False)
+    props = LlamaCppImageProps(context_dir=context, name="router", pin_file=None, platforms=("arm64",))
     props.validate()
     assert props.all_build_args() == {} and props.tags_per_build() == 2
 
@@ -45,7 +45,6 @@ def errors(context: Path) -> list[tuple[dict, str]]:
         ({"platforms": ()}, r"platforms must name at least one of arm64, amd64"),
         ({"platforms": ("arm64", "riscv64")}, r"each of arm64, amd64 at most once"),
         ({"platforms": ("arm64", "arm64")}, r"each of arm64, amd64 at most once"),
-        ({"soci_min_layer_mib": -1}, r"soci_min_layer_mib must be >= 0"),
         ({"keep_builds": 0}, r"keep_builds must be >= 1"),
         ({"untagged_expiry_days": 0}, r"untagged_expiry_days must be >= 1"),
         ({"build_timeout_minutes": 4}, r"must each be >= 5"),

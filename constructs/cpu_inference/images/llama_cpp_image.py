@@ -1,8 +1,9 @@
 """LlamaCppImage: a multi-arch (arm64 + amd64) container image built natively in CodeBuild at deploy
-time, published to ECR as one manifest list with a SOCI index (manifest v2), and exposed by digest.
+time, published to ECR as one Docker manifest list (Docker v2 schema 2 media types only: SageMaker
+refuses OCI manifests), and exposed by digest.
 
 Flow: the build context directory → S3 asset → Step Functions runs one CodeBuild project per
-architecture on that architecture's own hosts (no QEMU), then a manifest + SOCI project → a custom
+architecture on that architecture's own hosts (no QEMU), then a manifest-list project → a custom
 resource (Provider framework, isComplete polling) waits for the execution and returns the digest.
 The custom resource's properties carry the context's asset hash, the engine pin and the build
 recipe, so a changed Dockerfile, pin or buildspec rebuilds and anything else does not. A failed
@@ -12,7 +13,6 @@ build fails the deployment with the failing CodeBuild build, phase and log link 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 from pathlib import Path
 
@@ -29,9 +29,10 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
+from .._resources import IMAGE_BUILD, runtime_dir
 from .buildspecs import manifest_buildspec, platform_buildspec
 from ..nag import acknowledge, acknowledge_wildcards
-from .props import REPO_ROOT, PROVIDER_WAIT_MINUTES, LlamaCppImageProps
+from .props import PROVIDER_WAIT_MINUTES, LlamaCppImageProps
 from .reviewed_wildcards import REVIEWED_WILDCARDS
 
 __all__ = ["LlamaCppImage", "LlamaCppImageProps"]
@@ -51,13 +52,7 @@ _DEFAULT_EXCLUDES = ("**/__pycache__", "**/*.pyc", ".git")
 
 
 def _lambda_code_dir() -> Path:
-    here = REPO_ROOT / "lambda" / "image_build"
-    if here.is_dir():
-        return here
-    spec = importlib.util.find_spec("image_build")  # installed as a top-level package
-    if spec is None or spec.origin is None:
-        raise FileNotFoundError("lambda/image_build (the build handlers) is neither in the source tree nor installed")
-    return Path(spec.origin).parent
+    return runtime_dir(IMAGE_BUILD)
 
 
 def _dockerignore(context: Path) -> list[str]:
@@ -100,11 +95,7 @@ class LlamaCppImage(Construct):
         )
 
         specs = {arch: platform_buildspec(dockerfile=props.dockerfile, build_args=self.build_args) for arch in props.platforms}
-        manifest_spec = manifest_buildspec(
-            platforms=props.platforms,
-            soci=props.soci_release if props.soci_index else None,
-            min_layer_bytes=props.soci_min_layer_mib * 1024 * 1024,
-        )
+        manifest_spec = manifest_buildspec(platforms=props.platforms)
         images = {"arm64": props.arm64_build_image, "amd64": props.amd64_build_image}
         recipe = {
             "platforms": {arch: {"buildspec": specs[arch], "image": images[arch].image_id} for arch in props.platforms},
@@ -137,7 +128,7 @@ class LlamaCppImage(Construct):
         }
         self.manifest_project = self._project(
             "Manifest",
-            description=f"{props.name}: multi-arch manifest list + SOCI index",
+            description=f"{props.name}: multi-arch Docker manifest list",
             image=images[props.platforms[0]],
             compute=codebuild.ComputeType.SMALL,
             spec=manifest_spec,
@@ -290,7 +281,7 @@ class LlamaCppImage(Construct):
         native = sfn.Parallel(self, "Native builds", result_path="$.platformBuilds")
         for arch, project in self.platform_projects.items():
             native.branch(self._start(f"Build {arch}", project, None))
-        manifest = self._start("Manifest and SOCI index", self.manifest_project, "$.manifestBuild")
+        manifest = self._start("Manifest list", self.manifest_project, "$.manifestBuild")
         return sfn.StateMachine(
             self,
             "Workflow",
@@ -405,7 +396,7 @@ class LlamaCppImage(Construct):
             acknowledge(
                 project,
                 "AwsSolutions-CB3",
-                "Privileged mode runs Docker (and containerd for soci) inside the build to build and push the image "
+                "Privileged mode runs Docker inside the build to build and push the image "
                 "natively; the project runs only this construct's buildspec on the asset it was given.",
             )
         acknowledge_wildcards(self, REVIEWED_WILDCARDS)

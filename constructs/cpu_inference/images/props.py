@@ -13,11 +13,10 @@ from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 
-from .buildspecs import SOCI_0_14_1, SociRelease
+from .._resources import LLAMA_SERVER, runtime_dir
 from .engine_pin import check_build_arg, read_pin
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-DEFAULT_CONTEXT_DIR = REPO_ROOT / "containers" / "llama-server"
+DEFAULT_CONTEXT_DIR = runtime_dir(LLAMA_SERVER)
 PLATFORMS = ("arm64", "amd64")
 _NAME = re.compile(r"^[a-z0-9](?:[a-z0-9._-]{0,46}[a-z0-9])?$")
 # A custom resource (and so the CDK Provider framework's isComplete loop) waits at most 1 hour;
@@ -39,8 +38,8 @@ def _default_amd64_image() -> codebuild.IBuildImage:
 class LlamaCppImageProps:
     """What to build and where to publish it. Every field has a working default.
 
-    context_dir: the Docker build context, shipped as an S3 asset (default: the repo's
-        containers/llama-server). A second instance builds containers/router the same way.
+    context_dir: the Docker build context, shipped as an S3 asset (default: containers/llama-server, from the
+        installed package or the source checkout). A second instance builds containers/router the same way.
     dockerfile: path of the Dockerfile inside context_dir (default "Dockerfile").
     name: short image name; prefixes the tag `<name>-<content hash>` and names the resources'
         descriptions (default "llama-server"; lowercase, digits, `.`, `_`, `-`, at most 48 chars).
@@ -49,20 +48,15 @@ class LlamaCppImageProps:
     build_args: more `--build-arg`s (default none); a key may not repeat one of the pin's.
     platforms: architectures to build natively, each on its own CodeBuild host type
         (default ("arm64", "amd64")). The manifest step runs on the first one's host type.
-    soci_index: publish the tag as a SOCI-enabled image (SOCI index manifest v2) for lazy and
-        parallel pulls (default True); False publishes the plain manifest list.
-    soci_release: the pinned soci CLI release used by the manifest step (default v0.14.1).
-    soci_min_layer_mib: layers smaller than this get no zTOC and are pulled whole (default 10,
-        soci's own default); when no layer qualifies, the plain list is published instead.
     keep_builds: builds whose tagged images the lifecycle policy keeps (default 10). Each build
-        tags 2 + len(platforms) images with soci_index, 1 + len(platforms) without.
+        tags 1 + len(platforms) images (the manifest list and one image per platform).
     untagged_expiry_days: untagged images expire after this many days (default 7).
     compute_type: CodeBuild size of the native builds (default LARGE: 8 vCPU for the llama.cpp
         compile); the manifest step always runs on SMALL.
     arm64_build_image / amd64_build_image: CodeBuild images (default Amazon Linux 2023
         aarch64-standard:3.0 and x86_64-standard:5.0; both ship Docker with buildx).
     build_timeout_minutes: per native build (default 40; they run in parallel);
-        manifest_timeout_minutes: the manifest + SOCI step (default 15). Their sum must leave the
+        manifest_timeout_minutes: the manifest-list step (default 15). Their sum must leave the
         1-hour custom-resource wait 5 minutes of slack. A deployment that times out leaves the builds
         running; their pushed tags make the next deployment skip straight to the digest.
     log_retention: retention of the build, workflow and handler log groups (default one month).
@@ -81,9 +75,6 @@ class LlamaCppImageProps:
     pin_file: str | None = "engine-pin.env"
     build_args: Mapping[str, str] = field(default_factory=dict)
     platforms: tuple[str, ...] = PLATFORMS
-    soci_index: bool = True
-    soci_release: SociRelease = SOCI_0_14_1
-    soci_min_layer_mib: int = 10
     keep_builds: int = 10
     untagged_expiry_days: int = 7
     compute_type: codebuild.ComputeType = codebuild.ComputeType.LARGE
@@ -138,8 +129,6 @@ class LlamaCppImageProps:
         unknown = [p for p in self.platforms if p not in PLATFORMS]
         if unknown or len(set(self.platforms)) != len(self.platforms):
             raise ValueError(f"platforms {self.platforms!r}: each of arm64, amd64 at most once, nothing else")
-        if self.soci_min_layer_mib < 0:
-            raise ValueError(f"soci_min_layer_mib must be >= 0, got {self.soci_min_layer_mib}")
         if self.keep_builds < 1:
             raise ValueError(f"keep_builds must be >= 1, got {self.keep_builds}")
         if self.untagged_expiry_days < 1:
@@ -157,4 +146,4 @@ class LlamaCppImageProps:
             raise ValueError("give repository_name or existing_repository, not both")
 
     def tags_per_build(self) -> int:
-        return len(self.platforms) + (2 if self.soci_index else 1)
+        return len(self.platforms) + 1

@@ -5,6 +5,9 @@ layer chunks concurrently and unpacks layers in parallel (Bottlerocket ≥ 1.44 
 The settings go to the node as Bottlerocket userData TOML, which Karpenter merges with the settings it
 generates (cluster name, API endpoint, CA). Keys follow the Bottlerocket settings reference
 (`settings.container-runtime.snapshotter`, `settings.container-runtime-plugins.soci-snapshotter.*`).
+Parallel-pull-unpack works on any image and never reads a SOCI index (lazy loading from an index is an
+AL2023 feature), so the images need none: LlamaCppImage publishes a plain Docker manifest list, which is
+also the only multi-arch form SageMaker accepts.
 """
 
 from __future__ import annotations

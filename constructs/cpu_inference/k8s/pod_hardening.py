@@ -13,7 +13,10 @@ from typing import Any, Mapping, Sequence
 import cdk8s
 import cdk8s_plus_27 as kplus
 
-NON_ROOT_UID = 65532  # the images' numeric user (distroless "nonroot"): runAsNonRoot can verify it
+# The numeric user every container runs as (distroless "nonroot"). Set explicitly as runAsUser/runAsGroup:
+# the engine image's USER is root (SageMaker starts containers as root; its `serve` mode drops to this same
+# uid itself), so runAsNonRoot can only verify the pod through these fields.
+NON_ROOT_UID = 65532
 ARCH_LABEL = "kubernetes.io/arch"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 HOST_LABEL = "kubernetes.io/hostname"

@@ -75,6 +75,9 @@ def serve_env(binary: Path, model_dir: Path, port: int, engine_port: int, **extr
         LLAMA_ENGINE_PORT=str(engine_port), ADAPTER_HOST="127.0.0.1", LLAMA_THREADS="1",
         LLAMA_PARALLEL=str(SLOTS), LLAMA_QUEUE_DEPTH=str(QUEUE_DEPTH), LLAMA_CTX_PER_SLOT="512",
         LLAMA_CACHE_RAM_MIB="64",
+        # Serve as whoever runs the tests: the engine binary and models live in this user's cache, which the
+        # image's 65532 may not reach. test_privileges.py runs the default (drop root to 65532:65532).
+        LLAMA_RUN_AS=f"{os.getuid()}:{os.getgid()}",
     )
     env.update(extra)
     return env
