@@ -62,7 +62,7 @@ CASES = [
     ("unknown-instance-family", _set("eks.instance_families", ["c7g", "c7gg"]),
      "config.yaml: eks.instance_families[1]: unknown instance family 'c7gg' — did you mean c7g?"),
     ("model-too-big-for-instance", lambda d: (d.update(target="sagemaker"), d["models"][0].update(parameters_billions=70, task="batch")),
-     "config.yaml: models[0]: smollm2-1-7b (70B Q4_K_M) needs 59.3 GiB but ml.c7g.2xlarge has 15.0 GiB usable — use a larger instance such as ml.r7g.2xlarge"),
+     "config.yaml: models[0]: smollm2-1-7b (70B Q4_K_M) needs 59.3 GiB but ml.c7g.2xlarge has 15.0 GiB usable — use a larger instance such as ml.r7gd.2xlarge"),
     ("model-too-big-for-any-node", lambda d: (d["models"][0].update(parameters_billions=400, quantization="Q8_0", task="batch"), d["eks"].update(instance_families=["c7g"])),
      "config.yaml: models[0]: smollm2-1-7b (400B Q8_0) needs 593.7 GiB, more than the largest allowed node (c7g.16xlarge, 116.4 GiB allocatable) — allow r-family or larger instance types, or a smaller quantization"),
     ("duplicate-model-name", lambda d: d["models"].append(dict(d["models"][0])),

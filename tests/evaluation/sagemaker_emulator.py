@@ -5,17 +5,23 @@ What is emulated is only AWS's managed front end: the REST paths botocore calls
 recomputed here from the request as received and the known test secret (an independent implementation of
 the SigV4 algorithm, not botocore's), so a request signed with the wrong key, region, service, body or path
 is rejected the way AWS rejects it — and the response framing: the container's bytes go back as AWS
-event-stream `PayloadPart` messages, re-split at awkward sizes as SageMaker may split them.
+event-stream `PayloadPart` messages, re-split at awkward sizes as SageMaker may split them. A container answer
+other than 200 becomes what SageMaker returns for it: HTTP 424 `ModelError` whose body holds exactly the members of
+botocore's sagemaker-runtime ModelError shape (Message, OriginalStatusCode, OriginalMessage, LogStreamArn); the
+container's own headers (its Retry-After) do not reach the caller.
 
 Behind it runs the container's own code (containers/llama-server/sagemaker_adapter.py, the `/invocations`
 the image serves) in front of the real llama-server, so every token comes from the engine."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as dt
 import hashlib
 import hmac
 import http.client
+import json
 import posixpath
 import re
 import struct
@@ -23,8 +29,11 @@ import threading
 import zlib
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Iterator
 from urllib.parse import quote, unquote, urlsplit
+
+ENGINE_DIR = Path(__file__).resolve().parents[2] / "containers" / "llama-server"
 
 AUTH = re.compile(r"^AWS4-HMAC-SHA256 Credential=(?P<key>[^/]+)/(?P<date>\d{8})/(?P<region>[^/]+)/(?P<service>[^/]+)/aws4_request, SignedHeaders=(?P<signed>[^,]+), Signature=(?P<sig>[0-9a-f]{64})$")
 MAX_SKEW = dt.timedelta(minutes=5)  # AWS rejects requests whose X-Amz-Date is further off than this
@@ -48,6 +57,47 @@ def awkward_pieces(data: bytes, sizes: tuple[int, ...] = (7, 1, 33, 2, 120)) -> 
         n = sizes[k % len(sizes)]
         yield data[i : i + n]
         i, k = i + n, k + 1
+
+
+def model_error_body(status: int, message: str, *, endpoint_name: str, region: str, account: str = "000000000000") -> bytes:
+    """SageMaker Runtime's answer to a container's non-2xx: the ModelError members botocore's model declares."""
+    kind = "client" if status < 500 else "server"
+    log_group = f"/aws/sagemaker/Endpoints/{endpoint_name}"
+    return json.dumps({
+        "Message": f'Received {kind} error ({status}) from primary with message "{message}". See the {log_group} log group in account {account} for more information.',
+        "OriginalStatusCode": status,
+        "OriginalMessage": message,
+        "LogStreamArn": f"arn:aws:logs:{region}:{account}:log-group:{log_group}",
+    }).encode()
+
+
+@contextlib.contextmanager
+def sagemaker_container(engine_url: str, *, max_in_flight: int, busy: bool = False) -> Iterator[str]:
+    """The image's SageMaker front (containers/llama-server/sagemaker_adapter.py: /ping, /invocations) in front of
+    a real engine, on its own event loop. busy=True: every admission slot is taken, as when `max_in_flight`
+    requests are running, so the adapter's own admission check answers 429 + Retry-After."""
+    import sys
+
+    if str(ENGINE_DIR) not in sys.path:
+        sys.path.insert(0, str(ENGINE_DIR))
+    from sagemaker_adapter import SageMakerAdapter
+
+    engine = urlsplit(engine_url)
+    adapter = SageMakerAdapter(engine.hostname, engine.port, max_in_flight=max_in_flight)
+    if busy:
+        adapter.in_flight = max_in_flight
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    port = asyncio.run_coroutine_threadsafe(adapter.start("127.0.0.1", 0), loop).result(10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        adapter.in_flight = 0
+        asyncio.run_coroutine_threadsafe(adapter.close(grace=0), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
 
 
 def _hmac(key: bytes, msg: str) -> bytes:
@@ -171,7 +221,14 @@ class SageMakerRuntimeEmulator:
                     resp = upstream.getresponse()
                     if resp.status != 200:
                         detail = resp.read()[:300].decode(errors="replace")
-                        return self._error(424, "ModelError", f"Received client error ({resp.status}) from primary with message {detail}")
+                        body = model_error_body(resp.status, detail, endpoint_name=emu.endpoint_name, region=emu.region)
+                        self.send_response(424)
+                        self.send_header("x-amzn-ErrorType", "ModelError")
+                        self.send_header("Content-Type", "application/json")
+                        self.send_header("Content-Length", str(len(body)))
+                        self.end_headers()
+                        self.wfile.write(body)
+                        return
                     if m.group(2) == "invocations":
                         data = resp.read()
                         self.send_response(200)

@@ -10,7 +10,7 @@ from cpu_inference.sagemaker import engine_settings, prompt_cache_mib
 SPEC_8B = sizing.ModelSpec(parameters_billions=8, quantization="Q4_K_M", context_window=4096)
 
 
-@pytest.mark.parametrize("instance_type", ["ml.m7g.large", "ml.c7g.2xlarge", "ml.c7g.4xlarge", "ml.c7g.8xlarge", "ml.r7g.16xlarge"])
+@pytest.mark.parametrize("instance_type", ["ml.m8g.large", "ml.c7g.2xlarge", "ml.c7g.4xlarge", "ml.c7g.8xlarge", "ml.r7gd.16xlarge"])
 def test_prompt_cache_keeps_memory_under_the_alarm(instance_type: str) -> None:
     s = sizing.size(SPEC_8B, sizing.instance(instance_type), target="sagemaker")
     cache = prompt_cache_mib(s)
@@ -23,7 +23,7 @@ def test_prompt_cache_keeps_memory_under_the_alarm(instance_type: str) -> None:
 
 
 def test_cache_is_off_when_the_model_barely_fits_and_capped_when_roomy() -> None:
-    assert prompt_cache_mib(sizing.size(SPEC_8B, sizing.instance("ml.m7g.large"), target="sagemaker")) == 0
+    assert prompt_cache_mib(sizing.size(SPEC_8B, sizing.instance("ml.m8g.large"), target="sagemaker")) == 0
     assert prompt_cache_mib(sizing.size(SPEC_8B, sizing.instance("ml.c7g.8xlarge"), target="sagemaker")) == 8192
 
 

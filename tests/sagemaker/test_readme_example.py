@@ -16,7 +16,7 @@ def test_minimal_example_synthesizes() -> None:
     (model,) = [r for r in t.values() if r["Type"] == "AWS::SageMaker::Model"]
     (config,) = [r for r in t.values() if r["Type"] == "AWS::SageMaker::EndpointConfig"]
     source = model["Properties"]["PrimaryContainer"]["ModelDataSource"]["S3DataSource"]
-    assert flatten(source["S3Uri"]).endswith("/models/zephyr-7b/main/")
+    assert "/models/zephyr-7b/<" in flatten(source["S3Uri"]) and flatten(source["S3Uri"]).endswith(".Commit>/")  # the pinned commit
     assert model["Properties"]["PrimaryContainer"]["Environment"]["MODEL_PATH"] == "/opt/ml/model/zephyr-7b-beta.Q4_K_M.gguf"
     (variant,) = config["Properties"]["ProductionVariants"]
     assert variant["InstanceType"] == "ml.c7g.8xlarge"

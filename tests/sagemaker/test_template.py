@@ -8,12 +8,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import botocore.session
 import pytest
 
 from cpu_inference import sizing
 from cpu_inference.nag import flatten
+from cpu_inference.slm_context import slm_context_per_slot
 from cpu_inference.sagemaker import engine_settings, model_download_timeout_seconds, startup_health_check_timeout_seconds
-from tests.sagemaker.conftest import LLAMA_8B, Serving
+from cpu_inference.sagemaker.engine_settings import volume_size_gb
+from tests.sagemaker.conftest import LLAMA_8B, Serving, placement
 from tests.support.cdk import cfn_lint_errors, nag_errors
 
 ENGINE_DIR = Path(__file__).resolve().parents[2] / "containers" / "llama-server"
@@ -86,7 +89,8 @@ def test_model_data_is_the_artifact_prefix_downloaded_uncompressed(serving: Serv
         source = container["ModelDataSource"]["S3DataSource"]
         assert source["S3DataType"] == "S3Prefix" and source["CompressionType"] == "None"
         bucket = serving.logical_id(artifact.bucket.node.default_child)
-        assert flatten(source["S3Uri"]) == f"s3://<{bucket}>/models/{name}/main/"
+        # The commit the copy pinned (its attribute), never the branch: scaled-out instances load the same bytes.
+        assert flatten(source["S3Uri"]) == f"s3://<{bucket}>/models/{name}/<{serving.logical_id(artifact.resource)}.Commit>/"
         assert container["Environment"]["MODEL_PATH"] == f"/opt/ml/model/{artifact.props.file}"
         assert container["Mode"] == "SingleModel"
         # Created only after the copy finished and the role can read it.
@@ -152,7 +156,9 @@ def test_smaller_instance_gets_its_own_threads_and_slots(serving: Serving) -> No
     env = _env(serving, "smollm2-1-7b")
     s = serving.endpoints["smollm2-1-7b"].sizing
     assert env["LLAMA_THREADS"] == "8" == str(sizing.instance("ml.c7g.2xlarge").vcpus)
-    assert (env["LLAMA_PARALLEL"], env["LLAMA_CTX_PER_SLOT"]) == (str(s.slots), "512")  # classification task: 512 per slot
+    # The router's SLM: each slot holds the router's classification prompt and an answer (cpu_inference.slm_context),
+    # not the classification task's 512 (tests/k8s/test_prefilter_fidelity.py runs this environment).
+    assert (env["LLAMA_PARALLEL"], env["LLAMA_CTX_PER_SLOT"]) == (str(s.slots), str(slm_context_per_slot({})))
     assert s.fits
 
 
@@ -164,6 +170,43 @@ def test_timeouts_grow_with_the_model_file(serving: Serving) -> None:
     huge = sizing.weights_bytes(sizing.ModelSpec(parameters_billions=70, quantization="Q4_K_M"))
     assert (model_download_timeout_seconds(huge), startup_health_check_timeout_seconds(huge)) == (1740, 840)
     assert model_download_timeout_seconds(10**12) == 3600 and startup_health_check_timeout_seconds(0) == 180 and startup_health_check_timeout_seconds(1) == 210
+
+
+# The ML storage volume's range from SageMaker's API model (shape ProductionVariantVolumeSizeInGB), not from our code.
+_VOLUME = botocore.session.get_session().get_service_model("sagemaker").shape_for("ProductionVariant").members["VolumeSizeInGB"].metadata
+
+
+@pytest.mark.parametrize("name", ["smollm2-1-7b", "zephyr-7b", "llama-8b"])
+def test_ml_storage_volume_holds_the_model_within_sagemakers_range(serving: Serving, name: str) -> None:
+    ep = serving.endpoints[name]
+    volume = _variant(serving, name)["VolumeSizeInGB"]
+    assert _VOLUME["min"] <= volume <= _VOLUME["max"]
+    # The model file is downloaded onto it (plus the image allowance and /tmp): more than the file, never the default.
+    assert volume * sizing.GIB >= ep.props.model_bytes * 1.1 + 6 * sizing.GIB
+    assert volume == ep.volume_size_gb
+
+
+def test_ml_storage_volume_grows_with_the_model_and_stops_at_sagemakers_maximum() -> None:
+    seventy = sizing.weights_bytes(sizing.ModelSpec(parameters_billions=70, quantization="Q4_K_M"))
+    on_c = sizing.instance("ml.c7g.16xlarge")
+    assert volume_size_gb(seventy, on_c) == math.ceil((seventy * 1.1 + 6 * sizing.GIB) / sizing.GIB) > 40
+    assert volume_size_gb(10**13, on_c) == _VOLUME["max"]  # props refuse such a model: test_props
+    assert volume_size_gb(1, on_c) >= _VOLUME["min"]
+
+
+def test_instance_storage_types_get_no_volume_size() -> None:
+    # SageMaker attaches no EBS volume to "d" types and refuses VolumeSizeInGB there (SageMaker Python SDK's
+    # volume_size_supported); r7gd is the Graviton3 memory-optimized hosting type.
+    assert "ml.r7gd.2xlarge" in botocore.session.get_session().get_service_model("sagemaker").shape_for("ProductionVariantInstanceType").enum
+    variant = _variant_of(placement("ml.r7gd.2xlarge"))
+    assert "VolumeSizeInGB" not in variant and variant["InstanceType"] == "ml.r7gd.2xlarge"
+    assert _variant_of(placement("ml.c7g.8xlarge"))["VolumeSizeInGB"] >= 11
+
+
+def _variant_of(p) -> dict[str, Any]:
+    (config,) = p.of_type("AWS::SageMaker::EndpointConfig").values()
+    (variant,) = config["Properties"]["ProductionVariants"]
+    return variant
 
 
 # -- autoscaling ------------------------------------------------------------------------------------------
@@ -213,7 +256,10 @@ def test_alarms(serving: Serving, name: str) -> None:
 
     latency = _alarm(serving, name, "latency_p95")
     assert (latency["Namespace"], latency["MetricName"], latency["ExtendedStatistic"]) == ("AWS/SageMaker", "ModelLatency", "p95")
-    assert latency["Threshold"] == slo_ms * 1000 and latency["Dimensions"] == dims  # microseconds
+    # ModelLatency is the whole generation: the SLO (first token) + the answer's decode budget, in microseconds.
+    budget_ms = slo_ms + {"smollm2-1-7b": 256, "zephyr-7b": 256, "llama-8b": 256}[name] * 100
+    assert latency["Threshold"] == budget_ms * 1000 and latency["Dimensions"] == dims
+    assert f"above {budget_ms:g} ms ({slo_ms:g} ms first-token SLO + 256 output tokens x 100 ms)" in latency["AlarmDescription"]
 
     for key, metric, threshold in (("errors_4xx", "Invocation4XXErrors", 5), ("errors_5xx", "Invocation5XXErrors", 1)):
         alarm = _alarm(serving, name, key)
@@ -232,6 +278,20 @@ def test_alarms(serving: Serving, name: str) -> None:
     assert (memory["Namespace"], memory["MetricName"], memory["Threshold"]) == ("/aws/sagemaker/Endpoints", "MemoryUtilization", 85)
 
 
+def test_latency_alarm_is_quiet_under_normal_traffic_and_fires_when_decode_degrades(serving: Serving) -> None:
+    # FIELD-NOTES reference (AWS's llama.cpp sample): Zephyr-7B Q4 on ml.c7g.8xlarge, prompt 55 tok/s, generation
+    # ~36 tok/s (128 tokens in 3.57 s). ModelLatency of such an answer with a 100-token prompt, in microseconds:
+    def model_latency_us(prompt_tokens: int, output_tokens: int, decode_tok_s: float) -> float:
+        return (prompt_tokens / 55 + output_tokens / decode_tok_s) * 1e6
+
+    threshold = _alarm(serving, "zephyr-7b", "latency_p95")["Threshold"]
+    slo_us = serving.config.slo.p95_latency_ms * 1000  # the old threshold: the request SLO alone
+    normal = model_latency_us(100, 128, 36)
+    assert normal > slo_us  # the old alarm was in ALARM for every normal 128-token answer
+    assert normal < threshold and model_latency_us(100, 256, 36) < threshold  # the budget is not crossed
+    assert model_latency_us(100, 256, 8) > threshold  # decode at 8 tok/s (a saturated instance) fires it
+
+
 def test_alarm_topic_and_dashboard(serving: Serving) -> None:
     topic = serving.logical_id(serving.endpoints["llama-8b"].props.alarm_topic.node.default_child)
     for alarm in serving.endpoints["llama-8b"].alarms.values():
@@ -242,7 +302,7 @@ def test_alarm_topic_and_dashboard(serving: Serving) -> None:
     assert len(dashboards) == 3
     body = flatten(_resource(serving, serving.endpoints["zephyr-7b"].dashboard.node.default_child)["Properties"]["DashboardBody"])
     for needle in ("ModelLatency", "Invocation5XXErrors", "ConcurrentRequestsPerModel", "CPUUtilization", "MemoryUtilization",
-                   f"p95 SLO {serving.config.slo.p95_latency_ms} ms", "scaling target 6", "429 above 16"):
+                   f"p95 alarm {serving.config.slo.p95_latency_ms + 256 * 100} ms", "scaling target 6", "429 above 16"):
         assert needle in body, needle
     assert all("DashboardName" not in d["Properties"] for d in dashboards.values())
 
@@ -256,8 +316,8 @@ def test_role_reads_only_its_model_prefix(serving: Serving, name: str) -> None:
     s3 = [st for st in _statements(serving, name) if any(a.startswith("s3:") for a in _as_list(st["Action"]))]
     reads = [st for st in s3 if _as_list(st["Action"]) == ["s3:GetObject"]]
     lists = [st for st in s3 if _as_list(st["Action"]) == ["s3:ListBucket"]]
-    assert [flatten(r) for st in reads for r in _as_list(st["Resource"])] == [f"<{bucket}.Arn>/models/{name}/main/*"]
-    assert [st["Condition"] for st in lists] == [{"StringLike": {"s3:prefix": [f"models/{name}/main/*"]}}]
+    assert [flatten(r) for st in reads for r in _as_list(st["Resource"])] == [f"<{bucket}.Arn>/models/{name}/*"]
+    assert [st["Condition"] for st in lists] == [{"StringLike": {"s3:prefix": [f"models/{name}/*"]}}]
     others = {n for n in serving.endpoints if n != name}
     text = str(s3)
     assert not any(f"models/{o}/" in text for o in others)

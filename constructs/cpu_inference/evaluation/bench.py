@@ -102,6 +102,7 @@ def build_report(plan: BenchPlan, price: Price, levels: list[LevelStats], *, war
         "totals": {
             "requests": sum(lv.requests for lv in levels),
             "errors": sum(lv.errors for lv in levels),
+            "rejected": sum(lv.rejected for lv in levels),
             "output_tokens": sum(lv.output_tokens for lv in levels),
             "warmup_requests": len(warmup),
             "warmup_output_tokens": sum(r.output_tokens or 0 for r in warmup if r.ok),

@@ -6,7 +6,10 @@
   and InvokeEndpoint otherwise; the container takes OpenAI chat bodies at /invocations.
 
 Both return a `ChatResult` with the timings a benchmark needs; they never raise for a failed request
-(a failure is a result with `error` set), so a load run counts errors instead of aborting."""
+(a failure is a result with `error` set), so a load run counts errors instead of aborting. A refusal for lack
+of capacity (HTTP 429/503; on SageMaker the container's 429/503 arrives as ModelError, HTTP 424, with the
+container's status in OriginalStatusCode, or SageMaker's own throttling) is a failure with `rejected` set:
+overload, counted apart from errors."""
 
 from __future__ import annotations
 
@@ -33,6 +36,8 @@ class ChatResult:
     text: str = ""
     finish_reason: str | None = None
     error: str | None = None
+    rejected: bool = False  # refused for lack of capacity (429/503), not failed
+
 
     @property
     def tpot_s(self) -> float | None:
@@ -83,9 +88,24 @@ def _from_json(payload: bytes, started: float, ended: float) -> ChatResult:
     return ChatResult(True, started, ended - started, None, usage.get("completion_tokens"), usage.get("prompt_tokens"), message.get("content") or "", choice.get("finish_reason"))
 
 
-def _failed(started: float, exc: BaseException | str) -> ChatResult:
+OVERLOAD_STATUSES = (429, 503)  # "no capacity now, retry later" (the engine adapter's and llama-server's answers)
+# SageMaker Runtime errors that are overload: its own throttling / not-ready answers (botocore sagemaker-runtime
+# ModelNotReadyException 429, ServiceUnavailable 503) and a container's 429/503 wrapped in ModelError (424).
+_SAGEMAKER_OVERLOAD_CODES = ("ModelNotReadyException", "ServiceUnavailable", "ThrottlingException")
+
+
+def _failed(started: float, exc: BaseException | str, *, rejected: bool = False) -> ChatResult:
     msg = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
-    return ChatResult(False, started, time.perf_counter() - started, error=msg[:500])
+    return ChatResult(False, started, time.perf_counter() - started, error=msg[:500], rejected=rejected)
+
+
+def sagemaker_overload(response: dict[str, Any]) -> bool:
+    """A botocore ClientError response that means overload: the container's 429/503 (ModelError's modeled
+    OriginalStatusCode) or SageMaker's own throttling / model-not-ready answers."""
+    code = response.get("Error", {}).get("Code", "")
+    if code == "ModelError":
+        return response.get("OriginalStatusCode") in OVERLOAD_STATUSES
+    return code in _SAGEMAKER_OVERLOAD_CODES
 
 
 class OpenAIClient:
@@ -146,7 +166,7 @@ class OpenAIClient:
             if resp.status != 200:
                 detail = resp.read()[:300].decode(errors="replace")
                 self._drop()
-                return _failed(started, f"HTTP {resp.status}: {detail}")
+                return _failed(started, f"HTTP {resp.status}: {detail}", rejected=resp.status in OVERLOAD_STATUSES)
             if not stream or "event-stream" not in (resp.getheader("Content-Type") or ""):
                 data = resp.read()
                 return _from_json(data, started, time.perf_counter())
@@ -220,7 +240,9 @@ class SageMakerClient:
                     raise StreamError(json.dumps(event, default=str)[:300])
             parsed.close()
             return _from_stream(parsed, started, time.perf_counter())
-        except (BotoCoreError, ClientError, StreamError, ValueError, OSError) as exc:
+        except ClientError as exc:
+            return _failed(started, exc, rejected=sagemaker_overload(exc.response))
+        except (BotoCoreError, StreamError, ValueError, OSError) as exc:
             return _failed(started, exc)
 
     def close(self) -> None:

@@ -40,19 +40,19 @@ def bench_markdown(report: dict[str, Any]) -> str:
         f"**Result:** {report['verdict']}",
         "",
         f"- instance: {report['instance_type'] or 'not given'} x{report['instance_count']} in {report['region']}; price: {price_line}",
-        f"- target: p95 {metric} latency <= {t['p95_ms']:g} ms, error rate <= {t['max_error_rate']:.0%}",
+        f"- target: p95 {metric} latency <= {t['p95_ms']:g} ms, error rate (errors + overload rejections) <= {t['max_error_rate']:.0%}",
         f"- load: closed loop, {s['requests_per_level']} requests per level, max_tokens {s['max_tokens']}, stream {s['stream']}, ignore_eos {s['ignore_eos']}, prompts: {s['prompts']}",
         f"- started {report['started_at']}, took {report['duration_s']:.1f} s",
         "",
     ]
-    header = ["concurrency", "ok/total", "e2e p50 ms", "e2e p95 ms", "e2e p99 ms", "TTFT p50 ms", "TTFT p95 ms", "TPOT p50 ms", "queries/s", "out tok/s", "meets p95", "$ per 1k queries"]
+    header = ["concurrency", "ok/total", "rejected (429/503)", "e2e p50 ms", "e2e p95 ms", "e2e p99 ms", "TTFT p50 ms", "TTFT p95 ms", "TPOT p50 ms", "queries/s", "out tok/s", "meets p95", "$ per 1k queries"]
     rows = []
     for lv in report["levels"]:
         mark = "yes" if lv["meets_p95"] else "no"
         if report["selected"] and lv["concurrency"] == report["selected"]["concurrency"]:
             mark = "**yes (selected)**"
         rows.append([
-            str(lv["concurrency"]), f"{lv['ok']}/{lv['requests']}", _fmt(lv["e2e_p50_ms"]), _fmt(lv["e2e_p95_ms"]), _fmt(lv["e2e_p99_ms"]),
+            str(lv["concurrency"]), f"{lv['ok']}/{lv['requests']}", str(lv.get("rejected", 0)), _fmt(lv["e2e_p50_ms"]), _fmt(lv["e2e_p95_ms"]), _fmt(lv["e2e_p99_ms"]),
             _fmt(lv["ttft_p50_ms"]), _fmt(lv["ttft_p95_ms"]), _fmt(lv["tpot_p50_ms"], ".2f"), _fmt(lv["qps"], ".3f"), _fmt(lv["output_tok_s"]), mark, _usd(lv["cost_per_1k_queries_usd"]),
         ])
     out.append(markdown_table(header, rows))

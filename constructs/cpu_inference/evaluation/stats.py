@@ -47,10 +47,15 @@ class LevelStats:
     qps: float  # successful requests per second, closed loop
     output_tok_s: float
     first_errors: tuple[str, ...] = ()
+    rejected: int = 0  # refused for lack of capacity (429/503, SageMaker ModelError 429): overload, not errors
 
     @property
     def error_rate(self) -> float:
         return self.errors / self.requests if self.requests else 1.0
+
+    @property
+    def rejected_rate(self) -> float:
+        return self.rejected / self.requests if self.requests else 0.0
 
     def p95_ms(self, metric: str) -> float | None:
         return {"e2e": self.e2e_p95_ms, "ttft": self.ttft_p95_ms}[metric]
@@ -59,6 +64,7 @@ class LevelStats:
         d = asdict(self)
         d["first_errors"] = list(self.first_errors)
         d["error_rate"] = round(self.error_rate, 4)
+        d["rejected_rate"] = round(self.rejected_rate, 4)
         return d
 
     @classmethod
@@ -81,7 +87,8 @@ def summarize(concurrency: int, results: Iterable[ChatResult]) -> LevelStats:
     tpot = [t for r in good if (t := r.tpot_s) is not None]
     out_tokens = sum(r.output_tokens or 0 for r in good)
     prompt_tokens = sum(r.prompt_tokens or 0 for r in good)
-    errors = [r.error or "unknown error" for r in results if not r.ok]
+    errors = [r.error or "unknown error" for r in results if not r.ok and not r.rejected]
+    rejected = sum(1 for r in results if not r.ok and r.rejected)
     return LevelStats(
         concurrency=concurrency,
         requests=len(results),
@@ -101,12 +108,16 @@ def summarize(concurrency: int, results: Iterable[ChatResult]) -> LevelStats:
         qps=round(len(good) / wall, 4) if wall > 0 else 0.0,
         output_tok_s=round(out_tokens / wall, 3) if wall > 0 else 0.0,
         first_errors=tuple(dict.fromkeys(errors))[:3],
+        rejected=rejected,
     )
 
 
 def meets_target(level: LevelStats, p95_ms: float, *, metric: str = "e2e", max_error_rate: float = 0.0) -> bool:
+    """p95 within the target and the unanswered share (errors + overload rejections) within max_error_rate: a
+    level the endpoint refuses requests at is beyond its capacity even if what it answered was fast."""
     p95 = level.p95_ms(metric)
-    return level.ok > 0 and p95 is not None and p95 <= p95_ms and level.error_rate <= max_error_rate
+    unanswered = level.error_rate + level.rejected_rate
+    return level.ok > 0 and p95 is not None and p95 <= p95_ms and unanswered <= max_error_rate
 
 
 def pick_concurrency(levels: Sequence[LevelStats], p95_ms: float, *, metric: str = "e2e", max_error_rate: float = 0.0) -> LevelStats | None:

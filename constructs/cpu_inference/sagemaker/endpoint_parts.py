@@ -33,7 +33,8 @@ SCALABLE_DIMENSION = "sagemaker:variant:DesiredInstanceCount"
 INVOKE_ACTIONS = ["sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithResponseStream"]
 VPC_DESCRIBE = ["ec2:DescribeVpcs", "ec2:DescribeDhcpOptions", "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups", "ec2:DescribeNetworkInterfaces"]
 VPC_ENI = ["ec2:CreateNetworkInterface", "ec2:CreateNetworkInterfacePermission", "ec2:DeleteNetworkInterface", "ec2:DeleteNetworkInterfacePermission"]
-SAGEMAKER_FAMILIES = ("c7g", "c8g", "m7g", "m8g", "r7g", "r8g", "c7i", "m7i", "r7i")
+# The catalog families with SageMaker hosting sizes (sizing's table, checked against botocore's enum).
+SAGEMAKER_FAMILIES = tuple(dict.fromkeys(it.family for it in sizing.CATALOG.values() if it.sagemaker))
 
 NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 ENDPOINT_PREFIX = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,53}$")
@@ -259,8 +260,10 @@ def autoscaling(
 
 def monitoring(
     scope: Construct, props: EndpointPropsBase, *, endpoint: str, vcpus: int, target_concurrency: float | None, max_in_flight: int,
+    latency_alarm: cdk.Duration | None = None, latency_alarm_basis: str = "",
 ) -> EndpointMonitoring:
-    """Alarms (and a dashboard) on the endpoint's variant with the props' thresholds."""
+    """Alarms (and a dashboard) on the endpoint's variant with the props' thresholds; `latency_alarm`: the p95
+    ModelLatency budget (default: the props' latency_slo)."""
     return EndpointMonitoring(
         scope, "Monitoring",
         settings=MonitoringSettings(
@@ -268,6 +271,7 @@ def monitoring(
             latency_slo=props.latency_slo, target_concurrency=target_concurrency, max_in_flight=max_in_flight,
             error_rate_4xx_percent=props.error_rate_4xx_percent, error_rate_5xx_percent=props.error_rate_5xx_percent,
             utilization_percent=props.utilization_alarm_percent, alarm_topic=props.alarm_topic, dashboard=props.dashboard,
+            latency_alarm=latency_alarm, latency_alarm_basis=latency_alarm_basis,
         ),
     )
 
@@ -354,6 +358,12 @@ class EndpointPropsBase:
         try:
             return self.instance
         except sizing.UnknownInstanceType:
+            alt = sizing.sagemaker_alternative(self.instance_type)
+            if alt is not None:
+                raise ValueError(
+                    f"{p}.instance_type {self.instance_type!r} is not a SageMaker hosting instance type (not in "
+                    f"ProductionVariantInstanceType) — use {alt.sagemaker_name} ({alt.vcpus} vCPUs, {alt.memory_gib:g} GiB)"
+                ) from None
             raise ValueError(
                 f"{p}.instance_type {self.instance_type!r} is not a SageMaker CPU instance in the catalog "
                 f"(families: {', '.join('ml.' + f for f in SAGEMAKER_FAMILIES)}; `cpu-inference size --list`)"

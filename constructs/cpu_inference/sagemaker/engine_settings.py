@@ -43,6 +43,31 @@ TIMEOUT_MIN_SECONDS = 60  # SageMaker's accepted range for both timeouts
 TIMEOUT_MAX_SECONDS = 3600
 
 
+# ML storage volume (ProductionVariant.VolumeSizeInGB): SageMaker mounts it at /opt/ml and /tmp on endpoints (AWS
+# docs, "Notebook instances, SageMaker AI jobs, and Endpoints" encryption at rest) and downloads the model prefix
+# into /opt/ml/model. Sized to the model file + 10% + a fixed allowance for the engine image's layers, /tmp and
+# logs. The range is botocore's sagemaker shape ProductionVariantVolumeSizeInGB (min 1, max 512).
+VOLUME_MIN_GB = 1
+VOLUME_MAX_GB = 512
+VOLUME_HEADROOM_FRACTION = 0.10
+VOLUME_ALLOWANCE_BYTES = 6 * sizing.GIB  # image layers (~2 GiB) + /tmp + logs
+
+
+def required_volume_gb(model_bytes: int) -> int:
+    """The ML storage volume a model file of this size needs (may exceed VOLUME_MAX_GB: the props refuse that)."""
+    need = model_bytes * (1 + VOLUME_HEADROOM_FRACTION) + VOLUME_ALLOWANCE_BYTES
+    return max(VOLUME_MIN_GB, math.ceil(need / sizing.GIB))
+
+
+def volume_size_gb(model_bytes: int, instance: sizing.InstanceType) -> int | None:
+    """VolumeSizeInGB for the model on this instance; None where SageMaker attaches no EBS volume: instance types
+    with local NVMe storage ("d" types such as r7gd) refuse the field (the SageMaker Python SDK's
+    `volume_size_supported`: a "d" in the family means no EBS volume) and use their instance store instead."""
+    if instance.instance_store:
+        return None
+    return min(VOLUME_MAX_GB, required_volume_gb(model_bytes))
+
+
 def _round_up(seconds: float, step: int = 30) -> int:
     return int(math.ceil(seconds / step) * step)
 

@@ -37,6 +37,7 @@ from .engine_settings import (
     engine_settings,
     model_download_timeout_seconds,
     startup_health_check_timeout_seconds,
+    volume_size_gb,
 )
 from .monitoring import EndpointMonitoring
 from .props import GravitonEndpointProps
@@ -52,7 +53,7 @@ class GravitonEndpoint(Construct):
     """Attributes: props, settings (EngineSettings: sizing, queue depth, cache), sizing, environment (the
     container's), image_uri, model_data_uri, key, role (= grant_principal), log_group, security_groups,
     capture_bucket (or None), model (CfnModel), endpoint_config (CfnEndpointConfig), endpoint (CfnEndpoint),
-    endpoint_name, endpoint_arn, variant_name, target_concurrency, scalable_target / scaling_policy (or None),
+    endpoint_name, endpoint_arn, variant_name, target_concurrency, volume_size_gb (ML storage volume, GB; None on instance-storage types), scalable_target / scaling_policy (or None),
     monitoring (EndpointMonitoring), alarms, dashboard."""
 
     def __init__(self, scope: Construct, id: str, *, props: GravitonEndpointProps) -> None:
@@ -119,11 +120,15 @@ class GravitonEndpoint(Construct):
         if artifact is not None:
             self.model.node.add_dependency(artifact.resource)
 
+        # The model lands on the ML storage volume: sized from it (None on instance-storage types, which refuse it).
+        self.volume_size_gb: int | None = (
+            props.volume_size_gb if props.volume_size_gb is not None else volume_size_gb(props.model_bytes, self.sizing.instance)
+        )
         self.endpoint_config = parts.endpoint_config(
             self, slug, props, model=self.model, key=self.key, data_capture_config=self._capture_config(),
             model_data_download_timeout_in_seconds=self.model_download_timeout_seconds,
             container_startup_health_check_timeout_in_seconds=self.startup_health_check_timeout_seconds,
-            volume_size_in_gb=props.volume_size_gb,
+            volume_size_in_gb=self.volume_size_gb,
         )
         self.endpoint = parts.create_endpoint(
             self, slug, name=self.endpoint_name, config=self.endpoint_config, scales=props.scales, log_group=self.log_group,
@@ -137,6 +142,7 @@ class GravitonEndpoint(Construct):
         self.monitoring: EndpointMonitoring = parts.monitoring(
             self, props, endpoint=self.endpoint_name, vcpus=self.sizing.instance.vcpus,
             target_concurrency=self.target_concurrency, max_in_flight=self.settings.max_in_flight,
+            latency_alarm=props.latency_alarm, latency_alarm_basis=props.latency_alarm_basis,
         )
         self.alarms = self.monitoring.alarms
         self.dashboard = self.monitoring.dashboard

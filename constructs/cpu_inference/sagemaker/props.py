@@ -20,7 +20,7 @@ from ..artifacts import ModelArtifact
 from ..images import LlamaCppImage
 from .endpoint_parts import SAGEMAKER_FAMILIES as SAGEMAKER_FAMILIES  # re-exported: the catalog families SageMaker offers
 from .endpoint_parts import EndpointPropsBase
-from .engine_settings import COMPUTED_KEYS
+from .engine_settings import COMPUTED_KEYS, VOLUME_MAX_GB, required_volume_gb
 
 if TYPE_CHECKING:
     from ..patterns.served_model import ServedModel
@@ -70,18 +70,23 @@ def image_architectures(image: LlamaCppImage | EngineImage) -> tuple[str, ...]:
     return image.architectures
 
 
+# Output tokens the latency alarm budgets per request, by task: routing/classification answers are a label
+# (AWS guidance: 2-3 output tokens), embeddings/rerank generate none, generations are budgeted at 256 tokens.
+ALARM_OUTPUT_TOKENS = {"classification": 8, "routing": 8, "embedding": 0, "rerank": 0, "extraction": 256, "chat": 256, "batch": 256}
+
+
 @dataclass(frozen=True)
 class GravitonEndpointProps(EndpointPropsBase):
     """One llama.cpp model on a SageMaker real-time endpoint. Required: name, model, spec, image.
 
     name: DNS label for the model (response `model` field, tags, names' prefix), e.g. "zephyr-7b".
-    model: a ModelArtifact (its prefix `models/<name>/<revision>/` is downloaded; the role may read only
-        that prefix), or an S3 prefix URI `s3://bucket/prefix/` holding the GGUF (SageMaker S3Prefix data:
+    model: a ModelArtifact (its commit-pinned prefix `models/<name>/<commit>/` is downloaded; the role may read
+        only `models/<name>/`), or an S3 prefix URI `s3://bucket/prefix/` holding the GGUF (SageMaker S3Prefix data:
         every object under it lands in /opt/ml/model).
     spec: the sizing input (parameters, quantization, context, task, optional shape / slots).
     image: a LlamaCppImage (built into ECR by digest) or an EngineImage (any ECR repository + tag/digest).
     instance_type: a SageMaker CPU instance from `sizing`'s catalog (default ml.c7g.2xlarge): Graviton
-        ml.c7g/ml.c8g/ml.m7g/ml.m8g/ml.r7g/ml.r8g, or x86 ml.c7i/ml.m7i/ml.r7i for comparison.
+        ml.c7g/ml.c8g/ml.m8g/ml.r7gd/ml.r8g, or x86 ml.c7i/ml.m7i/ml.r7i for comparison (no ml.m7g/ml.r7g).
     min_capacity / max_capacity: instance bounds for autoscaling (default 1..2; min >= 1: real-time
         endpoints do not scale to zero). initial_instance_count: default min_capacity.
     autoscaling: target tracking on ConcurrentRequestsPerModel (default True when max > min);
@@ -93,7 +98,8 @@ class GravitonEndpointProps(EndpointPropsBase):
     queue_depth: requests admitted per instance beyond the slots before 429 (default: = slots).
     environment: extra container environment (e.g. LLAMA_FLASH_ATTN); may not set the computed keys.
     model_download_timeout / startup_health_check_timeout: default sized to the model file (see
-        engine_settings); 60..3600 s. volume_size_gb: ML storage volume (default: the instance's).
+        engine_settings); 60..3600 s. volume_size_gb: ML storage volume in GB (default: the model file + 10% + 6 GiB for
+        the image and scratch; at most 512); not allowed on instance-storage types (ml.r7gd), which get no EBS volume.
     vpc / vpc_subnets / security_groups: run the model in your VPC (default: no VPC). With a VPC and no
         security groups, one is created with no inbound rules and HTTPS-only egress (S3, ECR endpoints).
     network_isolation: no outbound network from the container (default True; the engine runs --offline).
@@ -103,7 +109,13 @@ class GravitonEndpointProps(EndpointPropsBase):
         a new KMS-encrypted, access-logged bucket); data_capture_prefix (default "data-capture/<name>");
         data_capture_retention_days: expiry of captured objects in a created bucket (default 90).
     existing_role: an execution role to use instead of a new one (grants are added to it).
-    latency_slo: p95 model latency target for the alarm and dashboard (default 2 s).
+    latency_slo: p95 target for the first token, the part of an answer that does not grow with its length
+        (default 2 s). The latency alarm watches ModelLatency, the whole generation, so its threshold is
+        latency_slo + alarm_output_tokens x time_per_output_token (`latency_alarm`).
+    alarm_output_tokens: output tokens per request the alarm budgets for (p95 of your answers' length; default
+        by spec.task, ALARM_OUTPUT_TOKENS: 256 for chat/extraction/batch, 8 for classification/routing; an SLM
+        that also answers uses the chat figure). time_per_output_token: decode budget per output token and
+        stream (default 100 ms = 10 tok/s; AWS guidance: a 7B Q4 decodes 10-20 tok/s on 32 cores, 5-10 on 16).
     error_rate_4xx_percent / error_rate_5xx_percent: alarm thresholds (default 5 / 1).
     utilization_alarm_percent: CPU and memory alarm threshold (default 85).
     alarm_topic: SNS topic notified on alarm and OK (default none). dashboard: create one (default True).
@@ -144,6 +156,8 @@ class GravitonEndpointProps(EndpointPropsBase):
     data_capture_retention_days: int = 90
     existing_role: iam.IRole | None = None
     latency_slo: cdk.Duration = field(default_factory=lambda: cdk.Duration.seconds(2))
+    alarm_output_tokens: int | None = None
+    time_per_output_token: cdk.Duration = field(default_factory=lambda: cdk.Duration.millis(100))
     error_rate_4xx_percent: float = 5.0
     error_rate_5xx_percent: float = 1.0
     utilization_alarm_percent: float = 85.0
@@ -161,6 +175,23 @@ class GravitonEndpointProps(EndpointPropsBase):
     def model_bytes(self) -> int:
         """The model file's size: the spec's file size, else parameters x bits per weight."""
         return sizing.weights_bytes(self.spec)
+
+    @property
+    def output_tokens_budget(self) -> int:
+        if self.alarm_output_tokens is not None:
+            return self.alarm_output_tokens
+        return ALARM_OUTPUT_TOKENS.get(self.spec.task, ALARM_OUTPUT_TOKENS["chat"])
+
+    @property
+    def latency_alarm(self) -> cdk.Duration:
+        """The p95 ModelLatency the alarm allows: the first-token SLO plus the decode budget of the answer."""
+        ms = self.latency_slo.to_milliseconds() + self.output_tokens_budget * self.time_per_output_token.to_milliseconds()
+        return cdk.Duration.millis(ms)
+
+    @property
+    def latency_alarm_basis(self) -> str:
+        return (f"{self.latency_slo.to_milliseconds():g} ms first-token SLO + {self.output_tokens_budget} output tokens x "
+                f"{self.time_per_output_token.to_milliseconds():g} ms")
 
     @property
     def capture_prefix(self) -> str:
@@ -190,8 +221,7 @@ class GravitonEndpointProps(EndpointPropsBase):
         self._validate_environment(p)
         self._check_timeout(p, "model_download_timeout")
         self._check_timeout(p, "startup_health_check_timeout")
-        if self.volume_size_gb is not None and not 1 <= self.volume_size_gb <= 512:
-            raise ValueError(f"{p}.volume_size_gb must be 1..512, got {self.volume_size_gb}")
+        self._validate_volume(p)
         self._check_network(p)
         if not 0 <= self.data_capture_percent <= 100:
             raise ValueError(f"{p}.data_capture_percent must be 0..100 (0 = off), got {self.data_capture_percent}")
@@ -202,6 +232,10 @@ class GravitonEndpointProps(EndpointPropsBase):
         if self.data_capture_prefix is not None and (not self.capture_prefix or "*" in self.capture_prefix or ".." in self.capture_prefix.split("/")):
             raise ValueError(f"{p}.data_capture_prefix must be an S3 key prefix without '*' or '..', got {self.data_capture_prefix!r}")
         self._check_alarms(p)
+        if self.alarm_output_tokens is not None and self.alarm_output_tokens < 0:
+            raise ValueError(f"{p}.alarm_output_tokens must be >= 0 (the answers' p95 length in tokens), got {self.alarm_output_tokens}")
+        if self.time_per_output_token.to_milliseconds() <= 0:
+            raise ValueError(f"{p}.time_per_output_token must be positive (e.g. cdk.Duration.millis(100) = 10 tok/s)")
         self._check_naming(p)
 
     def _validate_model(self, p: str) -> None:
@@ -234,6 +268,28 @@ class GravitonEndpointProps(EndpointPropsBase):
                 f"{p}.instance_type: {self.name} ({self.spec.parameters_billions:g}B {self.spec.quantization}, {s.slots} slot(s) x "
                 f"{s.ctx_per_slot} context) needs {s.memory_needed_bytes / sizing.GIB:.1f} GiB but {self.instance_type} has "
                 f"{s.memory_available_bytes / sizing.GIB:.1f} GiB usable — {hint}"
+            )
+
+    def _validate_volume(self, p: str) -> None:
+        """The ML storage volume holds the model: it must fit, within SageMaker's range, on types that take one."""
+        it = self.instance
+        need = required_volume_gb(self.model_bytes)
+        if it.instance_store:
+            if self.volume_size_gb is not None:
+                raise ValueError(
+                    f"{p}.volume_size_gb: {self.instance_type} has local NVMe instance storage and SageMaker attaches no "
+                    "ML storage volume to it (VolumeSizeInGB is refused) — drop volume_size_gb"
+                )
+            return
+        if need > VOLUME_MAX_GB:
+            raise ValueError(
+                f"{p}.model: a {self.model_bytes / sizing.GIB:.1f} GiB model file needs a {need} GB ML storage volume, more "
+                f"than SageMaker's {VOLUME_MAX_GB} GB — use a smaller quantization or an instance type with instance storage (ml.r7gd)"
+            )
+        if self.volume_size_gb is not None and not need <= self.volume_size_gb <= VOLUME_MAX_GB:
+            raise ValueError(
+                f"{p}.volume_size_gb must be {need}..{VOLUME_MAX_GB} (the {self.model_bytes / sizing.GIB:.1f} GiB model file "
+                f"+ image and scratch; SageMaker's maximum), got {self.volume_size_gb} — or leave it out (default: {need})"
             )
 
     def _validate_capacity(self, p: str) -> None:
@@ -285,5 +341,7 @@ class GravitonEndpointProps(EndpointPropsBase):
         )
         if latency_slo_ms is not None:
             kwargs["latency_slo"] = cdk.Duration.millis(latency_slo_ms)
+        if served.role == "slm":  # the router's SLM also answers (simple requests), not only classifies
+            kwargs["alarm_output_tokens"] = max(ALARM_OUTPUT_TOKENS.get(served.spec.task, 0), ALARM_OUTPUT_TOKENS["chat"])
         kwargs.update(overrides)
         return cls(**kwargs)

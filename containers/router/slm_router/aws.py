@@ -63,9 +63,15 @@ def _mapped(exc: BaseException) -> UpstreamError | Answer:
         err = exc.response.get("Error", {})
         code, message = err.get("Code", ""), err.get("Message", "")
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 500)
-        if code == "ModelError":  # SageMaker: the container answered non-2xx; its status decides
-            status = int(exc.response.get("OriginalStatusCode", status) or status)
-            message = exc.response.get("OriginalMessage", message)
+        if code == "ModelError":
+            # SageMaker answers 424 for any non-2xx of the container; the container's own status is the modeled
+            # member OriginalStatusCode (botocore sagemaker-runtime: ModelError = Message, OriginalStatusCode,
+            # OriginalMessage, LogStreamArn; no Retry-After). Its 429 (the engine adapter is full) is overload:
+            # the caller falls back / retries the idempotent classification. Without a status it is a failed
+            # upstream (502), never a 424 for the router's client.
+            original = exc.response.get("OriginalStatusCode")
+            status = int(original) if isinstance(original, int) or str(original or "").isdigit() else 502
+            message = exc.response.get("OriginalMessage") or message
         if code in _UNAVAILABLE_CODES or unavailable_status(status):
             return UpstreamError("status", f"{code or status}: {message[:200]}", status)
         return Answer(status, "application/json", body=error_body(status, f"{code}: {message}"))

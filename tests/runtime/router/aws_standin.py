@@ -4,8 +4,11 @@ botocore talks to it through `endpoint_url` exactly as to AWS (SigV4-signed REST
 application/vnd.amazon.eventstream responses for the streaming operations); it forwards the chat to a real
 llama-server and frames the answer the way the services do. SageMaker endpoints are routed by name
 (`endpoints`: name → engine URL, others go to `engine_url`), so the SLM and the LLM can both be "endpoints";
-the body is forwarded as the engine container's /invocations does (OpenAI chat body byte for byte).
-`fail_with` makes it answer an AWS error instead.
+the body is forwarded as the engine container's /invocations does (OpenAI chat body byte for byte), or, for
+names in `containers`, to a real SageMaker container's POST /invocations (the image's adapter). A non-200 from the
+engine or container comes back as SageMaker returns it: HTTP 424 ModelError with botocore's modeled members
+(OriginalStatusCode = the container's status; its Retry-After dropped). `fail_with` makes it answer an AWS error
+instead.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterator
 
 import httpx
+
+from tests.evaluation.sagemaker_emulator import model_error_body
 
 
 def event_message(headers: dict[str, str], payload: bytes) -> bytes:
@@ -45,6 +50,7 @@ class Seen:
 class AwsStandIn:
     engine_url: str
     endpoints: dict[str, str] = field(default_factory=dict)  # SageMaker endpoint name → engine URL
+    containers: dict[str, str] = field(default_factory=dict)  # SageMaker endpoint name → container URL (/invocations)
     seen: list[Seen] = field(default_factory=list)
     fail_with: tuple[int, str] | None = None  # (HTTP status, x-amzn-ErrorType)
     url: str = ""
@@ -67,9 +73,19 @@ class AwsStandIn:
                     status, code = standin.fail_with
                     self._send(status, json.dumps({"message": f"stand-in {code}"}).encode(), "application/json", {"x-amzn-ErrorType": code})
                     return
-                if m := re.fullmatch(r"/endpoints/([^/]+)/invocations", self.path):
+                if (m := re.fullmatch(r"/endpoints/([^/]+)/invocations(-response-stream)?", self.path)) and m[1] in standin.containers:
+                    r = httpx.post(f"{standin.containers[m[1]]}/invocations", content=raw, headers={"Content-Type": "application/json"}, timeout=300)
+                    if r.status_code != 200:
+                        return self._model_error(m[1], r)
+                    if m[2]:
+                        self._stream(event("PayloadPart", piece, "application/octet-stream") for piece in [r.content])
+                    else:
+                        self._send(200, r.content, r.headers.get("content-type", "application/json"))
+                elif m := re.fullmatch(r"/endpoints/([^/]+)/invocations", self.path):
                     url = standin.endpoints.get(m[1], standin.engine_url)
                     r = httpx.post(f"{url}/v1/chat/completions", content=raw, headers={"Content-Type": "application/json"}, timeout=300)
+                    if r.status_code != 200:
+                        return self._model_error(m[1], r)
                     self._send(r.status_code, r.content, r.headers.get("content-type", "application/json"))
                 elif m := re.fullmatch(r"/endpoints/([^/]+)/invocations-response-stream", self.path):
                     url = standin.endpoints.get(m[1], standin.engine_url)
@@ -86,6 +102,11 @@ class AwsStandIn:
                 else:
                     self._send(404, b'{"message": "unknown operation"}', "application/json", {"x-amzn-ErrorType": "UnknownOperationException"})
                 del m
+
+            def _model_error(self, endpoint: str, r: httpx.Response) -> None:
+                """SageMaker's answer to a container's non-200: 424 ModelError, the container's status inside."""
+                body = model_error_body(r.status_code, r.text[:300], endpoint_name=endpoint, region="us-east-1")
+                self._send(424, body, "application/json", {"x-amzn-ErrorType": "ModelError"})
 
             def _send(self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
                 self.send_response(status)

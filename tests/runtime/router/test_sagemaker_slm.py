@@ -11,6 +11,7 @@ import time
 import httpx
 import pytest
 
+from tests.evaluation.sagemaker_emulator import sagemaker_container
 from tests.runtime.router.aws_standin import AwsStandIn
 from tests.runtime.router.harness import COMPLEX, LLM_ALIAS, SIMPLE, SLM_ALIAS, router_config, running_router
 from tests.support.engine import free_port
@@ -51,6 +52,7 @@ def router(standin, tmp_path_factory):
 def fresh_standin(standin, router):
     standin.fail_with = None
     standin.seen.clear()
+    standin.containers.clear()
     yield
 
 
@@ -98,6 +100,33 @@ def test_complex_escalates_to_the_llm_endpoint(router, standin):
     assert resp.headers["x-router-route"] == "llm" and resp.headers["x-router-label"] == "complex"
     assert resp.json()["model"] == LLM_ALIAS
     assert [s.path for s in standin.seen] == [f"/endpoints/{SLM_EP}/invocations", f"/endpoints/{LLM_EP}/invocations"]
+
+
+def test_a_full_slm_container_is_overload_not_a_failure(router, standin, slm):
+    """The SLM endpoint's container (the image's adapter, every admission slot taken) answers 429 + Retry-After;
+    SageMaker hands callers ModelError (424) with OriginalStatusCode 429. The router retries the idempotent
+    classification with backoff, then escalates; the overloaded SLM's circuit stays closed (it is up, only full).
+    With the LLM full too, the client gets 503 + Retry-After, never the 424."""
+    classify = f"/endpoints/{SLM_EP}/invocations"
+    with sagemaker_container(slm, max_in_flight=1, busy=True) as full:
+        standin.containers[SLM_EP] = full
+        for _ in range(3):  # more consecutive SLM failures than breaker.failure_threshold (2)
+            resp = _post(router, "/invocations", SIMPLE[0])
+            assert resp.status_code == 200, resp.text
+            assert resp.headers["x-router-route"] == "llm" and resp.headers["x-router-fallback"] == "slm-unavailable"
+            assert resp.json()["model"] == LLM_ALIAS
+        # Each request: classify_attempts (2) tries at the SLM, then the LLM answers.
+        assert [s.path for s in standin.seen] == [classify, classify, f"/endpoints/{LLM_EP}/invocations"] * 3
+        time.sleep(1.1)  # past /ready's 1 s cache
+        assert httpx.get(f"{router.url}/ping", timeout=5).json()["slm"] == "ok"
+
+        standin.containers[LLM_EP] = full
+        standin.seen.clear()
+        resp = _post(router, "/invocations", COMPLEX[1])
+        assert resp.status_code == 503 and resp.headers["Retry-After"] == "1", resp.text
+        assert [s.path for s in standin.seen] == [classify, classify, f"/endpoints/{LLM_EP}/invocations", classify]
+    time.sleep(1.1)
+    assert httpx.get(f"{router.url}/ping", timeout=5).json() == {"status": "ready", "slm": "ok", "llm_circuit": "closed"}
 
 
 def test_ping_follows_the_circuits_not_a_health_url(router, standin):
