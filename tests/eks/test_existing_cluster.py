@@ -15,6 +15,7 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 
 from cpu_inference.eks import InferenceCluster, InferenceClusterProps, Karpenter, KarpenterProps, Keda, KedaProps, Metrics, MetricsProps, add_bounded_manifests
+from cpu_inference.eks.inference_cluster import POD_IDENTITY_AGENT_VERSION
 from cpu_inference.eks.manifests import chunk
 from cpu_inference.k8s import llama_queue_scaled_object
 from tests.support.cdk import apply_nag, cfn_lint_errors, nag_errors, synth, template_json
@@ -82,7 +83,7 @@ def test_existing_cluster_gets_access_entries_and_the_pod_identity_agent_but_no_
     types = [r["Type"] for r in t.values()]
     assert "AWS::EKS::Cluster" not in types and "AWS::EKS::Nodegroup" not in types and "AWS::EC2::VPC" not in types
     addons = [r["Properties"] for r in t.values() if r["Type"] == "AWS::EKS::Addon"]
-    assert addons == [{"AddonName": "eks-pod-identity-agent", "ClusterName": "prod-inference"}]
+    assert addons == [{"AddonName": "eks-pod-identity-agent", "AddonVersion": POD_IDENTITY_AGENT_VERSION, "ClusterName": "prod-inference"}]
     principals = sorted(json.dumps(r["Properties"]["PrincipalArn"]) for r in t.values() if r["Type"] == "AWS::EKS::AccessEntry")
     assert '"arn:aws:iam::123456789012:role/Ops"' in principals and len(principals) == 2  # admin + Karpenter nodes
     assocs = [r["Properties"] for r in t.values() if r["Type"] == "AWS::EKS::PodIdentityAssociation"]
@@ -106,23 +107,28 @@ def test_in_cluster_prometheus_is_pinned_placed_on_system_nodes_and_queried_by_k
     assert keda_policies == []  # no AMP workspace, no query permission
 
 
-def test_bulk_objects_split_into_bounded_manifests_in_order(existing: Existing) -> None:
+def test_bulk_objects_split_into_bounded_manifests_each_object_once(existing: Existing) -> None:
     t = existing.template
-    ordered = [cdk.Stack.of(m).get_logical_id(m.node.default_child) for m in existing.bulk]  # type: ignore[arg-type]
-    found = {lid: (objs, size) for lid, objs, size in manifests(t) if lid in ordered}
+    ids = [cdk.Stack.of(m).get_logical_id(m.node.default_child) for m in existing.bulk]  # type: ignore[arg-type]
+    found = {lid: (objs, size) for lid, objs, size in manifests(t) if lid in ids}
     assert len(found) == len(existing.bulk) >= 4
     assert all(size < 200_000 for _, size in found.values())
-    names = [o["metadata"]["name"] for lid in ordered for o in found[lid][0]]
-    assert names == [f"prompt-{i:03d}" for i in range(BULK)]
+    names = [o["metadata"]["name"] for lid in ids for o in found[lid][0]]
+    assert sorted(names) == [f"prompt-{i:03d}" for i in range(BULK)]  # every object exactly once
     (ns_id,) = [lid for lid, objs, _ in manifests(t) if objs[0]["kind"] == "Namespace"]
     assert all(ns_id in t["Resources"][lid]["DependsOn"] for lid in found)
 
 
-def test_chunking_keeps_order_and_rejects_an_object_over_the_bound() -> None:
+def test_chunking_is_keyed_bounded_and_rejects_an_object_over_the_bound() -> None:
     objs = bulk_objects()[:50]
     parts = chunk(objs, max_bytes=20_000)
-    assert [o for p in parts for o in p] == objs
+    assert sorted(o["metadata"]["name"] for p in parts for o in p) == sorted(o["metadata"]["name"] for o in objs)
     assert all(len(json.dumps(p)) < 20_000 for p in parts) and len(parts) > 1
+    # Objects sharing a key stay in one chunk, in their order.
+    keyed = chunk(objs, max_bytes=20_000, key=lambda o: str(int(o["metadata"]["name"][-3:]) % 25))
+    for part in keyed:
+        groups = {int(o["metadata"]["name"][-3:]) % 25 for o in part}
+        assert all(sum(1 for o in q if int(o["metadata"]["name"][-3:]) % 25 in groups) == 0 for q in keyed if q is not part)
     with pytest.raises(ValueError, match="ConfigMap/prompt-000 alone is .* over the 1000-byte manifest bound"):
         chunk(objs, max_bytes=1_000)
 
@@ -140,3 +146,51 @@ def test_every_object_validates(existing: Existing) -> None:
 def test_cdk_nag_and_cfn_lint_are_clean(existing: Existing) -> None:
     assert nag_errors(existing.stack) == []
     assert cfn_lint_errors(existing.template) == []
+
+
+def test_keda_assumes_a_given_role_with_its_pod_identity_credentials() -> None:
+    """KEDA 2.20.2 (pkg/scalers/aws/aws_config_cache.go) assumes podIdentity.roleArn with sts:AssumeRole from
+    the operator's own credentials when no web-identity token exists (Pod Identity injects none): the
+    operator role must be allowed that call, on that role only."""
+    app = cdk.App()
+    stack = cdk.Stack(app, "KedaRole", env=ENV)
+    provider = eks.KubectlProvider.from_kubectl_provider_attributes(
+        stack, "Kubectl", service_token="arn:aws:lambda:eu-west-1:123456789012:function:kubectl",
+        role=iam.Role.from_role_arn(stack, "KubectlRole", "arn:aws:iam::123456789012:role/kubectl"),
+    )
+    cluster = eks.Cluster.from_cluster_attributes(stack, "C", cluster_name="prod", kubectl_provider=provider)
+    keda = Keda(stack, "Keda", props=KedaProps(cluster=cluster))
+    role = "arn:aws:iam::123456789012:role/amp-query"
+    auth = keda.trigger_authentication("inference", role_arn=role)
+    keda.trigger_authentication("other", role_arn=role)
+    assert auth.to_dict()["spec"]["podIdentity"] == {"provider": "aws", "roleArn": role}
+    policies = [r["Properties"]["PolicyDocument"]["Statement"] for r in template_json(stack)["Resources"].values() if r["Type"] == "AWS::IAM::Policy"]
+    assert policies == [[{"Action": "sts:AssumeRole", "Effect": "Allow", "Resource": role}]]
+
+
+def test_amp_alerts_can_go_to_an_existing_topic() -> None:
+    """MetricsProps(alert_topic=...) routes the alert manager to your topic (no new topic or key); CDK cannot
+    change an imported topic's policy, so the statement AMP needs is exposed for you to add."""
+    from aws_cdk import aws_sns as sns
+
+    app = cdk.App()
+    stack = cdk.Stack(app, "AmpTopic", env=ENV)
+    vpc = ec2.Vpc.from_vpc_attributes(stack, "Vpc", vpc_id="vpc-1", availability_zones=["eu-west-1a", "eu-west-1b"],
+                                      private_subnet_ids=["subnet-0aaaaaaaaaaaaaaa1", "subnet-0aaaaaaaaaaaaaaa2"])
+    provider = eks.KubectlProvider.from_kubectl_provider_attributes(
+        stack, "Kubectl", service_token="arn:aws:lambda:eu-west-1:123456789012:function:kubectl",
+        role=iam.Role.from_role_arn(stack, "KubectlRole", "arn:aws:iam::123456789012:role/kubectl"),
+    )
+    cluster = eks.Cluster.from_cluster_attributes(stack, "C", cluster_name="prod", kubectl_provider=provider, vpc=vpc,
+                                                  cluster_security_group_id="sg-0123456789abcdef0")
+    topic_arn = "arn:aws:sns:eu-west-1:123456789012:oncall"
+    metrics = Metrics(stack, "Metrics", props=MetricsProps(cluster=cluster, cluster_name="prod", vpc=vpc,
+                                                           alert_topic=sns.Topic.from_topic_arn(stack, "T", topic_arn)))
+    t = template_json(stack)["Resources"]
+    assert not [r for r in t.values() if r["Type"] in ("AWS::SNS::Topic", "AWS::KMS::Key", "AWS::SNS::TopicPolicy")]
+    (ws,) = [r["Properties"] for r in t.values() if r["Type"] == "AWS::APS::Workspace"]
+    assert f"topic_arn: {topic_arn}" in ws["AlertManagerDefinition"] and "region: eu-west-1" in ws["AlertManagerDefinition"]
+    statement = stack.resolve(metrics.alert_topic_statement.to_statement_json())
+    assert statement["Principal"] == {"Service": "aps.amazonaws.com"} and statement["Resource"] == topic_arn
+    with pytest.raises(ValueError, match="alert_topic needs mode 'amp', a new workspace"):
+        MetricsProps(cluster=cluster, cluster_name="prod", vpc=vpc, existing_workspace_id="ws-1", alert_topic=metrics.alert_topic).validate()

@@ -150,9 +150,9 @@ def test_each_model_role_reads_only_its_own_prefix(built: Built) -> None:
         sts = statements(t, role_id)
         s3 = [s for s in sts if any(a.startswith("s3:") for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]))]
         get = next(s for s in s3 if s["Action"] == "s3:GetObject")
-        assert get["Resource"] == {"Fn::Join": ["", [{"Fn::GetAtt": [bucket_id, "Arn"]}, f"/models/{name}/main/*"]]}
+        assert get["Resource"] == {"Fn::Join": ["", [{"Fn::GetAtt": [bucket_id, "Arn"]}, f"/models/{name}/*"]]}
         listing = next(s for s in s3 if s["Action"] == "s3:ListBucket")
-        assert listing["Condition"] == {"StringLike": {"s3:prefix": [f"models/{name}/main/*"]}}
+        assert listing["Condition"] == {"StringLike": {"s3:prefix": [f"models/{name}/*"]}}
         assert not [s for s in s3 if s not in (get, listing)], "no other S3 access"
         assert any(s["Action"] == "kms:Decrypt" for s in sts)
         others = {o for o in SPECS if o != name}
@@ -191,9 +191,10 @@ def test_deployments_carry_the_sized_engine_and_the_models_s3_uri(built: Built) 
         assert pod["containers"][0]["resources"]["requests"]["memory"] == f"{s.memory_request_mib}Mi"
         fetch = {e["name"]: e["value"] for e in pod["initContainers"][0]["env"]}
         # The bucket name is a CloudFormation reference (flattened to TOKEN by the test helper).
-        assert fetch["MODEL_URI"] == f"s3://TOKEN/models/{name}/main/{name}-Q4_K_M.gguf"
+        # ... and so is the commit the copy pinned (its Commit attribute), never the branch name.
+        assert fetch["MODEL_URI"] == f"s3://TOKEN/models/{name}/TOKEN/{name}-Q4_K_M.gguf"
         assert fetch["AWS_REGION"] == "us-east-1"
-        assert ("MODEL_SHA256" in fetch) == (name == "classifier")
+        assert fetch["MODEL_SHA256"] == ("a" * 64 if name == "classifier" else "TOKEN")  # pinned, else the copy's Sha256
         assert pod["serviceAccountName"] == name and dep["metadata"]["namespace"] == NS
 
 
@@ -259,6 +260,55 @@ def test_amp_alert_rules_cover_the_field_notes_table(built: Built) -> None:
     dash = next(o for o in objects(t) if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "slm-prefilter-dashboard")
     assert dash["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert len(json.loads(dash["data"]["slm-prefilter.json"])["panels"]) >= 7
+
+
+def _render(value: Any, refs: dict[str, str]) -> str:
+    """A CloudFormation string expression with Ref/GetAtt of known resources replaced by a name."""
+    if isinstance(value, str):
+        return value
+    if "Fn::Join" in value:
+        sep, parts = value["Fn::Join"]
+        return sep.join(_render(p, refs) for p in parts)
+    target = value.get("Ref") or (value.get("Fn::GetAtt") or [None])[0]
+    return refs.get(target, "TOKEN")
+
+
+def _route(route: dict[str, Any], labels: dict[str, str]) -> str:
+    """Alertmanager routing (first matching child wins, `continue` unset): the receiver an alert reaches."""
+    for child in route.get("routes", []):
+        if all(labels.get(k) == v for k, v in child.get("match", {}).items()):
+            return _route({**child, "receiver": child.get("receiver", route["receiver"])}, labels)
+    return route["receiver"]
+
+
+def test_amp_alerts_reach_an_encrypted_sns_topic_only_this_workspace_may_publish_to(built: Built) -> None:
+    """AMP user guide: SNS is the only alert receiver; sigv4.region is required and api_url/http_config are
+    refused; the topic policy lets aps.amazonaws.com publish with aws:SourceArn (the workspace) and
+    aws:SourceAccount conditions; an SSE topic's key must let aps.amazonaws.com GenerateDataKey*/Decrypt."""
+    t = built.template
+    (ws_id, ws), = resources(t, "AWS::APS::Workspace").items()
+    (topic_id, topic), = resources(t, "AWS::SNS::Topic").items()
+    definition = yaml.safe_load(_render(ws["Properties"]["AlertManagerDefinition"], {topic_id: "TOPIC_ARN"}))
+    config = yaml.safe_load(definition["alertmanager_config"])
+    receivers = {r["name"]: r for r in config["receivers"]}
+    assert set(receivers) == {"sns"}
+    (sns_config,) = receivers["sns"]["sns_configs"]
+    assert sns_config["topic_arn"] == "TOPIC_ARN" and sns_config["sigv4"] == {"region": "us-east-1"}
+    assert not {"api_url", "http_config"} & set(sns_config)
+    rules = [r for g in yaml.safe_load(resources(t, "AWS::APS::RuleGroupsNamespace").popitem()[1]["Properties"]["Data"])["groups"] for r in g["rules"]]
+    alerts = [r for r in rules if "alert" in r]
+    assert len(alerts) >= 6 and {r["labels"]["severity"] for r in alerts} == {"warning", "critical"}
+    for r in alerts:
+        assert _route(config["route"], {"alertname": r["alert"], **r["labels"]}) == "sns", r["alert"]
+    (key_id,) = refs_in(topic["Properties"]["KmsMasterKeyId"])
+    key_statements = t["Resources"][key_id]["Properties"]["KeyPolicy"]["Statement"]
+    assert any(st["Principal"] == {"Service": "aps.amazonaws.com"} and sorted(st["Action"]) == ["kms:Decrypt", "kms:GenerateDataKey*"] for st in key_statements)
+    assert t["Resources"][key_id]["Properties"]["EnableKeyRotation"] is True
+    (policy,) = [r["Properties"] for r in resources(t, "AWS::SNS::TopicPolicy").values() if topic_id in refs_in(r["Properties"]["Topics"])]
+    (publish,) = [st for st in policy["PolicyDocument"]["Statement"] if st.get("Principal") == {"Service": "aps.amazonaws.com"}]
+    assert sorted(publish["Action"]) == ["sns:GetTopicAttributes", "sns:Publish"]
+    assert publish["Condition"] == {"ArnEquals": {"aws:SourceArn": {"Fn::GetAtt": [ws_id, "Arn"]}}, "StringEquals": {"aws:SourceAccount": "123456789012"}}
+    assert built.workloads.props.metrics.alert_topic is not None
 
 
 def test_model_farm_behind_the_gateway_with_in_cluster_prometheus(in_cluster: Built) -> None:

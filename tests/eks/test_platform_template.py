@@ -5,6 +5,7 @@ Kubernetes object validated against real schemas. One synth per session (tests/e
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tomllib
@@ -359,6 +360,24 @@ def test_user_validation_command_checks_a_synthesized_template(platform: Platfor
     assert {yaml.safe_load(f.read_text())["kind"] for f in dumped} >= {"EC2NodeClass", "NodePool", "Namespace"}
 
 
+def test_every_eks_add_on_is_pinned_to_a_version_for_the_cluster_minor(platform) -> None:
+    """Unpinned add-ons take whatever EKS defaults to on deploy day: the same template would install
+    different builds over time. Versions per `aws eks describe-addon-versions --kubernetes-version 1.35`."""
+    from cpu_inference.eks.inference_cluster import POD_IDENTITY_AGENT_VERSION, VPC_CNI_VERSION
+
+    addons = {a["Properties"]["AddonName"]: a["Properties"].get("AddonVersion") for a in resources(platform.template, "AWS::EKS::Addon").values()}
+    assert addons == {"vpc-cni": VPC_CNI_VERSION, "eks-pod-identity-agent": POD_IDENTITY_AGENT_VERSION}
+    assert all(re.fullmatch(r"v\d+\.\d+\.\d+-eksbuild\.\d+", v) for v in addons.values())
+
+
+def test_add_on_versions_are_props_and_malformed_ones_are_refused() -> None:
+    from cpu_inference.eks import InferenceClusterProps
+
+    with pytest.raises(ValueError, match=r"vpc_cni_version '1.21.1' must look like v1.21.1-eksbuild.8"):
+        InferenceClusterProps(vpc_cni_version="1.21.1").validate()
+    InferenceClusterProps(vpc_cni_version=None, pod_identity_agent_version="v1.3.10-eksbuild.3").validate()
+
+
 def test_network_policies_are_enforced_by_the_vpc_cni_agent(platform) -> None:
     """NetworkPolicies are only enforced when the VPC CNI runs its network policy agent."""
     addons = [r["Properties"] for r in platform.template["Resources"].values() if r["Type"] == "AWS::EKS::Addon"]
@@ -369,11 +388,17 @@ def test_network_policies_are_enforced_by_the_vpc_cni_agent(platform) -> None:
 
 
 def test_the_amp_collector_can_discover_and_read_cadvisor(platform) -> None:
-    """The managed collector is a Kubernetes user through an access entry; its ClusterRole is read-only and
-    covers the node proxy its cAdvisor job uses (the memory-vs-limit alert reads those series)."""
-    res = platform.template["Resources"].values()
-    entries = [r["Properties"] for r in res if r["Type"] == "AWS::EKS::AccessEntry" and r["Properties"].get("Username") == "aps-collector-user"]
-    assert len(entries) == 1 and "Fn::GetAtt" in entries[0]["PrincipalArn"] and entries[0]["PrincipalArn"]["Fn::GetAtt"][1] == "RoleArn"
+    """AMP creates the collector's access entry itself on an API-auth-mode cluster (AMP user guide,
+    "Configuring your Amazon EKS cluster"; its access policy grants get/list/watch on nodes, nodes/proxy,
+    pods, services, endpoints and GET /metrics) and EKS allows one access entry per principal
+    (botocore eks CreateAccessEntry.principalArn): the stack must not create a second one for the scraper
+    role, or the deploy fails. The guide's manual-path RBAC (user aps-collector-user) stays read-only and
+    covers the node proxy the cAdvisor job uses."""
+    res = list(platform.template["Resources"].values())
+    (scraper_id,) = [k for k, r in platform.template["Resources"].items() if r["Type"] == "AWS::APS::Scraper"]
+    entries = [r["Properties"] for r in res if r["Type"] == "AWS::EKS::AccessEntry"]
+    assert entries, "the admin and Karpenter node entries are expected"
+    assert not [e for e in entries if scraper_id in json.dumps(e["PrincipalArn"]) or e.get("Username") == "aps-collector-user"]
     from tests.support import k8s
 
     roles = [o for o in k8s.objects(platform.template) if o["kind"] == "ClusterRole" and o["metadata"]["name"] == "aps-collector-role"]

@@ -51,9 +51,11 @@ def test_pod_requests_are_what_the_chart_renders(farm) -> None:
                           cpu=m.cpu, node_type=node, replicas_min=max(1, m.replicas_min), replicas_max=m.replicas_max)
         chart = LlamaServerChart(cdk8s.App(), m.name, props=LlamaServerChartProps(model=w, policy=ServingPolicy()))
         dep = next(o for o in chart.to_json() if o["kind"] == "Deployment")
-        requests = dep["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]
+        containers = dep["spec"]["template"]["spec"]["containers"]  # the engine and its metrics sidecar
+        cpu_m = sum(int(c["resources"]["requests"]["cpu"].removesuffix("m")) for c in containers)
+        mem_mi = sum(int(c["resources"]["requests"]["memory"].removesuffix("Mi")) for c in containers)
         pod = model_pod(m.name, m.spec, node, cpu=m.cpu)
-        assert requests["cpu"] == f"{int(pod.cpu * 1000)}m" and requests["memory"] == f"{pod.memory_bytes // sizing.MIB}Mi"
+        assert cpu_m == round(pod.cpu * 1000) and mem_mi * sizing.MIB == pod.memory_bytes
         assert chart.pod_requests == (pod.cpu, pod.memory_bytes)
 
 

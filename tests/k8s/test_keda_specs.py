@@ -58,7 +58,18 @@ def test_trigger_authentication_variants() -> None:
     assert AwsTriggerAuthentication("amp", "inference").to_dict()["spec"] == {"podIdentity": {"provider": "aws"}}
     role = "arn:aws:iam::123456789012:role/amp-query"
     assert AwsTriggerAuthentication("amp", "inference", role_arn=role).to_dict()["spec"]["podIdentity"] == {"provider": "aws", "roleArn": role}
-    assert AwsTriggerAuthentication("amp", "inference", identity_owner="workload").to_dict()["spec"]["podIdentity"]["identityOwner"] == "workload"
+    assert AwsTriggerAuthentication("amp", "inference", identity_owner="keda").to_dict()["spec"]["podIdentity"]["identityOwner"] == "keda"
+
+
+@needs_crds
+def test_workload_identity_owner_is_refused_although_the_crd_accepts_it() -> None:
+    """KEDA 2.20.2 resolves identityOwner: workload from the workload's `eks.amazonaws.com/role-arn` (IRSA)
+    annotation, which EKS Pod Identity never sets: the CRD's enum lets it through, so synth must stop it."""
+    raw = {"apiVersion": "keda.sh/v1alpha1", "kind": "TriggerAuthentication", "metadata": {"name": "amp", "namespace": "inference"},
+           "spec": {"podIdentity": {"provider": "aws", "identityOwner": "workload"}}}
+    assert validate_custom(raw) == []
+    with pytest.raises(ValueError, match=r"identity_owner='workload' makes KEDA read the workload's IRSA annotation eks\.amazonaws\.com/role-arn, which EKS Pod Identity never sets — leave identity_owner unset"):
+        AwsTriggerAuthentication("amp", "inference", identity_owner="workload").to_dict()
 
 
 @pytest.mark.parametrize(

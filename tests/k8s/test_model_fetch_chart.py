@@ -126,3 +126,25 @@ def test_refuses_an_object_with_nothing_to_verify_against(s3, tmp_path: Path) ->
 def test_missing_object_names_the_permission_to_check(s3, tmp_path: Path) -> None:
     out = run(rendered_fetch(f"s3://{BUCKET}/models/absent/main/absent.gguf"), s3, tmp_path)
     assert out.returncode == 1 and "cannot read s3://fetch-test/models/absent/main/absent.gguf" in out.stderr
+
+
+def test_the_crt_buffer_pool_is_capped_inside_the_containers_memory_limit() -> None:
+    """AWS CLI v2's CRT client sizes its buffer pool from the throughput target when given no limit: awscrt
+    0.36.0 (the version CLI 2.36.x pins) logs memory_limit=2147483648 for the 5 Gb/s configured here, over
+    the container's limit. The CLI has no setting for it; aws-c-s3 reads AWS_CRT_S3_MEMORY_LIMIT_IN_GIB
+    (minimum 1 GiB, AWS_ERROR_S3_INVALID_MEMORY_LIMIT_CONFIG below). Measured here (awscrt 0.36.0, the CLI's
+    S3Client arguments, 3 GiB from a loopback server): peak RSS 532 MiB with the default pool and 644 MiB
+    capped at 1 GiB — the source was the bottleneck, so the pool never filled; with a faster network than
+    disk it fills to its cap, so the cap plus the process must stay under the limit."""
+    from cpu_inference.k8s.model_fetch import CRT_MEMORY_LIMIT_GIB, FETCH_MEMORY_LIMIT_MIB
+
+    fetch = rendered_fetch()
+    env = {e["name"]: e["value"] for e in fetch["env"]}
+    pool_mib = int(env["AWS_CRT_S3_MEMORY_LIMIT_IN_GIB"]) * 1024
+    assert int(env["AWS_CRT_S3_MEMORY_LIMIT_IN_GIB"]) == CRT_MEMORY_LIMIT_GIB >= 1  # aws-c-s3 refuses less than 1 GiB
+    limit_mib = int(fetch["resources"]["limits"]["memory"].removesuffix("Mi"))
+    assert limit_mib == FETCH_MEMORY_LIMIT_MIB
+    process_overhead_mib = 256  # the CLI's Python + CRT outside the pool (the measured 532-644 MiB peaks include in-flight parts)
+    assert pool_mib + process_overhead_mib <= limit_mib
+    assert "target_bandwidth = %s" in fetch["command"][2] and "${MODEL_FETCH_TARGET_BANDWIDTH:-5Gb/s}" in fetch["command"][2]
+    assert "MODEL_FETCH_TARGET_BANDWIDTH" not in env  # the 5 Gb/s default, for which the uncapped pool is 2 GiB

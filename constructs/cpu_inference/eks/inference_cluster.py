@@ -8,6 +8,7 @@ chart tolerate out of the box and KEDA/Prometheus are given. Workload nodes come
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -27,6 +28,14 @@ SYSTEM_LABEL = "cpu-inference/node-role"
 SYSTEM_TAINT = Taint("CriticalAddonsOnly", "true", "NoSchedule")
 DISCOVERY_TAG = "karpenter.sh/discovery"
 ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
+# EKS add-on pins for Kubernetes 1.35 (the default minor): the newest builds of
+# `aws eks describe-addon-versions --addon-name <name> --kubernetes-version 1.35` as recorded in public CDK code
+# (2026-05); vpc-cni v1.21.1-eksbuild.8 is also the version a public copy of the EKS "Amazon VPC CNI versions"
+# table gives for every minor 1.29–1.35. Format per the EKS user guide:
+# major.minor.patch-eksbuild.build. Re-check them with that command whenever kubernetes_version changes.
+VPC_CNI_VERSION = "v1.21.1-eksbuild.8"
+POD_IDENTITY_AGENT_VERSION = "v1.3.10-eksbuild.3"
+_ADDON_VERSION = re.compile(r"^v\d+\.\d+\.\d+-eksbuild\.\d+$")
 
 
 def kubectl_layer_for(scope: Construct, id: str, minor: str) -> lambda_.ILayerVersion:
@@ -42,10 +51,31 @@ def kubectl_layer_for(scope: Construct, id: str, minor: str) -> lambda_.ILayerVe
     return getattr(mod, f"KubectlV{suffix[1:]}Layer")(scope, id)
 
 
+def admin_principal_error(arn: str, key: str) -> None:
+    """Raise ValueError unless `arn` is an IAM role/user ARN an EKS access entry accepts.
+
+    botocore eks CreateAccessEntry.principalArn: "You can't use the STS session principal type with access
+    entries because this is a temporary principal for each session" — an `arn:aws:sts::…:assumed-role/…`
+    ARN (what `aws sts get-caller-identity` prints) is refused at deploy time and rolls the stack back.
+    """
+    if cdk.Token.is_unresolved(arn):
+        return
+    if ":sts::" in arn:
+        role = arn.split(":assumed-role/")[-1].split("/")[0] if ":assumed-role/" in arn else "<role>"
+        account = arn.split(":")[4] if arn.count(":") >= 5 else "<account>"
+        raise ValueError(
+            f"{key}: {arn!r} is an STS session ARN, which EKS access entries refuse — "
+            f"use the IAM role ARN instead, e.g. arn:aws:iam::{account}:role/{role}"
+        )
+    if not arn.startswith("arn:") or ":iam::" not in arn or not (":role/" in arn or ":user/" in arn):
+        raise ValueError(f"{key}: {arn!r} must be an IAM role/user ARN such as arn:aws:iam::123456789012:role/Admin")
+
+
 @dataclass(frozen=True)
 class InferenceClusterProps:
     """Defaults: Kubernetes 1.35, a new 3-AZ VPC, public+private endpoint, all control-plane log types,
-    secrets envelope-encrypted with a new rotating KMS key, 2 × m7g.large system nodes.
+    secrets envelope-encrypted with a new rotating KMS key, 2 × m7g.large system nodes, the vpc-cni and
+    eks-pod-identity-agent add-ons pinned (VPC_CNI_VERSION, POD_IDENTITY_AGENT_VERSION).
 
     Bring your own: `existing_vpc`, `secrets_key`, `kubectl_layer`, or a whole `existing_cluster`
     (an imported eks_v2 ICluster with a kubectl provider). With an existing cluster this construct only
@@ -77,6 +107,9 @@ class InferenceClusterProps:
     # enforced. Default: on for a new cluster; an existing cluster's vpc-cni is left alone unless True.
     enable_network_policy: bool | None = None
     flow_logs: bool = True
+    # Add-on versions (None: whatever EKS defaults to for the minor at deploy time — unreproducible).
+    vpc_cni_version: str | None = VPC_CNI_VERSION
+    pod_identity_agent_version: str | None = POD_IDENTITY_AGENT_VERSION
 
     def validate(self) -> None:
         if self.kubernetes_version not in KUBERNETES_MINORS:
@@ -91,13 +124,15 @@ class InferenceClusterProps:
             raise ValueError(f"system_instance_type {self.system_instance_type!r} must be an EC2 type like m7g.large")
         family_architecture(self.system_instance_type.split(".")[0])  # raises for a malformed family
         for arn in self.admin_principal_arns:
-            if not arn.startswith("arn:") or (":iam::" not in arn and ":sts::" not in arn):
-                raise ValueError(f"admin principal {arn!r} must be an IAM role/user ARN")
+            admin_principal_error(arn, "admin_principal_arns")
         if self.existing_cluster is not None:
             if not self.existing_cluster_name:
                 raise ValueError("existing_cluster needs existing_cluster_name (a literal name, used to scope Karpenter's IAM)")
             if self.existing_vpc is None:
                 raise ValueError("existing_cluster needs existing_vpc (the cluster's VPC)")
+        for key, version in (("vpc_cni_version", self.vpc_cni_version), ("pod_identity_agent_version", self.pod_identity_agent_version)):
+            if version is not None and not _ADDON_VERSION.match(version):
+                raise ValueError(f"{key} {version!r} must look like v1.21.1-eksbuild.8 (aws eks describe-addon-versions --kubernetes-version {self.kubernetes_version})")
         if self.cluster_name is not None and cdk.Token.is_unresolved(self.cluster_name):
             raise ValueError("cluster_name must be a literal string: Karpenter's IAM conditions embed it in policy keys")
 
@@ -128,12 +163,14 @@ class InferenceCluster(Construct):
             self.cluster_name: str = props.existing_cluster_name  # type: ignore[assignment]
             self.vpc: ec2.IVpc = props.existing_vpc  # type: ignore[assignment]
             if props.install_pod_identity_agent:
-                self.pod_identity_agent = eks.Addon(self, "PodIdentityAgent", cluster=self.cluster, addon_name="eks-pod-identity-agent")
+                self.pod_identity_agent = eks.Addon(
+                    self, "PodIdentityAgent", cluster=self.cluster, addon_name="eks-pod-identity-agent", addon_version=props.pod_identity_agent_version,
+                )
         else:
             self._create(props)
         if props.enable_network_policy or (props.enable_network_policy is None and props.existing_cluster is None):
             self.vpc_cni = eks.Addon(
-                self, "VpcCni", cluster=self.cluster, addon_name="vpc-cni",
+                self, "VpcCni", cluster=self.cluster, addon_name="vpc-cni", addon_version=props.vpc_cni_version,
                 configuration_values={"enableNetworkPolicy": "true"},
             )
             # Take over the cluster's default (self-managed) vpc-cni instead of failing on its fields.
@@ -245,6 +282,9 @@ class InferenceCluster(Construct):
             subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
         )
         self.pod_identity_agent = cluster.eks_pod_identity_agent
+        agent = self.pod_identity_agent.node.default_child if self.pod_identity_agent is not None else None
+        if isinstance(agent, eks.CfnAddon) and props.pod_identity_agent_version is not None:
+            agent.addon_version = props.pod_identity_agent_version  # eks_v2 creates it unpinned
         self._suppress(props)
 
     def _suppress(self, props: InferenceClusterProps) -> None:

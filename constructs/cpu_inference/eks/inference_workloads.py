@@ -33,17 +33,18 @@ from ..k8s.namespace_chart import ServingNamespaceChart, ServingNamespaceProps
 from ..k8s.router_chart import RouterChart, RouterChartProps, gateway_cold_start_query, gateway_models
 from .inference_cluster import InferenceCluster
 from .keda import Keda
-from .manifests import add_bounded_manifests
+from .manifests import add_bounded_manifests, object_key
 from .metrics import Metrics
 
 POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
+_identity = id  # the builtin (InferenceWorkloads.__init__ shadows `id` with the construct id)
 
 
 @dataclass(frozen=True)
 class ModelDeployment:
     """One model to deploy: the workload (k8s/llama_server_chart.ModelWorkload) and where its bytes are.
 
-    artifact: a ModelArtifact — the role may read its prefix (`models/<name>/<revision>/`) and the pods
+    artifact: a ModelArtifact — the role may read its objects (`models/<name>/`) and the pods
     start after its copy. Or model_bucket + read_prefix (a key prefix of the GGUF in that bucket), or an
     existing_role that already grants the read (bring-your-own IAM).
     baseline_tokens_per_second: decode tok/s per sequence for the throughput alert (None: self-calibrating).
@@ -58,9 +59,10 @@ class ModelDeployment:
 
     @classmethod
     def from_artifact(cls, artifact: ModelArtifact, *, image: str, spec: sizing.ModelSpec, **workload: Any) -> ModelDeployment:
-        """Name, S3 URI and pinned sha256 from the artifact; the rest of ModelWorkload as keywords."""
+        """Name, S3 URI and sha256 from the artifact's copy (the commit-pinned key and the digest it verified:
+        every pod fetches and checks the same bytes); the rest of ModelWorkload as keywords."""
         baseline = workload.pop("baseline_tokens_per_second", None)
-        workload.setdefault("sha256", artifact.props.sha256)
+        workload.setdefault("sha256", artifact.sha256)
         return cls(
             workload=ModelWorkload(name=artifact.props.name, image=image, model_uri=artifact.s3_uri, spec=spec, **workload),
             artifact=artifact,
@@ -152,6 +154,7 @@ class InferenceWorkloads(Construct):
         self.pod_identity_associations: dict[str, eks.CfnPodIdentityAssociation] = {}
         self.charts: dict[str, LlamaServerChart] = {}
         model_objs: list[dict[str, Any]] = []
+        model_keys: dict[int, str] = {}
         deps: list[IDependable] = [*ns_deps, *props.depends_on]
         gateway = props.router is not None and props.router.mode == "gateway"
         for md in props.models:
@@ -166,7 +169,9 @@ class InferenceWorkloads(Construct):
             deps.append(self._associate(w.name, chart.service_account_name, role))
             if md.artifact is not None:
                 deps.append(md.artifact.resource)
-            model_objs += chart.to_json()
+            for obj in chart.to_json():
+                model_keys[_identity(obj)] = f"model/{w.name}"  # a model's objects share one manifest, whatever else changes
+                model_objs.append(obj)
 
         self.router_chart: RouterChart | None = None
         router_objs: list[dict[str, Any]] = []
@@ -204,7 +209,9 @@ class InferenceWorkloads(Construct):
                 "data": {f"{p.pattern}.json": json.dumps(self.dashboard, sort_keys=True)},
             })
 
-        self.model_manifests = add_bounded_manifests(ic.cluster, "Models", model_objs, scope=self, depends_on=deps)
+        self.model_manifests = add_bounded_manifests(
+            ic.cluster, "Models", model_objs, scope=self, depends_on=deps, key=lambda o: model_keys.get(_identity(o)) or object_key(o)
+        )
         self.router_manifests = (
             add_bounded_manifests(ic.cluster, "Router", router_objs, scope=self, depends_on=deps) if router_objs else []
         )
@@ -239,8 +246,8 @@ class InferenceWorkloads(Construct):
             changes["keda"] = KedaSource(server_address=m.query_url, aws_region=m.aws_region, authentication_ref=auth)
         if m is not None and not p.metrics_cidrs:
             if m.mode == "amp":
-                # The managed collector has no pod identity: allow its subnets. Pods may share them (VPC CNI);
-                # give the scraper dedicated subnets (MetricsProps.scraper_subnet_ids) to narrow this.
+                # The managed collector has no pod identity: allow its subnets. Pods share them (VPC CNI), so
+                # the charts open only the metrics sidecar's port to these CIDRs, never the API port.
                 changes["metrics_cidrs"] = self._scraper_cidrs(m)
                 changes["metrics_namespaces"] = ()
             else:

@@ -63,6 +63,7 @@ class Keda(Construct):
         props.validate()
         self.props = props
         self.manifests: list[eks.KubernetesManifest] = []
+        self._assumable: set[str] = set()
         self.operator_role = iam.Role(
             self,
             "OperatorRole",
@@ -101,9 +102,18 @@ class Keda(Construct):
         )
         self.chart.node.add_dependency(self.pod_identity_association, *props.chart_dependencies)
 
-    def trigger_authentication(self, namespace: str, name: str = "amp-sigv4") -> AwsTriggerAuthentication:
-        """A TriggerAuthentication signing with the operator's own Pod Identity role."""
-        return AwsTriggerAuthentication(name=name, namespace=namespace)
+    def trigger_authentication(self, namespace: str, name: str = "amp-sigv4", role_arn: str | None = None) -> AwsTriggerAuthentication:
+        """A TriggerAuthentication signing with the operator's own Pod Identity role, or with `role_arn`,
+        which the operator assumes (sts:AssumeRole from its Pod Identity credentials: this grants it; the
+        role's trust policy must name the operator role, `operator_role.role_arn`)."""
+        auth = AwsTriggerAuthentication(name=name, namespace=namespace, role_arn=role_arn)
+        auth.validate()
+        if role_arn is not None and role_arn not in self._assumable:
+            self._assumable.add(role_arn)
+            self.operator_role.add_to_principal_policy(
+                iam.PolicyStatement(actions=["sts:AssumeRole"], resources=[role_arn])
+            )
+        return auth
 
     def add_objects(self, id: str, objs: Sequence[dict[str, Any]], depends_on: Sequence[IDependable] = ()) -> list[eks.KubernetesManifest]:
         """KEDA objects (or anything that needs KEDA's CRDs) in bounded manifests after the chart."""

@@ -195,3 +195,40 @@ def dashboard(namespace: str, models: Sequence[ModelAlertSpec], *, router_app: s
         ],
         "description": f"Models: {', '.join(m.name for m in models)}",
     }
+
+
+# Amazon Managed Prometheus alert manager (AMP user guide, "Creating an alert manager configuration" and
+# "Configure alert manager to send messages to your Amazon SNS topic"): a YAML document whose
+# `alertmanager_config` is the Alertmanager configuration as a string; SNS is the only receiver AMP
+# supports, its `sigv4` block must name the region, and `api_url` / `http_config` are not allowed.
+ALERT_RECEIVER = "sns"
+ALERT_SUBJECT = "[{{ .Status | toUpper }}] {{ .CommonLabels.alertname }} {{ .CommonLabels.namespace }}"
+
+
+def alertmanager_config(topic_arn: str, region: str) -> dict[str, Any]:
+    """Every alert goes to the SNS topic, grouped per alert and namespace; critical ones repeat hourly."""
+    return {
+        "route": {
+            "receiver": ALERT_RECEIVER,
+            "group_by": ["alertname", "namespace"],
+            "group_wait": "30s",
+            "group_interval": "5m",
+            "repeat_interval": "4h",
+            "routes": [{"receiver": ALERT_RECEIVER, "match": {"severity": "critical"}, "repeat_interval": "1h"}],
+        },
+        "receivers": [{
+            "name": ALERT_RECEIVER,
+            "sns_configs": [{
+                "topic_arn": topic_arn,
+                "sigv4": {"region": region},
+                "subject": ALERT_SUBJECT,
+                "attributes": {"source": "cpu-inference"},
+            }],
+        }],
+    }
+
+
+def alertmanager_definition(topic_arn: str, region: str) -> str:
+    """The AMP workspace's AlertManagerDefinition text (topic_arn/region may be CDK tokens: kept on one line)."""
+    inner = yaml.safe_dump(alertmanager_config(topic_arn, region), sort_keys=False, width=float("inf"))
+    return "alertmanager_config: |\n" + "".join(f"  {line}\n" for line in inner.splitlines())

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from .. import sizing
+from .metrics_proxy import SIDECAR_CPU, SIDECAR_MEMORY_BYTES
 
 # Pods per node with the VPC CNI in its default mode (no prefix delegation): ENIs x (IPv4 per ENI - 1) + 2,
 # the value Karpenter and the EKS AMIs give the kubelet for c/m/r generation 7-8 families; the kubelet's
@@ -156,7 +157,7 @@ def table(plans: Sequence[PackingPlan]) -> str:
 def model_pod(name: str, spec: sizing.ModelSpec, node_type: str, *, cpu: float | None = None, replicas: int = 1) -> PodRequest:
     """A llama-server pod's requests exactly as LlamaServerChart renders them (sizing on `node_type`)."""
     s = sizing.size(spec, sizing.instance(node_type), target="eks", cpu=cpu if cpu is not None else sizing.default_pod_cpu(spec))
-    return PodRequest(name, s.cpu_request, s.memory_request_mib * sizing.MIB, replicas)
+    return PodRequest(name, s.cpu_request + SIDECAR_CPU, s.memory_request_mib * sizing.MIB + SIDECAR_MEMORY_BYTES, replicas)
 
 
 def served_model_pods(models: Iterable[object], node_type: str, *, replicas: str = "min") -> list[PodRequest]:

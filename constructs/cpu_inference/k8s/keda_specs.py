@@ -157,9 +157,17 @@ class ScaledObjectSpec:
 
 @dataclass(frozen=True)
 class AwsTriggerAuthentication:
-    """SigV4 credentials for AMP via KEDA's `aws` pod-identity provider. By default the KEDA operator's
-    own identity (its EKS Pod Identity association) signs; `role_arn` makes the operator assume another
-    role, `identity_owner="workload"` uses the scaled workload's identity (mutually exclusive)."""
+    """SigV4 credentials for AMP via KEDA's `aws` pod-identity provider, for a KEDA operator on EKS Pod
+    Identity. By default the operator's own identity (its Pod Identity association) signs. `role_arn` makes
+    the operator assume another role: KEDA 2.20.2 (pkg/scalers/aws/aws_config_cache.go,
+    retrievePodIdentityCredentials) tries web identity first — Pod Identity injects no token file — then
+    falls back to sts:AssumeRole with the operator's credentials, so the role must trust the operator role and
+    the operator role must be allowed sts:AssumeRole on it (Keda.trigger_authentication(role_arn=) grants that).
+
+    `identity_owner="workload"` is refused: KEDA then reads the scaled workload's service-account annotation
+    `eks.amazonaws.com/role-arn` (pkg/scaling/resolver/scale_resolvers.go, PodIdentityAnnotationEKS) — an IRSA
+    annotation that Pod Identity never sets, so every query would fail. The CRD schema accepts it
+    (enum keda|workload), so only this check stops it before deploy."""
 
     name: str
     namespace: str
@@ -171,8 +179,14 @@ class AwsTriggerAuthentication:
             raise ValueError(f"TriggerAuthentication {self.namespace}/{self.name}: name and namespace must be DNS labels")
         if self.role_arn is not None and self.identity_owner is not None:
             raise ValueError(f"TriggerAuthentication {self.name}: role_arn and identity_owner are mutually exclusive")
-        if self.identity_owner not in (None, "keda", "workload"):
-            raise ValueError(f"TriggerAuthentication {self.name}: identity_owner must be keda or workload")
+        if self.identity_owner == "workload":
+            raise ValueError(
+                f"TriggerAuthentication {self.name}: identity_owner='workload' makes KEDA read the workload's IRSA annotation "
+                "eks.amazonaws.com/role-arn, which EKS Pod Identity never sets — leave identity_owner unset (the KEDA operator's "
+                "Pod Identity role signs) or give role_arn (the operator assumes that role)"
+            )
+        if self.identity_owner not in (None, "keda"):
+            raise ValueError(f"TriggerAuthentication {self.name}: identity_owner must be 'keda' or unset, got {self.identity_owner!r}")
 
     def to_dict(self) -> dict[str, Any]:
         self.validate()

@@ -1,12 +1,14 @@
 """The init container that puts a model on the pod's disk before llama-server starts.
 
 It runs the AWS CLI v2 image with the CRT transfer client (`preferred_transfer_client = crt`: parallel
-ranged GETs, retried per part; `target_bandwidth` bounds its parallelism and so its buffer memory; the
-classic client's `max_concurrent_requests` applies when CRT is unavailable), credentials from EKS Pod Identity (the
+ranged GETs, retried per part; `target_bandwidth` sets its connection count; its buffer pool is capped with
+AWS_CRT_S3_MEMORY_LIMIT_IN_GIB, see CRT_MEMORY_LIMIT_GIB; the classic client's `max_concurrent_requests`
+applies when CRT is unavailable), credentials from EKS Pod Identity (the
 CLI's container credential provider reads the agent's URI and token file the Pod Identity webhook injects).
 The file lands as `<name>.part` in an emptyDir and becomes `<name>` only after its size and sha256 match:
-the engine never sees a truncated or altered model. Expected values come from the props (pinned) or else
-from the object itself (`ContentLength` and the `sha256` metadata the ModelArtifact copy job writes after
+the engine never sees a truncated or altered model. Expected values come from the props — for a ModelArtifact,
+MODEL_SHA256 is the digest its copy verified (a CloudFormation attribute) and MODEL_URI its commit-pinned key,
+so every pod checks for the bytes the first one got — or else from the object itself (`ContentLength` and the `sha256` metadata the ModelArtifact copy job writes after
 verifying the Hub's digest). A restart of the pod's sandbox that keeps the emptyDir re-verifies the file
 and skips the download.
 
@@ -15,6 +17,15 @@ local S3 (moto) with the same environment the manifest carries.
 """
 
 from __future__ import annotations
+
+# The CRT client's buffer pool: without a limit it sizes itself from the throughput target — 2 GiB at the
+# 5 Gb/s configured here (awscrt 0.36.0, the version AWS CLI 2.36.x pins, logs "memory_limit=2147483648";
+# its docs: "between 2GiB and 24GiB"), over any sane init-container limit. CLI v2 has no s3 setting for it
+# (awscli/customizations/s3/factory.py _create_crt_client passes none), but aws-c-s3 reads
+# AWS_CRT_S3_MEMORY_LIMIT_IN_GIB when the client is given no limit, and refuses less than 1 GiB
+# (AWS_ERROR_S3_INVALID_MEMORY_LIMIT_CONFIG). So: the minimum pool, plus room for the CLI process itself.
+CRT_MEMORY_LIMIT_GIB = 1
+FETCH_MEMORY_LIMIT_MIB = 1536  # container limit: the 1 GiB pool + the CLI's Python and CRT overhead
 
 # AWS CLI v2 (bundles the CRT) on public ECR, multi-arch. Pin a digest in production:
 # `crane digest public.ecr.aws/aws-cli/aws-cli:<tag>` and pass image@sha256:... as downloader_image.
