@@ -5,7 +5,15 @@ custom-resource handlers in `custom_resource`."""
 
 from .copy import CopyRequest, CopyResult, copy_model, part_size_for, plan_parts, s3_client
 from .credentials import read_token
-from .errors import ChecksumMismatchError, DownloadError, HubAuthError, HubError, HubNotFoundError, TokenError
+from .errors import (
+    ChecksumMismatchError,
+    DownloadError,
+    HubAuthError,
+    HubError,
+    HubNotFoundError,
+    ImmutableKeyError,
+    TokenError,
+)
 from .hub import FileInfo, FileRef, Hub, RetryPolicy
 
 __all__ = [
@@ -19,6 +27,7 @@ __all__ = [
     "HubAuthError",
     "HubError",
     "HubNotFoundError",
+    "ImmutableKeyError",
     "RetryPolicy",
     "TokenError",
     "copy_model",

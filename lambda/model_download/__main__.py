@@ -12,6 +12,7 @@ import threading
 import time
 
 from .args import add_arguments, one_line, request_from_args
+from .buildspec import write_receipt
 from .copy import copy_model
 from .credentials import read_token
 from .hub import Hub
@@ -51,26 +52,32 @@ def _terminate(signum: int, _frame) -> None:  # noqa: ANN001
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m model_download", description="Copy a Hugging Face file to S3, verified.")
     add_arguments(parser)
+    parser.add_argument("--receipt-env", default=None, metavar="FILE",
+                        help="write where the object landed (commit, sha256, key, size) as shell variables for CodeBuild to export")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
     try:
         req = request_from_args(args)
-        print(f"model_download: hf://{req.ref} -> s3://{req.bucket}/{req.key}", flush=True)
+        where = f"{req.key_prefix.strip('/')}/<commit>/{req.file}" if req.pin_commit and not req.pins_a_commit else req.key
+        print(f"model_download: hf://{req.ref} -> s3://{req.bucket}/{where}", flush=True)
         token, source = read_token(args.token_secret)
         hub = Hub(args.endpoint, token, token_source=source, pool_size=req.concurrency + 2)
         log = _LogProgress()
         result = copy_model(req, hub=hub, progress=log.add, on_start=log.start)
+        if args.receipt_env:
+            write_receipt(args.receipt_env, result)
     except Exception as exc:  # noqa: BLE001 - user-facing errors are one line; bugs keep their traceback
         line = one_line(exc)
         if line is None:
             raise
         print(ERROR_PREFIX + line, file=sys.stderr, flush=True)
         return 2
+    pinned = f" (commit {result.commit})" if req.pin_commit else ""
     if result.copied:
         print(f"model_download: done: {result.uri} ({result.size} bytes, sha256 {result.sha256}, "
-              f"{result.parts} parts, {result.seconds:.1f} s, {result.mb_per_s:.0f} MB/s)", flush=True)
+              f"{result.parts} parts, {result.seconds:.1f} s, {result.mb_per_s:.0f} MB/s){pinned}", flush=True)
     else:
-        print(f"model_download: already present: {result.uri} (sha256 {result.sha256}); nothing copied", flush=True)
+        print(f"model_download: already present: {result.uri} (sha256 {result.sha256}){pinned}; nothing copied", flush=True)
     return 0
 
 

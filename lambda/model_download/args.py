@@ -13,6 +13,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--revision", default="main", help="branch, tag or commit (default: main)")
     p.add_argument("--bucket", required=True, help="destination S3 bucket")
     p.add_argument("--key-prefix", required=True, help="destination prefix; the object is <prefix>/<file>")
+    p.add_argument("--pin-commit", action="store_true",
+                   help="put the object at <prefix>/<commit>/<file>, commit = what the Hub resolves --revision to (as ModelArtifact does)")
     p.add_argument("--sha256", default=None, help="expected sha256 (default: the one the Hub reports for the LFS file)")
     p.add_argument("--token-secret", default=None, metavar="NAME",
                    help="Secrets Manager secret holding a Hugging Face token, for gated models (default: HF_TOKEN if set)")
@@ -31,6 +33,7 @@ def request_from_args(args: argparse.Namespace) -> CopyRequest:
         sha256=(args.sha256 or None),
         concurrency=args.concurrency,
         part_size=args.part_size_mib * MIB if args.part_size_mib else None,
+        pin_commit=bool(getattr(args, "pin_commit", False)),
     )
 
 

@@ -1,6 +1,11 @@
 """Hub → S3 without a local copy: parallel ranged GETs feed one S3 multipart upload; the parts are hashed in
 file order as they arrive, and CompleteMultipartUpload runs only when the sha256 matches. Any failure aborts
-the upload, so the final key never shows a partial or unverified object."""
+the upload, so the final key never shows a partial or unverified object.
+
+Keys are immutable: a key that already holds other bytes is never overwritten (consumers read by key, and a
+scaled-out SageMaker instance or a new pod must get the bytes the running ones got). With `pin_commit` the
+key names the commit the Hub resolved the revision to (`<prefix>/<commit>/<file>`), so a branch that moves
+lands at a new key instead of replacing the old one."""
 
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 from urllib.parse import quote
 
-from .errors import ChecksumMismatchError, DownloadError
+from .errors import ChecksumMismatchError, DownloadError, ImmutableKeyError
 from .hub import Cancelled, FileRef, Hub, HubFile
 
 MIB = 1024 * 1024
@@ -25,11 +30,14 @@ DEFAULT_PART_SIZE = 16 * MIB
 DEFAULT_CONCURRENCY = 8
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+# A git commit id as the Hub's X-Repo-Commit reports it (sha1 today; sha256 repositories would give 64).
+COMMIT = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 
 
 @dataclass(frozen=True)
 class CopyRequest:
-    """Copy `repo/file@revision` to `s3://bucket/<key_prefix>/<file>`.
+    """Copy `repo/file@revision` to `s3://bucket/<key_prefix>/<file>`, or with pin_commit to
+    `s3://bucket/<key_prefix>/<commit>/<file>` where commit is what the Hub resolves the revision to.
 
     sha256: expected hex digest; default: the one the Hub reports for the LFS file (a copy is always verified).
     concurrency: parallel ranged GETs (1 = a single stream). part_size: bytes per range and per S3 part;
@@ -43,11 +51,25 @@ class CopyRequest:
     sha256: str | None = None
     concurrency: int = DEFAULT_CONCURRENCY
     part_size: int | None = None
+    pin_commit: bool = False
+
+    def key_for(self, commit: str | None) -> str:
+        """The object key; with pin_commit it needs the resolved commit."""
+        parts = [self.key_prefix.strip("/")]
+        if self.pin_commit:
+            if not commit:
+                raise DownloadError(f"{self.ref}: no commit to pin the key to")
+            parts.append(commit)
+        return "/".join(p for p in [*parts, self.file] if p)
 
     @property
     def key(self) -> str:
-        prefix = self.key_prefix.strip("/")
-        return f"{prefix}/{self.file}" if prefix else self.file
+        """The key when it does not depend on the Hub: no pin, or the revision is itself a full commit."""
+        return self.key_for(self.revision if self.pins_a_commit else None)
+
+    @property
+    def pins_a_commit(self) -> bool:
+        return bool(COMMIT.match(self.revision))
 
     @property
     def ref(self) -> FileRef:
@@ -80,6 +102,7 @@ class CopyResult:
     seconds: float
     parts: int = 0
     version_id: str | None = None
+    commit: str | None = None  # the commit the key is pinned to (pin_commit), else what the Hub reported
 
     @property
     def uri(self) -> str:
@@ -136,17 +159,26 @@ def existing_object(s3, bucket: str, key: str) -> dict[str, Any] | None:  # noqa
         raise
 
 
-def _already_there(head: dict[str, Any] | None, sha256: str, size: int | None) -> bool:
-    if head is None or head.get("Metadata", {}).get("sha256") != sha256:
+def _already_there(head: dict[str, Any] | None, sha256: str, size: int | None, *, bucket: str, key: str, source: str) -> bool:
+    """True when the key holds these bytes; False when it is free; refuses (never overwrites) anything else."""
+    if head is None:
         return False
-    return size is None or head.get("ContentLength") == size
+    held = head.get("Metadata", {}).get("sha256")
+    if held == sha256 and (size is None or head.get("ContentLength") == size):
+        return True
+    raise ImmutableKeyError(
+        f"s3://{bucket}/{key} already holds other bytes (sha256 {held or 'unknown'}, {head.get('ContentLength')} bytes) "
+        f"than {source} (sha256 {sha256}); model keys are immutable and nothing was overwritten — "
+        "copy to a new key prefix (or pin the commit), or delete that object first"
+    )
 
 
 class _Copy:
     """One multipart upload in flight: workers fetch + upload parts, the caller's thread hashes them in order."""
 
-    def __init__(self, req: CopyRequest, source: HubFile, s3, expected: str, progress: Callable[[int], None] | None) -> None:  # noqa: ANN001
+    def __init__(self, req: CopyRequest, key: str, source: HubFile, s3, expected: str, progress: Callable[[int], None] | None) -> None:  # noqa: ANN001
         self.req = req
+        self.key = key
         self.source = source
         self.s3 = s3
         self.expected = expected
@@ -174,7 +206,7 @@ class _Copy:
             if self.stop.is_set():
                 raise Cancelled()
             r = self.s3.upload_part(
-                Bucket=self.req.bucket, Key=self.req.key, UploadId=self.upload_id, PartNumber=index + 1,
+                Bucket=self.req.bucket, Key=self.key, UploadId=self.upload_id, PartNumber=index + 1,
                 Body=data, ChecksumSHA256=checksum,
             )
             return data, {"PartNumber": index + 1, "ETag": r["ETag"], "ChecksumSHA256": checksum}
@@ -232,7 +264,8 @@ def copy_model(
     progress: Callable[[int], None] | None = None,
     on_start: Callable[[int, str], None] | None = None,
 ) -> CopyResult:
-    """Copy one Hub file to S3, verified. No-op when the object is already there with the same sha256.
+    """Copy one Hub file to S3, verified. No-op when the object is already there with the same sha256; refuses
+    when its key holds other bytes.
 
     progress(n) is called from worker threads with each chunk's byte count; on_start(size, sha256) once the
     copy is about to begin."""
@@ -240,14 +273,25 @@ def copy_model(
     began = time.monotonic()
     s3 = s3 or s3_client(req.concurrency)
     given = req.sha256.lower() if req.sha256 else None
+    source = f"hf://{req.ref}"
 
-    # With a pinned sha256 the Hub is not even asked when the object is already in place.
-    if given:
-        head = existing_object(s3, req.bucket, req.key)
-        if _already_there(head, given, None):
-            return CopyResult(req.bucket, req.key, int(head["ContentLength"]), given, False, time.monotonic() - began)
+    def present(key: str, size: int, sha256: str, commit: str | None) -> CopyResult:
+        return CopyResult(req.bucket, key, size, sha256, False, time.monotonic() - began, commit=commit)
+
+    # With a pinned sha256 and a key that does not depend on the Hub, the Hub is not even asked.
+    if given and (not req.pin_commit or req.pins_a_commit):
+        key = req.key
+        head = existing_object(s3, req.bucket, key)
+        if _already_there(head, given, None, bucket=req.bucket, key=key, source=source):
+            return present(key, int(head["ContentLength"]), given, req.revision if req.pins_a_commit else None)
 
     info = hub.info(req.ref)
+    if req.pin_commit and not (info.commit and COMMIT.match(info.commit)):
+        raise DownloadError(
+            f"{req.ref}: {hub.endpoint} reported no commit (X-Repo-Commit: {info.commit!r}) to pin the key to; "
+            "give the revision as a full commit sha"
+        )
+    key = req.key_for(info.commit)
     if given and info.sha256 and given != info.sha256:
         raise ChecksumMismatchError(
             f"sha256 mismatch for {req.ref}: expected {given}, the Hub reports {info.sha256}; nothing was copied"
@@ -257,14 +301,14 @@ def copy_model(
         raise DownloadError(f"{req.ref}: the Hub reports no sha256 (not an LFS file); pass the expected sha256")
     if info.size == 0:
         raise DownloadError(f"{req.ref}: the Hub reports an empty file")
-    if _already_there(existing_object(s3, req.bucket, req.key), expected, info.size):
-        return CopyResult(req.bucket, req.key, info.size, expected, False, time.monotonic() - began)
+    if _already_there(existing_object(s3, req.bucket, key), expected, info.size, bucket=req.bucket, key=key, source=source):
+        return present(key, info.size, expected, info.commit)
 
-    job = _Copy(req, hub.open(info), s3, expected, progress)
+    job = _Copy(req, key, hub.open(info), s3, expected, progress)
     if on_start is not None:
         on_start(info.size, expected)
     job.upload_id = s3.create_multipart_upload(
-        Bucket=req.bucket, Key=req.key, ContentType="application/octet-stream",
+        Bucket=req.bucket, Key=key, ContentType="application/octet-stream",
         Metadata=job._metadata(), ChecksumAlgorithm="SHA256",
     )["UploadId"]
     try:
@@ -272,15 +316,35 @@ def copy_model(
         if digest != expected:
             raise ChecksumMismatchError(
                 f"sha256 mismatch for {req.ref}: expected {expected}, the downloaded bytes hash to {digest}; "
-                f"nothing was written to s3://{req.bucket}/{req.key}"
+                f"nothing was written to s3://{req.bucket}/{key}"
             )
-        done = s3.complete_multipart_upload(
-            Bucket=req.bucket, Key=req.key, UploadId=job.upload_id, MultipartUpload={"Parts": parts},
-        )
+        done = _complete_if_absent(s3, req.bucket, key, job.upload_id, parts)
     except BaseException:
-        _abort(s3, req.bucket, req.key, job.upload_id)
+        _abort(s3, req.bucket, key, job.upload_id)
         raise
+    if done is None:  # another run completed the same key first: fine if it holds these bytes
+        _already_there(existing_object(s3, req.bucket, key), expected, info.size, bucket=req.bucket, key=key, source=source)
+        return present(key, info.size, expected, info.commit)
     return CopyResult(
-        req.bucket, req.key, info.size, expected, True, time.monotonic() - began,
-        parts=len(parts), version_id=done.get("VersionId"),
+        req.bucket, key, info.size, expected, True, time.monotonic() - began,
+        parts=len(parts), version_id=done.get("VersionId"), commit=info.commit,
     )
+
+
+def _complete_if_absent(s3, bucket: str, key: str, upload_id: str, parts: list[dict[str, Any]]) -> dict[str, Any] | None:  # noqa: ANN001
+    """CompleteMultipartUpload with `If-None-Match: *`: S3 itself refuses to replace an existing key (412
+    PreconditionFailed; 409 ConditionalRequestConflict for a concurrent write), so two runs racing on one key
+    can never overwrite each other. None when the key was taken (the caller aborts the upload and checks it)."""
+    from botocore.exceptions import ClientError
+
+    try:
+        return s3.complete_multipart_upload(
+            Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}, IfNoneMatch="*",
+        )
+    except ClientError as exc:
+        if _client_error_code(exc) in ("PreconditionFailed", "412"):
+            _abort(s3, bucket, key, upload_id)
+            return None
+        if _client_error_code(exc) in ("ConditionalRequestConflict", "409"):
+            raise DownloadError(f"s3://{bucket}/{key} was being written by another run at the same time; run again") from None
+        raise

@@ -4,20 +4,39 @@ Create/Update start one CodeBuild build with the model's identity as environment
 False while it runs, True when it succeeded, and raises — failing the deployment — when it did not, quoting
 the job's own error line. Delete keeps the object (the bucket is versioned and retained).
 
-Resource properties: ProjectName, Bucket, KeyPrefix, Key, HfRepo, File, Revision, Sha256 ("" = the Hub's),
-TokenSecretName ("" = none), HfEndpoint, Concurrency, LogGroupName.
+The job pins the object to a commit (`<KeyPrefix>/<commit>/<File>`, never overwritten) and exports where it
+landed (buildspec.RECEIPT); isComplete returns that as the resource's attributes — Commit, Sha256, Key, Prefix
+(`<KeyPrefix>/<commit>/`), Size, BuildId — which the CDK provider framework merges into the response's Data
+(custom-resources/lib/provider-framework/runtime/framework.js: `Data: {...event.Data, ...isCompleteResult.Data}`).
+Consumers read those attributes, so they keep the resolved commit until the properties change.
+
+Resource properties (the copy's identity): ProjectName, Bucket, KeyPrefix (`models/<name>`), HfRepo, File,
+Revision, Sha256 ("" = the Hub's). The token secret, Hub endpoint and concurrency are the project's environment.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from .buildspec import RECEIPT
+from .copy import COMMIT
+
 _FAILED = frozenset({"FAILED", "FAULT", "STOPPED", "TIMED_OUT"})
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 ERROR_PREFIX = "model_download: error: "
 
 
+# What the copy is (the resource's properties; a change re-runs the job and may resolve a newer commit). How it
+# copies — token secret, Hub endpoint, concurrency — lives only in the project's environment: changing it must
+# not re-run the job, or an unrelated setting would move a `main` revision to whatever `main` is that day.
+IDENTITY = ("MODEL_REPO", "MODEL_FILE", "MODEL_REVISION", "MODEL_SHA256", "MODEL_BUCKET", "MODEL_KEY_PREFIX")
+IDENTITY_PROPERTIES = ("HfRepo", "File", "Revision", "Sha256", "Bucket", "KeyPrefix")  # the same, as resource properties
+
+
 def build_environment(props: dict[str, Any]) -> list[dict[str, str]]:
-    """CodeBuild environment overrides for one copy; names only, never a secret's value."""
+    """The copy job's environment (the project's; the custom resource overrides only IDENTITY); names only,
+    never a secret's value."""
     values = {
         "MODEL_REPO": props["HfRepo"],
         "MODEL_FILE": props["File"],
@@ -32,8 +51,14 @@ def build_environment(props: dict[str, Any]) -> list[dict[str, str]]:
     return [{"name": k, "value": str(v), "type": "PLAINTEXT"} for k, v in values.items()]
 
 
-def _physical_id(props: dict[str, Any]) -> str:
-    return f"s3://{props['Bucket']}/{props['Key']}"
+def identity_environment(props: dict[str, Any]) -> list[dict[str, str]]:
+    """StartBuild's overrides: the copy's identity from the resource's properties (the rest is the project's)."""
+    return [e for e in build_environment(props) if e["name"] in IDENTITY]
+
+
+def _request_id(props: dict[str, Any]) -> str:
+    """Until the job reports its key: what was asked for (the commit is not known yet)."""
+    return f"s3://{props['Bucket']}/{props['KeyPrefix'].strip('/')}/@{props.get('Revision') or 'main'}/{props['File']}"
 
 
 def _client(name: str):  # noqa: ANN202
@@ -47,12 +72,29 @@ def on_event(event: dict[str, Any], _context: Any = None, *, codebuild=None) -> 
     if event["RequestType"] == "Delete":
         return {"PhysicalResourceId": event["PhysicalResourceId"]}
     codebuild = codebuild or _client("codebuild")
-    build = codebuild.start_build(projectName=props["ProjectName"], environmentVariablesOverride=build_environment(props))["build"]
-    print(f"started {build['id']} for hf://{props['HfRepo']}/{props['File']}@{props.get('Revision')} -> {_physical_id(props)}")
+    build = codebuild.start_build(projectName=props["ProjectName"], environmentVariablesOverride=identity_environment(props))["build"]
+    print(f"started {build['id']} for hf://{props['HfRepo']}/{props['File']}@{props.get('Revision')} -> s3://{props['Bucket']}/{props['KeyPrefix']}/")
     return {
-        "PhysicalResourceId": _physical_id(props),
-        "Data": {"BuildId": build["id"], "S3Uri": _physical_id(props), "Key": props["Key"]},
+        "PhysicalResourceId": event.get("PhysicalResourceId") or _request_id(props),
+        "Data": {"BuildId": build["id"]},
     }
+
+
+def resolved(build: dict[str, Any], props: dict[str, Any]) -> dict[str, str]:
+    """The attributes from a succeeded build's exported variables, checked against what was asked for."""
+    exported = {v.get("name"): v.get("value") or "" for v in build.get("exportedEnvironmentVariables") or []}
+    missing = [name for name in RECEIPT if not exported.get(name)]
+    if missing:
+        raise RuntimeError(
+            f"model copy build {build.get('id')} succeeded but exported no {', '.join(missing)}: the project's buildspec "
+            "must be model_download.buildspec.BUILD_SPEC (redeploy the stack)"
+        )
+    data = {attr: exported[name] for name, attr in RECEIPT.items()}
+    prefix = f"{props['KeyPrefix'].strip('/')}/{data['Commit']}/"
+    if not COMMIT.match(data["Commit"]) or not _SHA256.match(data["Sha256"]) or data["Key"] != prefix + props["File"] \
+            or not data["Size"].isdigit() or (props.get("Sha256") and props["Sha256"] != data["Sha256"]):
+        raise RuntimeError(f"model copy build {build.get('id')} reported an unexpected receipt {data}; expected key {prefix}{props['File']}")
+    return {**data, "Prefix": prefix, "BuildId": str(build.get("id"))}
 
 
 def _job_error_line(build: dict[str, Any], logs) -> str | None:  # noqa: ANN001
@@ -76,7 +118,8 @@ def completion(build: dict[str, Any], props: dict[str, Any], logs) -> dict[str, 
     """isComplete's answer for one BatchGetBuilds record; raises (failing the deployment) for a failed build."""
     status = build.get("buildStatus", "IN_PROGRESS")
     if status == "SUCCEEDED":
-        return {"IsComplete": True}
+        data = resolved(build, props)
+        return {"IsComplete": True, "PhysicalResourceId": f"s3://{props['Bucket']}/{data['Key']}", "Data": data}
     if status not in _FAILED:
         return {"IsComplete": False}
     detail = _job_error_line(build, logs)

@@ -25,3 +25,7 @@ class ChecksumMismatchError(DownloadError):
 
 class TokenError(DownloadError):
     """The Secrets Manager secret holding the Hugging Face token could not be read."""
+
+
+class ImmutableKeyError(DownloadError):
+    """The destination key already holds other bytes; model keys are never overwritten."""

@@ -14,6 +14,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 
 from cpu_inference.artifacts import ModelArtifact, ModelArtifactProps, ModelBucket, ModelBucketProps
+from model_download.buildspec import RECEIPT
 from tests.support.cdk import apply_nag, cfn_lint_errors, nag_errors, synth, template_json
 
 pytestmark = pytest.mark.synth
@@ -92,18 +93,27 @@ def _copy_resource(s: Synthesized, artifact: ModelArtifact) -> dict[str, Any]:
 
 def test_the_copy_resource_carries_the_model_identity(synthesized: Synthesized) -> None:
     llm = _copy_resource(synthesized, synthesized.llm)
-    assert {k: llm[k] for k in ("HfRepo", "File", "Revision", "Sha256", "TokenSecretName")} == {
+    assert {k: llm[k] for k in ("HfRepo", "File", "Revision", "Sha256")} == {
         "HfRepo": "meta-llama/Llama-3.3-70B-Instruct-GGUF", "File": "Llama-3.3-70B-Instruct-Q4_K_M.gguf",
-        "Revision": LLAMA_COMMIT, "Sha256": LLAMA_SHA, "TokenSecretName": "hf/llama-token",
+        "Revision": LLAMA_COMMIT, "Sha256": LLAMA_SHA,
     }
-    assert llm["Key"] == f"models/llama-70b/{LLAMA_COMMIT}/Llama-3.3-70B-Instruct-Q4_K_M.gguf"
+    # What is copied, never how: a new token secret, endpoint or concurrency must not re-run the copy (and move
+    # a branch revision to a newer commit); those are the project's environment.
+    assert set(llm) == {"ServiceToken", "ServiceTimeout", "ProjectName", "Bucket", "KeyPrefix", "HfRepo", "File", "Revision", "Sha256"}
+    # The job picks the key (models/<name>/<commit>/<file>): the template names only the model's root.
+    assert llm["KeyPrefix"] == "models/llama-70b" and "Key" not in llm
     assert llm["Bucket"] == {"Ref": synthesized.logical_id(synthesized.bucket.bucket)}
     assert int(llm["ServiceTimeout"]) == 3600  # CloudFormation's ceiling for a custom resource
 
     slm = _copy_resource(synthesized, synthesized.slm)
-    assert (slm["Revision"], slm["Sha256"], slm["TokenSecretName"]) == ("main", "", "")  # verified against the Hub's sha256
-    assert synthesized.slm.key == "models/smollm2/main/SmolLM2-1.7B-Instruct-Q4_K_M.gguf"
-    assert synthesized.slm.prefix == "models/smollm2/main/"
+    assert (slm["Revision"], slm["Sha256"]) == ("main", "")  # verified against the Hub's sha256
+    copy = synthesized.stack.get_logical_id(synthesized.slm.resource.node.default_child)
+    resolve = synthesized.stack.resolve
+    assert _join(resolve(synthesized.slm.key)) == f"models/smollm2/<{copy}.Commit>/SmolLM2-1.7B-Instruct-Q4_K_M.gguf"
+    assert resolve(synthesized.slm.commit) == {"Fn::GetAtt": [copy, "Commit"]}
+    assert resolve(synthesized.slm.sha256) == {"Fn::GetAtt": [copy, "Sha256"]}
+    assert synthesized.llm.sha256 == LLAMA_SHA  # pinned in the props: the job refuses any other digest
+    assert synthesized.slm.model_prefix == "models/smollm2/"
 
 
 def test_the_job_role_writes_only_its_model_prefix_and_reads_only_its_secret(synthesized: Synthesized) -> None:
@@ -135,9 +145,10 @@ def test_a_serving_role_reads_one_model_prefix(synthesized: Synthesized) -> None
     bucket_arn = f"<{synthesized.logical_id(synthesized.bucket.bucket)}.Arn>"
     statements = synthesized.statements(synthesized.reader)
     gets = [st for st in statements if st["Action"] == "s3:GetObject"]
-    assert [_join(st["Resource"]) for st in gets] == [f"{bucket_arn}/models/smollm2/main/*"]
+    # Every commit of that model: the old fleet still reads the previous commit's key during a rolling update.
+    assert [_join(st["Resource"]) for st in gets] == [f"{bucket_arn}/models/smollm2/*"]
     lists = [st for st in statements if st["Action"] == "s3:ListBucket"]
-    assert [st["Condition"] for st in lists] == [{"StringLike": {"s3:prefix": ["models/smollm2/main/*"]}}]
+    assert [st["Condition"] for st in lists] == [{"StringLike": {"s3:prefix": ["models/smollm2/*"]}}]
     assert any(st["Action"] == "kms:Decrypt" for st in statements)
     assert not any("s3:PutObject" in _as_list(st["Action"]) for st in statements)
 
@@ -175,6 +186,8 @@ def test_the_copy_job_runs_the_package_with_a_bounded_timeout(synthesized: Synth
     spec = json.loads(project["Source"]["BuildSpec"])
     (command,) = spec["phases"]["build"]["commands"]
     assert command.startswith("python3 -m model_download ") and '--token-secret "$HF_TOKEN_SECRET_NAME"' in command
+    # Pinned to the resolved commit, and the receipt reaches the waiter as CodeBuild exported variables.
+    assert " --pin-commit " in command and spec["env"]["exported-variables"] == list(RECEIPT)
     assert project["Source"]["Type"] == "S3" and project["Environment"]["PrivilegedMode"] is False
     assert project["TimeoutInMinutes"] == 55 and project["Environment"]["ComputeType"] == "BUILD_GENERAL1_LARGE"
     env = {e["Name"]: e["Value"] for e in project["Environment"]["EnvironmentVariables"]}

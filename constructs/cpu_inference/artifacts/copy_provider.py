@@ -1,7 +1,9 @@
 """ModelCopyProvider: one custom-resource provider per stack for every ModelArtifact in it.
 
 CDK's Provider framework with an isComplete waiter (Step Functions): onEvent starts the artifact's CodeBuild
-copy job, isComplete polls it every 30 s and fails the deployment when the job fails. The waiter runs for at
+copy job, isComplete polls it every 30 s, fails the deployment when the job fails and, when it succeeds, returns
+the job's receipt (the commit the revision resolved to, sha256, key) as the resource's attributes — the framework
+merges isComplete's `Data` into the response (provider-framework/runtime/framework.js). The waiter runs for at
 most 60 minutes: CloudFormation gives a custom resource no more than one hour (ServiceTimeout ≤ 3600 s), so a
 copy that needs longer is pre-seeded with `cpu-inference download` (the artifact then finds it in place)."""
 

@@ -1,10 +1,19 @@
 """ModelArtifact: one model file copied from the Hugging Face Hub into the ModelBucket at deploy time.
 
-`hf_repo/file@revision` → `s3://<bucket>/models/<name>/<revision>/<file>`, by a CodeBuild job running the
+`hf_repo/file@revision` → `s3://<bucket>/models/<name>/<commit>/<file>`, by a CodeBuild job running the
 `model_download` package (parallel ranged GETs streamed into a multipart upload, sha256-verified before the
 upload completes, aborted on any failure), driven by a custom resource whose isComplete waiter fails the
 deployment when the job fails. Changing the repo, file, revision or sha256 changes the custom resource's
-properties and re-runs the job; a run that finds the same object (same sha256) in place copies nothing.
+properties and re-runs the job (the token secret, Hub endpoint and concurrency are the project's environment
+only: changing them re-runs nothing); a run that finds the same object (same sha256) in place copies nothing.
+
+Pinned at the first deploy: the job resolves the revision (a branch such as `main`) to the commit the Hub
+reports and writes to a key naming that commit, which is never overwritten. The custom resource returns the
+commit, sha256 and key as attributes, and every consumer (SageMaker's model data, the pods' fetch URI and
+expected sha256) reads those attributes — CloudFormation does not re-run an unchanged custom resource, so a
+scaled-out instance or a new pod gets exactly the bytes the running ones got, even after `main` moved or the
+job was re-run by hand. A changed revision lands at a new key: a new SageMaker Model (rolling update), a new
+pod spec.
 
 Why CodeBuild: a 40 GB 70B Q4 file does not fit Lambda's 15 minutes or its 10 GB of ephemeral storage; CodeBuild
 runs up to hours on managed images (no Docker at synth, no VPC or cluster to provide), bills per minute only
@@ -26,7 +35,8 @@ from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
-from model_download.custom_resource import build_environment
+from model_download.buildspec import BUILD_SPEC as BUILD_SPEC  # re-exported: the job's contract lives with the job
+from model_download.custom_resource import IDENTITY_PROPERTIES, build_environment
 
 from .. import nag
 from .copy_provider import MAX_WAIT_MINUTES, ModelCopyProvider
@@ -38,28 +48,6 @@ _REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
-# Install boto3 only when the image lacks it (the job needs boto3 + urllib3, nothing else).
-BUILD_SPEC = {
-    "version": "0.2",
-    "env": {"shell": "bash"},
-    "phases": {
-        "install": {
-            "commands": [
-                "python3 -c 'import boto3, urllib3' 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check 'boto3>=1.35,<2'",
-            ]
-        },
-        "build": {
-            "commands": [
-                'python3 -m model_download --repo "$MODEL_REPO" --file "$MODEL_FILE" --revision "$MODEL_REVISION"'
-                ' --bucket "$MODEL_BUCKET" --key-prefix "$MODEL_KEY_PREFIX" --endpoint "$HF_ENDPOINT"'
-                ' --concurrency "$MODEL_CONCURRENCY" ${MODEL_SHA256:+--sha256 "$MODEL_SHA256"}'
-                ' ${HF_TOKEN_SECRET_NAME:+--token-secret "$HF_TOKEN_SECRET_NAME"}',
-            ]
-        },
-    },
-}
-
-
 # A region/account as cdk-nag prints them: a literal for env-bound stacks, a pseudo parameter otherwise.
 _REGION = r"(?:<AWS::Region>|[a-z0-9-]+)"
 _ACCOUNT = r"(?:<AWS::AccountId>|\d{12})"
@@ -69,8 +57,8 @@ _ACCOUNT = r"(?:<AWS::AccountId>|\d{12})"
 class ModelArtifactProps:
     """One model file to copy into `model_bucket`.
 
-    name: the model's name (DNS label); the object lands at `models/<name>/<revision>/<file>` and the copy job
-    can write nothing outside `models/<name>/`.
+    name: the model's name (DNS label); the object lands at `models/<name>/<commit>/<file>` (commit: what the
+    Hub resolves `revision` to at the first deploy) and the copy job can write nothing outside `models/<name>/`.
     sha256: expected hex digest (default: the sha256 the Hub reports for the LFS file; the copy is verified either way).
     token_secret_name / existing_token_secret: a Secrets Manager secret holding a Hugging Face token (the raw
     token, or JSON with a `token` key) for gated models; the job reads it at run time, it never enters the template.
@@ -123,16 +111,18 @@ class ModelArtifactProps:
             raise ValueError(f"ModelArtifactProps.concurrency must be 1..64, got {self.concurrency}")
 
     @property
-    def prefix(self) -> str:
-        """`models/<name>/<revision>/` — where the file lands."""
-        return f"{MODELS_PREFIX}{self.name}/{self.revision}/"
+    def model_prefix(self) -> str:
+        """`models/<name>/` — every commit of this model lands under it."""
+        return f"{MODELS_PREFIX}{self.name}/"
 
 
 class ModelArtifact(Construct):
-    """Attributes: props, model_bucket, bucket (IBucket), key (`models/<name>/<revision>/<file>`), prefix
-    (`models/<name>/<revision>/`), s3_uri, s3_prefix_uri, token_secret (ISecret | None), role (the job's role),
-    log_group, project (the CodeBuild copy job), resource (the custom resource — depend on it to start serving
-    only after the copy), provider (the stack's ModelCopyProvider)."""
+    """Attributes: props, model_bucket, bucket (IBucket), resource (the custom resource — depend on it to start
+    serving only after the copy), the copy's result as the resource's attributes (tokens): commit (the commit
+    the revision resolved to), sha256 (the verified digest; the literal when props pin it), key
+    (`models/<name>/<commit>/<file>`), prefix (`models/<name>/<commit>/`), s3_uri, s3_prefix_uri (SageMaker's
+    model data); model_prefix (`models/<name>/`, every commit), token_secret (ISecret | None), role (the job's
+    role), log_group, project (the CodeBuild copy job), provider (the stack's ModelCopyProvider)."""
 
     def __init__(self, scope: Construct, id: str, *, props: ModelArtifactProps) -> None:
         super().__init__(scope, id)
@@ -140,10 +130,7 @@ class ModelArtifact(Construct):
         self.props = props
         self.model_bucket = props.model_bucket
         self.bucket = props.model_bucket.bucket
-        self.prefix = props.prefix
-        self.key = f"{self.prefix}{props.file}"
-        self.s3_uri = f"s3://{self.bucket.bucket_name}/{self.key}"
-        self.s3_prefix_uri = f"s3://{self.bucket.bucket_name}/{self.prefix}"
+        self.model_prefix = props.model_prefix
         self.provider = ModelCopyProvider.of(self)
 
         self.token_secret: secretsmanager.ISecret | None = props.existing_token_secret
@@ -161,8 +148,7 @@ class ModelArtifact(Construct):
         self.log_group = logs.LogGroup(self, "CodeBuildLogs", retention=props.log_retention, removal_policy=cdk.RemovalPolicy.DESTROY)
         properties = {
             "Bucket": self.bucket.bucket_name,
-            "KeyPrefix": self.prefix.rstrip("/"),
-            "Key": self.key,
+            "KeyPrefix": self.model_prefix.rstrip("/"),
             "HfRepo": props.hf_repo,
             "File": props.file,
             "Revision": props.revision,
@@ -199,11 +185,21 @@ class ModelArtifact(Construct):
             "Copy",
             service_token=self.provider.service_token,
             resource_type="Custom::ModelArtifact",
-            properties={"ProjectName": self.project.project_name, **properties},
+            # Identity only: a change of token secret, endpoint or concurrency updates the project, not the copy.
+            properties={"ProjectName": self.project.project_name, **{k: properties[k] for k in IDENTITY_PROPERTIES}},
             service_timeout=cdk.Duration.seconds(MAX_WAIT_MINUTES * 60),
         )
         # The job must find its permissions in place before it starts.
         self.resource.node.add_dependency(self.role)
+
+        # Where the copy landed, as the job reported it (model_download.custom_resource.resolved). Only the commit
+        # is a token: the file name stays a literal path segment that consumers read (MODEL_PATH, the pod's file).
+        self.commit = self.resource.get_att_string("Commit")
+        self.sha256 = props.sha256 or self.resource.get_att_string("Sha256")
+        self.prefix = f"{self.model_prefix}{self.commit}/"
+        self.key = f"{self.prefix}{props.file}"
+        self.s3_uri = f"s3://{self.bucket.bucket_name}/{self.key}"
+        self.s3_prefix_uri = f"s3://{self.bucket.bucket_name}/{self.prefix}"
         self._acknowledge()
 
     def _runner_asset(self) -> s3_assets.Asset:
@@ -214,8 +210,10 @@ class ModelArtifact(Construct):
         return s3_assets.Asset(self.provider, "Runner", path=str(staged_root()))
 
     def grant_read(self, grantee: iam.IGrantable) -> iam.Grant:
-        """Read this model's prefix (all its files at this revision), and nothing else of the bucket."""
-        return self.model_bucket.grant_read(grantee, self.prefix)
+        """Read this model's objects (`models/<name>/`, every commit) and nothing else of the bucket: during a
+        rolling update the old fleet — a replaced SageMaker instance, a restarted pod of the old ReplicaSet —
+        still reads the previous commit's key after the policy moved on."""
+        return self.model_bucket.grant_read(grantee, self.model_prefix)
 
     def _acknowledge(self) -> None:
         nag.acknowledge_wildcards(self.role, {

@@ -9,6 +9,9 @@
 `GET|HEAD /cdn/<sha256>` on a second port (another origin, as the real CDN is): Range requests (206 +
 Content-Range, 416), keep-alive.
 
+Branches move: `push(repo, name, path, commit)` makes `main` of that repo resolve to a new commit holding new
+bytes; the earlier commits keep resolving to what they held (as the Hub serves any past commit).
+
 Fault injection: `drop_once(offset, after)` cuts the connection after `after` bytes of the first GET whose
 range starts at `offset`; `fail(offset, status, times)` answers such GETs with an error status;
 `corrupt(offset)` flips one served byte; `per_connection_rate` throttles each
@@ -68,6 +71,8 @@ class FakeHub:
         self.commit = commit
         self.tokens = set(tokens or {"hf_valid_token"})
         self.files: dict[tuple[str, str], ServedFile] = {}
+        self.heads_of: dict[str, str] = {}  # repo -> its main's commit, when it moved off the hub-wide one
+        self.history: dict[tuple[str, str, str], ServedFile] = {}  # (repo, commit, name) of past commits
         self.stats = Stats()
         self.per_connection_rate: float | None = None  # bytes/s per response, None = unthrottled
         self._drops: dict[int, int] = {}
@@ -84,6 +89,18 @@ class FakeHub:
         served = ServedFile(repo, name, Path(path), sha256 or sha256_file(path), os.path.getsize(path), gated, lfs)
         self.files[(repo, name)] = served
         return served
+
+    def commit_of(self, repo: str) -> str:
+        return self.heads_of.get(repo, self.commit)
+
+    def push(self, repo: str, name: str, path: Path, commit: str) -> ServedFile:
+        """A new commit on `main` of repo that changes `name` to the bytes of path."""
+        with self._lock:
+            for (r, n), f in self.files.items():
+                if r == repo:
+                    self.history[(r, self.commit_of(r), n)] = f
+            self.heads_of[repo] = commit
+        return self.add_file(repo, name, path)
 
     def drop_once(self, offset: int, after: int) -> None:
         with self._lock:
@@ -161,7 +178,7 @@ class FakeHub:
             return status
 
     def _by_sha(self, sha: str) -> ServedFile | None:
-        return next((f for f in self.files.values() if f.sha256 == sha), None)
+        return next((f for f in [*self.files.values(), *self.history.values()] if f.sha256 == sha), None)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -206,9 +223,14 @@ class _Handler(BaseHTTPRequestHandler):
         repo, revision, name = m.group(1), unquote(m.group(2)), unquote(m.group(3))
         if not any(r == repo for r, _ in self.fake.files):
             return self._simple(404, "Repository Not Found", {"X-Error-Code": "RepoNotFound"}, head)
-        if revision not in ("main", self.fake.commit):
+        commit = self.fake.commit_of(repo)
+        if revision in ("main", commit):
+            served = self.fake.files.get((repo, name))
+        elif any(r == repo and c == revision for r, c, _ in self.fake.history):
+            commit = revision
+            served = self.fake.history.get((repo, revision, name))
+        else:
             return self._simple(404, "Revision Not Found", {"X-Error-Code": "RevisionNotFound"}, head)
-        served = self.fake.files.get((repo, name))
         if served is None:
             return self._simple(404, "Entry not found", {"X-Error-Code": "EntryNotFound"}, head)
         if served.gated:
@@ -218,7 +240,7 @@ class _Handler(BaseHTTPRequestHandler):
                                     {"X-Error-Code": "GatedRepo"}, head)
             if auth.removeprefix("Bearer ") not in self.fake.tokens:
                 return self._simple(401, "Invalid credentials in Authorization header", {"X-Error-Code": "GatedRepo"}, head)
-        common = {"X-Repo-Commit": self.fake.commit, "ETag": f'"{served.git_sha1}"'}
+        common = {"X-Repo-Commit": commit, "ETag": f'"{served.git_sha1}"'}
         if served.lfs:
             location = f"{self.fake.cdn_url}/cdn/{served.sha256}?Expires={int(time.time()) + 3600}&Signature=fake"
             return self._simple(302, f"Found. Redirecting to {location}", {

@@ -67,3 +67,13 @@ def test_job_with_a_bad_token_secret_fails_with_one_line_naming_it(hub, aws_env,
     assert errors == [f"model_download: error: the Hugging Face token from secret '{name}' was rejected for "
                       f"{GATED_REPO}/{FILE}@main (HTTP 401): check that secret's value"]
     assert "hf_revoked" not in job.stdout + job.stderr
+
+
+def test_cli_pre_seeds_the_commit_pinned_key_the_artifact_reads(hub, served, aws_env, bucket) -> None:  # noqa: ANN001
+    done = _run([str(BIN / "cpu-inference"), "download", "--repo", PUBLIC_REPO, "--file", FILE, "--revision", "main",
+                 "--bucket", bucket, "--key-prefix", "models/smollm2", "--pin-commit", "--concurrency", "4"], aws_env, hub.url)
+
+    assert done.returncode == 0, done.stderr
+    key = f"models/smollm2/{hub.commit_of(PUBLIC_REPO)}/{FILE}"
+    assert f"copied s3://{bucket}/{key}" in done.stdout
+    assert boto3.client("s3").head_object(Bucket=bucket, Key=key)["Metadata"]["sha256"] == served.sha256

@@ -6,6 +6,7 @@ import base64
 import hashlib
 import json
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,7 @@ from model_download import (
     HubAuthError,
     HubError,
     HubNotFoundError,
+    ImmutableKeyError,
     RetryPolicy,
     TokenError,
     copy_model,
@@ -26,6 +28,7 @@ from model_download import (
 )
 from model_download.copy import MIB
 from tests.runtime.model_download.constants import FILE, GATED_REPO, GOOD_TOKEN, PLAIN_REPO, PUBLIC_REPO
+from tests.runtime.model_download.fake_hub import ServedFile
 
 FAST_RETRY = RetryPolicy(attempts=5, backoff_seconds=0.01, max_backoff_seconds=0.05)
 PART = 8 * MIB
@@ -228,3 +231,100 @@ def test_requests_are_validated() -> None:
         CopyRequest(repo=PUBLIC_REPO, file=FILE, bucket="b", key_prefix="p", sha256="abc").validate()
     with pytest.raises(DownloadError, match="part size"):
         CopyRequest(repo=PUBLIC_REPO, file=FILE, bucket="b", key_prefix="p", part_size=MIB).validate()
+
+
+# -- keys are immutable: a moving branch lands at a new key, an existing key is never overwritten --------------
+
+NEXT_COMMIT = "7c0ffee5badc0de5eed1234567890abcdef01234"
+
+
+@pytest.fixture
+def moving(fake_hub, smollm2_gguf, tmp_path) -> tuple[str, ServedFile, Path]:  # noqa: ANN001
+    """A repo of its own whose `main` will move: now 11 MiB of the real GGUF, next another 7 MiB of it."""
+    fake_hub.reset()
+    repo = f"acme-corp/moving-{uuid.uuid4().hex[:6]}"
+    data = smollm2_gguf.read_bytes()[: 18 * MIB]
+    first, second = tmp_path / "first.gguf", tmp_path / "second.gguf"
+    first.write_bytes(data[: 11 * MIB])
+    second.write_bytes(data[11 * MIB :])
+    return repo, fake_hub.add_file(repo, FILE, first), second
+
+
+def _pinned(bucket: str, repo: str, **kw) -> CopyRequest:  # noqa: ANN003
+    return CopyRequest(repo=repo, file=FILE, bucket=bucket, key_prefix="models/moving", pin_commit=True,
+                       concurrency=2, part_size=5 * MIB, **kw)
+
+
+def _versions(s3, bucket: str, key: str) -> list[dict]:  # noqa: ANN001
+    return [v for v in s3.list_object_versions(Bucket=bucket, Prefix=key).get("Versions", []) if v["Key"] == key]
+
+
+def test_a_moved_branch_lands_at_a_new_key_and_leaves_the_first_untouched(hub, moving, s3, bucket) -> None:  # noqa: ANN001
+    repo, first, second_path = moving
+    before = copy_model(_pinned(bucket, repo), hub=_hub(hub), s3=s3)
+    assert before.copied and before.commit == hub.commit
+    assert before.key == f"models/moving/{hub.commit}/{FILE}"
+    (version,) = _versions(s3, bucket, before.key)
+
+    second = hub.push(repo, FILE, second_path, NEXT_COMMIT)  # `main` moves on; the deployment re-runs the job
+    after = copy_model(_pinned(bucket, repo), hub=_hub(hub), s3=s3)
+
+    assert after.copied and after.commit == NEXT_COMMIT and after.sha256 == second.sha256
+    assert after.key == f"models/moving/{NEXT_COMMIT}/{FILE}" != before.key
+    assert _sha256_of_object(s3, bucket, after.key) == second.sha256
+    # What running instances and pods were given is still there, byte for byte, as the only version.
+    assert _versions(s3, bucket, before.key) == [version]
+    body = s3.get_object(Bucket=bucket, Key=before.key)["Body"].read()
+    assert body == first.path.read_bytes()
+    assert s3.head_object(Bucket=bucket, Key=before.key)["Metadata"]["hf-source"] == f"{repo}/{FILE}@{hub.commit}"
+
+
+def test_an_existing_key_is_never_overwritten_with_other_bytes(hub, moving, s3, bucket) -> None:  # noqa: ANN001
+    repo, first, second_path = moving
+    # The old layout: a key named after the branch, not the commit.
+    by_branch = CopyRequest(repo=repo, file=FILE, bucket=bucket, key_prefix="models/moving/main", concurrency=2, part_size=5 * MIB)
+    copied = copy_model(by_branch, hub=_hub(hub), s3=s3)
+    hub.push(repo, FILE, second_path, NEXT_COMMIT)
+    hub.reset()
+
+    with pytest.raises(ImmutableKeyError) as err:
+        copy_model(by_branch, hub=_hub(hub), s3=s3)
+
+    message = str(err.value)
+    assert f"s3://{bucket}/{copied.key} already holds other bytes (sha256 {first.sha256}" in message
+    assert "nothing was overwritten" in message and "\n" not in message
+    assert hub.stats.bytes_served == 0  # refused before downloading anything
+    (only,) = _versions(s3, bucket, copied.key)
+    assert only["VersionId"] == copied.version_id and _sha256_of_object(s3, bucket, copied.key) == first.sha256
+
+
+def test_a_revision_that_resolves_to_an_existing_key_copies_nothing(hub, moving, s3, bucket) -> None:  # noqa: ANN001
+    repo, first, second_path = moving
+    old_commit = hub.commit
+    before = copy_model(_pinned(bucket, repo), hub=_hub(hub), s3=s3)
+    hub.push(repo, FILE, second_path, NEXT_COMMIT)
+    hub.reset()
+
+    again = copy_model(_pinned(bucket, repo, revision=old_commit), hub=_hub(hub), s3=s3)  # the commit main was at
+    assert (again.copied, again.key, again.sha256, again.commit) == (False, before.key, first.sha256, old_commit)
+    assert (hub.stats.heads, hub.stats.bytes_served) == (1, 0)
+
+    pinned = copy_model(_pinned(bucket, repo, revision=old_commit, sha256=first.sha256), hub=_hub(hub), s3=s3)
+    assert not pinned.copied and pinned.key == before.key and pinned.commit == old_commit
+    assert hub.stats.heads == 1  # a full commit + sha256 name the key: the Hub is not even asked
+    assert len(_versions(s3, bucket, before.key)) == 1
+
+
+def test_a_run_that_loses_the_race_for_its_key_never_overwrites(hub, moving, s3, bucket) -> None:  # noqa: ANN001
+    repo, first, _ = moving
+    key = f"models/moving/{hub.commit}/{FILE}"
+
+    def another_run_finishes_first(_size: int, _sha256: str) -> None:
+        s3.put_object(Bucket=bucket, Key=key, Body=b"not the model", Metadata={"sha256": "0" * 64})
+
+    # S3 itself refuses the overwrite (CompleteMultipartUpload with If-None-Match: *), after the HEAD found nothing.
+    with pytest.raises(ImmutableKeyError, match="already holds other bytes"):
+        copy_model(_pinned(bucket, repo), hub=_hub(hub), s3=s3, on_start=another_run_finishes_first)
+    assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == b"not the model"
+    assert len(_versions(s3, bucket, key)) == 1
+    assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []

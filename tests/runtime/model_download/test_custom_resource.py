@@ -1,20 +1,37 @@
-"""The custom-resource handlers against moto's CodeBuild and CloudWatch Logs: start, poll, fail the deployment."""
+"""The custom-resource handlers against moto's CodeBuild and CloudWatch Logs: start, poll, fail the deployment;
+and the job's receipt — the buildspec's own commands run in bash against the fake Hub and moto's S3 — turned
+into the resource's attributes."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 import uuid
+from pathlib import Path
 
 import boto3
+import botocore.session
 import pytest
 
-from model_download.custom_resource import _job_error_line, build_environment, completion, is_complete, on_event
+from model_download.buildspec import BUILD_SPEC, RECEIPT
+from model_download.custom_resource import (
+    IDENTITY,
+    IDENTITY_PROPERTIES,
+    _job_error_line,
+    build_environment,
+    completion,
+    identity_environment,
+    is_complete,
+    on_event,
+)
+from tests.runtime.model_download.constants import FILE, PUBLIC_REPO
 
 PROPS = {
     "ServiceToken": "arn:aws:lambda:us-east-1:123456789012:function:provider",
     "Bucket": "model-bucket",
-    "KeyPrefix": "models/llama-70b/0123abc",
-    "Key": "models/llama-70b/0123abc/Llama-3.3-70B-Instruct-Q4_K_M.gguf",
+    "KeyPrefix": "models/llama-70b",
     "HfRepo": "bartowski/Llama-3.3-70B-Instruct-GGUF",
     "File": "Llama-3.3-70B-Instruct-Q4_K_M.gguf",
     "Revision": "0123abc",
@@ -50,14 +67,82 @@ def test_environment_carries_identity_and_only_the_secret_name() -> None:
     assert {e["type"] for e in build_environment(PROPS)} == {"PLAINTEXT"}
 
 
-def test_create_starts_a_build_and_completes_when_it_succeeds(project) -> None:  # noqa: ANN001
+def test_start_build_overrides_only_the_identity(project) -> None:  # noqa: ANN001
+    # The resource carries only what is copied; the build keeps the project's token secret, endpoint, concurrency.
+    identity = {k: PROPS[k] for k in IDENTITY_PROPERTIES}
+    started = on_event({"RequestType": "Create", "ResourceProperties": {**identity, "ProjectName": project}})
+    build = boto3.client("codebuild").batch_get_builds(ids=[started["Data"]["BuildId"]])["builds"][0]
+    assert build["buildStatus"]  # moto recorded the build
+    assert [e["name"] for e in identity_environment(identity)] == list(IDENTITY)
+
+
+def test_create_starts_a_build_and_a_success_without_a_receipt_fails(project) -> None:  # noqa: ANN001
     started = on_event(_event("Create", project))
-    assert started["PhysicalResourceId"] == f"s3://model-bucket/{PROPS['Key']}"
+    assert started["PhysicalResourceId"] == f"s3://model-bucket/models/llama-70b/@0123abc/{PROPS['File']}"
     build_id = started["Data"]["BuildId"]
     assert boto3.client("codebuild").list_builds_for_project(projectName=project)["ids"] == [build_id]
 
-    # moto reports a started build as SUCCEEDED on the first poll.
-    assert is_complete({**_event("Create", project), **started}) == {"IsComplete": True}
+    # moto reports a started build as SUCCEEDED on the first poll, but runs no buildspec: nothing was exported,
+    # and a copy that cannot say which commit it pinned must not let consumers guess.
+    with pytest.raises(RuntimeError, match=f"build {build_id} succeeded but exported no MODEL_RESOLVED_COMMIT"):
+        is_complete({**_event("Create", project), **started})
+
+
+def _run_buildspec(env: dict[str, str], workdir: Path) -> dict[str, str]:
+    """The buildspec's commands in one bash, as CodeBuild runs them, then the values of its exported variables."""
+    spec = BUILD_SPEC
+    assert spec["env"]["shell"] == "bash"
+    commands = [*spec["phases"]["install"]["commands"], *spec["phases"]["build"]["commands"]]
+    exported = spec["env"]["exported-variables"]
+    script = "set -e\n" + "\n".join(commands) + "\n" + "".join(f'printf "%s=%s\\n" {v} "${{{v}:-}}"\n' for v in exported)
+    bin_dir = str(Path(sys.executable).parent)  # python3 with boto3 + urllib3, as the CodeBuild image has
+    done = subprocess.run(["bash", "-c", script], cwd=workdir, env={**env, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return dict(line.split("=", 1) for line in done.stdout.splitlines() if line.split("=", 1)[0] in exported)
+
+
+def test_the_jobs_receipt_becomes_the_resources_attributes(hub, served, aws_env, bucket, project, tmp_path) -> None:  # noqa: ANN001
+    props = {**PROPS, "ProjectName": project, "Bucket": bucket, "KeyPrefix": "models/smollm2", "HfRepo": PUBLIC_REPO,
+             "File": FILE, "Revision": "main", "Sha256": "", "TokenSecretName": "", "HfEndpoint": hub.url, "Concurrency": "4"}
+    started = on_event({"RequestType": "Create", "ResourceProperties": props})
+    env = {**os.environ, **aws_env, **{e["name"]: e["value"] for e in build_environment(props)}}
+
+    exported = _run_buildspec(env, tmp_path)
+
+    commit = hub.commit_of(PUBLIC_REPO)
+    key = f"models/smollm2/{commit}/{FILE}"
+    assert set(exported) == set(RECEIPT) and exported["MODEL_RESOLVED_KEY"] == key
+    # The record BatchGetBuilds returns for that build: moto's, plus the exported variables in the service's shape.
+    build = boto3.client("codebuild").batch_get_builds(ids=[started["Data"]["BuildId"]])["builds"][0]
+    shape = botocore.session.get_session().get_service_model("codebuild").shape_for("Build")
+    assert set(shape.members["exportedEnvironmentVariables"].member.members) == {"name", "value"}
+    build["exportedEnvironmentVariables"] = [{"name": k, "value": v} for k, v in exported.items()]
+
+    answer = completion(build, props, None)
+
+    assert answer["IsComplete"] and answer["PhysicalResourceId"] == f"s3://{bucket}/{key}"
+    assert answer["Data"] == {"Commit": commit, "Sha256": served.sha256, "Key": key, "Prefix": f"models/smollm2/{commit}/",
+                              "Size": str(served.size), "BuildId": build["id"]}
+    head = boto3.client("s3").head_object(Bucket=bucket, Key=key)
+    assert head["Metadata"]["sha256"] == served.sha256 and head["ContentLength"] == served.size
+
+    # Run by hand again (`aws codebuild start-build`): same commit, same key, nothing copied, same receipt.
+    hub.reset()
+    assert _run_buildspec(env, tmp_path) == exported and hub.stats.bytes_served == 0
+
+
+def test_a_receipt_that_does_not_match_the_request_fails(aws_env) -> None:  # noqa: ANN001
+    commit = "ab" * 20
+    good = {"MODEL_RESOLVED_COMMIT": commit, "MODEL_RESOLVED_SHA256": "cd" * 32,
+            "MODEL_RESOLVED_KEY": f"models/llama-70b/{commit}/{PROPS['File']}", "MODEL_RESOLVED_SIZE": "42"}
+    build = {"id": "model-copy:9", "buildStatus": "SUCCEEDED"}
+    ok = completion({**build, "exportedEnvironmentVariables": [{"name": k, "value": v} for k, v in good.items()]}, PROPS, None)
+    assert ok["Data"]["Prefix"] == f"models/llama-70b/{commit}/"
+    for name, wrong in (("MODEL_RESOLVED_KEY", f"models/llama-70b/main/{PROPS['File']}"), ("MODEL_RESOLVED_COMMIT", "main")):
+        bad = {**good, name: wrong}
+        with pytest.raises(RuntimeError, match="unexpected receipt"):
+            completion({**build, "exportedEnvironmentVariables": [{"name": k, "value": v} for k, v in bad.items()]}, PROPS, None)
 
 
 def _log_stream(lines: list[str]) -> tuple[str, str]:
