@@ -54,6 +54,19 @@ def test_classification_uses_short_context_per_slot() -> None:
     assert s.threads == 2 and s.slots == 4  # small model: 2 slots per thread, measured 1.5x over -np 1
 
 
+def test_a_context_floor_raises_the_task_context_within_the_window() -> None:
+    """min_context_per_slot (the SLM pre-filter's router prompt + answer) wins over the task's short context,
+    never over context_window or an explicit context_per_slot; memory follows the larger slots."""
+    base = ModelSpec(1.7, "Q4_K_M", context_window=4096, task="classification")
+    floored = ModelSpec(1.7, "Q4_K_M", context_window=4096, task="classification", min_context_per_slot=2176)
+    assert sizing.context_per_slot(base) == 512 and sizing.context_per_slot(floored) == 2176
+    assert sizing.context_per_slot(ModelSpec(1.7, context_window=2048, task="classification", min_context_per_slot=2176)) == 2048
+    assert sizing.context_per_slot(ModelSpec(1.7, context_window=4096, task="chat", min_context_per_slot=2176)) == 4096
+    it = sizing.instance("c7g.2xlarge")
+    small, big = sizing.size(base, it, target="eks"), sizing.size(floored, it, target="eks")
+    assert big.ctx_total == big.slots * 2176 and big.kv_cache_bytes > small.kv_cache_bytes
+
+
 def test_eks_threads_equal_the_pod_cpu_not_the_node() -> None:
     s = sizing.size(ModelSpec(8, "Q4_K_M"), sizing.instance("c7g.16xlarge"), target="eks")
     assert s.threads == 8 and s.cpu_request == 8.0

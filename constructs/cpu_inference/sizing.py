@@ -9,6 +9,7 @@ equal the CPUs the engine is given (never the node's vCPUs when pods share a nod
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 GIB = 1024**3
@@ -30,7 +31,8 @@ _KV_BYTES_PER_TOKEN_BY_SIZE: tuple[tuple[float, int], ...] = (
 )
 
 # Context each slot needs by task: routing/classification prompts are short (AWS guidance: < 200 tokens in,
-# 2-3 out), so 512 instead of 2048 cuts KV memory and latency.
+# 2-3 out), so 512 instead of 2048 cuts KV memory and latency. A prompt with a long fixed prefix (the SLM
+# pre-filter's instructions + few-shot + up to classify_max_chars of request) needs more: min_context_per_slot.
 TASK_CONTEXT = {
     "classification": 512, "routing": 1024, "embedding": 512, "rerank": 1024,
     "extraction": 2048, "chat": 4096, "batch": 4096,
@@ -49,11 +51,17 @@ class InstanceType:
     arch: str  # arm64 | amd64
     cpu: str  # Graviton3, Graviton4, AMD Genoa, Intel Sapphire Rapids, ...
     isa: str  # what the engine's runtime dispatch can use
-    sagemaker: bool  # an ml. equivalent exists
+    sagemaker: bool  # ml.<name> is a SageMaker real-time hosting type (see _SAGEMAKER_SIZES)
 
     @property
     def family(self) -> str:
         return self.name.split(".")[0]
+
+    @property
+    def instance_store(self) -> bool:
+        """Local NVMe instance storage ("d" after the generation, e.g. r7gd): on SageMaker such types take no
+        EBS ML storage volume (VolumeSizeInGB)."""
+        return "d" in re.sub(r"^[a-z]+\d+", "", self.family)
 
     @property
     def sagemaker_name(self) -> str:
@@ -66,33 +74,52 @@ _SIZES: dict[str, int] = {
 }
 _GIB_PER_VCPU = {"c": 2, "m": 4, "r": 8}
 
-# family -> (arch, cpu, isa, largest size, SageMaker offers ml.<family>)
-_FAMILIES: dict[str, tuple[str, str, str, str, bool]] = {
-    "c7g": ("arm64", "Graviton3", "Neoverse V1: SVE, i8mm, bf16", "16xlarge", True),
-    "m7g": ("arm64", "Graviton3", "Neoverse V1: SVE, i8mm, bf16", "16xlarge", True),
-    "r7g": ("arm64", "Graviton3", "Neoverse V1: SVE, i8mm, bf16", "16xlarge", True),
-    "c8g": ("arm64", "Graviton4", "Neoverse V2: SVE2, i8mm, bf16", "48xlarge", True),
-    "m8g": ("arm64", "Graviton4", "Neoverse V2: SVE2, i8mm, bf16", "48xlarge", True),
-    "r8g": ("arm64", "Graviton4", "Neoverse V2: SVE2, i8mm, bf16", "48xlarge", True),
-    "c7a": ("amd64", "AMD EPYC Genoa (Zen 4)", "AVX-512, VNNI, BF16", "48xlarge", False),
-    "m7a": ("amd64", "AMD EPYC Genoa (Zen 4)", "AVX-512, VNNI, BF16", "48xlarge", False),
-    "r7a": ("amd64", "AMD EPYC Genoa (Zen 4)", "AVX-512, VNNI, BF16", "48xlarge", False),
-    "c8a": ("amd64", "AMD EPYC Turin (Zen 5)", "AVX-512, VNNI, BF16", "48xlarge", False),
-    "m8a": ("amd64", "AMD EPYC Turin (Zen 5)", "AVX-512, VNNI, BF16", "48xlarge", False),
-    "r8a": ("amd64", "AMD EPYC Turin (Zen 5)", "AVX-512, VNNI, BF16", "48xlarge", False),
-    "c7i": ("amd64", "Intel Sapphire Rapids", "AVX-512, VNNI, AMX", "48xlarge", True),
-    "m7i": ("amd64", "Intel Sapphire Rapids", "AVX-512, VNNI, AMX", "48xlarge", True),
-    "r7i": ("amd64", "Intel Sapphire Rapids", "AVX-512, VNNI, AMX", "48xlarge", True),
-    "c8i": ("amd64", "Intel Granite Rapids", "AVX-512, VNNI, AMX", "48xlarge", False),
-    "m8i": ("amd64", "Intel Granite Rapids", "AVX-512, VNNI, AMX", "48xlarge", False),
-    "r8i": ("amd64", "Intel Granite Rapids", "AVX-512, VNNI, AMX", "48xlarge", False),
+# family -> (arch, cpu, isa, largest size); vCPU and GiB per size follow the c/m/r ratios above (AWS "Amazon EC2
+# instance type specifications": 2/4/8 GiB per vCPU in these families). Every name is in botocore's ec2
+# InstanceType enum (tests/test_instance_catalog_contract.py).
+_FAMILIES: dict[str, tuple[str, str, str, str]] = {
+    "c7g": ("arm64", "Graviton3", "Neoverse V1: SVE, i8mm, bf16", "16xlarge"),
+    "m7g": ("arm64", "Graviton3", "Neoverse V1: SVE, i8mm, bf16", "16xlarge"),
+    "r7g": ("arm64", "Graviton3", "Neoverse V1: SVE, i8mm, bf16", "16xlarge"),
+    "r7gd": ("arm64", "Graviton3", "Neoverse V1: SVE, i8mm, bf16", "16xlarge"),  # r7g + local NVMe: SageMaker's Graviton3 r
+    "c8g": ("arm64", "Graviton4", "Neoverse V2: SVE2, i8mm, bf16", "48xlarge"),
+    "m8g": ("arm64", "Graviton4", "Neoverse V2: SVE2, i8mm, bf16", "48xlarge"),
+    "r8g": ("arm64", "Graviton4", "Neoverse V2: SVE2, i8mm, bf16", "48xlarge"),
+    "c7a": ("amd64", "AMD EPYC Genoa (Zen 4)", "AVX-512, VNNI, BF16", "48xlarge"),
+    "m7a": ("amd64", "AMD EPYC Genoa (Zen 4)", "AVX-512, VNNI, BF16", "48xlarge"),
+    "r7a": ("amd64", "AMD EPYC Genoa (Zen 4)", "AVX-512, VNNI, BF16", "48xlarge"),
+    "c8a": ("amd64", "AMD EPYC Turin (Zen 5)", "AVX-512, VNNI, BF16", "48xlarge"),
+    "m8a": ("amd64", "AMD EPYC Turin (Zen 5)", "AVX-512, VNNI, BF16", "48xlarge"),
+    "r8a": ("amd64", "AMD EPYC Turin (Zen 5)", "AVX-512, VNNI, BF16", "48xlarge"),
+    "c7i": ("amd64", "Intel Sapphire Rapids", "AVX-512, VNNI, AMX", "48xlarge"),
+    "m7i": ("amd64", "Intel Sapphire Rapids", "AVX-512, VNNI, AMX", "48xlarge"),
+    "r7i": ("amd64", "Intel Sapphire Rapids", "AVX-512, VNNI, AMX", "48xlarge"),
+    "c8i": ("amd64", "Intel Granite Rapids", "AVX-512, VNNI, AMX", "48xlarge"),
+    "m8i": ("amd64", "Intel Granite Rapids", "AVX-512, VNNI, AMX", "48xlarge"),
+    "r8i": ("amd64", "Intel Granite Rapids", "AVX-512, VNNI, AMX", "48xlarge"),
 }
+
+
+# SageMaker real-time hosting: ml.<family>.<size> exists for the catalog sizes smallest..largest — exactly botocore's
+# sagemaker ProductionVariantInstanceType enum (tests/test_instance_catalog_contract.py compares them size by size).
+# Families not listed (m7g, r7g, the AMD and Granite Rapids ones) are EC2 only: SageMaker has no ml.m7g / ml.r7g.
+_SAGEMAKER_SIZES: dict[str, tuple[str, str]] = {
+    "c7g": ("large", "16xlarge"), "r7gd": ("medium", "16xlarge"),
+    "c8g": ("medium", "48xlarge"), "m8g": ("medium", "48xlarge"), "r8g": ("medium", "48xlarge"),
+    "c7i": ("large", "48xlarge"), "m7i": ("large", "48xlarge"), "r7i": ("large", "48xlarge"),
+}
+
+
+def _hosted_on_sagemaker(family: str, size: str) -> bool:
+    sizes = list(_SIZES)
+    span = _SAGEMAKER_SIZES.get(family)
+    return span is not None and sizes.index(span[0]) <= sizes.index(size) <= sizes.index(span[1])
 
 
 def _build_catalog() -> dict[str, InstanceType]:
     catalog: dict[str, InstanceType] = {}
     sizes = list(_SIZES)
-    for family, (arch, cpu, isa, largest, sm) in _FAMILIES.items():
+    for family, (arch, cpu, isa, largest) in _FAMILIES.items():
         for size in sizes[: sizes.index(largest) + 1]:
             if size == "medium" and arch != "arm64":
                 continue  # x86 c/m/r families start at large
@@ -100,7 +127,7 @@ def _build_catalog() -> dict[str, InstanceType]:
                 continue  # not offered in these families
             vcpus = _SIZES[size]
             name = f"{family}.{size}"
-            catalog[name] = InstanceType(name, vcpus, vcpus * _GIB_PER_VCPU[family[0]], arch, cpu, isa, sm and size != "medium")
+            catalog[name] = InstanceType(name, vcpus, vcpus * _GIB_PER_VCPU[family[0]], arch, cpu, isa, _hosted_on_sagemaker(family, size))
     return catalog
 
 
@@ -125,6 +152,16 @@ def sagemaker_instance_types() -> list[str]:
     return [it.sagemaker_name for it in CATALOG.values() if it.sagemaker]
 
 
+def sagemaker_alternative(name: str) -> InstanceType | None:
+    """For a catalog type SageMaker does not host (`ml.m7g.2xlarge`, `m7g.2xlarge`): the smallest hosted type of
+    the same architecture with at least its vCPUs and memory (`ml.m8g.2xlarge`); None for unknown names."""
+    it = CATALOG.get(name[3:] if name.startswith("ml.") else name)
+    if it is None:
+        return None
+    hosted = [c for c in CATALOG.values() if c.sagemaker and c.arch == it.arch and c.vcpus >= it.vcpus and c.memory_gib >= it.memory_gib]
+    return min(hosted, key=lambda c: (c.memory_gib, c.vcpus), default=None)
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """What sizing needs to know about a model (a projection of the config's Model)."""
@@ -139,6 +176,9 @@ class ModelSpec:
     head_dim: int | None = None
     parallel_slots: int | None = None
     context_per_slot: int | None = None
+    # The least context one slot must hold, whatever the task: e.g. the SLM pre-filter's router prompt and an
+    # answer (cpu_inference.slm_context). Capped by context_window (config validation reports that case).
+    min_context_per_slot: int | None = None
 
 
 def weights_bytes(m: ModelSpec) -> int:
@@ -160,7 +200,7 @@ def kv_bytes_per_token(m: ModelSpec) -> int:
 def context_per_slot(m: ModelSpec) -> int:
     if m.context_per_slot:
         return m.context_per_slot
-    return min(TASK_CONTEXT.get(m.task, 4096), m.context_window)
+    return min(max(TASK_CONTEXT.get(m.task, 4096), m.min_context_per_slot or 0), m.context_window)
 
 
 def default_slots(m: ModelSpec, vcpus: float) -> int:

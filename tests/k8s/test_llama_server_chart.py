@@ -17,6 +17,7 @@ import cdk8s
 import pytest
 
 from cpu_inference import sizing
+from cpu_inference.k8s.metrics_proxy import METRICS_PORT
 from cpu_inference.k8s.keda_specs import RUNNING_METRIC, WAITING_METRIC
 from cpu_inference.k8s.llama_server_chart import (
     ENGINE_PORT,
@@ -286,7 +287,8 @@ def test_network_policy_admits_only_the_router_and_the_scraper(rendered) -> None
     callers, scrapers = spec["ingress"]
     assert callers["from"] == [{"podSelector": {"matchLabels": {"app.kubernetes.io/component": "router"}}}]
     assert scrapers["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == ["monitoring"]
-    assert all(r["ports"] == [{"port": ENGINE_PORT, "protocol": "TCP"}] for r in spec["ingress"])
+    assert callers["ports"] == [{"port": ENGINE_PORT, "protocol": "TCP"}]
+    assert scrapers["ports"] == [{"port": METRICS_PORT, "protocol": "TCP"}], "scrapers reach only the metrics sidecar"
     egress_ports = {(p["port"], p["protocol"]) for r in spec["egress"] for p in r["ports"]}
     assert egress_ports == {(53, "UDP"), (53, "TCP"), (80, "TCP"), (443, "TCP")}
     agent = next(r for r in spec["egress"] if r["ports"][0]["port"] == 80)

@@ -48,7 +48,7 @@ def container() -> tuple[LlamaServerChart, dict[str, Any]]:
     )
     chart = LlamaServerChart(cdk8s.App(), "smollm2", props=LlamaServerChartProps(model=w, policy=ServingPolicy()))
     dep = next(o for o in chart.to_json() if o["kind"] == "Deployment")
-    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    (c,) = [x for x in dep["spec"]["template"]["spec"]["containers"] if x["name"] == "llama-server"]  # not the metrics sidecar
     return chart, c
 
 

@@ -18,6 +18,7 @@ import pytest
 
 from cpu_inference.k8s.llama_server_chart import ENGINE_PORT, KedaSource
 from cpu_inference.k8s.pod_security import restricted_violations
+from cpu_inference.k8s.metrics_proxy import METRICS_PORT
 from cpu_inference.k8s.router_chart import (
     API_KEY_DIR,
     API_KEY_FILE,
@@ -140,7 +141,13 @@ def test_without_metrics_a_cpu_hpa_scales_it() -> None:
 def test_network_policy_lets_it_reach_the_models_and_escalate(rendered) -> None:
     _, objs = rendered
     spec = objs["NetworkPolicy"]["spec"]
-    assert spec["ingress"] == [{"ports": [{"port": ROUTER_PORT, "protocol": "TCP"}]}], "front door: any source, router port only"
+    front, scrapers = spec["ingress"]
+    assert front == {"ports": [{"port": ROUTER_PORT, "protocol": "TCP"}]}, "front door: any source, router port only"
+    assert scrapers["ports"] == [{"port": METRICS_PORT, "protocol": "TCP"}], "scrapers: the metrics sidecar only"
+    annotations = objs["Deployment"]["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == str(METRICS_PORT)
+    sidecar = objs["Deployment"]["spec"]["template"]["spec"]["containers"][1]
+    assert sidecar["name"] == "metrics" and {e["name"]: e["value"] for e in sidecar["env"]}["METRICS_UPSTREAM_PORT"] == str(ROUTER_PORT)
     to_models = spec["egress"][0]
     assert to_models["to"] == [{"podSelector": {"matchLabels": {"app.kubernetes.io/component": "llama-server"}}}]
     assert to_models["ports"] == [{"port": ENGINE_PORT, "protocol": "TCP"}]

@@ -6,18 +6,39 @@ from __future__ import annotations
 import difflib
 
 from .. import sizing
+from ..slm_context import decision_config, slm_context_per_slot
 from .problems import Problem
 from .schema import Config, Model
 
 
-def model_spec(m: Model) -> sizing.ModelSpec:
+def model_spec(m: Model, config: Config | None = None) -> sizing.ModelSpec:
+    """What sizing needs of `m`; with its `config`, the router's SLM also gets the context its prompt needs."""
     shape = m.shape
     return sizing.ModelSpec(
         parameters_billions=m.parameters_billions, quantization=m.quantization, context_window=m.context_window,
         task=m.task, file_size_bytes=m.source.size_bytes, layers=shape.layers if shape else None,
         kv_heads=shape.kv_heads if shape else None, head_dim=shape.head_dim if shape else None,
         parallel_slots=m.parallel_slots, context_per_slot=m.context_per_slot,
+        min_context_per_slot=slm_context_need(config) if config is not None and _is_router_slm(config, m) else None,
     )
+
+
+def _is_router_slm(config: Config, m: Model) -> bool:
+    return config.pattern == "slm-prefilter" and config.role_of(m) == "slm"
+
+
+def router_decision(config: Config) -> dict:
+    """The decision keys of the router config this config renders (the one builder the patterns use too)."""
+    r = config.router
+    return decision_config(
+        labels=r.labels, slm_labels=r.slm_labels, confidence_threshold=r.confidence_threshold, few_shot=r.few_shot,
+        instructions=r.instructions, classify_max_chars=r.classify_max_chars,
+    )
+
+
+def slm_context_need(config: Config) -> int:
+    """Tokens per slot the router's SLM needs: its classification prompt, and a request plus its answer."""
+    return slm_context_per_slot(router_decision(config), config.router.answer_max_tokens)
 
 
 def sagemaker_instance_of(config: Config, m: Model) -> str:
@@ -36,7 +57,7 @@ def eks_candidates(config: Config) -> list[sizing.InstanceType]:
 
 def size_model(config: Config, m: Model) -> sizing.Sizing | None:
     """The sizing the deployment will use: SageMaker on its instance; EKS on the smallest fitting node."""
-    spec = model_spec(m)
+    spec = model_spec(m, config)
     if config.target == "sagemaker":
         return sizing.size(spec, sizing.instance(sagemaker_instance_of(config, m)), target="sagemaker")
     return sizing.smallest_fitting(spec, eks_candidates(config), target="eks", cpu=m.cpu)
@@ -46,6 +67,15 @@ def _unknown_instance(path: str, name: str, choices: list[str]) -> Problem:
     close = difflib.get_close_matches(name, choices, n=1, cutoff=0.7)
     hint = f"did you mean {close[0]}?" if close else "run `cpu-inference size --list` for the catalog"
     return Problem(path, f"unknown instance type {name!r} — {hint}")
+
+
+def _not_hosted(path: str, name: str, choices: list[str]) -> Problem:
+    """A SageMaker instance type that is not a hosting type: a catalog EC2 type SageMaker lacks (ml.m7g.*,
+    ml.r7g.*) gets its hosted equivalent, anything else the closest name."""
+    alt = sizing.sagemaker_alternative(name)
+    if alt is None:
+        return _unknown_instance(path, name, choices)
+    return Problem(path, f"{name!r} is not a SageMaker hosting instance type (not in ProductionVariantInstanceType) — use {alt.sagemaker_name} ({alt.vcpus} vCPUs, {alt.memory_gib:g} GiB)")
 
 
 def _gib(n: int) -> str:
@@ -59,6 +89,7 @@ def check(config: Config) -> list[Problem]:
         return problems  # fit checks need valid instance types
     problems += _check_fit(config)
     problems += _check_pattern(config)
+    problems += _check_slm_context(config)
     problems += _decision_framework(config)
     return problems
 
@@ -68,10 +99,10 @@ def _check_instances(config: Config) -> list[Problem]:
     sm_types = sizing.sagemaker_instance_types()
     if config.target == "sagemaker":
         if config.sagemaker.instance_type not in sm_types:
-            out.append(_unknown_instance("sagemaker.instance_type", config.sagemaker.instance_type, sm_types))
+            out.append(_not_hosted("sagemaker.instance_type", config.sagemaker.instance_type, sm_types))
         for i, m in enumerate(config.models):
             if m.instance_type and m.instance_type not in sm_types:
-                out.append(_unknown_instance(f"models[{i}].instance_type", m.instance_type, sm_types))
+                out.append(_not_hosted(f"models[{i}].instance_type", m.instance_type, sm_types))
     eks = config.eks
     for i, fam in enumerate(eks.instance_families):
         if fam not in sizing.FAMILIES:
@@ -94,7 +125,7 @@ def _check_instances(config: Config) -> list[Problem]:
 def _check_fit(config: Config) -> list[Problem]:
     out: list[Problem] = []
     for i, m in enumerate(config.models):
-        spec = model_spec(m)
+        spec = model_spec(m, config)
         if config.target == "sagemaker":
             if m.replicas.min < 1:
                 out.append(Problem(f"models[{i}].replicas.min", "0 is not possible on a SageMaker real-time endpoint — use 1 or more (or target: eks to scale to zero)"))
@@ -113,6 +144,8 @@ def _check_fit(config: Config) -> list[Problem]:
         if m.cpu is not None and m.cpu > largest_cpu:
             out.append(Problem(f"models[{i}].cpu", f"{m.cpu:g} vCPUs is more than the largest allowed node can give ({largest_cpu:.1f}) — lower cpu or allow larger instance types"))
             continue
+        if m.cpu is not None:
+            out += _cpu_just_over_a_node(i, m.cpu, candidates)
         if size_model(config, m) is None:
             biggest = max(candidates, key=lambda it: (it.memory_gib, it.vcpus))
             s = sizing.size(spec, biggest, target="eks", cpu=m.cpu)
@@ -127,6 +160,21 @@ def _check_fit(config: Config) -> list[Problem]:
                     f"{m.name} ({m.parameters_billions:g}B {m.quantization}) needs {_gib(s.memory_needed_bytes)}, more than the largest allowed node ({biggest.name}, {_gib(s.memory_available_bytes)} allocatable) — allow r-family or larger instance types, or a smaller quantization",
                 ))
     return out
+
+
+def _cpu_just_over_a_node(i: int, cpu: float, candidates: list[sizing.InstanceType]) -> list[Problem]:
+    """A request equal to a node's vCPU count never fits that node (allocatable = vCPUs − kube-reserved −
+    DaemonSets, sizing.usable_vcpus), so Karpenter launches the next size up and half of it idles."""
+    near = [it for it in candidates if sizing.usable_vcpus(it, target="eks") < cpu <= it.vcpus]
+    if not near:
+        return []
+    it = min(near, key=lambda x: (x.vcpus, x.memory_gib))
+    usable = sizing.usable_vcpus(it, target="eks")
+    return [Problem(
+        f"models[{i}].cpu",
+        f"{cpu:g} vCPUs does not fit a {it.vcpus}-vCPU node such as {it.name} ({usable:.2f} allocatable), so every replica takes a larger node — use cpu: {int(usable)} to fit it",
+        severity="warning",
+    )]
 
 
 def _check_pattern(config: Config) -> list[Problem]:
@@ -160,6 +208,26 @@ def _check_pattern(config: Config) -> list[Problem]:
                 out.append(Problem(f"models[{i}].role", f"{roles[m.name]} is for slm-prefilter — use role: farm (or leave it out) in a model farm"))
         if config.escalation is not None:
             out.append(Problem("escalation", "only slm-prefilter escalates — remove escalation or use pattern: slm-prefilter", "warning"))
+    return out
+
+
+def _check_slm_context(config: Config) -> list[Problem]:
+    """The router's SLM must hold the router's classification prompt (else long requests are refused with a 400
+    and escalate: the pre-filter silently stops pre-filtering) and a simple request with its answer."""
+    if config.pattern != "slm-prefilter":
+        return []
+    out: list[Problem] = []
+    need = slm_context_need(config)
+    chars = config.router.classify_max_chars
+    why = (f"the router's SLM needs {need} tokens per slot for its classification prompt (instructions + few-shot + "
+           f"router.classify_max_chars = {chars or 'the default 2000'} characters of request) and an answer (router.answer_max_tokens)")
+    for i, m in enumerate(config.models):
+        if not _is_router_slm(config, m):
+            continue
+        if m.context_per_slot is not None and m.context_per_slot < need:
+            out.append(Problem(f"models[{i}].context_per_slot", f"{m.context_per_slot} is too small: {why} — remove context_per_slot (sizing then uses {need}) or set it ≥ {need}"))
+        elif m.context_window < need:
+            out.append(Problem(f"models[{i}].context_window", f"{m.context_window} is too small: {why} — raise context_window to ≥ {need} (within the model's trained context) or lower router.classify_max_chars"))
     return out
 
 

@@ -12,6 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ..slm_context import DEFAULT_ANSWER_MAX_TOKENS
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, use_enum_values=True)
@@ -147,6 +149,8 @@ class Router(_Strict):
     confidence_threshold: Annotated[float, Field(ge=0, le=1, description="minimum label probability for the SLM to answer, e.g. 0.7")] = 0.7
     few_shot: Annotated[list[dict[str, str]], Field(description="examples {text: ..., label: ...} prepended to the classification prompt")] = []
     instructions: Annotated[str | None, Field(min_length=20, description="the classification system prompt; {labels} becomes the labels. Write your own when you change the labels (default: the router's prompt for simple/complex)")] = None
+    classify_max_chars: Annotated[int | None, Field(ge=16, description="characters of a request the SLM classifies (longer ones: head and tail), e.g. 1000; default the router's 2000. The SLM's context per slot grows with it")] = None
+    answer_max_tokens: Annotated[int, Field(ge=16, le=131072, description="tokens each SLM slot keeps free to answer a simple request of classify_max_chars characters, e.g. 512 (default)")] = DEFAULT_ANSWER_MAX_TOKENS
     replicas: Replicas = Replicas(min=2, max=6)
 
     @model_validator(mode="after")
@@ -170,7 +174,7 @@ class Eks(_Strict):
     instance_types: Annotated[list[str], Field(description="exact EC2 instance types, narrowing the families (optional)")] = []
     system_instance_type: Annotated[str, Field(description="instance type of the small system node group (CoreDNS, Karpenter, KEDA)")] = "m7g.large"
     endpoint_access: Annotated[Literal["public-and-private", "private"], Field(description="EKS API endpoint access")] = "public-and-private"
-    admin_principal_arns: Annotated[list[Annotated[str, Field(pattern=r"^arn:aws[a-z-]*:(iam|sts)::\d{12}:")]], Field(description="IAM role/user ARNs given cluster-admin access entries")] = []
+    admin_principal_arns: Annotated[list[Annotated[str, Field(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/")]], Field(description="IAM role/user ARNs given cluster-admin access entries (not sts assumed-role ARNs: EKS access entries refuse session principals)")] = []
     prometheus: Annotated[Literal["amp", "in-cluster"], Field(description="amp (Amazon Managed Prometheus + managed scraper) or in-cluster")] = "amp"
     max_node_cpu: Annotated[int, Field(gt=0, description="Karpenter NodePool CPU limit across all nodes")] = 256
     consolidation_budget: Annotated[str, Field(pattern=r"^(\d+%|\d+)$", description="max nodes disrupted at once, e.g. 20% or 2")] = "20%"

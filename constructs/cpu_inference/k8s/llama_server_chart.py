@@ -36,8 +36,9 @@ from constructs import Construct
 from .. import sizing
 from .karpenter_specs import POOL_LABEL
 from .keda_specs import DEFAULT_ACTIVATION, PrometheusTrigger, ScaledObjectSpec, ScalingModifiers, llama_queue_scaled_object
+from .metrics_proxy import METRICS_PORT, SIDECAR_CPU, SIDECAR_MEMORY_BYTES, metrics_proxy_container
 from .model_fetch import COMMAND as FETCH_COMMAND
-from .model_fetch import DEFAULT_DOWNLOADER_IMAGE
+from .model_fetch import CRT_MEMORY_LIMIT_GIB, DEFAULT_DOWNLOADER_IMAGE, FETCH_MEMORY_LIMIT_MIB
 from .pod_hardening import (
     ARCHITECTURES,
     add_spread,
@@ -71,7 +72,7 @@ DOWNLOAD_FLOOR_SECONDS = 60
 NODE_LAUNCH_SECONDS = 300  # Karpenter node + image pull, counted in the progress deadline
 STARTUP_PERIOD_SECONDS = 5
 PRE_STOP_SECONDS = 10  # endpoints/router drop the pod before SIGTERM
-FETCH_MEMORY_MIB = 1024  # init container memory limit (and request cap)
+FETCH_MEMORY_MIB = FETCH_MEMORY_LIMIT_MIB  # init container memory limit (and request cap): model_fetch.py says why
 # Queue-depth target: all slots busy plus one request queued per replica (weight 10 in the formula).
 QUEUE_WEIGHT = 10
 MIN_SCALE_DOWN_STABILIZATION = 300
@@ -140,7 +141,7 @@ class ModelWorkload:
         cpu = self.pod_cpu
         if cpu < 1 or cpu != int(cpu):
             raise ValueError(f"{where}: cpu must be a whole number of vCPUs ≥ 1 (engine threads = the CPU request), got {cpu}")
-        if self.sha256 is not None and not _SHA256.match(self.sha256):
+        if self.sha256 is not None and "${Token[" not in self.sha256 and not _SHA256.match(self.sha256):  # token: ModelArtifact.sha256
             raise ValueError(f"{where}: sha256 must be 64 lowercase hex characters")
         if self.size_bytes is not None and self.size_bytes <= 0:
             raise ValueError(f"{where}: size_bytes must be > 0")
@@ -355,6 +356,7 @@ class LlamaServerChart(cdk8s.Chart):
             "MODEL_PATH": model_path,
             "MODEL_FETCH_CONCURRENCY": str(max(8, 4 * int(s.cpu_request))),
             "AWS_CONFIG_FILE": "/tmp/aws/config",
+            "AWS_CRT_S3_MEMORY_LIMIT_IN_GIB": str(CRT_MEMORY_LIMIT_GIB),
             "HOME": "/tmp",
         }
         if m.sha256:
@@ -365,7 +367,7 @@ class LlamaServerChart(cdk8s.Chart):
             fetch_env["AWS_REGION"] = p.aws_region
         # The pod's effective request is max(init, sum of containers): the init container borrows the
         # engine's CPUs (hashing is CPU-bound) and at most its memory, so it costs no extra capacity. Its
-        # limit leaves the CRT client's part buffers room even beside a tiny model (a short-lived burst).
+        # limit holds the CRT client's capped buffer pool even beside a tiny model (a short-lived burst).
         fetch_mem_mib = min(s.memory_request_mib, FETCH_MEMORY_MIB)
         fetch = kplus.ContainerProps(
             name=FETCH_CONTAINER,
@@ -380,18 +382,19 @@ class LlamaServerChart(cdk8s.Chart):
             security_context=container_security_context(),
             volume_mounts=[kplus.VolumeMount(path=MODEL_DIR, volume=models_volume), kplus.VolumeMount(path="/tmp", volume=tmp_volume)],
         )
-        self.pod_requests = (s.cpu_request, s.memory_request_mib * sizing.MIB)  # init container requests ≤ these
+        # Engine + metrics sidecar (init container requests ≤ these).
+        self.pod_requests = (s.cpu_request + SIDECAR_CPU, s.memory_request_mib * sizing.MIB + SIDECAR_MEMORY_BYTES)
 
         budget = download_budget_seconds(weights) + self.startup_probe_seconds
         self.deployment = kplus.Deployment(
             self,
             "Deployment",
             metadata=meta,
-            pod_metadata=cdk8s.ApiObjectMetadata(labels=self.pod_labels, annotations=scrape_annotations(ENGINE_PORT)),
+            pod_metadata=cdk8s.ApiObjectMetadata(labels=self.pod_labels, annotations=scrape_annotations(METRICS_PORT)),
             select=False,
             spread=False,
             replicas=max(m.replicas_min, 1),
-            containers=[engine],
+            containers=[engine, metrics_proxy_container(m.image, ENGINE_PORT, tmp_volume)],
             init_containers=[fetch],
             volumes=[models_volume, tmp_volume],
             service_account=self.service_account,
@@ -405,7 +408,7 @@ class LlamaServerChart(cdk8s.Chart):
             ),
         )
         self.deployment.select(kplus.LabelSelector.of(labels=self.selector))
-        restrict(self.deployment, containers=1, init_containers=1)
+        restrict(self.deployment, containers=2, init_containers=1)
         require_architectures(self.deployment, p.architectures)
         prefer_pools(self.deployment, POOL_LABEL, p.preferred_pools)
         tolerate(self.deployment, p.tolerations)
@@ -473,8 +476,11 @@ def _num(value: float) -> str:
 
 
 def _network_policy(selector: Mapping[str, str], p: ServingPolicy) -> kplus.k8s.NetworkPolicySpec:
+    """The API port admits only the clients; scrapers reach only the metrics sidecar's port (k8s/metrics_proxy.py:
+    the AMP collector is allowed by subnet CIDR, which also covers every pod)."""
     k = kplus.k8s
     port = [k.NetworkPolicyPort(port=k.IntOrString.from_number(ENGINE_PORT), protocol="TCP")]
+    metrics_port = [k.NetworkPolicyPort(port=k.IntOrString.from_number(METRICS_PORT), protocol="TCP")]
     clients: list[k.NetworkPolicyPeer] = [k.NetworkPolicyPeer(pod_selector=k.LabelSelector(match_labels=dict(p.client_labels)))]
     if p.client_namespaces:
         clients.append(k.NetworkPolicyPeer(namespace_selector=_names(p.client_namespaces)))
@@ -484,7 +490,7 @@ def _network_policy(selector: Mapping[str, str], p: ServingPolicy) -> kplus.k8s.
         scrapers.append(k.NetworkPolicyPeer(namespace_selector=_names(p.metrics_namespaces)))
     scrapers += [k.NetworkPolicyPeer(ip_block=k.IpBlock(cidr=c)) for c in p.metrics_cidrs]
     if scrapers:
-        ingress.append(k.NetworkPolicyIngressRule(from_=scrapers, ports=port))
+        ingress.append(k.NetworkPolicyIngressRule(from_=scrapers, ports=metrics_port))
     return k.NetworkPolicySpec(
         pod_selector=k.LabelSelector(match_labels=dict(selector)),
         policy_types=["Ingress", "Egress"],

@@ -37,6 +37,7 @@ from .pod_hardening import (
     tolerate,
     unmanaged_replicas,
 )
+from .metrics_proxy import METRICS_PORT, metrics_proxy_container
 from .scrape import scrape_annotations
 
 ROUTER_PORT = 8000
@@ -199,14 +200,14 @@ class RouterChart(cdk8s.Chart):
             lifecycle=pre_stop_sleep(PRE_STOP_SECONDS),
             volume_mounts=mounts,
         )
-        annotations = {**scrape_annotations(ROUTER_PORT), "cpu-inference/config-sha256": hashlib.sha256(text.encode()).hexdigest()}
+        annotations = {**scrape_annotations(METRICS_PORT), "cpu-inference/config-sha256": hashlib.sha256(text.encode()).hexdigest()}
         self.deployment = kplus.Deployment(
             self, "Deployment",
             metadata=meta,
             pod_metadata=cdk8s.ApiObjectMetadata(labels=self.pod_labels, annotations=annotations),
             select=False,
             spread=False,
-            containers=[container],
+            containers=[container, metrics_proxy_container(props.image, ROUTER_PORT, tmp_volume)],
             volumes=volumes,
             service_account=self.service_account,
             automount_service_account_token=False,
@@ -218,7 +219,7 @@ class RouterChart(cdk8s.Chart):
             ),
         )
         self.deployment.select(kplus.LabelSelector.of(labels=self.selector))
-        restrict(self.deployment, containers=1)
+        restrict(self.deployment, containers=2)
         require_architectures(self.deployment, props.architectures)
         tolerate(self.deployment, props.tolerations)
         add_spread(self.deployment, self.selector)
@@ -275,8 +276,8 @@ class RouterChart(cdk8s.Chart):
         ingress = [k.NetworkPolicyIngressRule(from_=clients or None, ports=port)]
         scrapers = ([k.NetworkPolicyPeer(namespace_selector=names(props.metrics_namespaces))] if props.metrics_namespaces else [])
         scrapers += [k.NetworkPolicyPeer(ip_block=k.IpBlock(cidr=c)) for c in props.metrics_cidrs]
-        if scrapers and clients:
-            ingress.append(k.NetworkPolicyIngressRule(from_=scrapers, ports=port))
+        if scrapers:  # only the metrics sidecar's port: the AMP collector's CIDRs cover every pod
+            ingress.append(k.NetworkPolicyIngressRule(from_=scrapers, ports=[k.NetworkPolicyPort(port=k.IntOrString.from_number(METRICS_PORT), protocol="TCP")]))
         models = k.NetworkPolicyPeer(pod_selector=k.LabelSelector(match_labels={"app.kubernetes.io/component": MODEL_COMPONENT}))
         egress = [
             k.NetworkPolicyEgressRule(to=[models], ports=[k.NetworkPolicyPort(port=k.IntOrString.from_number(ENGINE_PORT), protocol="TCP")]),

@@ -18,7 +18,7 @@ def served_models(config: Config) -> tuple[ServedModel, ...]:
     return tuple(
         ServedModel(
             name=m.name, hf_repo=m.source.hf_repo, file=m.source.file, revision=m.source.revision,
-            sha256=m.source.sha256, token_secret_name=m.source.token_secret_name, spec=model_spec(m),
+            sha256=m.source.sha256, token_secret_name=m.source.token_secret_name, spec=model_spec(m, config),
             role=config.role_of(m), replicas_min=m.replicas.min, replicas_max=m.replicas.max,
             instance_type=(m.instance_type or config.sagemaker.instance_type) if config.target == "sagemaker" else None,
             cpu=m.cpu,
@@ -74,7 +74,8 @@ def slm_prefilter_props(config: Config) -> SlmPrefilterProps:
         ),
         router=RouterSettings(
             labels=tuple(r.labels), slm_labels=tuple(r.slm_labels), confidence_threshold=r.confidence_threshold,
-            few_shot=tuple(r.few_shot), instructions=r.instructions, replicas_min=r.replicas.min, replicas_max=r.replicas.max,
+            few_shot=tuple(r.few_shot), instructions=r.instructions, classify_max_chars=r.classify_max_chars,
+            answer_max_tokens=r.answer_max_tokens, replicas_min=r.replicas.min, replicas_max=r.replicas.max,
         ),
     )
 

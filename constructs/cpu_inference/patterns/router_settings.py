@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from ..slm_context import DEFAULT_ANSWER_MAX_TOKENS, decision_config, slm_context_per_slot
+
 
 @dataclass(frozen=True)
 class RouterSettings:
@@ -12,13 +14,17 @@ class RouterSettings:
     itself. confidence_threshold: the label probability below which the request escalates anyway.
     few_shot: `{text, label}` examples in the cached classification prefix. instructions: the classification
     system prompt (`{labels}` is replaced; default: the router's own, written for simple/complex).
-    replicas_min/max: router scaling."""
+    classify_max_chars: characters of a request the SLM classifies (default: the router's 2000).
+    answer_max_tokens: room each SLM slot keeps for answering a simple request (default 512).
+    The SLM's context per slot covers both (`slm_context_per_slot`). replicas_min/max: router scaling."""
 
     labels: tuple[str, ...] = ("simple", "complex")
     slm_labels: tuple[str, ...] = ("simple",)
     confidence_threshold: float = 0.7
     few_shot: tuple[Mapping[str, str], ...] = ()
     instructions: str | None = None
+    classify_max_chars: int | None = None
+    answer_max_tokens: int = DEFAULT_ANSWER_MAX_TOKENS
     replicas_min: int = 2
     replicas_max: int = 6
 
@@ -33,17 +39,21 @@ class RouterSettings:
         for i, shot in enumerate(self.few_shot):
             if set(shot) != {"text", "label"} or shot["label"] not in self.labels:
                 raise ValueError(f"RouterSettings.few_shot[{i}] needs keys text and label, label one of {list(self.labels)}")
+        if self.classify_max_chars is not None and self.classify_max_chars < 16:
+            raise ValueError(f"RouterSettings.classify_max_chars must be ≥ 16 (the router's minimum), got {self.classify_max_chars}")
+        if self.answer_max_tokens < 1:
+            raise ValueError(f"RouterSettings.answer_max_tokens must be ≥ 1, got {self.answer_max_tokens}")
         if not 1 <= self.replicas_min <= self.replicas_max:
             raise ValueError(f"RouterSettings: need 1 ≤ replicas_min ({self.replicas_min}) ≤ replicas_max ({self.replicas_max})")
 
     def router_config(self) -> dict[str, Any]:
-        config: dict[str, Any] = {
-            "labels": list(self.labels),
-            "slm_labels": list(self.slm_labels),
-            "confidence_threshold": self.confidence_threshold,
-        }
-        if self.few_shot:  # else the router's own examples for the default labels
-            config["few_shot"] = [dict(s) for s in self.few_shot]
-        if self.instructions:
-            config["instructions"] = self.instructions
-        return config
+        """The decision keys of the router config (few_shot / instructions / classify_max_chars left out when
+        unset: the router's own defaults apply)."""
+        return decision_config(
+            labels=self.labels, slm_labels=self.slm_labels, confidence_threshold=self.confidence_threshold,
+            few_shot=self.few_shot, instructions=self.instructions, classify_max_chars=self.classify_max_chars,
+        )
+
+    def slm_context_per_slot(self) -> int:
+        """Tokens one slot of the router's SLM must hold: the classification prompt, and a request + its answer."""
+        return slm_context_per_slot(self.router_config(), self.answer_max_tokens)

@@ -3,17 +3,20 @@ configured labels), lets it answer the easy ones, and escalates the rest to a la
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import aws_cdk as cdk
 from constructs import Construct
 
 from ..k8s.router_chart import RouterChartProps
 from ..sagemaker import RouterEndpoint, RouterEndpointProps
+from ..slm_context import prefilter_router_config
 from .deployment import DeploymentProps, eks_workloads, endpoints, served_policy
 from .eks_platform import EksPlatform
 from .escalation import EscalationTarget
 from .router_settings import RouterSettings
+from .served_model import ServedModel
 from .serving_foundation import ServingFoundation, ServingFoundationProps
 
 NAMESPACE = "slm-prefilter"
@@ -41,10 +44,34 @@ class SlmPrefilterProps:
         farm = [m.name for m in self.deployment.models if m.role == "farm"]
         if farm:
             raise ValueError(f"models {farm} have role farm — use role slm or llm in an SLM pre-filter")
+        spec, need = next(m.spec for m in self.deployment.models if m.role == "slm"), self.router.slm_context_per_slot()
+        why = (f"the router's SLM {self.slm!r} needs {need} tokens per slot (its classification prompt with classify_max_chars "
+               "of request, and a request with answer_max_tokens)")
+        if spec.context_per_slot is not None and spec.context_per_slot < need:
+            raise ValueError(f"{why}, but its spec.context_per_slot is {spec.context_per_slot} — leave it unset or raise it")
+        if spec.context_window < need:
+            raise ValueError(f"{why}, but its spec.context_window is {spec.context_window} — raise it (within the model's "
+                             "trained context) or lower RouterSettings.classify_max_chars")
 
     @property
     def slm(self) -> str:
         return next(m.name for m in self.deployment.models if m.role == "slm")
+
+    def served_models(self) -> tuple[ServedModel, ...]:
+        """The models as deployed: the SLM's slots hold the router's prompt and an answer (min_context_per_slot)."""
+        need = self.router.slm_context_per_slot()
+        return tuple(
+            replace(m, spec=replace(m.spec, min_context_per_slot=max(need, m.spec.min_context_per_slot or 0))) if m.role == "slm" else m
+            for m in self.deployment.models
+        )
+
+    def router_config(self, *, urls: dict[str, str], region: str | None) -> dict[str, Any]:
+        """The router's JSON config on EKS (the chart adds mode and listen address): decision keys, the SLM's URL
+        and the escalation. `urls`: each model's root URL; `region`: for AWS escalations."""
+        return prefilter_router_config(
+            self.router.router_config(), slm_url=urls[self.slm],
+            escalation=self.escalation.router_config(llm_url=urls.get(self.escalation.model or ""), region=region),
+        )
 
 
 class SlmPrefilter(Construct):
@@ -55,6 +82,7 @@ class SlmPrefilter(Construct):
     def __init__(self, scope: Construct, id: str, *, props: SlmPrefilterProps) -> None:
         super().__init__(scope, id)
         props.validate()
+        props = replace(props, deployment=replace(props.deployment, models=props.served_models()))
         self.props = props
         d = props.deployment
         self.foundation = ServingFoundation(
@@ -80,6 +108,7 @@ class SlmPrefilter(Construct):
             props=RouterEndpointProps.for_prefilter(
                 props.router, props.escalation, slm=self.endpoints[props.slm], image=self.foundation.router_image,
                 endpoints=self.endpoints,
+                **({"config_overrides": {"classify_max_chars": props.router.classify_max_chars}} if props.router.classify_max_chars else {}),
             ),
         )
 
@@ -89,14 +118,7 @@ class SlmPrefilter(Construct):
         policy = served_policy(d, namespace=NAMESPACE, pattern="slm-prefilter", farm=False)
         url = {m.name: f"http://{m.name}.{NAMESPACE}.svc.cluster.local:8080" for m in d.models}
         # Explicit, deploy-time region for AWS escalations: EKS Pod Identity injects credentials, not a region.
-        region = cdk.Stack.of(self).region
-        config = {
-            **props.router.router_config(),
-            "slm_url": url[props.slm],
-            "escalation": props.escalation.router_config(
-                llm_url=url.get(props.escalation.model or ""), region=region,
-            ),
-        }
+        config = props.router_config(urls=url, region=cdk.Stack.of(self).region)
         assert self.foundation.router_image is not None
         router = RouterChartProps(
             image=self.foundation.router_image.image_uri,

@@ -17,6 +17,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sns as sns
 
 from ..images import LlamaCppImage
+from ..slm_context import decision_config
 from .endpoint_parts import EndpointPropsBase
 from .graviton_endpoint import GravitonEndpoint
 from .props import EngineImage, image_architectures
@@ -258,18 +259,14 @@ class RouterEndpointProps(EndpointPropsBase):
         """The router's JSON config (containers/router/README.md). The SLM is a SageMaker endpoint:
         `slm_endpoint_name` + `slm_region` (see the README's "Router support needed")."""
         config: dict[str, Any] = {
-            "labels": list(self.labels),
-            "slm_labels": list(self.slm_labels),
-            "confidence_threshold": self.confidence_threshold,
+            # The decision keys through the one builder the EKS chart and `cpu-inference local` use too.
+            **decision_config(labels=self.labels, slm_labels=self.slm_labels, confidence_threshold=self.confidence_threshold,
+                              few_shot=self.few_shot, instructions=self.instructions),
             "max_in_flight": self.max_in_flight,
             "slm_endpoint_name": self.slm_endpoint_name,
             "slm_region": region,
             "escalation": self.escalation.router_config(region),
         }
-        if self.few_shot:  # else the router's built-in examples
-            config["few_shot"] = [{"text": s["text"], "label": s["label"]} for s in self.few_shot]
-        if self.instructions is not None:
-            config["instructions"] = self.instructions
         config.update(self.config_overrides)
         return config
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import random
 import time
@@ -30,7 +31,12 @@ class _Truncated(ClassificationError):
     """max_tokens cut the answer before the labels diverged: ask again with room for the whole label."""
 
 
+log = logging.getLogger("router")
+
 FULL_LABEL_TOKENS = 32  # room for any label plus end-of-turn (the grammar ends the answer after the label)
+MIN_CLASSIFIED_CHARS = 16  # a request is never cut below this many characters to fit the SLM's slot
+# llama-server's error type for a prompt longer than a slot (tools/server/server-common.cpp, the pinned engine).
+CONTEXT_EXCEEDED = "exceed_context_size_error"
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,7 @@ class Decision:
     latency_s: float
     attempts: int
     cached_tokens: int | None  # prompt tokens llama.cpp took from its cache (None if not reported)
+    shortened: bool = False  # the request overflowed the SLM's slot and was classified on a shorter head and tail
 
 
 def gbnf_literal(text: str) -> str:
@@ -72,10 +79,29 @@ def request_text(body: dict[str, Any], max_chars: int) -> str:
             break
     if not text.strip():
         text = _content_text(messages[-1].get("content") if isinstance(messages[-1], dict) else "")
+    return clip(text, max_chars)
+
+
+def clip(text: str, max_chars: int) -> str:
+    """A long text's head and tail (max_chars of them, joined by a 3-character ellipsis line)."""
     if len(text) > max_chars:
         half = max_chars // 2
         text = text[:half] + "\n…\n" + text[-half:]
     return text
+
+
+def prefix_messages(cfg: Config) -> list[dict[str, str]]:
+    """The fixed part of every classification request: the instructions, then the few-shot turns."""
+    system = cfg.instructions.replace("{labels}", ", ".join(cfg.labels))
+    prefix: list[dict[str, str]] = [{"role": "system", "content": system}]
+    for ex in cfg.few_shot:
+        prefix += [{"role": "user", "content": ex.text}, {"role": "assistant", "content": ex.label}]
+    return prefix
+
+
+def classification_messages(prefix: list[dict[str, str]], text: str) -> list[dict[str, str]]:
+    """What the SLM reads for one classification (budget.py sizes the SLM's slots from exactly this)."""
+    return [*prefix, {"role": "user", "content": text}]
 
 
 def _piece(alt: dict[str, Any]) -> str:
@@ -162,11 +188,7 @@ class Classifier:
         self.client = client
         self.grammar = grammar_for(cfg.labels)
         self.on_retry = on_retry or (lambda: None)
-        system = cfg.instructions.replace("{labels}", ", ".join(cfg.labels))
-        prefix: list[dict[str, str]] = [{"role": "system", "content": system}]
-        for ex in cfg.few_shot:
-            prefix += [{"role": "user", "content": ex.text}, {"role": "assistant", "content": ex.label}]
-        self.prefix = prefix  # never mutated: a byte-identical prefix is what the prompt cache matches
+        self.prefix = prefix_messages(cfg)  # never mutated: a byte-identical prefix is what the prompt cache matches
         # Tokens to generate: the longest label in the SLM's tokenizer (calibrate()), so a one-token label costs
         # one sampling step and no end-of-turn step. Until calibrated, room for any label.
         self.max_tokens = FULL_LABEL_TOKENS
@@ -210,7 +232,7 @@ class Classifier:
 
     def request_body(self, text: str, *, cache_prompt: bool | None = None, max_tokens: int | None = None) -> dict[str, Any]:
         return {
-            "messages": [*self.prefix, {"role": "user", "content": text}],
+            "messages": classification_messages(self.prefix, text),
             "grammar": self.grammar,
             "temperature": 0.0,  # greedy: the most probable label the grammar allows
             "logprobs": True,
@@ -228,6 +250,7 @@ class Classifier:
         start = time.perf_counter()
         last: UpstreamError | None = None
         attempt = 0
+        shortened = False
         while attempt < r.classify_attempts:
             attempt += 1
             try:
@@ -248,9 +271,17 @@ class Classifier:
                         continue
                     usage = payload.get("usage") or {}
                     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-                    return Decision(label, conf, dist, time.perf_counter() - start, attempt, cached)
+                    return Decision(label, conf, dist, time.perf_counter() - start, attempt, cached, shortened)
                 if status == 429 or status >= 500:
                     last = UpstreamError("status", f"SLM answered {status}", status)
+                elif _context_exceeded(payload) and len(text) >= 2 * MIN_CLASSIFIED_CHARS:
+                    # Text denser in tokens than the slot was sized for (budget.CHARS_PER_TOKEN, e.g. CJK): classify
+                    # a shorter head and tail rather than escalate unclassified (not a failure, so not an attempt).
+                    text, shortened = clip(text, len(text) // 2), True
+                    body = {**self.request_body(text, cache_prompt=cache_prompt), "max_tokens": body["max_tokens"]}
+                    log.info("classifying a shorter head and tail (%d characters): the SLM's slot is full", len(text))
+                    attempt -= 1
+                    continue
                 else:
                     raise ClassificationError(f"SLM refused the classification request with {status}: {_message(payload)}")
             if attempt < r.classify_attempts:
@@ -268,6 +299,10 @@ class Classifier:
         except (KeyError, IndexError, TypeError):
             raise ClassificationError("SLM answer is not a chat completion") from None
         return read_decision(content.strip(), positions, self.cfg.labels)
+
+
+def _context_exceeded(payload: Any) -> bool:
+    return isinstance(payload, dict) and isinstance(payload.get("error"), dict) and payload["error"].get("type") == CONTEXT_EXCEEDED
 
 
 def _message(payload: Any) -> str:

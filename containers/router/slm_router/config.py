@@ -280,6 +280,12 @@ def _typed(value: Any, annotation: Any, key: str) -> Any:
 
 
 def from_dict(data: Any) -> Config:
+    return unvalidated(data).validate()
+
+
+def unvalidated(data: Any) -> Config:
+    """The Config these keys give (the rest: defaults), each key type-checked but the whole not validated: for
+    budget.py, which reads a rendered config whose URLs and endpoint names are only known at deploy time."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"config: must be a JSON object, got {type(data).__name__}")
     known = {f.name: f for f in fields(Config)}
@@ -288,7 +294,7 @@ def from_dict(data: Any) -> Config:
         if name not in known:
             raise ConfigError(f"{name}: unknown key (known: {', '.join(sorted(known))})")
         kwargs[name] = _typed(value, known[name].type, name)
-    return Config(**kwargs).validate()
+    return Config(**kwargs)
 
 
 # Scalar env overrides (e.g. a Deployment patch without re-rendering the ConfigMap): env name -> (key path, type).

@@ -88,7 +88,8 @@ class Router:
         try:
             decision = await self.classifier.classify(text)
         except UpstreamError as e:
-            breaker.failure()
+            if e.status != 429:  # 429: the SLM is up but full (overload), not a failure that opens its circuit
+                breaker.failure()
             self.metrics.upstream_failures.labels("slm", e.reason).inc()
             self.metrics.classify_errors.labels("slm-unavailable").inc()
             log.warning("classification failed, escalating: %s", e)
@@ -123,6 +124,8 @@ class Router:
         if decision is None:
             return "llm"
         ok = decision.label in self.cfg.slm_labels and decision.confidence >= self.cfg.confidence_threshold
+        # A request that overflowed the SLM's slot even for classification cannot be answered in it either.
+        ok = ok and not decision.shortened
         return "slm" if ok else "llm"
 
     async def route(self, body: Any) -> Routed:
@@ -144,7 +147,8 @@ class Router:
             try:
                 answer = await backends[name].complete(body, stream)
             except UpstreamError as e:
-                breaker.failure()
+                if e.status != 429:  # overload (429) falls back but does not open the circuit: the upstream is up
+                    breaker.failure()
                 self.metrics.upstream_failures.labels(name, e.reason).inc()
                 errors.append(f"{name}: {e}")
                 log.warning("%s unavailable: %s", name, e)
