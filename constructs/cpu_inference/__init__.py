@@ -6,10 +6,21 @@ lazily, so the CLI's pure commands (validate, size, local, bench, eval) never st
 from __future__ import annotations
 
 import importlib
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from . import sizing
-from .config import Config, ConfigError, load as load_config
+# First, before any module here can import a jsii library (aws_cdk, constructs, cdk8s): jsii's Node is chosen then.
+from ._jsii_node import use_virtualenv_node
+
+use_virtualenv_node()
+
+from . import sizing  # noqa: E402
+from .config import Config, ConfigError, load as load_config  # noqa: E402
+
+try:
+    __version__ = version("cdk-cpu-inference")
+except PackageNotFoundError:  # a bare source tree on PYTHONPATH, never installed
+    __version__ = "0+unknown"
 
 _LAZY = {
     ".artifacts": ("ModelArtifact", "ModelArtifactProps", "ModelBucket", "ModelBucketProps"),

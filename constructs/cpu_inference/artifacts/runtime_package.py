@@ -1,23 +1,21 @@
 """The `model_download` runtime package as a CDK asset root: a directory holding only `model_download/*.py`.
 
-Found through the import system, so it works from a checkout (lambda/model_download) and from a wheel; staged
-into a content-addressed temp directory so the asset hash changes only when the code does."""
+Found through cpu_inference._resources (lambda/model_download of a checkout, or the copy a wheel ships), and
+staged into a content-addressed temp directory so the asset hash changes only when the code does."""
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
+from .._resources import MODEL_DOWNLOAD, runtime_dir
+
 
 def package_dir() -> Path:
-    spec = importlib.util.find_spec("model_download")
-    if spec is None or not spec.submodule_search_locations:
-        raise ValueError("the model_download runtime package is not importable: pip install cdk-cpu-inference (or -e .)")
-    return Path(next(iter(spec.submodule_search_locations)))
+    return runtime_dir(MODEL_DOWNLOAD)
 
 
 def staged_root() -> Path:

@@ -16,7 +16,10 @@ class UserError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .. import __version__
+
     parser = argparse.ArgumentParser(prog="cpu-inference", description="CPU-first LLM/SLM inference on AWS: check, size and test before you deploy.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in SUBCOMMANDS:
         try:

@@ -9,11 +9,11 @@ from constructs import Construct
 
 from ..artifacts import ModelArtifact, ModelArtifactProps, ModelBucket, ModelBucketProps
 from ..images import LlamaCppImage, LlamaCppImageProps
-from ..images.props import REPO_ROOT
+from .._resources import ROUTER, runtime_dir
 from .served_model import ServedModel
 
 # The router/gateway image is built by the same native multi-arch pipeline; it carries no engine pin.
-ROUTER_IMAGE = LlamaCppImageProps(context_dir=REPO_ROOT / "containers" / "router", name="router", pin_file=None)
+ROUTER_IMAGE = LlamaCppImageProps(context_dir=runtime_dir(ROUTER), name="router", pin_file=None)
 
 
 @dataclass(frozen=True)
