@@ -19,6 +19,10 @@ def build_app(config: Config, *, app: cdk.App | None = None) -> tuple[cdk.App, c
     stack = cdk.Stack(
         app, stack_name(config),
         description=f"cdk-cpu-inference: {config.pattern} on {config.target} ({len(config.models)} model(s))",
+        # The CDK CLI uploads the template file as written; CloudFormation takes at most 1 MB from S3
+        # (aws-cdk-lib core/lib/stack.js TEMPLATE_BODY_MAXIMUM_SIZE=1e6). Indentation is ~20% of a big
+        # template's bytes and buys nothing once deployed.
+        suppress_template_indentation=True,
     )
     for key, value in {"project": config.project.name, **config.project.tags}.items():
         cdk.Tags.of(stack).add(key, value)

@@ -41,3 +41,21 @@ def test_kubernetes_objects_validate(synthesized, config_id: str) -> None:
 def test_manifests_stay_under_the_lambda_payload_bound(synthesized, config_id: str) -> None:
     sizes = {lid: size for lid, _, size in k8s.manifests(synthesized[config_id].template)}
     assert all(size <= 200_000 for size in sizes.values()), sizes
+
+
+# CloudFormation's quotas: a template body from S3 of at most 1 MB and at most 500 resources per stack — the
+# figures aws-cdk-lib itself checks (core/lib/stack.js: TEMPLATE_BODY_MAXIMUM_SIZE=1e6, MAX_RESOURCES=500).
+# Measured on the file the CDK CLI uploads, as written into the cloud assembly.
+TEMPLATE_BODY_MAX_BYTES = 1_000_000
+STACK_MAX_RESOURCES = 500
+
+
+def test_template_file_fits_cloudformation(synthesized, config_id: str) -> None:
+    s = synthesized[config_id]
+    artifact = s.stack.node.root.synth().get_stack_by_name(s.stack.stack_name)
+    with open(artifact.template_full_path, "rb") as f:
+        size = len(f.read())
+    assert size <= TEMPLATE_BODY_MAX_BYTES, f"{config_id}: template is {size} bytes"
+    assert len(s.template["Resources"]) <= STACK_MAX_RESOURCES
+    warnings = [m for m in artifact.messages if "templateSize" in str(m.entry.data)]
+    assert not warnings, [str(m.entry.data) for m in warnings]
