@@ -9,6 +9,9 @@ from typing import Any
 
 import aws_cdk as cdk
 import pytest
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
 
 from cpu_inference.config.schema import Eks
 from cpu_inference.eks import InferenceCluster, InferenceClusterProps, Karpenter, KarpenterProps, Keda, KedaProps, Metrics, MetricsProps
@@ -74,3 +77,21 @@ def build_platform(eks_config: Eks = Eks()) -> Platform:
 @pytest.fixture(scope="session")
 def platform() -> Platform:
     return build_platform()
+
+
+def imported_cluster(stack: cdk.Stack, *, vpc: bool = True, cluster_security_group_id: str | None = None) -> tuple[ec2.IVpc | None, eks.ICluster]:
+    """An existing cluster `prod` (eu-west-1, account 123456789012) with its kubectl provider, and its VPC of two
+    private subnets: what a user passes as `existing_cluster`, with no lookups."""
+    imported_vpc = ec2.Vpc.from_vpc_attributes(
+        stack, "Vpc", vpc_id="vpc-0123456789abcdef0", availability_zones=["eu-west-1a", "eu-west-1b"],
+        private_subnet_ids=["subnet-0aaaaaaaaaaaaaaa1", "subnet-0aaaaaaaaaaaaaaa2"],
+    ) if vpc else None
+    provider = eks.KubectlProvider.from_kubectl_provider_attributes(
+        stack, "Kubectl", service_token="arn:aws:lambda:eu-west-1:123456789012:function:kubectl",
+        role=iam.Role.from_role_arn(stack, "KubectlRole", "arn:aws:iam::123456789012:role/kubectl"),
+    )
+    cluster = eks.Cluster.from_cluster_attributes(
+        stack, "C", cluster_name="prod", kubectl_provider=provider, vpc=imported_vpc,
+        cluster_security_group_id=cluster_security_group_id,
+    )
+    return imported_vpc, cluster

@@ -18,6 +18,7 @@ from cpu_inference.eks import InferenceCluster, InferenceClusterProps, Karpenter
 from cpu_inference.eks.inference_cluster import POD_IDENTITY_AGENT_VERSION
 from cpu_inference.eks.manifests import chunk
 from cpu_inference.k8s import llama_queue_scaled_object
+from tests.eks.conftest import imported_cluster
 from tests.support.cdk import apply_nag, cfn_lint_errors, nag_errors, synth, template_json
 from tests.support.k8s import SHARED_CRDS, helm_charts, is_custom, manifests, objects, validate_core, validate_custom
 
@@ -154,11 +155,7 @@ def test_keda_assumes_a_given_role_with_its_pod_identity_credentials() -> None:
     operator role must be allowed that call, on that role only."""
     app = cdk.App()
     stack = cdk.Stack(app, "KedaRole", env=ENV)
-    provider = eks.KubectlProvider.from_kubectl_provider_attributes(
-        stack, "Kubectl", service_token="arn:aws:lambda:eu-west-1:123456789012:function:kubectl",
-        role=iam.Role.from_role_arn(stack, "KubectlRole", "arn:aws:iam::123456789012:role/kubectl"),
-    )
-    cluster = eks.Cluster.from_cluster_attributes(stack, "C", cluster_name="prod", kubectl_provider=provider)
+    _, cluster = imported_cluster(stack, vpc=False)
     keda = Keda(stack, "Keda", props=KedaProps(cluster=cluster))
     role = "arn:aws:iam::123456789012:role/amp-query"
     auth = keda.trigger_authentication("inference", role_arn=role)
@@ -175,14 +172,7 @@ def test_amp_alerts_can_go_to_an_existing_topic() -> None:
 
     app = cdk.App()
     stack = cdk.Stack(app, "AmpTopic", env=ENV)
-    vpc = ec2.Vpc.from_vpc_attributes(stack, "Vpc", vpc_id="vpc-1", availability_zones=["eu-west-1a", "eu-west-1b"],
-                                      private_subnet_ids=["subnet-0aaaaaaaaaaaaaaa1", "subnet-0aaaaaaaaaaaaaaa2"])
-    provider = eks.KubectlProvider.from_kubectl_provider_attributes(
-        stack, "Kubectl", service_token="arn:aws:lambda:eu-west-1:123456789012:function:kubectl",
-        role=iam.Role.from_role_arn(stack, "KubectlRole", "arn:aws:iam::123456789012:role/kubectl"),
-    )
-    cluster = eks.Cluster.from_cluster_attributes(stack, "C", cluster_name="prod", kubectl_provider=provider, vpc=vpc,
-                                                  cluster_security_group_id="sg-0123456789abcdef0")
+    vpc, cluster = imported_cluster(stack, cluster_security_group_id="sg-0123456789abcdef0")
     topic_arn = "arn:aws:sns:eu-west-1:123456789012:oncall"
     metrics = Metrics(stack, "Metrics", props=MetricsProps(cluster=cluster, cluster_name="prod", vpc=vpc,
                                                            alert_topic=sns.Topic.from_topic_arn(stack, "T", topic_arn)))

@@ -14,9 +14,6 @@ from typing import Any
 
 import aws_cdk as cdk
 import pytest
-from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_eks_v2 as eks
-from aws_cdk import aws_iam as iam
 
 from cpu_inference import sizing
 from cpu_inference.artifacts import ModelBucket
@@ -24,6 +21,7 @@ from cpu_inference.eks import InferenceCluster, InferenceClusterProps
 from cpu_inference.eks.inference_workloads import InferenceWorkloads, InferenceWorkloadsProps, ModelDeployment
 from cpu_inference.eks.manifests import DEFAULT_MAX_BYTES, bucketize, object_key
 from cpu_inference.k8s.llama_server_chart import ModelWorkload, ServingPolicy
+from tests.eks.conftest import imported_cluster
 from tests.support.cdk import template_json
 from tests.support.k8s import manifests
 
@@ -37,13 +35,7 @@ MODELS = tuple(f"m{i:02d}" for i in range(24))
 def synth(names: tuple[str, ...]) -> dict[str, Any]:
     app = cdk.App()
     stack = cdk.Stack(app, "Stable", env=ENV)
-    vpc = ec2.Vpc.from_vpc_attributes(stack, "Vpc", vpc_id="vpc-0123456789abcdef0", availability_zones=["eu-west-1a", "eu-west-1b"],
-                                      private_subnet_ids=["subnet-0aaaaaaaaaaaaaaa1", "subnet-0aaaaaaaaaaaaaaa2"])
-    provider = eks.KubectlProvider.from_kubectl_provider_attributes(
-        stack, "Kubectl", service_token="arn:aws:lambda:eu-west-1:123456789012:function:kubectl",
-        role=iam.Role.from_role_arn(stack, "KubectlRole", "arn:aws:iam::123456789012:role/kubectl"),
-    )
-    cluster = eks.Cluster.from_cluster_attributes(stack, "Imported", cluster_name="prod", kubectl_provider=provider, vpc=vpc)
+    vpc, cluster = imported_cluster(stack)
     ic = InferenceCluster(stack, "Inference", props=InferenceClusterProps(existing_cluster=cluster, existing_cluster_name="prod", existing_vpc=vpc))
     bucket = ModelBucket(stack, "Bucket")
     models = tuple(

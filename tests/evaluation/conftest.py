@@ -3,18 +3,14 @@ the SageMaker container's own /invocations adapter in front of the SmolLM2 one."
 
 from __future__ import annotations
 
-import asyncio
-import sys
-import threading
 from pathlib import Path
 from typing import Iterator
-from urllib.parse import urlsplit
 
 import pytest
 
+from tests.evaluation.sagemaker_emulator import sagemaker_container
 from tests.support.engine import llama_server
 
-ENGINE_DIR = Path(__file__).resolve().parents[2] / "containers" / "llama-server"
 
 # Four slots as the sizing gives small instances; 4096 context = 1024 per slot, room for few-shot prompts.
 # --no-repack: the locally built binary (GGML_NATIVE) picks the AMX buffer type on CPUs that advertise
@@ -42,21 +38,6 @@ def gemma_url(llama_server_bin: Path, gemma_gguf: Path, tmp_path_factory: pytest
 @pytest.fixture(scope="package")
 def sagemaker_container_url(smol_url: str) -> Iterator[str]:
     """The image's SageMaker-mode front (GET /ping, POST /invocations) in front of the SmolLM2 engine,
-    run in-process on its own event loop. Its modules are top-level files in the image, not a package."""
-    if str(ENGINE_DIR) not in sys.path:
-        sys.path.insert(0, str(ENGINE_DIR))
-    from sagemaker_adapter import SageMakerAdapter
-
-    engine = urlsplit(smol_url)
-    adapter = SageMakerAdapter(engine.hostname, engine.port, max_in_flight=8)
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    port = asyncio.run_coroutine_threadsafe(adapter.start("127.0.0.1", 0), loop).result(10)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        asyncio.run_coroutine_threadsafe(adapter.close(grace=0), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
+    run in-process on its own event loop."""
+    with sagemaker_container(smol_url, max_in_flight=8) as url:
+        yield url
