@@ -41,7 +41,12 @@ synth: venv node
 test: venv node llama-server
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-lint:
+# The library, the runtime code (containers/, lambda/) and the app; rules and checked files live in pyproject.toml.
+LINT_PATHS := constructs/cpu_inference containers lambda apps
+
+lint: venv
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/mypy
 	$(BIN)/hadolint containers/*/Dockerfile
 
 clean:

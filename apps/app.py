@@ -9,7 +9,8 @@ import sys
 from cpu_inference.app import build_app
 from cpu_inference.config import ConfigError, load, warnings_for
 
-import aws_cdk as cdk  # noqa: E402,I001 - after cpu_inference on purpose (see above)
+# isort: split
+import aws_cdk as cdk  # after cpu_inference on purpose (see above); the split keeps isort from hoisting it
 from cdk_nag import AwsSolutionsChecks
 
 

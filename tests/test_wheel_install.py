@@ -136,9 +136,11 @@ def test_wheel_and_sdist_ship_the_runtime_trees(installed: SimpleNamespace) -> N
     assert bundled == expected
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     assert not [n for n in names if n.startswith("image_build/")]  # Lambda code only: no top-level package
+    assert "cpu_inference/py.typed" in names  # PEP 561: a user's type checker reads the package's annotations
     with tarfile.open(installed.sdist) as sdist:
         members = {m.name.split("/", 1)[1] for m in sdist.getmembers() if "/" in m.name}
     assert {p.as_posix() for p in _resources.runtime_files(ROOT)} <= members
+    assert "constructs/cpu_inference/py.typed" in members
     assert not [m for m in members if "__pycache__" in m or m.endswith(".pyc")]
     print(f"wheel {installed.wheel.name}: {installed.wheel.stat().st_size / 1024:.0f} KiB")
 

@@ -15,7 +15,8 @@ from ._jsii_node import use_virtualenv_node
 use_virtualenv_node()
 
 from . import sizing  # noqa: E402
-from .config import Config, ConfigError, load as load_config  # noqa: E402
+from .config import Config, ConfigError  # noqa: E402
+from .config import load as load_config  # noqa: E402
 
 try:
     __version__ = version("cdk-cpu-inference")

@@ -10,7 +10,8 @@ defaults included, read from the router itself rather than copied here.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from slm_router.budget import DEFAULT_ANSWER_MAX_TOKENS, budget_for
 

@@ -22,9 +22,9 @@ import math
 import os
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Mapping
 
 ENGINE_DEFAULT_CACHE_RAM_MIB = 8192  # llama-server's own default (common.h cache_ram_mib)
 CACHE_RAM_FRACTION = 0.05  # of the memory limit: the sizing leaves little slack beyond weights + KV

@@ -18,13 +18,18 @@ import shlex
 import shutil
 import signal
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 from engine_flags import EngineConfig, EngineConfigError, config_from_env, llama_server_args, on_loopback
 from privileges import drop_privileges
-from sagemaker_adapter import ABORT_SECONDS, DEFAULT_GENERATION_BUDGET_SECONDS, INVOKE_ENDPOINT_TIMEOUT_SECONDS, SageMakerAdapter
+from sagemaker_adapter import (
+    ABORT_SECONDS,
+    DEFAULT_GENERATION_BUDGET_SECONDS,
+    INVOKE_ENDPOINT_TIMEOUT_SECONDS,
+    SageMakerAdapter,
+)
 
 DEFAULT_BIN = "/opt/llama/bin/llama-server"
 EKS_MODEL_DIR = "/models"
@@ -33,7 +38,8 @@ SAGEMAKER_MODEL_DIR = "/opt/ml/model"
 log = logging.getLogger("entrypoint")
 
 # Stopping: SageMaker sends SIGTERM, then SIGKILL 30 s later ("This command sends the SIGTERM signal, then it
-# sends the SIGKILL signal 30 seconds later", docs.aws.amazon.com/sagemaker/latest/dg/your-algorithms-inference-code.html).
+# sends the SIGKILL signal 30 seconds later",
+# docs.aws.amazon.com/sagemaker/latest/dg/your-algorithms-inference-code.html).
 # Everything below is derived from that one figure: drain + abort + engine stop + margin = 30 s.
 SIGKILL_AFTER_SECONDS = 30.0
 SHUTDOWN_MARGIN_SECONDS = 5.0  # interpreter exit, signal delivery, a loaded host
@@ -160,7 +166,7 @@ async def serve(env: Mapping[str, str], plan: SageMakerPlan | None = None) -> in
     proc.terminate()
     try:
         await asyncio.wait_for(engine_exit, ENGINE_STOP_SECONDS)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         proc.kill()
         await engine_exit
     return 0

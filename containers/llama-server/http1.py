@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import AsyncIterator
 
 CRLF = b"\r\n"
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"

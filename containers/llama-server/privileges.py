@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from engine_flags import EngineConfigError
 

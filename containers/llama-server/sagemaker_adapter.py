@@ -3,7 +3,8 @@
 Data plane only: `GET /ping` and `POST /invocations`; every other path is 404 (no model swap, no
 /props, no slot save/restore). An OpenAI chat body (`messages`) goes to /v1/chat/completions, a
 completion body (`prompt`) to /v1/completions; a streamed body is forwarded byte for byte (a non-streamed
-one gets the engine's time limit, see Time below) and the response relayed as it arrives (SSE when `stream: true`, which InvokeEndpointWithResponseStream consumes).
+one gets the engine's time limit, see Time below) and the response relayed as it arrives (SSE when
+`stream: true`, which InvokeEndpointWithResponseStream consumes).
 
 Admission: at most `max_in_flight` (= slots + queue depth) requests in flight; beyond that 429 with
 Retry-After, so bursts queue in the engine (bounded) instead of piling up behind SageMaker's timeout.
@@ -27,10 +28,21 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import AsyncIterator
 
-from http1 import LAST_CHUNK, Head, HttpError, Request, encode_chunk, encode_head, iter_chunked, json_error, read_head, read_request
+from http1 import (
+    LAST_CHUNK,
+    Head,
+    HttpError,
+    Request,
+    encode_chunk,
+    encode_head,
+    iter_chunked,
+    json_error,
+    read_head,
+    read_request,
+)
 
 log = logging.getLogger("sagemaker-adapter")
 
@@ -116,7 +128,7 @@ class EnginePool:
             conn.close()
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port, limit=1 << 16), self.connect_timeout)
-        except (OSError, asyncio.TimeoutError) as e:
+        except (TimeoutError, OSError) as e:
             raise EngineUnavailable(f"engine not reachable: {e}") from None
         return _Conn(reader, writer), False
 
@@ -210,7 +222,7 @@ class SageMakerAdapter:
                     writer.write(json_error(e.status, e.message, keep_alive=False))
                     await writer.drain()
                     return
-                except (asyncio.TimeoutError, asyncio.IncompleteReadError):
+                except (TimeoutError, asyncio.IncompleteReadError):
                     return
                 if req is None:
                     return
@@ -223,7 +235,7 @@ class SageMakerAdapter:
                     return
         except (ConnectionError, asyncio.CancelledError):
             pass
-        except (asyncio.TimeoutError, asyncio.IncompleteReadError, HttpError) as e:
+        except (TimeoutError, asyncio.IncompleteReadError, HttpError) as e:
             log.info("engine response cut off mid-body: %s", type(e).__name__)
         except Exception:  # a bug must cost one connection, never the server
             log.exception("unexpected error while serving a connection")
@@ -263,14 +275,14 @@ class SageMakerAdapter:
         host, port = self.engine
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-        except (OSError, asyncio.TimeoutError):
+        except (TimeoutError, OSError):
             return False
         try:
             writer.write(f"GET /health HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n".encode())
             await writer.drain()
             head = await asyncio.wait_for(read_head(reader), timeout)
             return head is not None and head.start_line.split(" ")[1:2] == ["200"]
-        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, HttpError):
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, HttpError):
             return False
         finally:
             writer.close()
@@ -314,7 +326,7 @@ class SageMakerAdapter:
             except _Aborted:
                 self.stats.aborted += 1
                 return await self._send(writer, json_error(503, "endpoint shutting down: retry", keep_alive=False, retry_after=self.retry_after), False)
-            except (asyncio.TimeoutError, HttpError, ConnectionError, asyncio.IncompleteReadError) as e:
+            except (TimeoutError, HttpError, ConnectionError, asyncio.IncompleteReadError) as e:
                 self.stats.upstream_errors += 1
                 status = 504 if isinstance(e, asyncio.TimeoutError) else 502
                 return await self._send(writer, json_error(status, f"engine error: {type(e).__name__}", keep_alive=ka), ka)
@@ -386,7 +398,7 @@ class SageMakerAdapter:
                 if deadline is not None and now >= deadline:
                     raise _OverBudget()
                 if loop.time() >= idle_limit:
-                    raise asyncio.TimeoutError()
+                    raise TimeoutError()
         finally:
             if not head.done():
                 head.cancel()

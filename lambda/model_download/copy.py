@@ -14,9 +14,10 @@ import hashlib
 import re
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import quote
 
 from .errors import ChecksumMismatchError, DownloadError, ImmutableKeyError
@@ -282,7 +283,7 @@ def copy_model(
     if given and (not req.pin_commit or req.pins_a_commit):
         key = req.key
         head = existing_object(s3, req.bucket, key)
-        if _already_there(head, given, None, bucket=req.bucket, key=key, source=source):
+        if head is not None and _already_there(head, given, None, bucket=req.bucket, key=key, source=source):
             return present(key, int(head["ContentLength"]), given, req.revision if req.pins_a_commit else None)
 
     info = hub.info(req.ref)

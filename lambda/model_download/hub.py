@@ -15,8 +15,9 @@ import re
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Any
 from urllib.parse import quote, urljoin, urlsplit
 
 import urllib3
@@ -95,7 +96,7 @@ def _pool(endpoint: str, size: int) -> urllib3.PoolManager:
     host = urlsplit(endpoint).hostname or ""
     scheme = urlsplit(endpoint).scheme
     proxy = urllib.request.getproxies().get(scheme)
-    common = {"maxsize": size, "headers": {"User-Agent": USER_AGENT}}
+    common: dict[str, Any] = {"maxsize": size, "headers": {"User-Agent": USER_AGENT}}
     if proxy and host not in _LOOPBACK and not urllib.request.proxy_bypass(host):
         return urllib3.ProxyManager(proxy, **common)
     return urllib3.PoolManager(**common)
@@ -205,7 +206,7 @@ class Hub:
 
     # -- data -----------------------------------------------------------------------------------------
 
-    def open(self, info: FileInfo) -> "HubFile":
+    def open(self, info: FileInfo) -> HubFile:
         return HubFile(self, info)
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cpu_inference.evaluation.metrics import INVALID, accuracy, exact_match, field_matches, macro_f1, per_class, schema_errors
+from cpu_inference.evaluation.metrics import (INVALID, accuracy, confusion, exact_match, field_matches, macro_f1, per_class,
+                                              schema_errors)
 from cpu_inference.evaluation.quality import GateResult, load_dataset, load_labels, load_tools, make_task, parse_threshold, stratified
 from cpu_inference.evaluation.tasks import ClassificationTask, Example, ExtractionTask, RoutingTask
 
@@ -23,6 +24,15 @@ def test_per_class_f1_on_a_worked_example() -> None:
     assert scores["c"].f1 == 0.0 and scores["c"].support == 1
     assert macro_f1(scores) == pytest.approx((2 / 3 + 0.5 + 0) / 3)
     assert accuracy(gold, pred) == pytest.approx(3 / 6)
+
+
+def test_per_class_and_confusion_refuse_unpaired_predictions() -> None:
+    """A prediction list shorter than the gold list is a caller bug: scored anyway, zip() would drop the unpaired
+    gold labels and report a recall that never happened (here 1.0 for `b`, whose only example went unscored)."""
+    with pytest.raises(ValueError):
+        per_class(["a", "b"], ["a"], ["a", "b"])
+    with pytest.raises(ValueError):
+        confusion(["a", "b"], ["a"], ["a", "b"])
 
 
 def test_exact_match_normalizes_only_formatting() -> None:

@@ -40,7 +40,7 @@ class ModelCopyProvider(Construct):
     """Attributes: on_event (Function), is_complete (Function), provider (cr.Provider), service_token."""
 
     @classmethod
-    def of(cls, scope: Construct) -> "ModelCopyProvider":
+    def of(cls, scope: Construct) -> ModelCopyProvider:
         stack = cdk.Stack.of(scope)
         found = stack.node.try_find_child(PROVIDER_ID)
         return found if isinstance(found, ModelCopyProvider) else cls(stack, PROVIDER_ID)

@@ -1,5 +1,6 @@
-"""`cpu-inference download --repo R --file F --bucket B --key-prefix P [--revision main] [--sha256 H] [--token-secret NAME]`:
-the ModelArtifact copy job run from a laptop or CI — same code (`model_download`), with a progress bar.
+"""`cpu-inference download --repo R --file F --bucket B --key-prefix P [--revision main] [--sha256 H]
+[--token-secret NAME]`: the ModelArtifact copy job run from a laptop or CI — same code (`model_download`), with a
+progress bar.
 
 Honours HF_ENDPOINT, HF_TOKEN and botocore's endpoint settings (AWS_ENDPOINT_URL_S3 …), so it runs against a
 Hub mirror or a local S3 unchanged. Also the way to pre-seed a bucket with a file too big for a deployment's

@@ -50,7 +50,17 @@ def run(args: argparse.Namespace) -> int:
 
     from ..evaluation.client import make_client
     from ..evaluation.eval_report import REPORT_KIND, write_eval_report
-    from ..evaluation.quality import DEFAULT_MAX_TOKENS, evaluate, gate, load_dataset, load_labels, load_tools, make_task, parse_threshold, stratified
+    from ..evaluation.quality import (
+        DEFAULT_MAX_TOKENS,
+        evaluate,
+        gate,
+        load_dataset,
+        load_labels,
+        load_tools,
+        make_task,
+        parse_threshold,
+        stratified,
+    )
 
     try:
         threshold = parse_threshold(args.threshold)
@@ -91,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         with Progress(*columns, console=Console(stderr=True), disable=args.quiet) as progress:
             for role, model in (("candidate", args.candidate_model), ("baseline", args.baseline_model)):
                 bar = progress.add_task(role, total=len(examples))
-                runs[role] = evaluate(clients[role], task, examples, shots, max_tokens=max_tokens, concurrency=args.concurrency, model=model, on_done=lambda _p, bar=bar: progress.advance(bar))
+                runs[role] = evaluate(clients[role], task, examples, shots, max_tokens=max_tokens, concurrency=args.concurrency, model=model, on_done=lambda _p, bar=bar: progress.advance(bar))  # type: ignore[misc]  # mypy cannot type a lambda with a default
     finally:
         for c in clients.values():
             c.close()

@@ -35,6 +35,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .main import UserError
 
@@ -185,10 +186,12 @@ def serve_files(config, engines: list[Engine], mapping: dict[str, Path], *, stan
     from the cache, downloaded first when missing (model_cache.fetch_models: every file checked, and the engines'
     memory at these slots against this machine's, before any byte moves), else the stand-in. Returns notes."""
     wanted = [e for e in engines if e.model is not None and e.name not in mapping and not stand_ins]
-    cached = {}
+    cached: dict[str, Any] = {}
     if wanted:
         if fetch is None:
-            from .model_cache import fetch_models as fetch
+            from .model_cache import fetch_models
+
+            fetch = fetch_models
         cached = fetch(config, names=[e.name for e in wanted], shapes={e.name: (e.slots, e.ctx_per_slot) for e in wanted})
     notes: list[str] = []
     for e in engines:
@@ -357,8 +360,8 @@ def run(args: argparse.Namespace) -> int:
     with socket.socket() as s:  # fail now, with a clear message, rather than after the engines started (or a download)
         try:
             s.bind((args.host, args.port))
-        except OSError as e:
-            raise UserError(f"--port {args.port}: {args.host}:{args.port} is not free ({e.strerror}) — pick another port") from None
+        except OSError as exc:  # not `e`: the engine loop below reuses that name
+            raise UserError(f"--port {args.port}: {args.host}:{args.port} is not free ({exc.strerror}) — pick another port") from None
     notes = serve_files(config, engines, mapping, stand_ins=args.stand_ins) + notes
 
     signals = _Signals()
@@ -391,7 +394,7 @@ def run(args: argparse.Namespace) -> int:
         while True:  # until a signal, or a child dies on its own
             signals.check()
             for name, p in [("router" if config.pattern == "slm-prefilter" else "gateway", front)] + [(e.name, e.proc) for e in engines]:
-                if p.poll() is not None:
+                if p is not None and p.poll() is not None:
                     print(f"{name} exited with code {p.returncode} (log: {log_dir}) — stopping everything", file=sys.stderr, flush=True)
                     return 1
             time.sleep(0.5)

@@ -17,6 +17,7 @@ network request; a branch costs one HEAD (to learn its commit), and offline the 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -51,7 +52,8 @@ FALLBACKS = "serve a local GGUF with --model-map NAME=PATH, or run the small sta
 
 
 def cache_root() -> Path:
-    """`${CPU_INFERENCE_CACHE:-~/.cache/cpu-inference}/models` (the stand-in Gemma and the engine build live there too)."""
+    """`${CPU_INFERENCE_CACHE:-~/.cache/cpu-inference}/models` (the stand-in Gemma and the engine build live there
+    too)."""
     return Path(os.environ.get("CPU_INFERENCE_CACHE") or Path.home() / ".cache" / "cpu-inference") / "models"
 
 
@@ -323,7 +325,7 @@ def unreachable(endpoint: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
     try:
         with socket.create_connection((host, port), timeout=timeout):
             return None
-    except socket.timeout:
+    except TimeoutError:
         return f"no answer from {host}:{port}{via} within {timeout:g} s"
     except OSError as exc:
         return f"cannot connect to {host}:{port}{via} ({exc.strerror or type(exc).__name__})"
@@ -612,7 +614,7 @@ def fetch_models(
         for r in missing:
             task = bar.add_task(r.model.name, total=None, start=False)
 
-            def on_start(total: int, resumed: int, task=task) -> None:  # noqa: ANN001
+            def on_start(total: int, resumed: int, task=task, r: _Resolved = r) -> None:  # noqa: ANN001
                 bar.update(task, total=total, completed=resumed)
                 bar.start_task(task)
                 if resumed:
@@ -621,8 +623,8 @@ def fetch_models(
                     say(f"{r.model.name}: downloading {r.info.ref} ({_size(total)}) from {hub.endpoint} into {root}")  # type: ignore[union-attr]
 
             out[r.model.name] = _download(
-                r, hub, root, on_start=on_start, on_bytes=lambda n, task=task: bar.advance(task, n),
-                on_wait=lambda r=r: say(f"{r.model.name}: waiting for another cpu-inference downloading the same file"),
+                r, hub, root, on_start=on_start, on_bytes=functools.partial(bar.advance, task),
+                on_wait=functools.partial(say, f"{r.model.name}: waiting for another cpu-inference downloading the same file"),
                 concurrency=concurrency, window=window,
             )
     return {m.name: out[m.name] for _, m in wanted}  # config order

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, get_args, get_origin
+from typing import Any, get_args
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -82,7 +83,7 @@ def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
     return list(holder.model_fields) if holder else []
 
 
-def _problem_from_pydantic(err: dict[str, Any]) -> Problem:
+def _problem_from_pydantic(err: Mapping[str, Any]) -> Problem:  # pydantic_core.ErrorDetails
     loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p.startswith("function-"))))
     path = format_path(loc)
     kind = err["type"]

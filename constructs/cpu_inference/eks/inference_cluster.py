@@ -20,8 +20,8 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
-from ..k8s.karpenter_specs import Taint, family_architecture
 from .. import nag
+from ..k8s.karpenter_specs import Taint, family_architecture
 
 KUBERNETES_MINORS = ("1.33", "1.34", "1.35")
 SYSTEM_LABEL = "cpu-inference/node-role"
@@ -268,7 +268,7 @@ class InferenceCluster(Construct):
             secrets_encryption_key=self.secrets_key,
             kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=self.kubectl_layer),
         )
-        self.cluster = cluster
+        self.cluster = cluster  # type: ignore[assignment]  # jsii stubs: Cluster lacks ICluster.kubectl_provider_options
         arch = family_architecture(props.system_instance_type.split(".")[0])
         self.system_nodegroup = cluster.add_nodegroup_capacity(
             "System",
@@ -285,12 +285,12 @@ class InferenceCluster(Construct):
         agent = self.pod_identity_agent.node.default_child if self.pod_identity_agent is not None else None
         if isinstance(agent, eks.CfnAddon) and props.pod_identity_agent_version is not None:
             agent.addon_version = props.pod_identity_agent_version  # eks_v2 creates it unpinned
-        self._suppress(props)
+        self._suppress(cluster, props)
 
-    def _suppress(self, props: InferenceClusterProps) -> None:
+    def _suppress(self, cluster: eks.Cluster, props: InferenceClusterProps) -> None:
         """cdk-nag findings on resources aws_eks_v2 creates, each reviewed (see the reasons)."""
         nag.role_managed_policies(
-            self.cluster.role,
+            cluster.role,
             "EKS requires the AWS managed AmazonEKSClusterPolicy on the cluster service role",
         )
         if self.system_nodegroup is not None:

@@ -9,8 +9,9 @@ IMDSv2 with a hop limit of 1.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_eks_v2 as eks
@@ -21,10 +22,10 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct, IDependable
 
+from .. import nag
 from ..k8s.bottlerocket import BottlerocketNodeClass
 from ..k8s.karpenter_specs import EC2NodeClassSpec, NodePoolSpec, default_node_pools
 from . import karpenter_policy as policy
-from .. import nag
 from .inference_cluster import DISCOVERY_TAG, InferenceCluster
 from .manifests import add_bounded_manifests
 

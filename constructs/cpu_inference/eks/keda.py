@@ -4,8 +4,9 @@ they need)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_eks_v2 as eks

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IDependable
@@ -112,7 +113,8 @@ def add_bounded_manifests(
     deps = list(depends_on)
     out: list[eks.KubernetesManifest] = []
     for bucket in bucketize(objs, max_bytes, key):
-        m = eks.KubernetesManifest(scope or cluster, f"{id}{bucket.prefix}", cluster=cluster, manifest=bucket.objects, overwrite=True)
+        # The ignore: jsii types ICluster as an IConstruct, not a Construct; every cluster is a Construct.
+        m = eks.KubernetesManifest(scope or cluster, f"{id}{bucket.prefix}", cluster=cluster, manifest=bucket.objects, overwrite=True)  # type: ignore[arg-type]
         for d in deps:
             m.node.add_dependency(d)
         out.append(m)

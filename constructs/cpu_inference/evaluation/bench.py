@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from .client import ChatClient, ChatResult
 from .loadgen import LoadSettings, run_level
@@ -47,7 +48,7 @@ class BenchPlan:
 
 def run_bench(client: ChatClient, prompts: Sequence[list[dict[str, Any]]], plan: BenchPlan, price: Price, *, on_result: Callable[[ChatResult], None] | None = None, on_level: Callable[[int], None] | None = None) -> dict[str, Any]:
     plan.validate()
-    started_at = dt.datetime.now(dt.timezone.utc)
+    started_at = dt.datetime.now(dt.UTC)
     t0 = time.perf_counter()
     warm = run_level(client, prompts, concurrency=1, requests=plan.warmup, settings=plan.load, on_result=on_result) if plan.warmup else []
     levels: list[LevelStats] = []
@@ -85,7 +86,7 @@ def build_report(plan: BenchPlan, price: Price, levels: list[LevelStats], *, war
     return {
         "kind": REPORT_KIND,
         "version": REPORT_VERSION,
-        "started_at": (started_at or dt.datetime.now(dt.timezone.utc)).isoformat(timespec="seconds"),
+        "started_at": (started_at or dt.datetime.now(dt.UTC)).isoformat(timespec="seconds"),
         "duration_s": round(duration_s, 2),
         "endpoint": plan.endpoint,
         "endpoint_kind": client_kind,

@@ -8,10 +8,11 @@ import itertools
 import json
 import threading
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from .client import ChatClient, ChatResult, chat_body
 
@@ -42,7 +43,7 @@ def load_prompts(path: str | Path | None) -> list[list[dict[str, Any]]]:
         for n, line in enumerate(lines, 1):
             try:
                 row = json.loads(line)
-            except ValueError as exc:
+            except json.JSONDecodeError as exc:  # the ValueError json.loads raises, with .msg
                 raise ValueError(f"{p}:{n}: not JSON ({exc.msg})") from exc
             if isinstance(row, dict) and isinstance(row.get("messages"), list):
                 prompts.append(row["messages"])

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Hashable, Sequence
+from typing import Any
 
 INVALID = "<invalid>"  # the prediction for an unparseable or failed response; always wrong
 
@@ -24,7 +25,7 @@ def accuracy(gold: Sequence[Hashable], predicted: Sequence[Hashable | None]) -> 
         raise ValueError("gold and predicted differ in length")
     if not gold:
         return 0.0
-    return sum(g == p for g, p in zip(gold, predicted)) / len(gold)
+    return sum(g == p for g, p in zip(gold, predicted, strict=True)) / len(gold)
 
 
 def per_class(gold: Sequence[Hashable], predicted: Sequence[Hashable | None], labels: Sequence[Hashable] | None = None) -> dict[Hashable, ClassScore]:
@@ -32,9 +33,9 @@ def per_class(gold: Sequence[Hashable], predicted: Sequence[Hashable | None], la
     labels = list(labels) if labels is not None else sorted(set(gold), key=str)
     scores = {}
     for label in labels:
-        tp = sum(1 for g, p in zip(gold, predicted) if g == label and p == label)
-        fp = sum(1 for g, p in zip(gold, predicted) if g != label and p == label)
-        fn = sum(1 for g, p in zip(gold, predicted) if g == label and p != label)
+        tp = sum(1 for g, p in zip(gold, predicted, strict=True) if g == label and p == label)
+        fp = sum(1 for g, p in zip(gold, predicted, strict=True) if g != label and p == label)
+        fn = sum(1 for g, p in zip(gold, predicted, strict=True) if g == label and p != label)
         precision = tp / (tp + fp) if tp + fp else 0.0
         recall = tp / (tp + fn) if tp + fn else 0.0
         f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
@@ -50,7 +51,7 @@ def confusion(gold: Sequence[Hashable], predicted: Sequence[Hashable | None], la
     """gold label -> predicted label (including INVALID) -> count."""
     cols = [*map(str, labels), INVALID]
     table = {str(g): {c: 0 for c in cols} for g in labels}
-    for g, p in zip(gold, predicted):
+    for g, p in zip(gold, predicted, strict=True):
         col = str(p) if p is not None and str(p) in table else INVALID
         table.setdefault(str(g), {c: 0 for c in cols})[col] += 1
     return table

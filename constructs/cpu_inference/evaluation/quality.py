@@ -7,10 +7,11 @@ import json
 import re
 import time
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from .client import ChatClient, chat_body
 from .tasks import TASKS, ClassificationTask, Example, ExtractionTask, RoutingTask, Task
@@ -46,7 +47,7 @@ def load_dataset(path: str | Path, task: str) -> list[Example]:
             continue
         try:
             row = json.loads(line)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:  # the ValueError json.loads raises, with .msg
             raise ValueError(f"{p}:{n}: not JSON ({exc.msg})") from exc
         if not isinstance(row, dict) or not isinstance(row.get("text"), str) or not row["text"].strip():
             raise ValueError(f"{p}:{n}: expected an object with a non-empty string `text`")
@@ -195,5 +196,5 @@ def evaluate(client: ChatClient, task: Task, examples: Sequence[Example], shots:
         "errors": len(errors),
         "first_errors": list(dict.fromkeys(errors))[:3],
         "seconds": round(time.perf_counter() - t0, 2),
-        "predictions": [{**p.to_dict(), "gold": e.gold} for p, e in zip(preds, examples)],
+        "predictions": [{**p.to_dict(), "gold": e.gold} for p, e in zip(preds, examples, strict=True)],
     }

@@ -4,8 +4,9 @@ concurrency), and the cross-run comparison sorted by cost per 1,000 queries."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from .bench import REPORT_KIND
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Iterable, Sequence
 
 from .client import ChatResult
 
@@ -68,7 +68,7 @@ class LevelStats:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "LevelStats":
+    def from_dict(cls, d: dict) -> LevelStats:
         fields = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         fields["first_errors"] = tuple(fields.get("first_errors", ()))
         return cls(**fields)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from .metrics import INVALID, accuracy, confusion, exact_match, field_matches, macro_f1, per_class, schema_errors
 
@@ -200,10 +201,10 @@ class ExtractionTask(Task):
 
     def score(self, examples: Sequence[Example], predictions: Sequence[Any]) -> dict[str, Any]:
         n = len(examples)
-        exact = sum(1 for e, p in zip(examples, predictions) if exact_match(e.gold, p))
+        exact = sum(1 for e, p in zip(examples, predictions, strict=True) if exact_match(e.gold, p))
         valid = sum(1 for p in predictions if p is not None and not schema_errors(p, self.schema))
         got = total = 0
-        for e, p in zip(examples, predictions):
+        for e, p in zip(examples, predictions, strict=True):
             g, t = field_matches(e.gold, p)
             got, total = got + g, total + t
         return {

@@ -26,7 +26,8 @@ digest, so every step publishes Docker v2 types only and then checks what ECR ho
 from __future__ import annotations
 
 import shlex
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 # Files that carry results out of the subshell; TMPDIR lets a test run the scripts side by side.
 DIGEST_FILE = '"${TMPDIR:-/tmp}/image-digest"'

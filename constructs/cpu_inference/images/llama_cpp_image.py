@@ -30,8 +30,8 @@ from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from .._resources import IMAGE_BUILD, runtime_dir
-from .buildspecs import manifest_buildspec, platform_buildspec
 from ..nag import acknowledge, acknowledge_wildcards
+from .buildspecs import manifest_buildspec, platform_buildspec
 from .props import PROVIDER_WAIT_MINUTES, LlamaCppImageProps
 from .reviewed_wildcards import REVIEWED_WILDCARDS
 

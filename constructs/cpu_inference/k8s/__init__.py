@@ -6,7 +6,11 @@ The cdk8s charts (cdk8s-plus-27): LlamaServerChart (one served model), RouterCha
 ServingNamespaceChart; with the pure helpers around them: bin packing, Pod Security "restricted" checks,
 alert rules and dashboards. See README.md beside this file."""
 
-from .bottlerocket import BottlerocketNodeClass, SociSettings, user_data as bottlerocket_user_data
+from .alerts import ModelAlertSpec, dashboard, rule_groups, rule_groups_yaml
+from .bin_packing import PackingPlan, PodRequest, choose, model_pod, pack, served_model_pods
+from .bin_packing import table as packing_table
+from .bottlerocket import BottlerocketNodeClass, SociSettings
+from .bottlerocket import user_data as bottlerocket_user_data
 from .karpenter_specs import (
     BlockDevice,
     Budget,
@@ -27,13 +31,18 @@ from .keda_specs import (
     amp_query_url,
     llama_queue_scaled_object,
 )
-from .scrape import scrape_annotations, scrape_config
-from .alerts import ModelAlertSpec, dashboard, rule_groups, rule_groups_yaml
-from .bin_packing import PackingPlan, PodRequest, choose, model_pod, pack, served_model_pods, table as packing_table
-from .llama_server_chart import KedaSource, LlamaServerChart, LlamaServerChartProps, ModelWorkload, ServingPolicy, queue_target
+from .llama_server_chart import (
+    KedaSource,
+    LlamaServerChart,
+    LlamaServerChartProps,
+    ModelWorkload,
+    ServingPolicy,
+    queue_target,
+)
 from .namespace_chart import ServingNamespaceChart, ServingNamespaceProps
 from .pod_security import restricted_violations
 from .router_chart import RouterChart, RouterChartProps, gateway_cold_start_query, gateway_models
+from .scrape import scrape_annotations, scrape_config
 
 __all__ = [
     "AwsTriggerAuthentication",

@@ -17,8 +17,9 @@ else the model's own median over the previous day (recorded), so it calibrates i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import yaml
 

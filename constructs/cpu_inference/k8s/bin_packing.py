@@ -12,8 +12,8 @@ print the same table:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from .. import sizing
 from .metrics_proxy import SIDECAR_CPU, SIDECAR_MEMORY_BYTES

@@ -13,8 +13,9 @@ also the only multi-arch form SageMaker accepts.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import tomli_w
 
@@ -76,7 +77,8 @@ class SociSettings:
 
 def user_data(soci: SociSettings = SociSettings(), extra_settings: Mapping[str, Any] | None = None) -> str:
     """Bottlerocket userData TOML: the SOCI snapshotter in parallel-pull-unpack mode, plus any extra
-    settings (merged one level deep under `settings`, e.g. {"kubernetes": {"image-gc-high-threshold-percent": "85"}})."""
+    settings (merged one level deep under `settings`,
+    e.g. {"kubernetes": {"image-gc-high-threshold-percent": "85"}})."""
     soci.validate()
     settings: dict[str, Any] = {
         "container-runtime": {"snapshotter": "soci"},

@@ -36,8 +36,9 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 # The object would be rejected with these structural errors before any rule ran (strategy.go hasBlockingErr:
 # NotSupported, Required, TooLong, TooMany, TypeInvalid), by the jsonschema keyword that reports them.
@@ -239,7 +240,8 @@ class RuleChecker:
         return problems
 
     def _walk(self, schema: dict[str, Any], location: str, path: str, value: Any, old: Any, out: list[str]) -> None:
-        """`location` is the schema path (as in Rule.location), `path` the object's field path (as the API server prints it)."""
+        """`location` is the schema path (as in Rule.location), `path` the object's field path (as the API server
+        prints it)."""
         if value is None:
             return
         for entry in _node_rules(schema):

@@ -4,7 +4,7 @@ Fetch the CRDs once into a cache (needs network and helm), then validate any syn
 
     helm pull oci://public.ecr.aws/karpenter/karpenter-crd --version 1.14.1 --untar -d ~/.cache/cpu-inference/crds
     helm pull keda --repo https://kedacore.github.io/charts --version 2.20.2 --untar -d ~/.cache/cpu-inference/crds
-    python -m cpu_inference.k8s.crd_validation --crds ~/.cache/cpu-inference/crds --template cdk.out/MyStack.template.json
+    python -m cpu_inference.k8s.crd_validation --crds ~/.cache/cpu-inference/crds --template cdk.out/Stack.template.json
 
 Each object is checked against its CRD's openAPIV3Schema (jsonschema) and then, as the API server does,
 against the CRD's CEL rules (`x-kubernetes-validations`, evaluated by crd_cel.py after schema defaulting;
@@ -20,8 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import yaml
 

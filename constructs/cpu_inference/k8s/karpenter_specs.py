@@ -14,8 +14,9 @@ preferred with On-Demand fallback"; no second pool or weight trick is needed.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 NODEPOOL_API = "karpenter.sh/v1"
 NODECLASS_API = "karpenter.k8s.aws/v1"
@@ -115,9 +116,8 @@ class Requirement:
             raise ValueError(f"requirement {self.key}: operator {self.operator!r} is not one of {OPERATORS}")
         if self.operator == "In" and not self.values:
             raise ValueError(f"requirement {self.key}: operator In needs at least one value")
-        if self.operator in ("Gt", "Lt", "Gte", "Lte"):
-            if len(self.values) != 1 or not self.values[0].isdigit():
-                raise ValueError(f"requirement {self.key}: operator {self.operator} needs exactly one non-negative integer value")
+        if self.operator in ("Gt", "Lt", "Gte", "Lte") and (len(self.values) != 1 or not self.values[0].isdigit()):
+            raise ValueError(f"requirement {self.key}: operator {self.operator} needs exactly one non-negative integer value")
         if self.min_values is not None and self.operator == "In" and len(self.values) < self.min_values:
             raise ValueError(f"requirement {self.key}: minValues {self.min_values} exceeds the {len(self.values)} values listed")
 

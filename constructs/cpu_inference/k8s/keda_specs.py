@@ -223,7 +223,7 @@ def llama_queue_scaled_object(
     """The llama-server queue-depth ScaledObject: triggers `running` and `waiting` summed over the series
     matching `series_labels` (e.g. {"namespace": "inference", "app": "smollm2"}), combined by `modifiers`."""
     sel = _selector(series_labels)
-    common = {"server_address": server_address, "aws_region": aws_region, "authentication_ref": authentication_ref}
+    common: dict[str, Any] = {"server_address": server_address, "aws_region": aws_region, "authentication_ref": authentication_ref}
     return ScaledObjectSpec(
         name=name,
         namespace=namespace,

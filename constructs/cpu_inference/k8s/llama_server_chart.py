@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 import cdk8s
 import cdk8s_plus_27 as kplus
@@ -35,7 +36,13 @@ from constructs import Construct
 
 from .. import sizing
 from .karpenter_specs import POOL_LABEL
-from .keda_specs import DEFAULT_ACTIVATION, PrometheusTrigger, ScaledObjectSpec, ScalingModifiers, llama_queue_scaled_object
+from .keda_specs import (
+    DEFAULT_ACTIVATION,
+    PrometheusTrigger,
+    ScaledObjectSpec,
+    ScalingModifiers,
+    llama_queue_scaled_object,
+)
 from .metrics_proxy import METRICS_PORT, SIDECAR_CPU, SIDECAR_MEMORY_BYTES, metrics_proxy_container
 from .model_fetch import COMMAND as FETCH_COMMAND
 from .model_fetch import CRT_MEMORY_LIMIT_GIB, DEFAULT_DOWNLOADER_IMAGE, FETCH_MEMORY_LIMIT_MIB
@@ -256,10 +263,10 @@ def plan(model: ModelWorkload, node_families: tuple[str, ...] = ServingPolicy.no
             )
         return s
     candidates = [it for it in sizing.CATALOG.values() if it.family in node_families]
-    s = sizing.smallest_fitting(model.spec, candidates, target="eks", cpu=cpu)
-    if s is None:
+    fitting = sizing.smallest_fitting(model.spec, candidates, target="eks", cpu=cpu)
+    if fitting is None:
         raise ValueError(f"ModelWorkload {model.name!r}: no {list(node_families)} instance fits {cpu:g} vCPU and the model's memory — add a bigger family")
-    return s
+    return fitting
 
 
 def startup_budget_seconds(weights_bytes: int) -> int:
@@ -317,7 +324,7 @@ class LlamaServerChart(cdk8s.Chart):
         cpu = kplus.Cpu.millis(int(s.cpu_request * 1000))
         models_volume = kplus.Volume.from_empty_dir(self, "ModelsVolume", "models", size_limit=cdk8s.Size.gibibytes(disk_gib))
         tmp_volume = kplus.Volume.from_empty_dir(self, "TmpVolume", "tmp", size_limit=cdk8s.Size.gibibytes(1))
-        health = dict(port=ENGINE_PORT)
+        health: dict[str, Any] = dict(port=ENGINE_PORT)
         engine = kplus.ContainerProps(
             name=ENGINE_CONTAINER,
             image=m.image,

@@ -8,9 +8,9 @@ CLI's container credential provider reads the agent's URI and token file the Pod
 The file lands as `<name>.part` in an emptyDir and becomes `<name>` only after its size and sha256 match:
 the engine never sees a truncated or altered model. Expected values come from the props — for a ModelArtifact,
 MODEL_SHA256 is the digest its copy verified (a CloudFormation attribute) and MODEL_URI its commit-pinned key,
-so every pod checks for the bytes the first one got — or else from the object itself (`ContentLength` and the `sha256` metadata the ModelArtifact copy job writes after
-verifying the Hub's digest). A restart of the pod's sandbox that keeps the emptyDir re-verifies the file
-and skips the download.
+so every pod checks for the bytes the first one got — or else from the object itself (`ContentLength` and the
+`sha256` metadata the ModelArtifact copy job writes after verifying the Hub's digest). A restart of the pod's
+sandbox that keeps the emptyDir re-verifies the file and skips the download.
 
 The script is POSIX sh (the CLI image is Amazon Linux with coreutils); tests run it for real against a
 local S3 (moto) with the same environment the manifest carries.

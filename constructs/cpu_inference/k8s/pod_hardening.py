@@ -8,7 +8,8 @@ no ALL) and `seccompProfile: RuntimeDefault` (no prop), which are patched in her
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import cdk8s
 import cdk8s_plus_27 as kplus

@@ -10,7 +10,8 @@ The rules follow https://kubernetes.io/docs/concepts/security/pod-security-stand
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 RESTRICTED_VOLUME_TYPES = frozenset({"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"})
 BASELINE_CAPABILITIES = frozenset({

@@ -16,8 +16,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import cdk8s
 import cdk8s_plus_27 as kplus
@@ -26,6 +27,7 @@ from constructs import Construct
 from .keda_specs import PrometheusTrigger, ScaledObjectSpec
 from .llama_server_chart import COMPONENT as MODEL_COMPONENT
 from .llama_server_chart import ENGINE_PORT, ROUTER_COMPONENT, KedaSource, download_egress
+from .metrics_proxy import METRICS_PORT, metrics_proxy_container
 from .pod_hardening import (
     ARCHITECTURES,
     add_spread,
@@ -37,7 +39,6 @@ from .pod_hardening import (
     tolerate,
     unmanaged_replicas,
 )
-from .metrics_proxy import METRICS_PORT, metrics_proxy_container
 from .scrape import scrape_annotations
 
 ROUTER_PORT = 8000
@@ -181,7 +182,7 @@ class RouterChart(cdk8s.Chart):
             volumes.append(key_volume)
             mounts.append(kplus.VolumeMount(path=API_KEY_DIR, volume=key_volume, read_only=True))
         mem = cdk8s.Size.mebibytes(props.memory_mib)
-        probe = dict(port=ROUTER_PORT, timeout_seconds=cdk8s.Duration.seconds(3))
+        probe: dict[str, Any] = dict(port=ROUTER_PORT, timeout_seconds=cdk8s.Duration.seconds(3))
         container = kplus.ContainerProps(
             name="router",
             image=props.image,

@@ -7,7 +7,16 @@ from typing import Literal
 
 from constructs import Construct
 
-from ..eks import InferenceCluster, InferenceClusterProps, Karpenter, KarpenterProps, Keda, KedaProps, Metrics, MetricsProps
+from ..eks import (
+    InferenceCluster,
+    InferenceClusterProps,
+    Karpenter,
+    KarpenterProps,
+    Keda,
+    KedaProps,
+    Metrics,
+    MetricsProps,
+)
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,9 @@ _ENDPOINT = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 class EscalationTarget:
     """kind: `openai` (url, optional model_id, optional api_key_secret_name: a Secrets Manager secret with the
     key, which the router reads at run time — encrypted with the account's aws/secretsmanager key, or grant
-    kms:Decrypt on your key to the router role), `sagemaker` (endpoint_name of an existing endpoint), `bedrock` (model_id: a foundation-model id), or
-    `model` (model: the name of a self-hosted model of the pattern with role llm)."""
+    kms:Decrypt on your key to the router role), `sagemaker` (endpoint_name of an existing endpoint), `bedrock`
+    (model_id: a foundation-model id), or `model` (model: the name of a self-hosted model of the pattern with role
+    llm)."""
 
     kind: Literal["openai", "sagemaker", "bedrock", "model"]
     url: str | None = None

@@ -3,6 +3,8 @@ read config.yaml, the app does, through these pure functions."""
 
 from __future__ import annotations
 
+from typing import Literal, cast
+
 from ..config import Config, model_spec
 from ..eks import InferenceClusterProps
 from .deployment import DeploymentProps, SageMakerSettings
@@ -53,7 +55,8 @@ def platform_props(config: Config) -> EksPlatformProps:
 def deployment_props(config: Config) -> DeploymentProps:
     return DeploymentProps(
         models=served_models(config),
-        target=config.target,
+        # The config schema's use_enum_values stores the enum's value: at run time this is already the plain string.
+        target=cast(Literal["eks", "sagemaker"], config.target),
         platform=platform_props(config),
         sagemaker=SageMakerSettings(
             network_isolation=config.sagemaker.network_isolation,
@@ -69,7 +72,8 @@ def slm_prefilter_props(config: Config) -> SlmPrefilterProps:
     return SlmPrefilterProps(
         deployment=deployment_props(config),
         escalation=EscalationTarget(
-            kind=e.kind, url=e.url, api_key_secret_name=e.api_key_secret_name, endpoint_name=e.endpoint_name,
+            kind=cast(Literal["openai", "sagemaker", "bedrock", "model"], e.kind),  # a str too (use_enum_values)
+            url=e.url, api_key_secret_name=e.api_key_secret_name, endpoint_name=e.endpoint_name,
             model_id=e.model_id, model=e.model,
         ),
         router=RouterSettings(

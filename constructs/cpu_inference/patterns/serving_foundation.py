@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 from constructs import Construct
 
+from .._resources import ROUTER, runtime_dir
 from ..artifacts import ModelArtifact, ModelArtifactProps, ModelBucket, ModelBucketProps
 from ..images import LlamaCppImage, LlamaCppImageProps
-from .._resources import ROUTER, runtime_dir
 from .served_model import ServedModel
 
 # The router/gateway image is built by the same native multi-arch pipeline; it carries no engine pin.

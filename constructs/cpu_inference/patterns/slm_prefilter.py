@@ -9,8 +9,9 @@ from typing import Any
 import aws_cdk as cdk
 from constructs import Construct
 
+from ..eks import InferenceWorkloads
 from ..k8s.router_chart import RouterChartProps
-from ..sagemaker import RouterEndpoint, RouterEndpointProps
+from ..sagemaker import GravitonEndpoint, RouterEndpoint, RouterEndpointProps
 from ..slm_context import prefilter_router_config
 from .deployment import DeploymentProps, eks_workloads, endpoints, served_policy
 from .eks_platform import EksPlatform
@@ -90,8 +91,8 @@ class SlmPrefilter(Construct):
             props=ServingFoundationProps(models=d.models, bucket=d.bucket, engine_image=d.engine_image, router_image=d.router_image),
         )
         self.platform: EksPlatform | None = None
-        self.workloads = None
-        self.endpoints = {}
+        self.workloads: InferenceWorkloads | None = None
+        self.endpoints: dict[str, GravitonEndpoint] = {}
         self.router_endpoint: RouterEndpoint | None = None
         if d.target == "eks":
             self._on_eks(props)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_applicationautoscaling as appscaling

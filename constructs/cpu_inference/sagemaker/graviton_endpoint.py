@@ -53,8 +53,9 @@ class GravitonEndpoint(Construct):
     """Attributes: props, settings (EngineSettings: sizing, queue depth, cache), sizing, environment (the
     container's), image_uri, model_data_uri, key, role (= grant_principal), log_group, security_groups,
     capture_bucket (or None), model (CfnModel), endpoint_config (CfnEndpointConfig), endpoint (CfnEndpoint),
-    endpoint_name, endpoint_arn, variant_name, target_concurrency, volume_size_gb (ML storage volume, GB; None on instance-storage types), scalable_target / scaling_policy (or None),
-    monitoring (EndpointMonitoring), alarms, dashboard."""
+    endpoint_name, endpoint_arn, variant_name, target_concurrency, volume_size_gb (ML storage volume, GB; None on
+    instance-storage types), scalable_target / scaling_policy (or None), monitoring (EndpointMonitoring), alarms,
+    dashboard."""
 
     def __init__(self, scope: Construct, id: str, *, props: GravitonEndpointProps) -> None:
         super().__init__(scope, id)

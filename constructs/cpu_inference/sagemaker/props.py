@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
@@ -18,7 +19,9 @@ from aws_cdk import aws_sns as sns
 from .. import sizing
 from ..artifacts import ModelArtifact
 from ..images import LlamaCppImage
-from .endpoint_parts import SAGEMAKER_FAMILIES as SAGEMAKER_FAMILIES  # re-exported: the catalog families SageMaker offers
+from .endpoint_parts import (
+    SAGEMAKER_FAMILIES as SAGEMAKER_FAMILIES,  # re-exported: the catalog families SageMaker offers
+)
 from .endpoint_parts import EndpointPropsBase
 from .engine_settings import COMPUTED_KEYS, VOLUME_MAX_GB, required_volume_gb
 
@@ -315,7 +318,7 @@ class GravitonEndpointProps(EndpointPropsBase):
     @classmethod
     def for_served_model(
         cls,
-        served: "ServedModel",
+        served: ServedModel,
         *,
         model: ModelArtifact | str,
         image: LlamaCppImage | EngineImage,
@@ -323,7 +326,7 @@ class GravitonEndpointProps(EndpointPropsBase):
         network_isolation: bool = True,
         data_capture_percent: int = 0,
         **overrides: Any,
-    ) -> "GravitonEndpointProps":
+    ) -> GravitonEndpointProps:
         """Props for a pattern's ServedModel (config.yaml → served_models): name, spec, instance type and
         replicas come from it; the config's slo.p95_latency_ms, sagemaker.network_isolation and
         sagemaker.data_capture_percent map to the keyword arguments; anything else via `overrides`."""

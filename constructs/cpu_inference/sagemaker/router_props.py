@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
@@ -82,19 +83,19 @@ class RouterEscalation:
     api_key_secret: secretsmanager.ISecret | str | None = None
 
     @classmethod
-    def sagemaker(cls, endpoint: GravitonEndpoint | str, *, model_id: str | None = None) -> "RouterEscalation":
+    def sagemaker(cls, endpoint: GravitonEndpoint | str, *, model_id: str | None = None) -> RouterEscalation:
         return cls(kind="sagemaker", endpoint=endpoint, model_id=model_id)
 
     @classmethod
-    def bedrock(cls, model_id: str) -> "RouterEscalation":
+    def bedrock(cls, model_id: str) -> RouterEscalation:
         return cls(kind="bedrock", model_id=model_id)
 
     @classmethod
-    def openai(cls, url: str, *, model_id: str | None = None, api_key_secret: secretsmanager.ISecret | str | None = None) -> "RouterEscalation":
+    def openai(cls, url: str, *, model_id: str | None = None, api_key_secret: secretsmanager.ISecret | str | None = None) -> RouterEscalation:
         return cls(kind="openai", url=url, model_id=model_id, api_key_secret=api_key_secret)
 
     @classmethod
-    def for_target(cls, target: "EscalationTarget", endpoints: Mapping[str, GravitonEndpoint]) -> "RouterEscalation":
+    def for_target(cls, target: EscalationTarget, endpoints: Mapping[str, GravitonEndpoint]) -> RouterEscalation:
         """From the pattern's EscalationTarget (config.yaml `escalation`): kind `model` is the GravitonEndpoint
         of that model (`endpoints[name]`)."""
         if target.kind == "model":
@@ -324,7 +325,7 @@ class RouterEndpointProps(EndpointPropsBase):
         for i, shot in enumerate(self.few_shot):
             if set(shot) != {"text", "label"} or shot["label"] not in labels or not str(shot["text"]).strip():
                 raise ValueError(f"{p}.few_shot[{i}] needs exactly the keys text (non-empty) and label (one of {labels}), got {dict(shot)!r}")
-        if not self.few_shot and not BUILTIN_FEW_SHOT_LABELS <= set(labels):
+        if not self.few_shot and not set(labels) >= BUILTIN_FEW_SHOT_LABELS:
             raise ValueError(f"{p}.few_shot: labels {labels} need their own examples — the router's built-in ones are labelled simple/complex")
         if self.max_in_flight < 1:
             raise ValueError(f"{p}.max_in_flight must be >= 1, got {self.max_in_flight}")
@@ -345,14 +346,14 @@ class RouterEndpointProps(EndpointPropsBase):
     @classmethod
     def for_prefilter(
         cls,
-        settings: "RouterSettings",
-        escalation: "EscalationTarget",
+        settings: RouterSettings,
+        escalation: EscalationTarget,
         *,
         slm: GravitonEndpoint | str,
         image: LlamaCppImage | EngineImage,
         endpoints: Mapping[str, GravitonEndpoint] | None = None,
         **overrides: Any,
-    ) -> "RouterEndpointProps":
+    ) -> RouterEndpointProps:
         """Props from the SLM pre-filter pattern's RouterSettings and EscalationTarget (config.yaml `router` and
         `escalation`): labels, threshold, few-shot and replicas → min/max_capacity; `endpoints` (name →
         GravitonEndpoint) resolves escalation kind `model`. Anything else via `overrides`."""

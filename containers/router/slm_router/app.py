@@ -13,7 +13,7 @@ def build(cfg: Config) -> Front:
 
         return GatewayServer(cfg, GatewayMetrics([m.name for m in cfg.gateway.models]))
     from .backends import make_llm, make_slm
-    from .classifier import Classifier
+    from .classifier import Classifier, Transport
     from .client import HttpClient
     from .metrics import Metrics
     from .router import Router
@@ -22,9 +22,10 @@ def build(cfg: Config) -> Front:
     metrics = Metrics(cfg.labels)
     slm = make_slm(cfg)
     if cfg.slm_endpoint_name:
-        from .aws import SageMakerTransport
+        from .aws import SageMakerBackend, SageMakerTransport
 
-        classify_client = SageMakerTransport(slm)  # the SLM backend's botocore client
+        assert isinstance(slm, SageMakerBackend)  # make_slm's choice for an slm_endpoint_name
+        classify_client: Transport = SageMakerTransport(slm)  # the SLM backend's botocore client
         health = None  # a SageMaker endpoint has no /health for us: readiness follows the SLM's circuit
     else:
         classify_client = HttpClient(cfg.slm_url, connect_timeout=cfg.timeouts.connect_s)

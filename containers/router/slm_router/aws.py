@@ -9,12 +9,14 @@ a generation may already be running, and the router's fallback is the retry.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import time
 import uuid
+from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, AsyncIterator, Callable, Iterable
+from typing import Any
 
 import botocore.session
 from botocore.config import Config as BotoConfig
@@ -85,7 +87,7 @@ async def _call(fn: Callable[..., Any], timeout: float, **kwargs: Any) -> Any:
     loop = asyncio.get_running_loop()
     try:
         return await asyncio.wait_for(loop.run_in_executor(_POOL, lambda: fn(**kwargs)), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise UpstreamError("timeout", f"no answer within {timeout}s") from None
     except (BotoCoreError, ClientError) as e:
         mapped = _mapped(e)
@@ -128,10 +130,8 @@ async def _relay_events(events: Iterable[Any], convert: Callable[[Any], bytes | 
 
 def _closer(stream: Any) -> Callable[[], None]:
     def close() -> None:
-        try:
+        with contextlib.suppress(Exception):
             stream.close()  # unblocks the pump thread
-        except Exception:
-            pass
 
     return close
 
@@ -149,7 +149,7 @@ class SageMakerBackend:
         self.client = client or make_client("sagemaker-runtime", region, endpoint_url, timeouts)
 
     @classmethod
-    def for_escalation(cls, e: Escalation, timeouts: Timeouts) -> "SageMakerBackend":
+    def for_escalation(cls, e: Escalation, timeouts: Timeouts) -> SageMakerBackend:
         return cls(e.endpoint_name, timeouts, upstream="llm", region=e.region, endpoint_url=e.endpoint_url, model_id=e.model_id,
                    inference_component=e.inference_component)
 

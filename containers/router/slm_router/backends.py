@@ -11,8 +11,9 @@ from __future__ import annotations
 import inspect
 import json
 import os
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, Protocol
+from typing import Any, Protocol
 
 from .client import HttpClient, UpstreamError
 from .config import Config, Timeouts

@@ -29,8 +29,9 @@ and TOKENS_PER_PROMPT leave room for other templates (Llama 3.1's adds a ~20-tok
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from .classifier import FULL_LABEL_TOKENS, classification_messages, clip, prefix_messages
 from .config import Config, unvalidated

@@ -16,8 +16,9 @@ import logging
 import math
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from .client import UpstreamError
 from .config import Config
@@ -198,7 +199,7 @@ class Classifier:
         """Learn how many tokens the longest label takes (llama-server POST /tokenize). A shorter generation
         only ever yields a prefix of the label, which read_decision maps back to the label; when the prefix
         still fits several labels, classify() asks again with full room."""
-        counts = []
+        counts: list[int] = []
         for label in self.cfg.labels:
             status, payload = await self.client.post_json("/tokenize", {"content": label}, timeout=self.cfg.timeouts.classify_s)
             if status == 404 and not counts:  # no /tokenize (a SageMaker endpoint serves only /invocations)

@@ -7,7 +7,8 @@ import contextlib
 import json
 import ssl
 import time
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 from urllib.parse import urlsplit
 
 from .http1 import Head, HttpError, encode_request, iter_chunked, iter_length, iter_until_eof, read_head
@@ -40,7 +41,7 @@ class _Conn:
 class Response:
     """A response whose head has arrived; read() or iter() the body exactly once (or close())."""
 
-    def __init__(self, client: "HttpClient", conn: _Conn, head: Head, method: str):
+    def __init__(self, client: HttpClient, conn: _Conn, head: Head, method: str):
         self._client, self._conn, self.head = client, conn, head
         self.status = head.status
         self._no_body = method == "HEAD" or self.status in (204, 304) or 100 <= self.status < 200
@@ -130,7 +131,7 @@ class HttpClient:
         try:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(self.host, self.port, ssl=self.ssl, limit=1 << 16), self.connect_timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise UpstreamError("connect", f"{self.host}:{self.port} connect timed out after {self.connect_timeout}s") from None
         except OSError as e:
             raise UpstreamError("connect", f"{self.host}:{self.port}: {e.strerror or e}") from None
@@ -179,7 +180,7 @@ class HttpClient:
                 if reused and attempt == 0:
                     continue
                 raise UpstreamError("protocol", f"connection closed before a response ({type(e).__name__})") from None
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 conn.close()
                 raise UpstreamError("timeout", f"no response head within {head_timeout}s") from None
             except HttpError as e:
@@ -199,7 +200,7 @@ class HttpClient:
         resp = await self.request("POST", path, json.dumps(payload).encode(), [("Content-Type", "application/json")], head_timeout=timeout)
         try:
             raw = await resp.read(max(0.001, deadline - time.monotonic()))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise UpstreamError("timeout", f"body not complete within {timeout}s") from None
         except (HttpError, asyncio.IncompleteReadError, ConnectionError) as e:
             raise UpstreamError("protocol", f"broken body ({type(e).__name__})") from None

@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 DEFAULT_CONFIG_PATH = "/etc/router/config.json"
 
@@ -125,7 +126,7 @@ class Config:
     max_in_flight: int = 256  # requests in progress beyond this get 429 + Retry-After (overload protection)
     log_level: str = "INFO"
 
-    def validate(self) -> "Config":
+    def validate(self) -> Config:
         if self.mode not in MODES:
             raise ConfigError(f"mode: must be router or gateway, got {self.mode!r}")
         if not 0 < self.listen_port < 65536:
@@ -148,7 +149,7 @@ class Config:
             return self
         return self._validate_router()
 
-    def _validate_router(self) -> "Config":
+    def _validate_router(self) -> Config:
         if self.slm_endpoint_name:
             if not ENDPOINT_NAME.fullmatch(self.slm_endpoint_name):
                 raise ConfigError(f"slm_endpoint_name: must be a SageMaker endpoint name (letters, digits and '-', not first "
@@ -273,9 +274,9 @@ def _typed(value: Any, annotation: Any, key: str) -> Any:
             if not isinstance(value, list):
                 raise ConfigError(f"{key}: must be a list of {shape} objects")
             return tuple(_section(cls, v, f"{key}[{i}]") for i, v in enumerate(value))
-    for cls in (Escalation, Timeouts, Retries, Breaker, Gateway):
-        if ann == cls.__name__:
-            return _section(cls, value, key)
+    for section in (Escalation, Timeouts, Retries, Breaker, Gateway):
+        if ann == section.__name__:
+            return _section(section, value, key)
     raise AssertionError(f"unhandled config type {ann} for {key}")  # pragma: no cover - schema bug
 
 

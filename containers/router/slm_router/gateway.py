@@ -111,7 +111,7 @@ class GatewayServer(Front):
             return await self.relay_stream(answer, out, writer, ka, lambda e: self._stream_broke(model, e))
         try:
             raw = await resp.read(t.total_s)
-        except (asyncio.TimeoutError, HttpError, asyncio.IncompleteReadError, ConnectionError) as e:
+        except (TimeoutError, HttpError, asyncio.IncompleteReadError, ConnectionError) as e:
             resp.close()
             writer.write(self._unavailable(model, f"body not complete ({type(e).__name__})", ka))
             await writer.drain()

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import AsyncIterator
 
 CRLF = b"\r\n"
 LAST_CHUNK = b"0\r\n\r\n"

@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import time
+
 from botocore.exceptions import BotoCoreError, ClientError
 
 from .client import UpstreamError
@@ -41,7 +42,8 @@ def parse_secret(value: str) -> str:
 
 
 class SecretApiKey:
-    """Awaitable key provider for OpenAIBackend(auth=...): `await key()` → the key; `await key.refresh()` after a 401."""
+    """Awaitable key provider for OpenAIBackend(auth=...): `await key()` → the key; `await key.refresh()` after a
+    401."""
 
     def __init__(self, e: Escalation, timeouts: Timeouts):
         from . import aws  # botocore only when a secret is configured

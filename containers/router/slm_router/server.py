@@ -9,14 +9,14 @@ import contextlib
 import json
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from .backends import Answer
 from .client import HttpClient, UpstreamError
 from .http1 import LAST_CHUNK, HttpError, Request, encode_chunk, encode_head, error_body, read_request
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import Metrics
-from .router import BadRequest, NoUpstream, Router, Routed
+from .router import BadRequest, NoUpstream, Routed, Router
 
 log = logging.getLogger("router.http")
 
@@ -106,7 +106,7 @@ class Front:
                     writer.write(error_response(e.status, e.message, keep_alive=False))
                     await writer.drain()
                     return
-                except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError):
+                except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
                     return
                 if req is None:
                     return
@@ -184,7 +184,7 @@ class Front:
         except (ConnectionError, asyncio.CancelledError):
             answer.close()  # the client left: closing upstream stops the generation
             raise
-        except (asyncio.TimeoutError, HttpError, asyncio.IncompleteReadError, UpstreamError) as e:
+        except (TimeoutError, HttpError, asyncio.IncompleteReadError, UpstreamError) as e:
             answer.close()
             on_break(e)
             event = {"error": {"code": 502, "type": "server_error", "message": f"upstream stream broke ({type(e).__name__})"}}
@@ -229,7 +229,7 @@ class RouterServer(Front):
         else:
             try:
                 slm_ok = await self.slm_health.get("/health", timeout=1.0) == 200
-            except (UpstreamError, asyncio.TimeoutError, HttpError, ConnectionError, asyncio.IncompleteReadError):
+            except (TimeoutError, UpstreamError, HttpError, ConnectionError, asyncio.IncompleteReadError):
                 slm_ok = False
         llm_state = self.router.breakers["llm"].state
         ready = slm_ok or llm_state != "open"
