@@ -26,7 +26,6 @@ import http.client
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -40,6 +39,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "constructs")]
 
 from cpu_inference.sizing import InstanceType, ModelSpec, size  # noqa: E402
 from tests.runtime.engine.serving import Endpoint, start_endpoint, stop_endpoint  # noqa: E402
+from tests.support.engine import llama_server_path  # noqa: E402
 
 PROMPTS = [
     "Explain how a heat pump works.", "Write a haiku about autumn rain.", "List three uses of copper.",
@@ -189,14 +189,6 @@ def model_path(name: str) -> Path:
     return smollm2_path() if name == "smollm2" else gemma_path()
 
 
-def engine_binary() -> Path:
-    explicit = os.environ.get("LLAMA_SERVER_BIN")
-    if explicit:
-        return Path(explicit)
-    out = subprocess.run(["bash", str(ROOT / "scripts" / "build_llama_server.sh")], check=True, capture_output=True, text=True)
-    return Path(out.stdout.strip().splitlines()[-1])
-
-
 def start(binary: Path, model: Path, workdir: Path, *, threads: int, slots: int, ctx_per_slot: int, queue: int) -> Endpoint:
     workdir.mkdir(parents=True, exist_ok=True)
     return start_endpoint(
@@ -218,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="write the results here")
     args = ap.parse_args(argv)
 
-    binary = engine_binary()
+    binary = llama_server_path()
     model = args.model_path or model_path(args.model)
     spec = MODELS[args.model]
     sized = size(ModelSpec(**{**asdict(spec), "file_size_bytes": model.stat().st_size}), local_instance(args.cpus), target="sagemaker")

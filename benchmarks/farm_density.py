@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # that cpu_inference's model cache (gemma_path) imports.
 sys.path[:] = [str(ROOT), str(ROOT / "constructs")] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
 
-from tests.support.engine import free_port, wait_healthy  # noqa: E402
+from tests.support.engine import free_port, llama_server_path, wait_healthy  # noqa: E402
 
 from cpu_inference.sizing import GIB, ModelSpec, memory_needed  # noqa: E402
 
@@ -54,14 +54,6 @@ STAND_INS = {
 }
 PROMPTS = ["Why is the sky blue?", "Name three uses of copper.", "What is a prime number?", "Describe rain.",
            "Give one tip for an interview.", "What does a heat pump do?", "Say hello in French.", "Define recursion."]
-
-
-def engine_binary() -> Path:
-    explicit = os.environ.get("LLAMA_SERVER_BIN")
-    if explicit:
-        return Path(explicit)
-    out = subprocess.run(["bash", str(ROOT / "scripts" / "build_llama_server.sh")], check=True, capture_output=True, text=True)
-    return Path(out.stdout.strip().splitlines()[-1])
 
 
 def stand_in_path(name: str) -> Path:
@@ -409,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(stand_ins) - set(STAND_INS))
     if unknown:
         ap.error(f"--stand-ins: unknown {unknown}; choose from {sorted(STAND_INS)}")
-    binary = engine_binary()
+    binary = llama_server_path()
     tmp = None if args.workdir else tempfile.mkdtemp(prefix="farm-density-", dir="/tmp")
     workdir = args.workdir or Path(tmp)
     try:

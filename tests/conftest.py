@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -24,11 +23,9 @@ def repo_root() -> Path:
 @pytest.fixture(scope="session")
 def llama_server_bin() -> Path:
     """llama-server built from the llama-cpp-python sdist pin (cached; `make llama-server` builds it)."""
-    explicit = os.environ.get("LLAMA_SERVER_BIN")
-    if explicit:
-        return Path(explicit)
-    out = subprocess.run(["bash", str(ROOT / "scripts" / "build_llama_server.sh")], check=True, capture_output=True, text=True)
-    return Path(out.stdout.strip().splitlines()[-1])
+    from tests.support.engine import llama_server_path
+
+    return llama_server_path()
 
 
 @pytest.fixture(scope="session")

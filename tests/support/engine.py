@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import time
@@ -9,6 +10,18 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def llama_server_path() -> Path:
+    """$LLAMA_SERVER_BIN, or llama-server built from the one engine pin (cached; one build at a time)."""
+    explicit = os.environ.get("LLAMA_SERVER_BIN")
+    if explicit:
+        return Path(explicit)
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "build_llama_server.sh")], check=True, capture_output=True, text=True)
+    return Path(out.stdout.strip().splitlines()[-1])
 
 
 def free_port() -> int:
