@@ -31,7 +31,7 @@ import pytest
 
 from tests.runtime.router.aws_standin import AwsStandIn
 from tests.runtime.router.harness import ROUTER_DIR, metric, running_router
-from tests.support.engine import free_port, llama_server, wait_healthy
+from tests.support.engine import free_port, llama_server, stop_process, wait_healthy
 from tests.support.rendered import engine_container, router_config_map, sagemaker_environments
 from tests.support.texts import COVERED, GREEK, NOT_COVERED, repeated
 
@@ -95,12 +95,7 @@ class Engine:
         raise TimeoutError(f"SageMaker-mode engine not ready:\n{self.log.read_text(errors='replace')[-2000:]}")
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc, timeout=20)
 
     def refused_context(self) -> bool:
         return "exceeds the available context size" in self.log.read_text(errors="replace")

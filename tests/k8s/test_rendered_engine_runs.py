@@ -30,7 +30,7 @@ import pytest
 from cpu_inference import sizing
 from cpu_inference.k8s.keda_specs import RUNNING_METRIC, WAITING_METRIC
 from cpu_inference.k8s.llama_server_chart import ENGINE_COMMAND, LlamaServerChart, LlamaServerChartProps, ModelWorkload, ServingPolicy
-from tests.support.engine import free_port, wait_healthy
+from tests.support.engine import free_port, stop_process, wait_healthy
 
 pytestmark = pytest.mark.engine
 
@@ -129,10 +129,5 @@ def test_rendered_engine_command_starts_serves_and_exposes_keda_metrics(containe
             assert seen_running == s.slots, f"processing peaked at {seen_running}, slots {s.slots}"
             assert seen_waiting >= 1, "the queued requests never showed in llamacpp:requests_deferred"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
     assert proc.returncode in (0, -15), log.read_text()[-2000:]

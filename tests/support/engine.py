@@ -11,7 +11,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -22,6 +21,16 @@ def llama_server_path() -> Path:
         return Path(explicit)
     out = subprocess.run(["bash", str(ROOT / "scripts" / "build_llama_server.sh")], check=True, capture_output=True, text=True)
     return Path(out.stdout.strip().splitlines()[-1])
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 15) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds; always reaped."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def free_port() -> int:
@@ -56,11 +65,6 @@ def llama_server(binary: Path, model: Path, *args: str, port: int | None = None,
         wait_healthy(base, proc)
         yield base
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
         if log:
             out.close()  # type: ignore[union-attr]

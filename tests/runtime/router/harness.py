@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.engine import free_port
+from tests.support.engine import free_port, stop_process
 
 ROUTER_DIR = Path(__file__).resolve().parents[3] / "containers" / "router"
 if str(ROUTER_DIR) not in sys.path:
@@ -93,12 +93,7 @@ def start_router(cfg: dict[str, Any], workdir: Path, timeout: float = 30, env: d
 
 
 def stop_router(r: RouterProcess) -> None:
-    r.proc.terminate()
-    try:
-        r.proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        r.proc.kill()
-        r.proc.wait()
+    stop_process(r.proc, timeout=30)
 
 
 @contextmanager
