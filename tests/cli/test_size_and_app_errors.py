@@ -49,7 +49,7 @@ def test_cdk_app_reports_config_errors_without_traceback(tmp_path: Path) -> None
     proc = subprocess.run([sys.executable, "apps/app.py"], cwd=ROOT, env=env, capture_output=True, text=True)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
-    assert proc.stderr.strip().splitlines()[-1] == f"{bad}: models: list should have at least 1 item after validation, not 0 — the models to serve"
+    assert proc.stderr.strip().splitlines()[-1] == f"{bad}: models: no model to serve — list models under models: or model_groups:"
 
 
 def test_stacks_lists_the_synthesized_assembly(tmp_path: Path) -> None:

@@ -23,5 +23,9 @@ def run(args: argparse.Namespace) -> int:
         print(w.render(args.config), file=sys.stderr)
     if warnings and args.strict:
         return 2
-    print(f"{args.config}: ok — {config.pattern} on {config.target}, {len(config.models)} model(s)")
+    farm = ""
+    if config.pattern == "model-farm":
+        pooled = sum(1 for m in config.models if config.serving_of(m) == "pool")
+        farm = f": {pooled} in {len(config.farm.pools)} pool(s), {len(config.models) - pooled} dedicated"
+    print(f"{args.config}: ok — {config.pattern} on {config.target}, {len(config.models)} model(s){farm}")
     return 0

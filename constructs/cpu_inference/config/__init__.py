@@ -2,7 +2,10 @@
 
 from .loader import load, parse, warnings_for
 from .problems import ConfigError, Problem
-from .rules import eks_candidates, model_spec, size_model
-from .schema import Config, Model
+from .rules import eks_candidates, model_spec, plan_pool, pool_budget, pool_instance_of, size_model
+from .schema import Config, Farm, FarmPool, Model, ModelGroup
 
-__all__ = ["Config", "ConfigError", "Model", "Problem", "eks_candidates", "load", "model_spec", "parse", "size_model", "warnings_for"]
+__all__ = [
+    "Config", "ConfigError", "Farm", "FarmPool", "Model", "ModelGroup", "Problem", "eks_candidates", "load", "model_spec",
+    "parse", "plan_pool", "pool_budget", "pool_instance_of", "size_model", "warnings_for",
+]

@@ -19,6 +19,11 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     """PyYAML silently keeps the last of two equal keys; a config must not."""
 
 
+class _FastUniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """The same with libyaml's parser when PyYAML has it: a 1,000-model farm parses in ~0.1 s instead of ~0.6 s.
+    Its syntax errors are terser, so a file it refuses is parsed again by _UniqueKeyLoader for the message."""
+
+
 def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
@@ -32,6 +37,7 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
 
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_FastUniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
 def format_path(loc: tuple[Any, ...]) -> str:
@@ -89,11 +95,15 @@ def _problem_from_pydantic(err: Mapping[str, Any]) -> Problem:  # pydantic_core.
     kind = err["type"]
     desc = _description(loc)
     if kind == "extra_forbidden":
+        if loc[:1] == ("model_groups",) and loc[2:] == ("defaults", "name"):
+            return Problem(path, f"a name is per model — give each entry of model_groups[{loc[1]}].models its own name")
         allowed = _allowed_keys(loc)
         close = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.6)
         hint = f"did you mean '{close[0]}'?" if close else f"allowed keys: {', '.join(allowed)}"
         return Problem(path, f"unknown key — {hint}")
     if kind == "missing":
+        if len(loc) > 4 and loc[0] == "model_groups" and loc[2] == "models" and loc[4] != "name":  # merged over defaults
+            return Problem(path, f"required — set it in this entry or in model_groups[{loc[1]}].defaults: {desc or 'add this key'}")
         return Problem(path, f"required — {desc or 'add this key'}")
     msg = err["msg"]
     if kind in ("value_error", "assertion_error"):
@@ -110,7 +120,10 @@ def _problem_from_pydantic(err: Mapping[str, Any]) -> Problem:  # pydantic_core.
 def parse(text: str, filename: str = "config.yaml") -> Config:
     """Parse YAML text into a Config, raising ConfigError with every problem found (never a traceback)."""
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - SafeLoader subclass
+        try:
+            data = yaml.load(text, Loader=_FastUniqueKeyLoader)  # noqa: S506 - (C)SafeLoader subclass
+        except yaml.YAMLError:
+            data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -4,11 +4,12 @@ for CPU inference (warnings: where a GPU or an offline design is the better answ
 from __future__ import annotations
 
 import difflib
+import math
 
-from .. import sizing
+from .. import pool_sizing, sizing
 from ..slm_context import decision_config, slm_context_per_slot
 from .problems import Problem
-from .schema import Config, Model
+from .schema import Config, FarmPool, Model
 
 
 def model_spec(m: Model, config: Config | None = None) -> sizing.ModelSpec:
@@ -43,6 +44,29 @@ def slm_context_need(config: Config) -> int:
 
 def sagemaker_instance_of(config: Config, m: Model) -> str:
     return m.instance_type or config.sagemaker.instance_type
+
+
+def pool_instance_of(config: Config, pool: FarmPool) -> str:
+    """SageMaker: the instance type of the pool's multi-model endpoint."""
+    return pool.instance_type or config.sagemaker.instance_type
+
+
+def pool_budget(config: Config, pool: FarmPool) -> tuple[float, int]:
+    """(vCPUs, memory bytes) of one pool replica: on EKS the pool's cpu and memory_gib (the pod's resources); on
+    SageMaker the instance's vCPUs and usable memory (a multi-model endpoint owns its instance)."""
+    if config.target == "sagemaker":
+        it = sizing.instance(pool_instance_of(config, pool))
+        return float(it.vcpus), sizing.usable_memory_bytes(it, target="sagemaker")
+    return pool.cpu, int(pool.memory_gib * sizing.GIB)
+
+
+def plan_pool(config: Config, pool: FarmPool) -> pool_sizing.PoolPlan | None:
+    """The sizing of `pool` for the models it serves (None when it serves none)."""
+    models = config.pool_models(pool.name)
+    if not models:
+        return None
+    cpu, memory = pool_budget(config, pool)
+    return pool_sizing.pool_plan({m.name: model_spec(m, config) for m in models}, cpu=cpu, memory_bytes=memory, models_max=pool.models_max)
 
 
 def eks_candidates(config: Config) -> list[sizing.InstanceType]:
@@ -86,12 +110,36 @@ def check(config: Config) -> list[Problem]:
     problems: list[Problem] = []
     problems += _check_instances(config)
     if any(p.severity == "error" for p in problems):
-        return problems  # fit checks need valid instance types
+        return _collapse_defaults(problems)  # fit checks need valid instance types
+    problems += _check_serving(config)
+    if any(p.severity == "error" for p in problems):
+        return _collapse_defaults(problems)  # pool fit needs every pooled model in an existing pool
     problems += _check_fit(config)
+    problems += _check_pools(config)
     problems += _check_pattern(config)
     problems += _check_slm_context(config)
     problems += _decision_framework(config)
-    return problems
+    return _collapse_defaults(problems)
+
+
+def _collapse_defaults(problems: list[Problem]) -> list[Problem]:
+    """A key a group's defaults set is wrong for each of its models: say it once at the defaults, with the count."""
+    first: dict[tuple[str, str], int] = {}
+    repeats: dict[tuple[str, str], int] = {}
+    out: list[Problem] = []
+    for p in problems:
+        key = (p.path, p.severity)
+        if ".defaults" not in p.path:
+            out.append(p)
+        elif key in first:
+            repeats[key] = repeats.get(key, 0) + 1
+        else:
+            first[key] = len(out)
+            out.append(p)
+    for key, n in repeats.items():
+        p = out[first[key]]
+        out[first[key]] = Problem(p.path, f"{p.message} (and {n} more model{'s' if n > 1 else ''} of this group)", p.severity)
+    return out
 
 
 def _check_instances(config: Config) -> list[Problem]:
@@ -102,7 +150,13 @@ def _check_instances(config: Config) -> list[Problem]:
             out.append(_not_hosted("sagemaker.instance_type", config.sagemaker.instance_type, sm_types))
         for i, m in enumerate(config.models):
             if m.instance_type and m.instance_type not in sm_types:
-                out.append(_not_hosted(f"models[{i}].instance_type", m.instance_type, sm_types))
+                out.append(_not_hosted(config.key_path(i, "instance_type"), m.instance_type, sm_types))
+        if config.pattern == "model-farm":
+            for k, pool in enumerate(config.farm.pools):
+                if pool.instance_type and pool.instance_type not in sm_types:
+                    # A multi-model endpoint takes any CPU hosting type: "Multi-model endpoints support all of the CPU
+                    # instance types" (docs.aws.amazon.com/sagemaker/latest/dg/multi-model-support.html).
+                    out.append(_not_hosted(f"farm.pools[{k}].instance_type", pool.instance_type, sm_types))
     eks = config.eks
     for i, fam in enumerate(eks.instance_families):
         if fam not in sizing.FAMILIES:
@@ -123,46 +177,49 @@ def _check_instances(config: Config) -> list[Problem]:
 
 
 def _check_fit(config: Config) -> list[Problem]:
+    """Dedicated models on their own endpoint / node (pooled ones: _check_pools)."""
     out: list[Problem] = []
     for i, m in enumerate(config.models):
+        if config.serving_of(m) == "pool":
+            continue
         spec = model_spec(m, config)
         if config.target == "sagemaker":
             if m.replicas.min < 1:
-                out.append(Problem(f"models[{i}].replicas.min", "0 is not possible on a SageMaker real-time endpoint — use 1 or more (or target: eks to scale to zero)"))
+                out.append(Problem(config.key_path(i, "replicas") + ".min", "0 is not possible on a SageMaker real-time endpoint — use 1 or more (or target: eks to scale to zero)"))
             s = size_model(config, m)
             assert s is not None
             if not s.fits:
                 bigger = sizing.smallest_fitting(spec, [it for it in sizing.CATALOG.values() if it.sagemaker], target="sagemaker")
                 fix = f"use a larger instance such as {bigger.instance.sagemaker_name}" if bigger else "use a smaller model or quantization"
                 out.append(Problem(
-                    f"models[{i}]",
+                    config.model_path(i),
                     f"{m.name} ({m.parameters_billions:g}B {m.quantization}) needs {_gib(s.memory_needed_bytes)} but {sagemaker_instance_of(config, m)} has {_gib(s.memory_available_bytes)} usable — {fix}",
                 ))
             continue
         candidates = eks_candidates(config)
         largest_cpu = max(sizing.usable_vcpus(it, target="eks") for it in candidates)
         if m.cpu is not None and m.cpu > largest_cpu:
-            out.append(Problem(f"models[{i}].cpu", f"{m.cpu:g} vCPUs is more than the largest allowed node can give ({largest_cpu:.1f}) — lower cpu or allow larger instance types"))
+            out.append(Problem(config.key_path(i, "cpu"), f"{m.cpu:g} vCPUs is more than the largest allowed node can give ({largest_cpu:.1f}) — lower cpu or allow larger instance types"))
             continue
         if m.cpu is not None:
-            out += _cpu_just_over_a_node(i, m.cpu, candidates)
+            out += _cpu_just_over_a_node(config.key_path(i, "cpu"), m.cpu, candidates)
         if size_model(config, m) is None:
             biggest = max(candidates, key=lambda it: (it.memory_gib, it.vcpus))
             s = sizing.size(spec, biggest, target="eks", cpu=m.cpu)
             if s.memory_needed_bytes <= s.memory_available_bytes:
                 out.append(Problem(
-                    f"models[{i}].cpu",
+                    config.key_path(i, "cpu"),
                     f"{m.name} gets {s.cpu_request:g} vCPUs per replica but the largest allowed node gives {s.cpu_available:g} — set a lower cpu or allow larger instance types",
                 ))
             else:
                 out.append(Problem(
-                    f"models[{i}]",
+                    config.model_path(i),
                     f"{m.name} ({m.parameters_billions:g}B {m.quantization}) needs {_gib(s.memory_needed_bytes)}, more than the largest allowed node ({biggest.name}, {_gib(s.memory_available_bytes)} allocatable) — allow r-family or larger instance types, or a smaller quantization",
                 ))
     return out
 
 
-def _cpu_just_over_a_node(i: int, cpu: float, candidates: list[sizing.InstanceType]) -> list[Problem]:
+def _cpu_just_over_a_node(path: str, cpu: float, candidates: list[sizing.InstanceType]) -> list[Problem]:
     """A request equal to a node's vCPU count never fits that node (allocatable = vCPUs − kube-reserved −
     DaemonSets, sizing.usable_vcpus), so Karpenter launches the next size up and half of it idles."""
     near = [it for it in candidates if sizing.usable_vcpus(it, target="eks") < cpu <= it.vcpus]
@@ -171,7 +228,7 @@ def _cpu_just_over_a_node(i: int, cpu: float, candidates: list[sizing.InstanceTy
     it = min(near, key=lambda x: (x.vcpus, x.memory_gib))
     usable = sizing.usable_vcpus(it, target="eks")
     return [Problem(
-        f"models[{i}].cpu",
+        path,
         f"{cpu:g} vCPUs does not fit a {it.vcpus}-vCPU node such as {it.name} ({usable:.2f} allocatable), so every replica takes a larger node — use cpu: {int(usable)} to fit it",
         severity="warning",
     )]
@@ -205,7 +262,7 @@ def _check_pattern(config: Config) -> list[Problem]:
     else:
         for i, m in enumerate(config.models):
             if roles[m.name] != "farm":
-                out.append(Problem(f"models[{i}].role", f"{roles[m.name]} is for slm-prefilter — use role: farm (or leave it out) in a model farm"))
+                out.append(Problem(config.key_path(i, "role"), f"{roles[m.name]} is for slm-prefilter — use role: farm (or leave it out) in a model farm"))
         if config.escalation is not None:
             out.append(Problem("escalation", "only slm-prefilter escalates — remove escalation or use pattern: slm-prefilter", "warning"))
     return out
@@ -225,9 +282,9 @@ def _check_slm_context(config: Config) -> list[Problem]:
         if not _is_router_slm(config, m):
             continue
         if m.context_per_slot is not None and m.context_per_slot < need:
-            out.append(Problem(f"models[{i}].context_per_slot", f"{m.context_per_slot} is too small: {why} — remove context_per_slot (sizing then uses {need}) or set it ≥ {need}"))
+            out.append(Problem(config.key_path(i, "context_per_slot"), f"{m.context_per_slot} is too small: {why} — remove context_per_slot (sizing then uses {need}) or set it ≥ {need}"))
         elif m.context_window < need:
-            out.append(Problem(f"models[{i}].context_window", f"{m.context_window} is too small: {why} — raise context_window to ≥ {need} (within the model's trained context) or lower router.classify_max_chars"))
+            out.append(Problem(config.key_path(i, "context_window"), f"{m.context_window} is too small: {why} — raise context_window to ≥ {need} (within the model's trained context) or lower router.classify_max_chars"))
     return out
 
 
@@ -235,16 +292,122 @@ def _decision_framework(config: Config) -> list[Problem]:
     """AWS guidance for CPU inference: warnings where the design is likely wrong for a CPU."""
     out: list[Problem] = []
     for i, m in enumerate(config.models):
-        p = f"models[{i}]"
+        p = config.model_path(i)
         b = m.parameters_billions
         if b >= 70 and m.task != "batch":
             out.append(Problem(p, f"{b:g}B on CPU serves ~1–5 tok/s and needs > 40 GB at Q4 — use CPU only offline (task: batch), or a GPU for online traffic", "warning"))
         elif 8 <= b < 70 and m.task not in ("batch",):
             out.append(Problem(p, f"{b:g}B on CPU suits batch/async use — for interactive p95 targets prefer ≤ 8B or a GPU", "warning"))
         if m.quantization in ("BF16", "F16", "F32") and b >= 7:
-            out.append(Problem(f"{p}.quantization", f"{m.quantization} for a {b:g}B model is ~4–5× slower than Q4_K_M on CPU — use Q4_K_M (default), Q5_K_M or Q8_0", "warning"))
+            out.append(Problem(config.key_path(i, "quantization"), f"{m.quantization} for a {b:g}B model is ~4–5× slower than Q4_K_M on CPU — use Q4_K_M (default), Q5_K_M or Q8_0", "warning"))
     if config.slo.p95_latency_ms < 50:
         out.append(Problem("slo.p95_latency_ms", f"{config.slo.p95_latency_ms} ms p95 is below what CPU inference reaches (100–500 ms) — consider a GPU", "warning"))
     if config.slo.peak_requests_per_second > 100:
         out.append(Problem("slo.peak_requests_per_second", f"{config.slo.peak_requests_per_second:g} req/s sustained per endpoint exceeds the CPU sweet spot (< 100) — consider a GPU or sharding", "warning"))
     return out
+
+
+def _check_serving(config: Config) -> list[Problem]:
+    """serving: and pool: of each model, and the pools' own keys (names, replication, SageMaker's instance floor)."""
+    out: list[Problem] = []
+    farm = config.pattern == "model-farm"
+    pools = config.farm.pools
+    names = [p.name for p in pools]
+    if not farm:
+        if "farm" in config.model_fields_set:
+            out.append(Problem("farm", "only pattern model-farm has pools — remove farm or use pattern: model-farm", "warning"))
+    else:
+        seen: set[str] = set()
+        for k, pool in enumerate(pools):
+            if pool.name in seen:
+                out.append(Problem(f"farm.pools[{k}].name", f"pool name {pool.name!r} appears twice — pool names must be unique"))
+            seen.add(pool.name)
+            if config.target == "eks" and pool.replication > pool.replicas.max:  # SageMaker routes an MME's invocations itself
+                out.append(Problem(f"farm.pools[{k}].replication", f"{pool.replication} is more than the pool's replicas.max ({pool.replicas.max}): each model is routed to `replication` distinct replicas — lower replication or raise replicas.max"))
+            if config.target == "sagemaker" and pool.replicas.min < 1:
+                # botocore sagemaker ProductionVariant.InitialInstanceCount (shape InitialTaskCount): min 1.
+                out.append(Problem(f"farm.pools[{k}].replicas.min", "0 is not possible on a SageMaker multi-model endpoint (InitialInstanceCount ≥ 1) — use 1 or more (or target: eks to scale a pool to zero)"))
+            if config.target == "eks" and pool.instance_type:
+                out.append(Problem(f"farm.pools[{k}].instance_type", "only used on SageMaker (on EKS a pool replica is a pod of cpu and memory_gib) — remove it or use target: sagemaker", "warning"))
+    for i, m in enumerate(config.models):
+        serving = config.serving_of(m)
+        if m.serving == "pool" and not (farm and config.role_of(m) == "farm"):
+            why = "pattern is slm-prefilter" if not farm else f"its role is {config.role_of(m)}"
+            out.append(Problem(config.key_path(i, "serving"), f"pool serving is only for farm models of pattern model-farm ({why}) — remove serving (the model gets its own replicas) or use pattern: model-farm"))
+            continue
+        if m.pool is not None and serving != "pool":
+            out.append(Problem(config.key_path(i, "pool"), f"{m.name} is served dedicated, so pool {m.pool!r} is not used — remove pool, or set serving: pool (model-farm only)"))
+            continue
+        if serving != "pool":
+            continue
+        if m.pool is not None and m.pool not in names:
+            close = difflib.get_close_matches(m.pool, names, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]!r}?" if close else f"use one of {', '.join(names)} or add it to farm.pools"
+            out.append(Problem(config.key_path(i, "pool"), f"{m.pool!r} is not a pool in farm.pools — {hint}"))
+            continue
+        own = config.pool_of(m)
+        assert own is not None
+        k = names.index(own.name)
+        if config.target == "sagemaker" and m.instance_type:
+            out.append(Problem(
+                config.key_path(i, "instance_type"),
+                f"{m.name} is served by pool {own.name!r}, one multi-model endpoint on {pool_instance_of(config, own)} (farm.pools[{k}].instance_type) — remove instance_type from the model, set it on the pool, or set serving: dedicated for an endpoint of its own",
+            ))
+        for key, what in (("replicas", "its pool's replicas scale"), ("cpu", "its pool's cpu is shared by the loaded models")):
+            if key in m.model_fields_set:
+                out.append(Problem(config.key_path(i, key), f"not used for a pooled model ({what}: farm.pools[].{key}) — remove it, or set serving: dedicated to give the model replicas of its own", "warning"))
+    return out
+
+
+def _check_pools(config: Config) -> list[Problem]:
+    """Each pool replica fits a node (EKS), and each pooled model fits its pool's memory on its own."""
+    if config.pattern != "model-farm":
+        return []
+    out: list[Problem] = []
+    index = {m.name: i for i, m in enumerate(config.models)}
+    for k, pool in enumerate(config.farm.pools):
+        if config.target == "eks":
+            out += _pool_fits_a_node(config, k, pool)
+        plan = plan_pool(config, pool)
+        if plan is None:
+            if "farm" in config.model_fields_set:
+                out.append(Problem(f"farm.pools[{k}]", f"pool {pool.name!r} serves no model — remove it or set pool: {pool.name} on models", "warning"))
+            continue
+        room = plan.memory_bytes - pool_sizing.ROUTER_RSS_BYTES
+        for name, slots in plan.per_model.items():
+            if slots.memory_bytes > room:
+                out.append(_pooled_model_too_big(config, index[name], k, pool, slots, room))
+        if pool.models_max is not None and plan.models_max_fit >= 1 and min(pool.models_max, len(plan.per_model)) > plan.models_max_fit:
+            out.append(Problem(
+                f"farm.pools[{k}].models_max",
+                f"{pool.models_max} models at once need up to {_gib(plan.memory_request_bytes)} but a replica has {_gib(plan.memory_bytes)}, room for {plan.models_max_fit} of its largest ({plan.largest_model}) — remove models_max (sizing then uses {plan.models_max_fit}) or give the pool more memory",
+                "warning",
+            ))
+    return out
+
+
+def _pool_fits_a_node(config: Config, k: int, pool: FarmPool) -> list[Problem]:
+    candidates = eks_candidates(config)
+    largest_cpu = max(sizing.usable_vcpus(it, target="eks") for it in candidates)
+    biggest = max(candidates, key=lambda it: (it.memory_gib, it.vcpus))
+    largest_memory = sizing.usable_memory_bytes(biggest, target="eks")
+    out: list[Problem] = []
+    if pool.cpu > largest_cpu:
+        out.append(Problem(f"farm.pools[{k}].cpu", f"{pool.cpu:g} vCPUs per pool replica is more than the largest allowed node can give ({largest_cpu:.1f}) — lower cpu or allow larger instance types"))
+    if pool.memory_gib * sizing.GIB > largest_memory:
+        out.append(Problem(f"farm.pools[{k}].memory_gib", f"{pool.memory_gib:g} GiB per pool replica is more than the largest allowed node ({biggest.name}, {_gib(largest_memory)} allocatable) — lower memory_gib or allow larger (r-family) instance types"))
+    return out
+
+
+def _pooled_model_too_big(config: Config, i: int, k: int, pool: FarmPool, slots: pool_sizing.ModelSlots, room: int) -> Problem:
+    m = config.models[i]
+    need = f"{m.name} needs {_gib(slots.memory_bytes)} loaded ({slots.parallel} slot(s) of {slots.ctx_per_slot} tokens)"
+    others = [p.name for p in config.farm.pools if p.name != pool.name]
+    elsewhere = f"move it to another pool (pool: {others[0]}), " if others else ""
+    if config.target == "sagemaker":
+        fits = [it for it in sizing.CATALOG.values() if it.sagemaker and sizing.usable_memory_bytes(it, target="sagemaker") - pool_sizing.ROUTER_RSS_BYTES >= slots.memory_bytes]
+        bigger = min(fits, key=lambda it: (it.memory_gib, it.vcpus), default=None)
+        raise_it = f"set farm.pools[{k}].instance_type to {bigger.sagemaker_name}" if bigger else "use a smaller quantization"
+        return Problem(config.model_path(i), f"{need} but pool {pool.name!r} runs on {pool_instance_of(config, pool)} with {_gib(room)} for models — {raise_it}, {elsewhere}or set serving: dedicated")
+    gib = math.ceil((slots.memory_bytes + pool_sizing.ROUTER_RSS_BYTES) / sizing.GIB)
+    return Problem(config.model_path(i), f"{need} but pool {pool.name!r} has {_gib(room)} for models per replica — raise farm.pools[{k}].memory_gib to {gib} or more, {elsewhere}or set serving: dedicated")

@@ -7,10 +7,21 @@ so each says what the value is and what a good one looks like.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from enum import Enum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails
 
 from ..slm_context import DEFAULT_ANSWER_MAX_TOKENS
 
@@ -96,7 +107,7 @@ class Model(_Strict):
     quantization: Annotated[Quantization, Field(description="GGUF quantization, e.g. Q4_K_M (default), Q5_K_M, Q8_0")] = "Q4_K_M"
     parameters_billions: Annotated[float, Field(gt=0, le=2000, description="parameter count in billions, e.g. 0.135 or 8")]
     context_window: Annotated[int, Field(ge=128, le=1_048_576, description="the longest context one request needs (tokens), at most the model's trained context")] = 4096
-    task: Annotated[Task, Field(description="classification | routing | extraction | chat | embedding | rerank | batch")] = Task.CHAT
+    task: Annotated[Task, Field(validate_default=True, description="classification | routing | extraction | chat | embedding | rerank | batch")] = Task.CHAT
     role: Annotated[Role | None, Field(description="slm | llm (slm-prefilter) or farm (model-farm); default from the pattern")] = None
     shape: ModelShape | None = None
     parallel_slots: Annotated[int | None, Field(ge=1, le=64, description="llama.cpp parallel slots; default computed by sizing")] = None
@@ -104,6 +115,8 @@ class Model(_Strict):
     cpu: Annotated[float | None, Field(gt=0, le=192, description="vCPUs per replica on EKS (= engine threads); default from sizing")] = None
     instance_type: Annotated[str | None, Field(description="SageMaker instance type for this model, e.g. ml.c7g.2xlarge; default sagemaker.instance_type")] = None
     replicas: Replicas = Replicas()
+    serving: Annotated[Literal["pool", "dedicated"] | None, Field(description="pool (shared multi-model pool; the default for farm models of model-farm) or dedicated (its own replicas or endpoint: hot models)")] = None
+    pool: Annotated[str | None, Field(pattern=_NAME, description="name of the farm.pools entry that serves this model (serving: pool); default the first pool")] = None
 
     @model_validator(mode="after")
     def _slot_context(self) -> Model:
@@ -113,6 +126,94 @@ class Model(_Strict):
                 "lower context_per_slot or raise context_window"
             )
         return self
+
+
+def _partial(model: type[BaseModel], name: str, doc: str, *, skip: tuple[str, ...] = (), required: tuple[str, ...] = (),
+             nested: dict[str, Any] | None = None) -> type[BaseModel]:
+    """`model` with every field but `required` optional (default None), same constraints and descriptions, unknown
+    keys refused: a group's defaults and its compact entries are checked key by key where they are written."""
+    fields: dict[str, Any] = {}
+    for key, f in model.model_fields.items():
+        if key in skip:
+            continue
+        annotation: Any = (nested or {}).get(key, f.annotation)
+        if key not in required:
+            annotation = annotation | None
+        if f.metadata:  # the constraints (pattern, ge, ...) of the full field
+            annotation = Annotated[(annotation, *f.metadata)]
+        fields[key] = (annotation, Field(... if key in required else None, description=f.description))
+    return create_model(name, __base__=_Strict, __doc__=doc, **fields)
+
+
+PartialModelSource = _partial(ModelSource, "PartialModelSource", "Some keys of a model's source; the rest come from the group's defaults.")
+ModelDefaults = _partial(Model, "ModelDefaults", "Keys every model of the group gets unless its entry sets them (source merges key by key).",
+                         skip=("name",), nested={"source": PartialModelSource})
+ModelEntry = _partial(Model, "ModelEntry", "One model of a group: its own keys over the group's defaults (source merges key by key).",
+                      required=("name",), nested={"source": PartialModelSource})
+
+
+def _merge(defaults: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+    """entry over defaults; mappings (source, replicas, shape) merge key by key."""
+    out = dict(defaults)
+    for key, value in entry.items():
+        out[key] = {**out[key], **value} if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+class ModelGroup(_Strict):
+    """Models written compactly: shared keys once in defaults, each model only what differs."""
+
+    defaults: Annotated[ModelDefaults, Field(description="keys every model of the group shares (any model key but name; source may be partial, e.g. hf_repo and revision)")] = ModelDefaults()  # type: ignore[valid-type]
+    models: Annotated[list[ModelEntry], Field(min_length=1, description="the group's models: each a name and what differs from defaults, e.g. {name: m-0001, source: {file: m-0001.gguf}}")]  # type: ignore[valid-type]
+    _expanded: tuple[Model, ...] = PrivateAttr(default=())
+    _from_defaults: tuple[frozenset[str], ...] = PrivateAttr(default=())
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _expand(cls, data: Any, handler: Any) -> ModelGroup:
+        """Merge each entry over the defaults and validate it as a Model. Errors keep their place: a key of the
+        defaults at defaults.<key>, an entry's (or its merged model's) at models[j].<key> — the Config prefixes
+        model_groups[g]. Entries that are well-formed on their own are merged even when another one is not, so one
+        run reports every problem."""
+        try:
+            group = handler(data)
+        except ValidationError as exc:
+            errors = [_detail(e, ()) for e in exc.errors()]
+            raw = data if isinstance(data, dict) else {}
+            entries = raw.get("models")
+            if any(e["loc"][:1] == ("defaults",) for e in errors) or not isinstance(entries, list):
+                raise
+            broken = {e["loc"][1] for e in errors if e["loc"][:1] == ("models",) and len(e["loc"]) > 1}
+            defaults = ModelDefaults.model_validate(raw.get("defaults") or {}).model_dump(exclude_unset=True)
+            own = [(j, ModelEntry.model_validate(x).model_dump(exclude_unset=True)) for j, x in enumerate(entries) if j not in broken]
+            errors += _expand_entries(defaults, own)[2]
+            raise ValidationError.from_exception_data("ModelGroup", errors) from None
+        defaults = group.defaults.model_dump(exclude_unset=True)
+        expanded, origins, errors = _expand_entries(defaults, [(j, e.model_dump(exclude_unset=True)) for j, e in enumerate(group.models)])
+        if errors:
+            raise ValidationError.from_exception_data("ModelGroup", errors)
+        group._expanded, group._from_defaults = tuple(expanded), tuple(origins)
+        return group
+
+
+def _detail(e: Any, prefix: tuple[Any, ...]) -> InitErrorDetails:
+    """A pydantic error again, at `prefix` + its place (to re-raise it from a validator)."""
+    return InitErrorDetails(type=e["type"], loc=(*prefix, *e["loc"]), input=e["input"], ctx=e.get("ctx", {}))
+
+
+def _expand_entries(defaults: dict[str, Any], entries: list[tuple[int, dict[str, Any]]]) -> tuple[list[Model], list[frozenset[str]], list[InitErrorDetails]]:
+    """(models, the keys each took from defaults, errors at models[j].<key>) for entries (j, own keys)."""
+    models: list[Model] = []
+    origins: list[frozenset[str]] = []
+    errors: list[InitErrorDetails] = []
+    for j, own in entries:
+        try:
+            models.append(Model.model_validate(_merge(defaults, own)))
+        except ValidationError as exc:
+            errors += [_detail(e, ("models", j)) for e in exc.errors()]
+            continue
+        origins.append(frozenset(k for k in defaults if k not in own))
+    return models, origins, errors
 
 
 class Slo(_Strict):
@@ -186,16 +287,82 @@ class SageMaker(_Strict):
     data_capture_percent: Annotated[int, Field(ge=0, le=100, description="percent of requests captured to S3 (0 = off)")] = 0
 
 
+class FarmPool(_Strict):
+    """A multi-model pool: EKS, a StatefulSet of llama-server routers (load on first request, LRU unload);
+    SageMaker, one multi-model endpoint."""
+
+    name: Annotated[str, Field(pattern=_NAME, description="pool name, DNS-safe and unique, e.g. small or medium")]
+    cpu: Annotated[float, Field(gt=0, le=192, description="vCPUs per pool replica on EKS, shared by its loaded models, e.g. 4")] = 4
+    memory_gib: Annotated[float, Field(gt=0, le=3072, description="memory per pool replica on EKS in GiB; models_max follows from it, e.g. 16")] = 16
+    replicas: Annotated[Replicas, Field(description="pool replicas (EKS pods, scaled by KEDA on in-flight requests) or SageMaker instances")] = Replicas(min=1, max=4)
+    replication: Annotated[int, Field(ge=1, description="EKS: pool replicas the gateway routes each model to (model affinity), at most replicas.max, e.g. 2")] = 2
+    models_max: Annotated[int | None, Field(ge=1, description="models loaded at once per replica; default computed by sizing from memory")] = None
+    instance_type: Annotated[str | None, Field(description="SageMaker instance type of this pool's multi-model endpoint, e.g. ml.r7gd.2xlarge; default sagemaker.instance_type")] = None
+
+
+class Farm(_Strict):
+    pools: Annotated[list[FarmPool], Field(min_length=1, description="the multi-model pools of a model farm; a pooled model goes to its pool: or the first")] = [FarmPool(name="default")]
+    gateway: Annotated[Replicas, Field(description="replicas of the farm's gateway (routes each model to its pool replicas)")] = Replicas(min=2, max=6)
+
+
+@dataclass(frozen=True)
+class ModelOrigin:
+    """Where a model of Config.models was written: models[i], or model_groups[g].models[j] (and which keys it took
+    from that group's defaults), so problems name the line the user wrote."""
+
+    path: str
+    defaults_path: str | None = None
+    from_defaults: frozenset[str] = frozenset()
+
+    def key(self, key: str) -> str:
+        return f"{self.defaults_path}.{key}" if key in self.from_defaults else f"{self.path}.{key}"
+
+
 class Config(_Strict):
     project: Project = Project()
-    target: Annotated[Target, Field(description="eks or sagemaker")] = Target.EKS
-    pattern: Annotated[Pattern, Field(description="slm-prefilter or model-farm")] = Pattern.SLM_PREFILTER
+    # validate_default: a default enum member becomes its value too (use_enum_values), so it prints as "eks".
+    target: Annotated[Target, Field(validate_default=True, description="eks or sagemaker")] = Target.EKS
+    pattern: Annotated[Pattern, Field(validate_default=True, description="slm-prefilter or model-farm")] = Pattern.SLM_PREFILTER
     slo: Slo = Slo()
-    models: Annotated[list[Model], Field(min_length=1, description="the models to serve")]
+    models: Annotated[list[Model], Field(description="the models to serve (with model_groups: at least one in all)")] = []
+    model_groups: Annotated[list[ModelGroup], Field(description="models written compactly: per group defaults and a list of short entries (expanded into models)")] = []
     escalation: Escalation | None = None
     router: Router = Router()
+    farm: Farm = Farm()
     eks: Eks = Eks()
     sagemaker: SageMaker = SageMaker()
+    _origins: tuple[ModelOrigin, ...] = PrivateAttr(default=())
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _expand_groups(cls, data: Any, handler: Any) -> Config:
+        """model_groups become models (after the listed ones): Config.models holds every model, model_groups is
+        emptied, and model_path(i) / key_path(i, key) say where model i was written."""
+        config = handler(data)
+        if config._origins:
+            return config  # already expanded (a validated instance passed through)
+        origins = [ModelOrigin(f"models[{i}]") for i in range(len(config.models))]
+        models = list(config.models)
+        for g, group in enumerate(config.model_groups):
+            models += group._expanded
+            origins += [ModelOrigin(f"model_groups[{g}].models[{j}]", f"model_groups[{g}].defaults", keys)
+                        for j, keys in enumerate(group._from_defaults)]
+        errors: list[InitErrorDetails] = []
+        if not models:
+            errors.append(InitErrorDetails(type="value_error", loc=("models",), input=[], ctx={"error": ValueError("no model to serve — list models under models: or model_groups:")}))
+        first: dict[str, str] = {}
+        for m, origin in zip(models, origins, strict=True):
+            if m.name in first and origin.defaults_path is not None:  # the listed models' repeats: _unique_names
+                loc = tuple(int(p) if p.isdigit() else p for p in re.split(r"[.\[\]]+", origin.path) if p) + ("name",)
+                errors.append(InitErrorDetails(type="value_error", loc=loc, input=m.name,
+                                               ctx={"error": ValueError(f"model name {m.name!r} appears twice (also {first[m.name]}) — model names must be unique")}))
+            first.setdefault(m.name, origin.path)
+        if errors:
+            raise ValidationError.from_exception_data("Config", errors)
+        if config.model_groups:
+            config = config.model_copy(update={"models": models, "model_groups": []})
+        config._origins = tuple(origins)
+        return config
 
     @field_validator("models")
     @classmethod
@@ -211,6 +378,31 @@ class Config(_Strict):
         if model.role:
             return model.role
         return "farm" if self.pattern == "model-farm" else "slm"
+
+    def serving_of(self, model: Model) -> str:
+        """pool or dedicated: the model's own serving:, else pool for a farm model of model-farm."""
+        if model.serving:
+            return model.serving
+        return "pool" if self.pattern == "model-farm" and self.role_of(model) == "farm" else "dedicated"
+
+    def pool_of(self, model: Model) -> FarmPool | None:
+        """The pool serving `model` (its pool:, else the first), or None when it is served dedicated or the pool
+        does not exist (config.rules reports that)."""
+        if self.serving_of(model) != "pool":
+            return None
+        name = model.pool or self.farm.pools[0].name
+        return next((p for p in self.farm.pools if p.name == name), None)
+
+    def pool_models(self, pool: str) -> list[Model]:
+        return [m for m in self.models if (p := self.pool_of(m)) is not None and p.name == pool]
+
+    def model_path(self, i: int) -> str:
+        """Where models[i] was written: models[i] or model_groups[g].models[j]."""
+        return self._origins[i].path if i < len(self._origins) else f"models[{i}]"
+
+    def key_path(self, i: int, key: str) -> str:
+        """Where key `key` of models[i] was written: the entry, or its group's defaults when it came from there."""
+        return self._origins[i].key(key) if i < len(self._origins) else f"models[{i}].{key}"
 
 
 def is_valid_name(value: str) -> bool:
