@@ -1,4 +1,5 @@
-"""`python -m model_download --repo R --file F --bucket B --key-prefix P [...]` — the CodeBuild job's entry point.
+"""`python -m model_download --repo R --file F --bucket B --key-prefix P [...]` — the CodeBuild job's entry point
+(`python -m model_download catalog ...`: the ModelCatalog job, see catalog_job).
 
 Logs a line per 10% (never the token); on failure prints `model_download: error: <one line>` and exits 2 —
 the custom resource quotes that line when it fails the deployment."""
@@ -50,6 +51,11 @@ def _terminate(signum: int, _frame) -> None:  # noqa: ANN001
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["catalog"]:  # the ModelCatalog job: every pooled model of a stack
+        from .catalog_job import main as catalog_main
+
+        return catalog_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m model_download", description="Copy a Hugging Face file to S3, verified.")
     add_arguments(parser)
     parser.add_argument("--receipt-env", default=None, metavar="FILE",

@@ -29,15 +29,16 @@ RECEIPT = {
 
 # Install boto3 only when the image lacks it (the job needs boto3 + urllib3, nothing else). One command entry
 # runs the copy and loads its receipt into the shell, so the export never depends on state between entries.
+INSTALL = {
+    "commands": [
+        "python3 -c 'import boto3, urllib3' 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check 'boto3>=1.35,<2'",
+    ]
+}
 BUILD_SPEC = {
     "version": "0.2",
     "env": {"shell": "bash", "exported-variables": list(RECEIPT)},
     "phases": {
-        "install": {
-            "commands": [
-                "python3 -c 'import boto3, urllib3' 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check 'boto3>=1.35,<2'",
-            ]
-        },
+        "install": INSTALL,
         "build": {
             "commands": [
                 'python3 -m model_download --repo "$MODEL_REPO" --file "$MODEL_FILE" --revision "$MODEL_REVISION"'
@@ -63,3 +64,39 @@ def receipt(result: CopyResult) -> dict[str, str]:
 
 def write_receipt(path: str | Path, result: CopyResult) -> None:
     Path(path).write_text("".join(f"{name}={shlex.quote(value)}\n" for name, value in receipt(result).items()))
+
+
+# -- catalog mode: one job for every pooled model of a stack ----------------------------------------------
+
+CATALOG_RECEIPT_FILE = "catalog-receipt.env"
+
+# Exported variable → custom-resource attribute (Custom::ModelCatalog).
+CATALOG_RECEIPT = {
+    "CATALOG_RECEIPT_KEY": "ReceiptKey",
+    "CATALOG_FINGERPRINT": "Fingerprint",
+    "CATALOG_MODELS": "Models",
+    "CATALOG_COPIED": "Copied",
+}
+
+CATALOG_BUILD_SPEC = {
+    "version": "0.2",
+    "env": {"shell": "bash", "exported-variables": list(CATALOG_RECEIPT)},
+    "phases": {
+        "install": INSTALL,
+        "build": {
+            "commands": [
+                'python3 -m model_download catalog --catalog "s3://$CATALOG_BUCKET/$CATALOG_KEY"'
+                ' --fingerprint "$CATALOG_FINGERPRINT" --bucket "$MODEL_BUCKET" --endpoint "$HF_ENDPOINT"'
+                ' --parallel-models "$CATALOG_PARALLEL_MODELS" --concurrency "$MODEL_CONCURRENCY"'
+                f" --receipt-env {CATALOG_RECEIPT_FILE} && set -a && . ./{CATALOG_RECEIPT_FILE} && set +a",
+            ]
+        },
+    },
+}
+
+
+def write_catalog_receipt(path: str | Path, *, receipt_key: str, fingerprint: str, models: int, copied: int) -> None:
+    values = {"CATALOG_RECEIPT_KEY": receipt_key, "CATALOG_FINGERPRINT": fingerprint,
+              "CATALOG_MODELS": str(models), "CATALOG_COPIED": str(copied)}
+    assert set(values) == set(CATALOG_RECEIPT)
+    Path(path).write_text("".join(f"{name}={shlex.quote(value)}\n" for name, value in values.items()))

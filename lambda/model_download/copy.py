@@ -53,9 +53,12 @@ class CopyRequest:
     concurrency: int = DEFAULT_CONCURRENCY
     part_size: int | None = None
     pin_commit: bool = False
+    dest_key: str | None = None  # the exact key (a catalog entry's identity-hash key): key_prefix unused, pin_commit off
 
     def key_for(self, commit: str | None) -> str:
         """The object key; with pin_commit it needs the resolved commit."""
+        if self.dest_key:
+            return self.dest_key
         parts = [self.key_prefix.strip("/")]
         if self.pin_commit:
             if not commit:
@@ -85,6 +88,8 @@ class CopyRequest:
             raise DownloadError("revision must not be empty")
         if not self.bucket:
             raise DownloadError("bucket must not be empty")
+        if self.dest_key is not None and (not self.dest_key.strip("/") or self.dest_key.startswith("/") or self.pin_commit):
+            raise DownloadError(f"dest_key must be a relative object key and excludes pin_commit, got {self.dest_key!r}")
         if self.sha256 is not None and not _HEX64.match(self.sha256.lower()):
             raise DownloadError(f"sha256 must be 64 hex characters, got {self.sha256!r}")
         if not 1 <= self.concurrency <= 64:

@@ -10,6 +10,9 @@ landed (buildspec.RECEIPT); isComplete returns that as the resource's attributes
 (custom-resources/lib/provider-framework/runtime/framework.js: `Data: {...event.Data, ...isCompleteResult.Data}`).
 Consumers read those attributes, so they keep the resolved commit until the properties change.
 
+The same provider serves Custom::ModelCatalog (every pooled model of a stack in one job): an event whose
+properties carry CatalogKey goes to catalog_resource.
+
 Resource properties (the copy's identity): ProjectName, Bucket, KeyPrefix (`models/<name>`), HfRepo, File,
 Revision, Sha256 ("" = the Hub's). The token secret, Hub endpoint and concurrency are the project's environment.
 """
@@ -61,6 +64,11 @@ def _request_id(props: dict[str, Any]) -> str:
     return f"s3://{props['Bucket']}/{props['KeyPrefix'].strip('/')}/@{props.get('Revision') or 'main'}/{props['File']}"
 
 
+def _is_catalog(event: dict[str, Any]) -> bool:
+    """A Custom::ModelCatalog event (catalog_resource) rather than one model's Custom::ModelArtifact."""
+    return "CatalogKey" in (event.get("ResourceProperties") or {})
+
+
 def _client(name: str):  # noqa: ANN202
     import boto3
 
@@ -68,6 +76,10 @@ def _client(name: str):  # noqa: ANN202
 
 
 def on_event(event: dict[str, Any], _context: Any = None, *, codebuild=None) -> dict[str, Any]:  # noqa: ANN001
+    if _is_catalog(event):
+        from . import catalog_resource
+
+        return catalog_resource.on_event(event, codebuild)
     props = event["ResourceProperties"]
     if event["RequestType"] == "Delete":
         return {"PhysicalResourceId": event["PhysicalResourceId"]}
@@ -135,6 +147,10 @@ def completion(build: dict[str, Any], props: dict[str, Any], logs) -> dict[str, 
 
 
 def is_complete(event: dict[str, Any], _context: Any = None, *, codebuild=None, logs=None) -> dict[str, Any]:  # noqa: ANN001
+    if _is_catalog(event):
+        from . import catalog_resource
+
+        return catalog_resource.is_complete(event, codebuild, logs)
     if event["RequestType"] == "Delete":
         return {"IsComplete": True}
     build_id = event["Data"]["BuildId"]

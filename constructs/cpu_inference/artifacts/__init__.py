@@ -1,8 +1,10 @@
 """Model artifacts: ModelBucket (the S3 model store) and ModelArtifact (one Hub file copied into it at deploy
-time by a sha256-verified, never-half-written CodeBuild job). See README.md beside this file."""
+time by a sha256-verified, never-half-written CodeBuild job) and ModelCatalog (every pooled model of a stack
+copied by one such job, O(1) in CloudFormation). See README.md beside this file."""
 
 from .copy_provider import ModelCopyProvider
 from .model_artifact import ModelArtifact, ModelArtifactProps
 from .model_bucket import ModelBucket, ModelBucketProps
+from .model_catalog import ModelCatalog, ModelCatalogProps
 
-__all__ = ["ModelArtifact", "ModelArtifactProps", "ModelBucket", "ModelBucketProps", "ModelCopyProvider"]
+__all__ = ["ModelArtifact", "ModelArtifactProps", "ModelBucket", "ModelBucketProps", "ModelCatalog", "ModelCatalogProps", "ModelCopyProvider"]

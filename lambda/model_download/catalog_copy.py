@@ -1,0 +1,277 @@
+"""Catalog mode of the copy job: every entry of a farm's catalog into the model bucket, then one receipt.
+
+Per entry, for each layout of the catalog (catalog.KEY_OF): HEAD the key; a key that holds the job's object
+(metadata `sha256`, equal to the entry's pinned sha256 if it has one) is kept as it is — no Hub request, never
+overwritten; a key that holds anything else fails that entry. Missing keys are copied from the revision
+resolved ONCE per entry (or from the commit an existing key of the entry already holds, so the gguf and the mme
+object of one model always carry the same bytes): `gguf` by the copy engine (copy.copy_model), `mme` by
+tarball.write_mme_tarball. A bounded number of entries run in parallel; a failed entry does not stop the others.
+
+When every entry is in place the receipt `farm/_receipts/<fingerprint>.json` is written (If-None-Match: *;
+per model: commit, sha256, size, keys). When any entry failed there is no receipt and the run's error line
+names every failed model."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+from .args import one_line
+from .catalog import Catalog, CatalogEntry, engine_json, receipt_key
+from .copy import _HEX64, COMMIT, CopyRequest, _client_error_code, copy_model, existing_object
+from .credentials import read_token as _read_token
+from .errors import ChecksumMismatchError, DownloadError, ImmutableKeyError
+from .hub import FileRef, Hub, RetryPolicy
+from .tarball import write_mme_tarball
+
+DEFAULT_PARALLEL_MODELS = 4
+DEFAULT_CONCURRENCY = 4  # ranged GETs per model: parallel models × this ≈ the single copy's 8 × 2
+_REASONS_IN_ERROR_LINE = 20
+_RETRY = RetryPolicy()
+
+
+@dataclass(frozen=True)
+class EntryReceipt:
+    name: str
+    commit: str
+    sha256: str
+    size: int | None
+    keys: dict[str, str]
+    copied: tuple[str, ...] = ()  # layouts this run wrote (the rest were already in place)
+
+    def as_receipt(self) -> dict[str, Any]:
+        return {"commit": self.commit, "sha256": self.sha256, "size": self.size, "keys": self.keys}
+
+
+@dataclass(frozen=True)
+class EntryFailure:
+    name: str
+    reason: str
+
+
+@dataclass
+class CatalogRun:
+    fingerprint: str
+    total: int
+    receipts: list[EntryReceipt] = field(default_factory=list)
+    failures: list[EntryFailure] = field(default_factory=list)
+    receipt_key: str | None = None
+
+    @property
+    def copied(self) -> list[EntryReceipt]:
+        return [r for r in self.receipts if r.copied]
+
+    def error_line(self) -> str:
+        """One line: every failed model by name first (what CloudFormation's status reason starts with), then
+        the first reasons (each failed model's reason is also logged on its own line)."""
+        failed = sorted(self.failures, key=lambda f: f.name)
+        names = ", ".join(f.name for f in failed)
+        reasons = "; ".join(f"{f.name}: {f.reason}" for f in failed[:_REASONS_IN_ERROR_LINE])
+        more = f"; … {len(failed) - _REASONS_IN_ERROR_LINE} more reasons in the log" if len(failed) > _REASONS_IN_ERROR_LINE else ""
+        return f"{len(failed)} of {self.total} models failed: {names} — {reasons}{more}"
+
+
+class Hubs:
+    """One Hub client per token secret; each secret is read once, on first use, and its failure (if any) is
+    kept and reported for every entry that names it."""
+
+    def __init__(self, endpoint: str | None, *, pool_size: int = 16, retry: RetryPolicy = _RETRY,
+                 read_token: Callable[[str | None], tuple[str | None, str | None]] = _read_token) -> None:
+        self.endpoint, self.pool_size, self.retry, self._read_token = endpoint, pool_size, retry, read_token
+        self._hubs: dict[str | None, Hub | DownloadError] = {}
+        self._lock = threading.Lock()
+
+    def for_secret(self, secret_name: str | None) -> Hub:
+        with self._lock:
+            if secret_name not in self._hubs:
+                try:
+                    token, source = self._read_token(secret_name)
+                    self._hubs[secret_name] = Hub(self.endpoint, token, token_source=source, retry=self.retry, pool_size=self.pool_size)
+                except DownloadError as exc:
+                    self._hubs[secret_name] = exc
+            found = self._hubs[secret_name]
+        if isinstance(found, DownloadError):
+            raise found
+        return found
+
+
+@dataclass(frozen=True)
+class _Held:
+    sha256: str
+    commit: str | None
+    size: int | None
+
+
+def _held(head: dict[str, Any], entry: CatalogEntry, bucket: str, key: str) -> _Held:
+    """What an existing key holds, from the metadata the copy wrote; refuses (never overwrites) anything else."""
+    meta = head.get("Metadata") or {}
+    sha = meta.get("sha256", "")
+    if not _HEX64.match(sha):
+        raise ImmutableKeyError(
+            f"s3://{bucket}/{key} exists but was not written by the copy job (no sha256 metadata); nothing was "
+            "overwritten — delete that object or rename the model"
+        )
+    if entry.sha256 and sha != entry.sha256:
+        raise ImmutableKeyError(
+            f"s3://{bucket}/{key} holds sha256 {sha}, not the pinned {entry.sha256}; model keys are immutable and "
+            "nothing was overwritten — delete that object first"
+        )
+    source = unquote(meta.get("hf-source", ""))
+    commit = source.rsplit("@", 1)[1] if "@" in source else None
+    size = meta.get("size") or (str(head["ContentLength"]) if key.endswith(entry.basename) else None)
+    return _Held(sha, commit if commit and COMMIT.match(commit) else None, int(size) if size and size.isdigit() else None)
+
+
+class CatalogCopy:
+    """Copies one catalog; `run()` returns what landed and what failed (it raises only for bugs)."""
+
+    def __init__(self, catalog: Catalog, *, bucket: str, s3, hubs: Hubs,  # noqa: ANN001
+                 parallel_models: int = DEFAULT_PARALLEL_MODELS, concurrency: int = DEFAULT_CONCURRENCY,
+                 part_size: int | None = None, stop: threading.Event | None = None,
+                 log: Callable[[str], None] = lambda line: print(line, flush=True)) -> None:
+        catalog.validate()
+        if not 1 <= parallel_models <= 64:
+            raise DownloadError(f"parallel models must be 1..64, got {parallel_models}")
+        self.catalog, self.bucket, self.s3, self.hubs = catalog, bucket, s3, hubs
+        self.parallel_models, self.concurrency, self.part_size = parallel_models, concurrency, part_size
+        self.stop = stop or threading.Event()
+        self.log = log
+
+    # -- one entry ------------------------------------------------------------------------------------
+
+    def _stop_check(self, _n: int) -> None:
+        if self.stop.is_set():  # raised in a range reader: the copy engine aborts its multipart upload
+            raise DownloadError("the job was told to stop (CodeBuild timeout or StopBuild) before this copy finished")
+
+    def copy_entry(self, entry: CatalogEntry) -> EntryReceipt:
+        keys = self.catalog.keys(entry)
+        held: dict[str, _Held] = {}
+        for layout, key in keys.items():
+            head = existing_object(self.s3, self.bucket, key)
+            if head is not None:
+                held[layout] = _held(head, entry, self.bucket, key)
+        digests = {h.sha256 for h in held.values()}
+        if len(digests) > 1:
+            raise ImmutableKeyError(f"the keys of {entry.name} hold different bytes ({', '.join(sorted(digests))}); delete them to re-copy")
+        pinned = next((h for h in held.values() if h.commit), None)
+        if len(held) == len(keys) and pinned is not None:
+            size = next((h.size for h in held.values() if h.size is not None), None)
+            return EntryReceipt(entry.name, pinned.commit or "", pinned.sha256, size, keys)
+
+        if self.stop.is_set():
+            raise DownloadError("not started: the job was told to stop (CodeBuild timeout or StopBuild)")
+        hub = self.hubs.for_secret(entry.token_secret_name)
+        # One resolution per entry: every layout copies the same commit (the one a key already holds, if any).
+        info = hub.info(FileRef(entry.hf_repo, entry.file, pinned.commit if pinned and pinned.commit else entry.revision))
+        if not (info.commit and COMMIT.match(info.commit)):
+            raise DownloadError(f"{info.ref}: {hub.endpoint} reported no commit (X-Repo-Commit) to pin the copy to")
+        expected = entry.sha256 or (pinned.sha256 if pinned else None) or info.sha256
+        if not expected:
+            raise DownloadError(f"{info.ref}: the Hub reports no sha256 (not an LFS file); pin the entry's sha256")
+        if info.size == 0:
+            raise DownloadError(f"{info.ref}: the Hub reports an empty file")
+        if info.sha256 and info.sha256 != expected:
+            raise ChecksumMismatchError(f"sha256 mismatch for {info.ref}: expected {expected}, the Hub reports {info.sha256}; nothing was copied")
+        copied: list[str] = []
+        for layout, key in keys.items():
+            if layout in held:
+                continue
+            if layout == "gguf":
+                request = CopyRequest(repo=entry.hf_repo, file=entry.file, revision=info.commit, bucket=self.bucket,
+                                      key_prefix="", sha256=expected, concurrency=self.concurrency,
+                                      part_size=self.part_size, dest_key=key)
+                result = copy_model(request, hub=hub, s3=self.s3, progress=self._stop_check)
+                if result.copied:
+                    copied.append(layout)
+            else:
+                written = write_mme_tarball(  # info's download URL is already pinned to info.commit
+                    self.s3, bucket=self.bucket, key=key, source=hub.open(info), member=entry.basename,
+                    engine_json=engine_json(entry), expected_sha256=expected, concurrency=self.concurrency,
+                    part_size=self.part_size, stop=self.stop,
+                )
+                if written is None:  # another run completed it first: it must hold these bytes
+                    head = existing_object(self.s3, self.bucket, key)
+                    if head is None or _held(head, entry, self.bucket, key).sha256 != expected:
+                        raise ImmutableKeyError(f"s3://{self.bucket}/{key} was written by another run with other bytes")
+                else:
+                    copied.append(layout)
+        return EntryReceipt(entry.name, info.commit, expected, info.size, keys, tuple(copied))
+
+    # -- the catalog ----------------------------------------------------------------------------------
+
+    def _one(self, entry: CatalogEntry) -> EntryReceipt | EntryFailure:
+        began = time.monotonic()
+        try:
+            receipt = self.copy_entry(entry)
+        except Exception as exc:  # noqa: BLE001 - every failure is reported by model; bugs keep their type
+            line = one_line(exc) or f"{type(exc).__name__}: {exc}"
+            self.log(f"model_download: catalog: failed: {entry.name}: {line}")
+            return EntryFailure(entry.name, line)
+        what = f"copied {', '.join(receipt.copied)}" if receipt.copied else "already present"
+        self.log(f"model_download: catalog: {entry.name}: {what} (commit {receipt.commit}, sha256 {receipt.sha256}, "
+                 f"{time.monotonic() - began:.1f} s)")
+        return receipt
+
+    def run(self) -> CatalogRun:
+        fingerprint = self.catalog.fingerprint()
+        run = CatalogRun(fingerprint, len(self.catalog.entries))
+        pending = list(reversed(self.catalog.entries))
+        with ThreadPoolExecutor(max_workers=self.parallel_models, thread_name_prefix="catalog-model") as pool:
+            running: set[Future[EntryReceipt | EntryFailure]] = set()
+            while pending or running:
+                while pending and len(running) < self.parallel_models and not self.stop.is_set():
+                    running.add(pool.submit(self._one, pending.pop()))
+                if self.stop.is_set() and not running:
+                    break
+                done, running = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
+                for future in done:
+                    outcome = future.result()
+                    if isinstance(outcome, EntryFailure):
+                        run.failures.append(outcome)
+                    else:
+                        run.receipts.append(outcome)
+        for entry in reversed(pending):  # never started: the job was stopped
+            run.failures.append(EntryFailure(entry.name, "not started: the job was told to stop (CodeBuild timeout or StopBuild)"))
+        if not run.failures:
+            run.receipt_key = self.write_receipt(run)
+        return run
+
+    def write_receipt(self, run: CatalogRun) -> str:
+        """The receipt, written last and never replaced (a re-run of the same catalog finds it in place)."""
+        key = receipt_key(run.fingerprint)
+        body = json.dumps({
+            "version": 1, "fingerprint": run.fingerprint, "bucket": self.bucket, "layouts": list(self.catalog.layouts),
+            "models": {r.name: r.as_receipt() for r in sorted(run.receipts, key=lambda r: r.name)},
+        }, sort_keys=True, indent=1).encode()
+        from botocore.exceptions import ClientError
+
+        try:
+            self.s3.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="application/json", IfNoneMatch="*")
+        except ClientError as exc:
+            if _client_error_code(exc) not in ("PreconditionFailed", "412"):
+                raise
+        return key
+
+
+def load_catalog(s3, uri: str, fingerprint: str | None = None) -> Catalog:  # noqa: ANN001
+    """The catalog JSON from `s3://bucket/key` (the construct's asset), checked against the fingerprint the
+    custom resource carries: the job copies exactly the catalog CloudFormation deployed."""
+    if not uri.startswith("s3://") or "/" not in uri[5:]:
+        raise DownloadError(f"the catalog must be an s3://bucket/key URI, got {uri!r}")
+    bucket, key = uri[5:].split("/", 1)
+    from botocore.exceptions import ClientError
+
+    try:
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    except ClientError as exc:
+        raise DownloadError(f"cannot read the catalog {uri}: {_client_error_code(exc)}") from None
+    catalog = Catalog.from_json(body)
+    if fingerprint and catalog.fingerprint() != fingerprint:
+        raise DownloadError(f"the catalog {uri} has fingerprint {catalog.fingerprint()}, not {fingerprint}: redeploy the stack")
+    return catalog
