@@ -83,21 +83,30 @@ def llama_server_args(cfg: EngineConfig) -> list[str]:
         "--threads-batch", threads,
         "--parallel", str(cfg.parallel),
         "--ctx-size", str(cfg.ctx_size),
+        *serving_policy_args(cfg.flash_attn, cfg.cache_reuse, cfg.cache_ram_mib),
+    ]
+    if cfg.alias:
+        args += ["--alias", cfg.alias]
+    return args + list(cfg.extra_args)
+
+
+def serving_policy_args(flash_attn: str, cache_reuse: int, cache_ram_mib: int | None) -> list[str]:
+    """The flags every llama-server of the image runs with, whatever the model (one server, a router's
+    children, a multi-model endpoint's children)."""
+    args = [
         "--cont-batching",
         "--metrics",  # llamacpp:requests_processing / requests_deferred drive KEDA
         "--jinja",  # chat template from the GGUF
-        "--flash-attn", cfg.flash_attn,
+        "--flash-attn", flash_attn,
         "--cache-prompt",
-        "--cache-reuse", str(cfg.cache_reuse),
+        "--cache-reuse", str(cache_reuse),
         "--no-webui",
         "--no-slots",  # /slots would expose other users' prompts
         "--offline",  # the model is local; never reach out to a hub
     ]
-    if cfg.cache_ram_mib is not None:
-        args += ["--cache-ram", str(cfg.cache_ram_mib)]
-    if cfg.alias:
-        args += ["--alias", cfg.alias]
-    return args + list(cfg.extra_args)
+    if cache_ram_mib is not None:
+        args += ["--cache-ram", str(cache_ram_mib)]
+    return args
 
 
 # --- what the container is given -------------------------------------------------------------------

@@ -63,15 +63,16 @@ def why_not_readable(path: Path, uid: int, gid: int) -> str:
     return "the mode bits allow it, so an ACL or security module denies it"
 
 
-def drop_privileges(env: Mapping[str, str], *, model: str, binary: str) -> str:
-    """As root: switch to LLAMA_RUN_AS for good, then prove the engine binary runs and the model reads.
+def drop_privileges(env: Mapping[str, str], *, model: str | None, binary: str) -> str:
+    """As root: switch to LLAMA_RUN_AS for good, then prove the engine binary runs and the model reads
+    (`model` None: a multi-model endpoint, whose models arrive later and are checked as each loads).
     Returns a line for the log; raises EngineConfigError (one line naming the file and the fix)."""
     uid, gid = run_as(env)
     if os.geteuid() != 0:
         return f"running as uid {os.geteuid()} gid {os.getegid()} (not root: nothing to drop)"
     if uid == 0:
         return "LLAMA_RUN_AS=0:0: serving as root"
-    files = model_files(model)
+    files = model_files(model) if model else []
     reasons = {f: why_not_readable(f, uid, gid) for f in files if f.exists()}  # stat as root, before the drop
     os.setgroups([])
     os.setgid(gid)

@@ -144,42 +144,18 @@ class EnginePool:
             self._idle.pop().close()
 
 
-class SageMakerAdapter:
-    def __init__(
-        self,
-        engine_host: str,
-        engine_port: int,
-        *,
-        max_in_flight: int,
-        retry_after: int = 1,
-        pool_idle_seconds: float = 3.0,
-        request_timeout: float = 600.0,  # streamed requests: longest silence between two events
-        generation_budget: float = DEFAULT_GENERATION_BUDGET_SECONDS,  # non-streamed requests: answer by then
-        max_body_bytes: int = 6 * 1024 * 1024,  # SageMaker's real-time payload limit
-        client_idle_timeout: float = 75.0,  # longer than SageMaker's front end keeps idle connections
-    ):
-        if max_in_flight < 1:
-            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
-        if not 0 < generation_budget <= INVOKE_ENDPOINT_TIMEOUT_SECONDS:
-            raise ValueError(f"generation_budget must be in (0, {INVOKE_ENDPOINT_TIMEOUT_SECONDS:.0f}] s, got {generation_budget}")
-        self.generation_budget = generation_budget
-        self.engine = (engine_host, engine_port)
-        self.max_in_flight = max_in_flight
-        self.retry_after = retry_after
-        self.request_timeout = request_timeout
+class HttpFront:
+    """SageMaker's side of the container: the accept loop, keep-alive connections, malformed requests, a graceful
+    stop. A subclass answers each request in `_dispatch`; the single-model adapter below and the multi-model
+    one (mme_adapter.py) share it."""
+
+    def __init__(self, *, max_body_bytes: int, client_idle_timeout: float):
         self.max_body_bytes = max_body_bytes
         self.client_idle_timeout = client_idle_timeout
-        self.pool = EnginePool(engine_host, engine_port, max_idle=max_in_flight + 2, idle_seconds=pool_idle_seconds)
-        self.stats = AdapterStats()
-        self.in_flight = 0  # admitted /invocations (the admission bound)
         self._busy = 0  # requests being answered, any path (what a graceful stop waits for)
         self._closing = False
-        self._aborting = False  # the drain is over: requests still running are answered 503 and cut
-        self._engine_conns: set[_Conn] = set()  # engine connections of requests being answered
         self._server: asyncio.AbstractServer | None = None
         self._conns: set[asyncio.Task] = set()
-
-    # --- lifecycle ---------------------------------------------------------------------------------
 
     async def start(self, host: str = "0.0.0.0", port: int = 8080) -> int:
         self._server = await asyncio.start_server(self._serve_conn, host, port, limit=1 << 16, reuse_address=True, backlog=1024)
@@ -197,18 +173,23 @@ class SageMakerAdapter:
         if self._busy:
             # Out of drain time: every request still running gets a clean end (503 + Retry-After, or a last
             # SSE error event) and its engine task is cancelled by closing the engine connection.
-            self._aborting = True
-            for conn in list(self._engine_conns):
-                conn.close()
+            self.abort_in_flight()
             deadline = time.monotonic() + ABORT_SECONDS
             while self._busy and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
         for task in list(self._conns):
             task.cancel()
         await asyncio.gather(*self._conns, return_exceptions=True)
-        self.pool.close()
+        self.release()
 
-    # --- connections -------------------------------------------------------------------------------
+    def abort_in_flight(self) -> None:
+        """The drain is over: end every request still running cleanly (subclasses)."""
+
+    def release(self) -> None:
+        """Free what the subclass holds once every connection is closed."""
+
+    async def _dispatch(self, req: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        raise NotImplementedError
 
     async def _serve_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -244,6 +225,58 @@ class SageMakerAdapter:
             with contextlib.suppress(Exception):
                 writer.close()
 
+    @staticmethod
+    async def _send(writer: asyncio.StreamWriter, data: bytes, keep_alive: bool) -> bool:
+        writer.write(data)
+        await writer.drain()
+        return keep_alive
+
+
+class SageMakerAdapter(HttpFront):
+    """One engine behind /ping and /invocations. The multi-model adapter runs one per loaded model, unstarted,
+    for its `invoke` (admission, time budget, cancellation, relay)."""
+
+    def __init__(
+        self,
+        engine_host: str,
+        engine_port: int,
+        *,
+        max_in_flight: int,
+        retry_after: int = 1,
+        pool_idle_seconds: float = 3.0,
+        request_timeout: float = 600.0,  # streamed requests: longest silence between two events
+        generation_budget: float = DEFAULT_GENERATION_BUDGET_SECONDS,  # non-streamed requests: answer by then
+        max_body_bytes: int = 6 * 1024 * 1024,  # SageMaker's real-time payload limit
+        client_idle_timeout: float = 75.0,  # longer than SageMaker's front end keeps idle connections
+    ):
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+        if not 0 < generation_budget <= INVOKE_ENDPOINT_TIMEOUT_SECONDS:
+            raise ValueError(f"generation_budget must be in (0, {INVOKE_ENDPOINT_TIMEOUT_SECONDS:.0f}] s, got {generation_budget}")
+        super().__init__(max_body_bytes=max_body_bytes, client_idle_timeout=client_idle_timeout)
+        self.generation_budget = generation_budget
+        self.engine = (engine_host, engine_port)
+        self.max_in_flight = max_in_flight
+        self.retry_after = retry_after
+        self.request_timeout = request_timeout
+        self.pool = EnginePool(engine_host, engine_port, max_idle=max_in_flight + 2, idle_seconds=pool_idle_seconds)
+        self.stats = AdapterStats()
+        self.in_flight = 0  # admitted /invocations (the admission bound)
+        self._aborting = False  # the drain is over: requests still running are answered 503 and cut
+        self._engine_conns: set[_Conn] = set()  # engine connections of requests being answered
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+
+    def abort_in_flight(self) -> None:
+        self._aborting = True
+        for conn in list(self._engine_conns):
+            conn.close()
+
+    def release(self) -> None:
+        self.pool.close()
+
+    # --- connections -------------------------------------------------------------------------------
+
     async def _dispatch(self, req: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         """Answer one request; False when the connection must close."""
         path = req.path
@@ -259,14 +292,8 @@ class SageMakerAdapter:
         if path == "/invocations":
             if req.method != "POST":
                 return await self._send(writer, json_error(405, "use POST /invocations", keep_alive=req.keep_alive, extra=[("Allow", "POST")]), req.keep_alive)
-            return await self._invocations(req, reader, writer)
+            return await self.invoke(req, reader, writer)
         return await self._send(writer, json_error(404, f"no route {path}: this endpoint serves GET /ping and POST /invocations", keep_alive=req.keep_alive), req.keep_alive)
-
-    @staticmethod
-    async def _send(writer: asyncio.StreamWriter, data: bytes, keep_alive: bool) -> bool:
-        writer.write(data)
-        await writer.drain()
-        return keep_alive
 
     # --- /ping -------------------------------------------------------------------------------------
 
@@ -289,7 +316,8 @@ class SageMakerAdapter:
 
     # --- /invocations ------------------------------------------------------------------------------
 
-    async def _invocations(self, req: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    async def invoke(self, req: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """Answer one inference request (a POST body) through the engine; False when the connection must close."""
         ka = req.keep_alive
         received = time.monotonic()
         if self.in_flight >= self.max_in_flight:

@@ -1,0 +1,156 @@
+"""`entrypoint.py pool`: one llama-server in router mode serving a pool's models from a preset INI (stdlib only).
+
+    LLAMA_MODELS_PRESET  the preset INI (one section per model: `model = <gguf>`, ctx-size, parallel, threads;
+                         `[*]` holds the defaults of every section)
+    LLAMA_MODELS_MAX     how many models may be loaded at once (--models-max); the router unloads the least
+                         recently used idle one to load another
+    LLAMA_HOST/LLAMA_PORT, LLAMA_FLASH_ATTN, LLAMA_CACHE_REUSE, LLAMA_CACHE_RAM_MIB, LLAMA_EXTRA_ARGS as in EKS mode
+
+Facts of the pinned router (llama.cpp in the llama-cpp-python 0.3.36 sdist; tests/runtime/engine/test_router_mode.py
+checks them against the binary): the router's own command line is merged over every model's preset
+(tools/server/server-models.cpp load_models: `preset.merge(base_preset)`), so per-model settings (ctx-size,
+parallel, threads) must stay OFF the router's command line and live in the INI only; the router gives each child
+its own --host/--port/--alias and drops --model/--models-* from what it passes on (server-models.cpp
+unset_reserved_args, update_args). A preset key is a flag name without dashes or its env name
+(common/preset.cpp get_map_key_opt), so `model`, `m` and `LLAMA_ARG_MODEL` all name the model file.
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+import shlex
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine_flags import (
+    FLASH_ATTN_VALUES,
+    EngineConfigError,
+    default_cache_ram_mib,
+    memory_limit_bytes,
+    serving_policy_args,
+)
+
+GLOBAL_SECTION = "*"  # the defaults of every model (README "Model presets"; common/preset.cpp load_from_ini)
+TOP_SECTION = "default"  # keys before any [section] (common/preset.h COMMON_PRESET_DEFAULT_NAME)
+MODEL_KEYS = ("model", "m", "LLAMA_ARG_MODEL")  # common/arg.cpp: {"-m", "--model"}, env LLAMA_ARG_MODEL
+THREADS_KEYS = ("threads", "t", "LLAMA_ARG_THREADS")
+CACHE_RAM_KEYS = ("cache-ram", "cram", "LLAMA_ARG_CACHE_RAM")
+
+
+@dataclass(frozen=True)
+class PresetModel:
+    name: str  # the section: the `model` field of requests
+    path: Path  # the GGUF file
+    threads: str | None  # from the section or [*]; None: the child would use every CPU of the host
+
+
+def read_preset(path: Path) -> dict[str, dict[str, str]]:
+    """Sections of a llama-server preset INI, keys as written (case kept), `[*]` included."""
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise EngineConfigError(f"LLAMA_MODELS_PRESET {path} cannot be read: {e.strerror or e}") from None
+    # The engine's grammar: `[name]` headers, `key = value`, `;`/`#` comments (common/preset.cpp parse_ini_from_file).
+    parser = configparser.ConfigParser(interpolation=None, strict=False, default_section="\0no-defaults",
+                                       comment_prefixes=("#", ";"), inline_comment_prefixes=("#", ";"), delimiters=("=",))
+    parser.optionxform = str  # type: ignore[assignment,method-assign]  # LLAMA_ARG_MODEL stays upper case
+    try:
+        parser.read_string(f"[{TOP_SECTION}]\n{text}", source=str(path))
+    except configparser.Error as e:
+        first = str(e).splitlines()[0]
+        raise EngineConfigError(f"LLAMA_MODELS_PRESET {path} is not a valid preset INI: {first}") from None
+    return {name: dict(parser[name]) for name in parser.sections()}
+
+
+def _first(section: Mapping[str, str], keys: tuple[str, ...]) -> str | None:
+    return next((section[k].strip() for k in keys if k in section and section[k].strip()), None)
+
+
+def check_preset(path: Path, cwd: Path | None = None) -> list[PresetModel]:
+    """Every model of the preset, each with a model file this process can read; else one line naming the
+    section and the file. Checked with stat + access only: on a Mountpoint for S3 volume an open or a read
+    is an S3 request per model, and a pool lists hundreds."""
+    sections = read_preset(path)
+    defaults = sections.get(GLOBAL_SECTION, {})
+    base = cwd or Path.cwd()  # the router passes `--model <value>` on to a child in its own working directory
+    models = []
+    for name, section in sections.items():
+        if name == GLOBAL_SECTION or (name == TOP_SECTION and set(section) <= {"version"}):
+            continue
+        where = f"LLAMA_MODELS_PRESET {path}: section [{name}]"
+        value = _first(section, MODEL_KEYS) or _first(defaults, MODEL_KEYS)
+        if value is None:
+            raise EngineConfigError(f"{where} has no `model = <path of the .gguf>`")
+        model = Path(value) if Path(value).is_absolute() else base / value
+        if not model.is_file():
+            raise EngineConfigError(f"{where}: model file {model} does not exist")
+        if not os.access(model, os.R_OK):
+            raise EngineConfigError(f"{where}: model file {model} is not readable by uid {os.geteuid()} gid {os.getegid()}")
+        models.append(PresetModel(name, model, _first(section, THREADS_KEYS) or _first(defaults, THREADS_KEYS)))
+    if not models:
+        raise EngineConfigError(f"LLAMA_MODELS_PRESET {path} has no model section")
+    return models
+
+
+def _int(env: Mapping[str, str], name: str) -> int | None:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise EngineConfigError(f"{name} must be an integer, got {raw!r}") from None
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    preset: Path
+    models: list[PresetModel]
+    command: list[str]
+
+
+def pool_plan(env: Mapping[str, str], binary: str, *, memory_limit: int | None = None) -> PoolPlan:
+    """The router's argv for a pool replica. `memory_limit` replaces the cgroup probe (tests)."""
+    raw = env.get("LLAMA_MODELS_PRESET", "").strip()
+    if not raw:
+        raise EngineConfigError("pool mode needs LLAMA_MODELS_PRESET (the preset INI, one section per model)")
+    preset = Path(raw)
+    models_max = _int(env, "LLAMA_MODELS_MAX")
+    if models_max is None or models_max < 1:
+        # The engine's 0 means "no limit": a pool would load every model of the preset and run out of memory.
+        raise EngineConfigError(f"LLAMA_MODELS_MAX must be an integer >= 1 (models loaded at once), got {env.get('LLAMA_MODELS_MAX', '')!r}")
+    models = check_preset(preset)
+    port = _int(env, "LLAMA_PORT") or 8080
+    if not 0 < port < 65536:
+        raise EngineConfigError(f"LLAMA_PORT must be in 1..65535, got {port}")
+    flash_attn = env.get("LLAMA_FLASH_ATTN", "").strip().lower() or "auto"
+    if flash_attn not in FLASH_ATTN_VALUES:
+        raise EngineConfigError(f"LLAMA_FLASH_ATTN must be one of {', '.join(FLASH_ATTN_VALUES)}, got {flash_attn!r}")
+    cache_reuse = _int(env, "LLAMA_CACHE_REUSE")
+    cache_ram = _int(env, "LLAMA_CACHE_RAM_MIB")
+    sections = read_preset(preset)
+    preset_sets_cache_ram = any(_first(s, CACHE_RAM_KEYS) for s in sections.values())
+    if cache_ram is None and not preset_sets_cache_ram:
+        # Each loaded model is its own process with its own host-RAM prompt cache: share the image default out.
+        limit = memory_limit if memory_limit is not None else memory_limit_bytes()
+        per_pod = default_cache_ram_mib(limit)
+        cache_ram = None if per_pod is None else per_pod // models_max
+    command = [
+        binary,
+        "--host", env.get("LLAMA_HOST", "").strip() or "0.0.0.0",
+        "--port", str(port),
+        "--models-preset", str(preset),
+        "--models-max", str(models_max),
+        "--models-autoload",  # an unloaded model loads on its first request (the router's default, made explicit)
+        # Not --threads/--ctx-size/--parallel: on the router's command line they would override every model's preset.
+        *serving_policy_args(flash_attn, 256 if cache_reuse is None else cache_reuse, cache_ram),
+        *shlex.split(env.get("LLAMA_EXTRA_ARGS", "")),
+    ]
+    unthreaded = [m.name for m in models if m.threads is None]
+    if unthreaded:
+        print(f"entrypoint: warning: preset sections without `threads` (in the section or [*]) run with every CPU of "
+              f"the node, not the pod's: {', '.join(unthreaded[:5])}{' ...' if len(unthreaded) > 5 else ''}", file=sys.stderr)
+    return PoolPlan(preset, models, command)
