@@ -31,7 +31,9 @@ async def serve(cfg: config.Config) -> None:
         log.info("router listening on %s:%d (slm %s, escalation %s)", cfg.listen_host, port, slm, cfg.escalation.kind)
         warm = asyncio.create_task(server.router.warm_up())
     else:
-        log.info("gateway listening on %s:%d (models: %s)", cfg.listen_host, port, ", ".join(m.name for m in cfg.gateway.models))
+        pools = ", ".join(f"{p.name}: {len(p.models)} models on {len(p.replicas)} replicas" for p in cfg.gateway.pools)
+        log.info("gateway listening on %s:%d (models: %s%s)", cfg.listen_host, port, ", ".join(m.name for m in cfg.gateway.models),
+                 f"; pools: {pools}" if pools else "")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

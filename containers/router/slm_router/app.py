@@ -11,7 +11,8 @@ def build(cfg: Config) -> Front:
         from .gateway import GatewayServer
         from .metrics import GatewayMetrics
 
-        return GatewayServer(cfg, GatewayMetrics([m.name for m in cfg.gateway.models]))
+        pools = {p.name: len(p.replicas) for p in cfg.gateway.pools}
+        return GatewayServer(cfg, GatewayMetrics([m.name for m in cfg.gateway.models], pools))
     from .backends import make_llm, make_slm
     from .classifier import Classifier, Transport
     from .client import HttpClient

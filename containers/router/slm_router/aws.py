@@ -142,21 +142,24 @@ class SageMakerBackend:
     sagemaker) and for the SLM (slm_endpoint_name)."""
 
     def __init__(self, endpoint_name: str, timeouts: Timeouts, *, upstream: str = "llm", region: str = "", endpoint_url: str = "",
-                 model_id: str = "", inference_component: str = "", client: Any = None):
+                 model_id: str = "", inference_component: str = "", target_model: str = "", client: Any = None):
         self.upstream = upstream
         self.endpoint_name, self.model_id, self.inference_component = endpoint_name, model_id, inference_component
+        self.target_model = target_model
         self.t = timeouts
         self.client = client or make_client("sagemaker-runtime", region, endpoint_url, timeouts)
 
     @classmethod
     def for_escalation(cls, e: Escalation, timeouts: Timeouts) -> SageMakerBackend:
         return cls(e.endpoint_name, timeouts, upstream="llm", region=e.region, endpoint_url=e.endpoint_url, model_id=e.model_id,
-                   inference_component=e.inference_component)
+                   inference_component=e.inference_component, target_model=e.target_model)
 
     def _kwargs(self, body: dict[str, Any]) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"EndpointName": self.endpoint_name, "Body": json.dumps(body).encode(), "ContentType": "application/json"}
         if self.inference_component:
             kwargs["InferenceComponentName"] = self.inference_component
+        if self.target_model:
+            kwargs["TargetModel"] = self.target_model
         return kwargs
 
     async def invoke(self, body: dict[str, Any], timeout: float) -> Answer:
@@ -173,6 +176,8 @@ class SageMakerBackend:
             body = {**body, "model": self.model_id}
         if not stream:
             return await self.invoke(body, self.t.total_s)
+        if self.target_model:
+            return await self._whole_as_sse(body)
         resp = await _call(self.client.invoke_endpoint_with_response_stream, self.t.first_byte_s, Accept="text/event-stream",
                            **self._kwargs(body))
         if isinstance(resp, Answer):
@@ -186,6 +191,42 @@ class SageMakerBackend:
 
         return Answer(200, resp.get("ContentType") or "text/event-stream", chunks=_relay_events(events, convert, self.t.idle_s),
                       close=_closer(events))
+
+    async def _whole_as_sse(self, body: dict[str, Any]) -> Answer:
+        """A multi-model endpoint cannot stream: InvokeEndpointWithResponseStream has no TargetModel member (botocore
+        sagemaker-runtime). The answer is asked for whole and replayed to the client as chat.completion.chunk SSE."""
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        answer = await self.invoke({k: v for k, v in body.items() if k not in ("stream", "stream_options")}, self.t.total_s)
+        if answer.status != 200:
+            return answer
+        try:
+            doc = json.loads(answer.body)
+            choices = doc["choices"]
+        except (ValueError, KeyError, TypeError):
+            raise UpstreamError("protocol", "the multi-model endpoint's answer is not an OpenAI chat completion") from None
+        head = {"id": doc.get("id", f"chatcmpl-{uuid.uuid4().hex}"), "object": "chat.completion.chunk",
+                "created": doc.get("created", int(time.time())), "model": doc.get("model", self.model_id)}
+
+        def sse(chunk_choices: list[dict[str, Any]], **extra: Any) -> bytes:
+            return b"data: " + json.dumps({**head, "choices": chunk_choices, **extra}).encode() + b"\n\n"
+
+        pieces = []
+        for c in choices:
+            message = c.get("message") or {}
+            delta = {"role": message.get("role", "assistant"), "content": message.get("content") or ""}
+            if message.get("tool_calls"):
+                delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
+            pieces.append(sse([{"index": c.get("index", 0), "delta": delta, "finish_reason": None}]))
+            pieces.append(sse([{"index": c.get("index", 0), "delta": {}, "finish_reason": c.get("finish_reason") or "stop"}]))
+        if include_usage and doc.get("usage"):
+            pieces.append(sse([], usage=doc["usage"]))
+        pieces.append(b"data: [DONE]\n\n")
+
+        async def replay() -> AsyncIterator[bytes]:
+            for piece in pieces:
+                yield piece
+
+        return Answer(200, "text/event-stream", chunks=replay())
 
     async def aclose(self) -> None:
         self.client.close()

@@ -52,6 +52,7 @@ class Escalation:
     model_id: str = ""  # openai: sets the body's "model"; bedrock: the modelId (or inference profile ARN)
     endpoint_name: str = ""  # sagemaker
     inference_component: str = ""  # sagemaker, optional
+    target_model: str = ""  # sagemaker: the model on a multi-model endpoint (InvokeEndpoint's TargetModel)
     region: str = ""  # sagemaker/bedrock; empty = AWS_REGION / the SDK default chain
     endpoint_url: str = ""  # sagemaker/bedrock: VPC interface endpoint or a test server; empty = public
     api_key_env: str = ""  # openai: name of the env var that holds the API key
@@ -89,14 +90,31 @@ class GatewayModel:
 
 
 @dataclass(frozen=True)
+class GatewayPool:
+    """A multi-model pool: llama-servers in router mode that all list `models` (the same preset), each model
+    routed to `replication` of them by rendezvous hashing (slm_router/affinity.py)."""
+
+    name: str  # the pool's name (metrics label `pool`; on EKS the StatefulSet is pool-<name>)
+    models: tuple[str, ...]  # the `model` names clients send; llama-server's router routes on the same name
+    replicas: tuple[str, ...]  # stable replica root URLs, in StatefulSet ordinal order (replicas_max of them)
+    replication: int = 2  # replicas a model is kept warm on (its home set); fewer when fewer are live
+    hot_in_flight: int = 4  # a model spreads to one more replica per this many requests in progress per replica
+
+
+@dataclass(frozen=True)
 class Gateway:
-    models: tuple[GatewayModel, ...] = ()
+    models: tuple[GatewayModel, ...] = ()  # dedicated models: one backend URL each
+    pools: tuple[GatewayPool, ...] = ()  # pooled models: a model is in `models` or in exactly one pool
     retry_after_s: int = 10  # Retry-After of the 503 for a model whose backend is unavailable (scaled to zero, starting)
+    cold_load_timeout_s: float = 60.0  # pooled models: until the response head (a model's load on its replica included)
+    health_interval_s: float = 5.0  # pooled models: how often each replica's GET /health is probed
 
 
 MODES = ("router", "gateway")
 SECRET_ID = re.compile(r"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[\w/+=.@-]+|[\w/+=.@-]{1,512}")
 ENDPOINT_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")  # SageMaker's endpoint name pattern
+# InvokeEndpoint's TargetModel (botocore sagemaker-runtime shape: min 1, max 1024, pattern \A\S[\p{Print}]*\z).
+TARGET_MODEL = re.compile(r"[\x21-\x7e][\x20-\x7e]{0,1023}")
 
 
 @dataclass(frozen=True)
@@ -195,8 +213,8 @@ class Config:
 
 
 def _validate_gateway(g: Gateway) -> None:
-    if not g.models:
-        raise ConfigError("gateway.models: mode gateway needs at least one {name, url}")
+    if not g.models and not any(p.models for p in g.pools):
+        raise ConfigError("gateway.models: mode gateway needs at least one {name, url} (or a pool in gateway.pools)")
     seen: set[str] = set()
     for i, m in enumerate(g.models):
         if not m.name or not m.name.isprintable() or m.name != m.name.strip():
@@ -208,6 +226,45 @@ def _validate_gateway(g: Gateway) -> None:
             raise ConfigError(f"gateway.models[{i}].url: must be an http(s) URL, got {m.url!r}")
     if g.retry_after_s < 1:
         raise ConfigError(f"gateway.retry_after_s: must be >= 1, got {g.retry_after_s}")
+    for key in ("cold_load_timeout_s", "health_interval_s"):
+        if getattr(g, key) <= 0:
+            raise ConfigError(f"gateway.{key}: must be > 0, got {getattr(g, key)}")
+    _validate_pools(g.pools, seen)
+
+
+def _validate_pools(pools: tuple[GatewayPool, ...], dedicated: set[str]) -> None:
+    pool_of: dict[str, str] = {}
+    names: set[str] = set()
+    for i, p in enumerate(pools):
+        key = f"gateway.pools[{i}]"
+        if not p.name or not p.name.isprintable() or p.name != p.name.strip():
+            raise ConfigError(f"{key}.name: must be non-empty printable text without surrounding spaces, got {p.name!r}")
+        if p.name in names:
+            raise ConfigError(f"{key}.name: pool {p.name!r} appears twice")
+        names.add(p.name)
+        if p.replication < 1:
+            raise ConfigError(f"{key}.replication: must be >= 1, got {p.replication}")
+        if p.hot_in_flight < 1:
+            raise ConfigError(f"{key}.hot_in_flight: must be >= 1, got {p.hot_in_flight}")
+        if not p.replicas:
+            raise ConfigError(f"{key}.replicas: needs at least one replica root URL (pool-{p.name}-0 first)")
+        for j, url in enumerate(p.replicas):
+            if not url.startswith(("http://", "https://")):
+                raise ConfigError(f"{key}.replicas[{j}]: must be an http(s) URL, got {url!r}")
+            if url in p.replicas[:j]:
+                raise ConfigError(f"{key}.replicas[{j}]: {url!r} appears twice")
+        if not p.models:
+            raise ConfigError(f"{key}.models: a pool needs at least one model name")
+        for j, m in enumerate(p.models):
+            if not m or not m.isprintable() or m != m.strip():
+                raise ConfigError(f"{key}.models[{j}]: must be non-empty printable text without surrounding spaces, got {m!r}")
+            if m in dedicated:
+                raise ConfigError(f"{key}.models[{j}]: {m!r} is also in gateway.models; a model is dedicated or pooled, "
+                                  "not both: drop one")
+            if m in pool_of:
+                where = "twice in this pool" if pool_of[m] == p.name else f"also in pool {pool_of[m]!r}"
+                raise ConfigError(f"{key}.models[{j}]: {m!r} is {where}; a model belongs to exactly one pool")
+            pool_of[m] = p.name
 
 
 def _validate_escalation(e: Escalation) -> None:
@@ -222,6 +279,15 @@ def _validate_escalation(e: Escalation) -> None:
             raise ConfigError("escalation.model_id: kind bedrock needs the Bedrock model id or inference profile")
     else:
         raise ConfigError(f"escalation.kind: must be openai, sagemaker or bedrock, got {e.kind!r}")
+    if e.target_model:
+        if e.kind != "sagemaker":
+            raise ConfigError(f"escalation.target_model: only kind sagemaker addresses a model on a multi-model endpoint (kind is {e.kind!r})")
+        if e.inference_component:
+            raise ConfigError("escalation.target_model: a multi-model endpoint has no inference components; set target_model "
+                              "or inference_component, not both")
+        if not TARGET_MODEL.fullmatch(e.target_model):
+            raise ConfigError(f"escalation.target_model: must be 1-1024 printable characters not starting with a space "
+                              f"(e.g. 'my-model/1a2b3c4d5e6f7a8b-0c1d2e3f.tar.gz'), got {e.target_model!r}")
     if e.api_key_secret_arn and e.kind != "openai":
         raise ConfigError(f"escalation.api_key_secret_arn: only kind openai sends an API key (kind is {e.kind!r}: AWS credentials sign the calls)")
     if e.api_key_secret_arn and not SECRET_ID.fullmatch(e.api_key_secret_arn):
@@ -269,7 +335,8 @@ def _typed(value: Any, annotation: Any, key: str) -> Any:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{key}: must be a list of strings, got {value!r}")
         return tuple(value)
-    for cls, shape in ((FewShot, "{text, label}"), (GatewayModel, "{name, url}")):
+    for cls, shape in ((FewShot, "{text, label}"), (GatewayModel, "{name, url}"),
+                       (GatewayPool, "{name, replication, models, replicas}")):
         if ann == f"tuple[{cls.__name__}, ...]":
             if not isinstance(value, list):
                 raise ConfigError(f"{key}: must be a list of {shape} objects")

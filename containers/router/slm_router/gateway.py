@@ -5,6 +5,11 @@ answer comes back unchanged: JSON, or SSE relayed piece by piece. An unknown mod
 known ones. A backend that cannot answer now (scaled to zero, still loading, gone) is a 503 with
 Retry-After, counted in gateway_backend_unavailable_total{model} so the autoscaler can wake it up.
 Nothing is retried here: the client decides, guided by Retry-After.
+
+A pooled model (gateway.pools) is answered by one replica of its pool, chosen by affinity (affinity.py): the
+body still carries the model's name, on which llama-server's router mode picks (and if needed loads) the model.
+Its response head may take a load: it must come within gateway.cold_load_timeout_s, else 503 + Retry-After. A
+replica that refuses the connection was sent nothing, so the next replica in the model's ranking is tried.
 """
 
 from __future__ import annotations
@@ -13,12 +18,14 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
 
 from .backends import Answer
-from .client import HttpClient, UpstreamError
+from .client import HttpClient, Response, UpstreamError
 from .config import Config
 from .http1 import HttpError, Request
 from .metrics import GatewayMetrics
+from .pools import NO_REPLICA, Pool
 from .server import Front, error_response, json_response
 
 log = logging.getLogger("router.gateway")
@@ -27,6 +34,8 @@ log = logging.getLogger("router.gateway")
 GATEWAY_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/rerank")
 UNAVAILABLE_STATUSES = (502, 503, 504)
 FORWARDED_HEADERS = ("accept", "authorization")
+KNOWN_IN_MESSAGE = 20  # a 404 names at most this many models (a farm has hundreds: GET /v1/models lists them all)
+POOL_ATTEMPTS = 3  # replicas tried for one pooled request when connections are refused (nothing was sent to them)
 
 
 class GatewayServer(Front):
@@ -40,21 +49,39 @@ class GatewayServer(Front):
         self.cfg = cfg
         self.metrics = metrics
         self.backends = {m.name: HttpClient(m.url, connect_timeout=cfg.timeouts.connect_s) for m in cfg.gateway.models}
-        self.names = [m.name for m in cfg.gateway.models]
+        self.pools = [Pool(p, cfg, metrics) for p in cfg.gateway.pools]
+        self.pool_of = {m: pool for pool in self.pools for m in pool.spec.models}
+        self.names = [m.name for m in cfg.gateway.models] + list(self.pool_of)
         self.retry_after = str(cfg.gateway.retry_after_s)
         self._created = int(time.time())
+
+    async def start(self, host: str, port: int) -> int:
+        # One probe round before listening, so the first requests already skip replicas that are not there.
+        await asyncio.gather(*(p.probe_all() for p in self.pools))
+        bound = await super().start(host, port)
+        for p in self.pools:
+            p.start_probing()
+        return bound
 
     async def close_upstreams(self) -> None:
         for client in self.backends.values():
             client.close()
+        for pool in self.pools:
+            pool.close()
 
     async def ready(self) -> tuple[int, dict]:
         # Backends scaled to zero are normal for a farm: the gateway is ready as soon as it routes.
-        return 200, {"status": "ready", "models": len(self.names)}
+        live = {p.name: sum(p.affinity.live) for p in self.pools}
+        return 200, {"status": "ready", "models": len(self.names), **({"pools_live_replicas": live} if live else {})}
 
     def get_extra(self, path: str) -> tuple[int, object] | None:
         if path in ("/v1/models", "/models"):
-            data = [{"id": n, "object": "model", "created": self._created, "owned_by": "cpu-inference"} for n in self.names]
+            data = []
+            for n in self.names:
+                entry = {"id": n, "object": "model", "created": self._created, "owned_by": "cpu-inference"}
+                if n in self.pool_of:
+                    entry["pool"] = self.pool_of[n].name
+                data.append(entry)
             return 200, {"object": "list", "data": data}
         return None
 
@@ -68,21 +95,31 @@ class GatewayServer(Front):
             await writer.drain()
             return ka
         model = body.get("model")
-        if not isinstance(model, str) or model not in self.backends:
-            known = ", ".join(self.names)
+        if not isinstance(model, str) or (model not in self.backends and model not in self.pool_of):
+            known = ", ".join(self.names[:KNOWN_IN_MESSAGE])
+            if len(self.names) > KNOWN_IN_MESSAGE:
+                known += f", … ({len(self.names) - KNOWN_IN_MESSAGE} more: GET /v1/models)"
             if isinstance(model, str) and model:
                 self.metrics.unknown_model.inc()
                 status, message = 404, f"model {model!r} is not served here; known models: {known}"
             else:
                 status, message = 400, f"model: required (one of: {known})"
-            writer.write(error_response(status, message, keep_alive=ka, extra={"param": "model", "known_models": self.names}))
+            extra = {"param": "model", "known_models": self.names[:KNOWN_IN_MESSAGE]}
+            writer.write(error_response(status, message, keep_alive=ka, extra=extra))
             await writer.drain()
             return ka
+        pool = self.pool_of.get(model)
         self.metrics.in_flight.labels(model).inc()
+        if pool is not None:
+            self.metrics.pool_in_flight.labels(pool.name).inc()
         try:
+            if pool is not None:
+                return await self._forward_pooled(pool, model, req, writer, ka)
             return await self._forward(model, req, writer, ka)
         finally:
             self.metrics.in_flight.labels(model).dec()
+            if pool is not None:
+                self.metrics.pool_in_flight.labels(pool.name).dec()
 
     def _unavailable(self, model: str, detail: str, ka: bool, retry_after: str = "") -> bytes:
         self.metrics.unavailable.labels(model).inc()
@@ -91,38 +128,81 @@ class GatewayServer(Front):
         return error_response(503, f"model {model!r} is unavailable right now ({detail}); retry later", keep_alive=ka,
                               headers=[("Retry-After", retry_after or self.retry_after)])
 
-    async def _forward(self, model: str, req: Request, writer: asyncio.StreamWriter, ka: bool) -> bool:
-        t = self.cfg.timeouts
-        start = time.perf_counter()
+    def _headers(self, req: Request) -> list[tuple[str, str]]:
         headers = [("Content-Type", "application/json")]
-        headers += [(name.title(), req.head.header(name)) for name in FORWARDED_HEADERS if req.head.header(name)]
+        return headers + [(name.title(), req.head.header(name)) for name in FORWARDED_HEADERS if req.head.header(name)]
+
+    async def _forward(self, model: str, req: Request, writer: asyncio.StreamWriter, ka: bool) -> bool:
+        start = time.perf_counter()
         try:
-            resp = await self.backends[model].request("POST", req.path, req.body, headers, head_timeout=t.first_byte_s)
+            resp = await self.backends[model].request("POST", req.path, req.body, self._headers(req),
+                                                      head_timeout=self.cfg.timeouts.first_byte_s)
         except UpstreamError as e:
             writer.write(self._unavailable(model, f"{e.reason}: {e}", ka))
             await writer.drain()
             return ka
         self.metrics.request_seconds.labels(model).observe(time.perf_counter() - start)
+        return await self._relay(model, resp, writer, ka)
+
+    async def _forward_pooled(self, pool: Pool, model: str, req: Request, writer: asyncio.StreamWriter, ka: bool) -> bool:
+        start = time.perf_counter()
+        candidates = pool.affinity.candidates(model)[:POOL_ATTEMPTS]
+        if not candidates:  # counted under replica "none": the pool's scale-from-zero signal (its in-flight stays 0)
+            pool.metrics.pool_requests.labels(pool.name, NO_REPLICA, "503").inc()
+            writer.write(self._unavailable(model, f"no live replica in pool {pool.name!r}", ka))
+            await writer.drain()
+            return ka
+        for n, replica in enumerate(candidates):
+            pool.affinity.started(model, replica)
+            try:
+                try:
+                    resp = await pool.clients[replica].request("POST", req.path, req.body, self._headers(req),
+                                                               head_timeout=pool.head_timeout)
+                except UpstreamError as e:
+                    if e.reason == "connect":  # nothing was sent: the replica is gone, try the model's next one
+                        pool.set_live(replica, False, str(e))
+                        if n + 1 < len(candidates):
+                            continue
+                    pool.metrics.pool_requests.labels(pool.name, pool.replica_label(replica), "503").inc()
+                    detail = (f"no response head within gateway.cold_load_timeout_s={pool.head_timeout:g}s from pool "
+                              f"{pool.name!r} (loading the model?)" if e.reason == "timeout" else f"{e.reason}: {e}")
+                    writer.write(self._unavailable(model, detail, ka))
+                    await writer.drain()
+                    return ka
+                self.metrics.request_seconds.labels(model).observe(time.perf_counter() - start)
+                return await self._relay(model, resp, writer, ka, pool.counter(replica))
+            finally:
+                pool.affinity.finished(model, replica)
+        raise AssertionError("unreachable: the last candidate always answers or returns")
+
+    async def _relay(self, model: str, resp: Response, writer: asyncio.StreamWriter, ka: bool,
+                     count: Callable[[str], None] = lambda code: None) -> bool:
+        """Send the backend's answer to the client: SSE piece by piece, JSON whole; 502/503/504 become our 503."""
+        t = self.cfg.timeouts
         content_type = resp.header("content-type", "application/json")
         out = [("x-gateway-model", model)]
         if resp.status == 200 and content_type.startswith("text/event-stream"):
             self.metrics.requests.labels(model, "200").inc()
+            count("200")
             answer = Answer(200, content_type, chunks=resp.iter(t.idle_s), close=resp.close)
             return await self.relay_stream(answer, out, writer, ka, lambda e: self._stream_broke(model, e))
         try:
             raw = await resp.read(t.total_s)
         except (TimeoutError, HttpError, asyncio.IncompleteReadError, ConnectionError) as e:
             resp.close()
+            count("503")
             writer.write(self._unavailable(model, f"body not complete ({type(e).__name__})", ka))
             await writer.drain()
             return ka
         if resp.status in UNAVAILABLE_STATUSES:  # e.g. llama-server answers 503 while it loads the model
+            count("503")
             writer.write(self._unavailable(model, f"backend answered {resp.status}", ka, resp.header("retry-after")))
             await writer.drain()
             return ka
         if resp.status == 429:
             out.append(("Retry-After", resp.header("retry-after") or "1"))
         self.metrics.requests.labels(model, str(resp.status)).inc()
+        count(str(resp.status))
         writer.write(json_response(resp.status, None, keep_alive=ka, content_type=content_type, headers=out, raw=raw))
         await writer.drain()
         return ka

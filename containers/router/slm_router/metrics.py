@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -66,9 +66,11 @@ class Metrics:
 
 
 class GatewayMetrics:
-    """Mode gateway. `model` is always a configured name (unknown names are counted without it: bounded cardinality)."""
+    """Mode gateway. `model` is always a configured name (unknown names are counted without it: bounded cardinality).
+    Series of dedicated models and of pools exist from the start; those of a pooled model appear with its first
+    request (a farm of 1,000 pooled models would otherwise expose ~20,000 idle series)."""
 
-    def __init__(self, models: Sequence[str]):
+    def __init__(self, models: Sequence[str], pools: Mapping[str, int] | None = None):
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter("gateway_requests", "Requests answered, by model and HTTP status", ["model", "code"], registry=r)
         self.unavailable = Counter(
@@ -82,6 +84,21 @@ class GatewayMetrics:
         self.stream_errors = Counter("gateway_stream_errors", "Streams cut after they started", ["model"], registry=r)
         self.rejected = Counter("gateway_rejected_requests", "Requests refused before any work: overload (429) or draining (503)",
                                 ["reason"], registry=r)
+        self.pool_in_flight = Gauge(
+            "gateway_pool_in_flight", "Requests in progress for the models of a multi-model pool (the pool's scaling signal)",
+            ["pool"], registry=r)
+        self.pool_requests = Counter(
+            "gateway_pool_requests", "Requests a pool replica answered (replica: StatefulSet ordinal), by HTTP status returned",
+            ["pool", "replica", "code"], registry=r)
+        self.pool_replica_up = Gauge(
+            "gateway_pool_replica_up", "1 while the gateway counts the pool replica live (GET /health, connections)",
+            ["pool", "replica"], registry=r)
+        for pool, replicas in (pools or {}).items():
+            self.pool_in_flight.labels(pool).set(0)
+            self.pool_requests.labels(pool, "none", "503")  # no live replica (scaled to zero): the wake-up signal
+            for i in range(replicas):
+                self.pool_replica_up.labels(pool, str(i)).set(1)
+                self.pool_requests.labels(pool, str(i), "200")
         for m in models:
             self.unavailable.labels(m)
             self.in_flight.labels(m).set(0)

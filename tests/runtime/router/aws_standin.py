@@ -44,6 +44,7 @@ class Seen:
     path: str
     authorization: str
     body: dict[str, Any]
+    target_model: str = ""  # InvokeEndpoint's TargetModel (header X-Amzn-SageMaker-Target-Model): a multi-model endpoint
 
 
 @dataclass
@@ -68,7 +69,8 @@ class AwsStandIn:
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 body = json.loads(raw or b"{}")
-                standin.seen.append(Seen(self.path, self.headers.get("Authorization", ""), body))
+                target = self.headers.get("X-Amzn-SageMaker-Target-Model", "")
+                standin.seen.append(Seen(self.path, self.headers.get("Authorization", ""), body, target))
                 if standin.fail_with:
                     status, code = standin.fail_with
                     self._send(status, json.dumps({"message": f"stand-in {code}"}).encode(), "application/json", {"x-amzn-ErrorType": code})
@@ -82,7 +84,8 @@ class AwsStandIn:
                     else:
                         self._send(200, r.content, r.headers.get("content-type", "application/json"))
                 elif m := re.fullmatch(r"/endpoints/([^/]+)/invocations", self.path):
-                    url = standin.endpoints.get(m[1], standin.engine_url)
+                    # A multi-model endpoint: "<endpoint>/<TargetModel>" names the engine of that model.
+                    url = standin.endpoints.get(f"{m[1]}/{target}", standin.endpoints.get(m[1], standin.engine_url))
                     r = httpx.post(f"{url}/v1/chat/completions", content=raw, headers={"Content-Type": "application/json"}, timeout=300)
                     if r.status_code != 200:
                         return self._model_error(m[1], r)
