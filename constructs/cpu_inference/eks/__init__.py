@@ -8,6 +8,7 @@ from .karpenter import INTERRUPTION_RULES, Karpenter, KarpenterProps
 from .keda import Keda, KedaProps
 from .manifests import add_bounded_manifests
 from .metrics import Metrics, MetricsProps
+from .mountpoint import MountpointS3Csi, MountpointS3CsiProps
 
 __all__ = [
     "INTERRUPTION_RULES",
@@ -22,6 +23,8 @@ __all__ = [
     "KedaProps",
     "Metrics",
     "MetricsProps",
+    "MountpointS3Csi",
+    "MountpointS3CsiProps",
     "SYSTEM_LABEL",
     "SYSTEM_TAINT",
     "add_bounded_manifests",

@@ -29,14 +29,20 @@ from ..artifacts.model_artifact import ModelArtifact
 from ..artifacts.model_bucket import ModelBucket
 from ..k8s.alerts import ModelAlertSpec, dashboard, rule_groups_yaml
 from ..k8s.llama_server_chart import KedaSource, LlamaServerChart, LlamaServerChartProps, ModelWorkload, ServingPolicy
+from ..k8s.model_pool_chart import ModelPoolChart, ModelPoolChartProps, pool_object_name
 from ..k8s.namespace_chart import ServingNamespaceChart, ServingNamespaceProps
-from ..k8s.router_chart import RouterChart, RouterChartProps, gateway_cold_start_query, gateway_models
+from ..k8s.router_chart import RouterChart, RouterChartProps, gateway_cold_start_query, gateway_models, gateway_pool
 from .inference_cluster import InferenceCluster
 from .keda import Keda
 from .manifests import add_bounded_manifests, object_key
 from .metrics import Metrics
+from .mountpoint import MountpointS3Csi
 
 POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
+# The gateway's wait for a pooled model's response head, a cold load on its replica included (slm_router.config
+# Gateway.cold_load_timeout_s), and its per-replica health probe period: the contract's defaults.
+COLD_LOAD_TIMEOUT_S = 60
+HEALTH_INTERVAL_S = 5
 _identity = id  # the builtin (InferenceWorkloads.__init__ shadows `id` with the construct id)
 
 
@@ -91,10 +97,16 @@ class InferenceWorkloadsProps:
     (AMP only) and the Grafana dashboard ConfigMap (label grafana_dashboard=1). create_namespace: render
     the pattern's namespace (skipped when it is the cluster's own workload namespace).
     depends_on: anything the workloads must wait for (e.g. Karpenter's node pools).
+    pools: multi-model pools (k8s/model_pool_chart.ModelPoolChartProps), one StatefulSet each; their policy and
+    namespace are this construct's effective policy. With a gateway router, `gateway.pools` (and
+    cold_load_timeout_s / health_interval_s) are filled from them unless the config sets them.
+    mountpoint: the Mountpoint for S3 CSI add-on (eks/mountpoint.py) the pools' volumes need; the pools wait
+    for it. Pools also wait for `depends_on` (pass the ModelCatalog's resource: the files must exist before a
+    pod checks its preset).
     """
 
     cluster: InferenceCluster
-    models: tuple[ModelDeployment, ...]
+    models: tuple[ModelDeployment, ...] = ()
     policy: ServingPolicy = ServingPolicy()
     metrics: Metrics | None = None
     keda: Keda | None = None
@@ -105,18 +117,32 @@ class InferenceWorkloadsProps:
     dashboard: bool = True
     create_namespace: bool = True
     depends_on: tuple[IDependable, ...] = field(default_factory=tuple)
+    pools: tuple[ModelPoolChartProps, ...] = ()
+    mountpoint: MountpointS3Csi | None = None
 
     def validate(self) -> None:
-        if not self.models:
-            raise ValueError("InferenceWorkloadsProps.models: at least one model is required")
+        if not self.models and not self.pools:
+            raise ValueError("InferenceWorkloadsProps.models: at least one model (or one pool in pools) is required")
         names = [m.workload.name for m in self.models]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"InferenceWorkloadsProps.models: names {dup} appear more than once — model names must be unique")
+        pool_names = [p.name for p in self.pools]
+        dup = sorted({n for n in pool_names if pool_names.count(n) > 1})
+        if dup:
+            raise ValueError(f"InferenceWorkloadsProps.pools: pool names {dup} appear more than once — pool names must be unique")
+        clash = sorted({pool_object_name(n) for n in pool_names} & set(names))
+        if clash:
+            raise ValueError(f"InferenceWorkloadsProps: model names {clash} collide with a pool's objects (pool-<name>); rename the model or the pool")
+        pooled = [m.name for p in self.pools for m in p.models]
+        both = sorted(set(pooled) & set(names) | {n for n in pooled if pooled.count(n) > 1})
+        if both:
+            raise ValueError(f"InferenceWorkloadsProps: models {both[:5]} are served twice (dedicated and pooled, or in two pools); "
+                             "a model has one home")
         for m in self.models:
             m.validate()
         if self.router is not None:
-            if self.router.name in names:
+            if self.router.name in names or self.router.name in {pool_object_name(n) for n in pool_names}:
                 raise ValueError(f"InferenceWorkloadsProps.router.name {self.router.name!r} collides with a model name")
             if self.router.namespace != self.policy.namespace:
                 raise ValueError(f"InferenceWorkloadsProps.router.namespace {self.router.namespace!r} must equal policy.namespace {self.policy.namespace!r}")
@@ -127,7 +153,8 @@ class InferenceWorkloadsProps:
 
 
 class InferenceWorkloads(Construct):
-    """Attributes: policy (effective ServingPolicy), charts (name → LlamaServerChart), router_chart,
+    """Attributes: policy (effective ServingPolicy), charts (name → LlamaServerChart), pool_charts (pool name →
+    ModelPoolChart), pool_manifests, router_chart,
     roles (name → IRole, models and "router"), pod_identity_associations (name → CfnPodIdentityAssociation),
     namespace_manifests, model_manifests, router_manifests, scaled_object_manifests, rule_groups (AMP
     CfnRuleGroupsNamespace or None), dashboard (dict or None), alert_rules_yaml (str)."""
@@ -173,6 +200,16 @@ class InferenceWorkloads(Construct):
                 model_keys[_identity(obj)] = f"model/{w.name}"  # a model's objects share one manifest, whatever else changes
                 model_objs.append(obj)
 
+        self.pool_charts: dict[str, ModelPoolChart] = {}
+        pool_objs: list[dict[str, Any]] = []
+        pool_keys: dict[int, str] = {}
+        for pool in props.pools:
+            pool_chart = ModelPoolChart(app, f"pool-{pool.name}", props=replace(pool, policy=p, namespace=None))
+            self.pool_charts[pool.name] = pool_chart
+            for obj in pool_chart.to_json():
+                pool_keys[_identity(obj)] = f"pool/{pool.name}"  # a pool's objects share one manifest (~100 B per model)
+                pool_objs.append(obj)
+
         self.router_chart: RouterChart | None = None
         router_objs: list[dict[str, Any]] = []
         if props.router is not None:
@@ -199,9 +236,14 @@ class InferenceWorkloads(Construct):
         router_app = props.router.name if props.router is not None else None
         router_mode = props.router.mode if props.router is not None else "router"
         slo = props.p95_latency_slo_ms / 1000 if props.p95_latency_slo_ms is not None and router_app else None
-        self.alert_rules_yaml = rule_groups_yaml(p.namespace, alert_models, p95_latency_slo_seconds=slo, router_app=router_app, router_mode=router_mode)
+        # The field-notes alerts read llama-server's per-model metrics; pools have none at the pod (router mode
+        # serves /metrics per loaded model only), so a pools-only farm gets no rule groups and no dashboard.
+        self.alert_rules_yaml = (
+            rule_groups_yaml(p.namespace, alert_models, p95_latency_slo_seconds=slo, router_app=router_app, router_mode=router_mode)
+            if alert_models else ""
+        )
         self.dashboard: dict[str, Any] | None = None
-        if props.dashboard:
+        if props.dashboard and alert_models:
             self.dashboard = dashboard(p.namespace, alert_models, router_app=router_app, router_mode=router_mode, title=f"CPU inference — {p.pattern}")
             model_objs.append({
                 "apiVersion": "v1", "kind": "ConfigMap",
@@ -212,12 +254,19 @@ class InferenceWorkloads(Construct):
         self.model_manifests = add_bounded_manifests(
             ic.cluster, "Models", model_objs, scope=self, depends_on=deps, key=lambda o: model_keys.get(_identity(o)) or object_key(o)
         )
+        pool_deps = [*ns_deps, *props.depends_on, *([props.mountpoint.addon] if props.mountpoint is not None else [])]
+        self.pool_manifests = (
+            add_bounded_manifests(ic.cluster, "Pools", pool_objs, scope=self, depends_on=pool_deps,
+                                  key=lambda o: pool_keys.get(_identity(o)) or object_key(o))
+            if pool_objs else []
+        )
         self.router_manifests = (
             add_bounded_manifests(ic.cluster, "Router", router_objs, scope=self, depends_on=deps) if router_objs else []
         )
 
         self.scaled_object_manifests: list[eks.KubernetesManifest] = []
         specs = [c.scaled_object for c in self.charts.values() if c.scaled_object is not None]
+        specs += [c.scaled_object for c in self.pool_charts.values() if c.scaled_object is not None]
         if self.router_chart is not None and self.router_chart.scaled_object is not None:
             specs.append(self.router_chart.scaled_object)
         if specs:
@@ -225,11 +274,11 @@ class InferenceWorkloads(Construct):
                 raise ValueError("InferenceWorkloadsProps: policy.keda renders ScaledObjects, which need keda (the Keda construct brings their CRDs)")
             auth = props.keda.trigger_authentication(p.namespace) if p.keda is not None and p.keda.authentication_ref else None
             self.scaled_object_manifests = props.keda.add_scaled_objects(
-                f"{id}Scaling", specs, auth=auth, depends_on=[*self.model_manifests, *self.router_manifests]
+                f"{id}Scaling", specs, auth=auth, depends_on=[*self.model_manifests, *self.pool_manifests, *self.router_manifests]
             )
 
         self.rule_groups: aps.CfnRuleGroupsNamespace | None = None
-        if props.alerts and props.metrics is not None and props.metrics.mode == "amp" and props.metrics.workspace_arn is not None:
+        if props.alerts and self.alert_rules_yaml and props.metrics is not None and props.metrics.mode == "amp" and props.metrics.workspace_arn is not None:
             self.rule_groups = aps.CfnRuleGroupsNamespace(
                 self, "AlertRules", workspace=props.metrics.workspace_arn, name=f"cpu-inference-{p.namespace}", data=self.alert_rules_yaml,
             )
@@ -269,8 +318,16 @@ class InferenceWorkloads(Construct):
     def _router_props(self, r: RouterChartProps, model_urls: dict[str, str]) -> RouterChartProps:
         p = self.policy
         changes: dict[str, Any] = {"pattern": p.pattern}
-        if r.mode == "gateway" and not (r.config.get("gateway") or {}).get("models"):
-            changes["config"] = {**r.config, "gateway": {**(r.config.get("gateway") or {}), "models": gateway_models(model_urls)}}
+        gw = dict(r.config.get("gateway") or {})
+        if r.mode == "gateway" and not gw.get("models") and model_urls:
+            gw["models"] = gateway_models(model_urls)
+        if r.mode == "gateway" and self.pool_charts and not gw.get("pools"):
+            gw["pools"] = [gateway_pool(c.props.name, c.props.replication, [m.name for m in c.props.models], c.replica_urls)
+                           for c in self.pool_charts.values()]
+            gw.setdefault("cold_load_timeout_s", COLD_LOAD_TIMEOUT_S)
+            gw.setdefault("health_interval_s", HEALTH_INTERVAL_S)
+        if r.mode == "gateway" and gw != (r.config.get("gateway") or {}):
+            changes["config"] = {**r.config, "gateway": gw}
         if r.keda is None and p.keda is not None:
             changes["keda"] = p.keda
         if r.metrics_namespaces == RouterChartProps.metrics_namespaces and not r.metrics_cidrs:

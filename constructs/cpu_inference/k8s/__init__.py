@@ -30,6 +30,7 @@ from .keda_specs import (
     ScalingModifiers,
     amp_query_url,
     llama_queue_scaled_object,
+    pool_in_flight_scaled_object,
 )
 from .llama_server_chart import (
     KedaSource,
@@ -39,9 +40,10 @@ from .llama_server_chart import (
     ServingPolicy,
     queue_target,
 )
+from .model_pool_chart import ModelPoolChart, ModelPoolChartProps, PoolModel, pool_replica_urls, render_preset
 from .namespace_chart import ServingNamespaceChart, ServingNamespaceProps
 from .pod_security import restricted_violations
-from .router_chart import RouterChart, RouterChartProps, gateway_cold_start_query, gateway_models
+from .router_chart import RouterChart, RouterChartProps, gateway_cold_start_query, gateway_models, gateway_pool
 from .scrape import scrape_annotations, scrape_config
 
 __all__ = [
@@ -62,6 +64,13 @@ __all__ = [
     "dashboard",
     "gateway_cold_start_query",
     "gateway_models",
+    "gateway_pool",
+    "ModelPoolChart",
+    "ModelPoolChartProps",
+    "PoolModel",
+    "pool_in_flight_scaled_object",
+    "pool_replica_urls",
+    "render_preset",
     "model_pod",
     "pack",
     "packing_table",

@@ -236,3 +236,41 @@ def llama_queue_scaled_object(
         ),
         scaling_modifiers=modifiers,
     )
+
+
+POOL_IN_FLIGHT_METRIC = "gateway_pool_in_flight"  # the gateway's gauge per pool (containers/router/slm_router/metrics.py)
+
+
+def pool_in_flight_scaled_object(
+    pool: str,
+    namespace: str,
+    stateful_set: str,
+    *,
+    server_address: str,
+    target: int,
+    min_replicas: int = 1,
+    max_replicas: int = 4,
+    hold_seconds: int = 300,
+    aws_region: str | None = None,
+    authentication_ref: str | None = None,
+) -> ScaledObjectSpec:
+    """A multi-model pool's ScaledObject: the StatefulSet `stateful_set` scales on the requests the gateway has in
+    progress for the pool (`gateway_pool_in_flight{pool}`: loads of cold models included), `target` per replica
+    (metricType AverageValue, as the model ScaledObjects). Not llama-server's own queue metrics: in router mode they
+    exist per loaded model only (`/metrics?model=`), and a pod loading a cold model has none yet."""
+    sel = _selector({"namespace": namespace, "pool": pool})
+    return ScaledObjectSpec(
+        name=stateful_set,
+        namespace=namespace,
+        target_name=stateful_set,
+        target_kind="StatefulSet",
+        min_replicas=min_replicas,
+        max_replicas=max_replicas,
+        triggers=(PrometheusTrigger(
+            name="in_flight", server_address=server_address, query=f"sum({POOL_IN_FLIGHT_METRIC}{{{sel}}}) or vector(0)",
+            aws_region=aws_region, authentication_ref=authentication_ref,
+        ),),
+        scaling_modifiers=ScalingModifiers(formula="in_flight", target=str(target), activation_target=None),
+        scale_down_stabilization_seconds=hold_seconds,
+        cooldown_period=hold_seconds,
+    )

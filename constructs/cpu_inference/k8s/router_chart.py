@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +57,13 @@ GATEWAY_UNAVAILABLE = "gateway_backend_unavailable_total"
 def gateway_models(urls: Mapping[str, str]) -> list[dict[str, str]]:
     """`gateway.models` of the router config: the `model` clients send -> the backend's root URL."""
     return [{"name": name, "url": url} for name, url in urls.items()]
+
+
+def gateway_pool(name: str, replication: int, models: Sequence[str], replicas: Sequence[str]) -> dict[str, Any]:
+    """One entry of `gateway.pools` (slm_router.config.GatewayPool): the pool's models, the root URL of every
+    replica it can have (StatefulSet ordinal order; k8s/model_pool_chart.pool_replica_urls) and how many of
+    them keep a model warm (rendezvous hashing)."""
+    return {"name": name, "replication": replication, "models": list(models), "replicas": list(replicas)}
 
 
 def gateway_cold_start_query(namespace: str, model: str, window: str = "2m") -> str:
@@ -137,8 +144,10 @@ class RouterChartProps:
             raise ValueError(f"RouterChartProps.config.listen_port must be {ROUTER_PORT} (the Service and probes use it), got {port}")
         if self.config.get("mode", self.mode) != self.mode:
             raise ValueError(f"RouterChartProps: config.mode {self.config.get('mode')!r} differs from mode {self.mode!r}; set mode only")
-        if self.mode == "gateway" and not (self.config.get("gateway") or {}).get("models"):
-            raise ValueError("RouterChartProps: mode gateway needs config.gateway.models ([{name, url}]; InferenceWorkloads fills it from its models)")
+        gw = self.config.get("gateway") or {}
+        if self.mode == "gateway" and not gw.get("models") and not any(p.get("models") for p in gw.get("pools") or []):
+            raise ValueError("RouterChartProps: mode gateway needs config.gateway.models ([{name, url}]) or config.gateway.pools "
+                             "([{name, replication, models, replicas}]); InferenceWorkloads fills them from its models and pools")
         esc = self.config.get("escalation") or {}
         if self.api_key_secret is not None and (esc.get("api_key_file") or esc.get("api_key_env")):
             raise ValueError("RouterChartProps: api_key_secret sets escalation.api_key_file itself; remove api_key_file/api_key_env from config")
