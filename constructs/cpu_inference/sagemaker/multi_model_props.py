@@ -1,0 +1,287 @@
+"""MultiModelEndpointProps (frozen, validated at synth) and TargetModel: one farm pool on a SageMaker multi-model
+endpoint. The limits encoded here come from botocore's sagemaker / sagemaker-runtime service models and the
+SageMaker developer guide; each check names its source."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sns as sns
+from constructs import IDependable
+
+from .. import sizing
+from ..artifacts import ModelBucket, ModelCatalog
+from ..images import LlamaCppImage
+from .endpoint_parts import NAME, EndpointPropsBase
+from .engine_settings import VOLUME_MAX_GB, VOLUME_MIN_GB
+from .props import EngineImage, image_architectures
+
+# botocore sagemaker ContainerDefinition.ModelDataUrl (shape Url): max 1024, pattern (https|s3)://([^/]+)/?(.*).
+MODEL_DATA_URL_MAX = 1024
+# S3 bucket names: 3..63 lowercase letters, digits, '.', '-' (what ModelBucket / imported buckets resolve to).
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+# botocore sagemaker-runtime InvokeEndpoint.TargetModel (header X-Amzn-SageMaker-Target-Model): 1..1024,
+# pattern \A\S[\p{Print}]*\z — printable, no leading whitespace.
+TARGET_MODEL_MAX = 1024
+_TARGET_MODEL = re.compile(r"^\S[\x20-\x7e]*$")
+# SageMaker downloads and untars `<prefix><TargetModel>` into /opt/ml/models/<model_name>/model: multi-model
+# artifacts are gzip'd tar archives (botocore ContainerDefinition.ModelDataUrl: "a single gzip compressed tar
+# archive (.tar.gz suffix)"; docs invoke-multi-model-endpoint: TargetModel="<MODEL_FILENAME>.tar.gz").
+ARTIFACT_SUFFIX = ".tar.gz"
+# botocore sagemaker ContainerDefinition.Environment (EnvironmentMap): at most 100 entries, values <= 1024.
+ENV_MAX_ENTRIES = 100
+ENV_VALUE_MAX = 1024
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,1023}$")
+# What the construct renders into the container environment (containers/llama-server entrypoint.py
+# multi_model_plan): each loaded model's llama-server threads unless its engine.json sets them (the adapter's own
+# default is every CPU, which would let one generation take the whole instance), and the memory the adapter
+# admits models into before it answers 507 (default: the cgroup limit, else MemTotal).
+THREADS_ENV = "LLAMA_THREADS"
+MEMORY_BUDGET_ENV = "MME_MEMORY_BUDGET_BYTES"
+COMPUTED_KEYS = frozenset({THREADS_ENV, MEMORY_BUDGET_ENV})
+# InvokeEndpoint must answer within 60 s (hosting contract, FIELD-NOTES): a cold load longer than half of it
+# leaves too little for the answer.
+INVOKE_TIMEOUT_SECONDS = 60
+TARGET_SLOT_UTILIZATION = 0.75
+
+
+@dataclass(frozen=True)
+class TargetModel:
+    """One model a multi-model endpoint serves. `path` is InvokeEndpoint's TargetModel (header
+    X-Amzn-SageMaker-Target-Model): the artifact's key relative to the endpoint's S3 prefix, e.g.
+    `m-0001/3f2a9c0d1e4b5a69-1a2b3c4d.tar.gz`; `key` is the full object key."""
+
+    name: str
+    path: str
+    key: str
+
+
+@dataclass(frozen=True)
+class MultiModelEndpointProps(EndpointPropsBase):
+    """One pool of farm models on a SageMaker multi-model endpoint. Required: name, image, model_bucket.
+
+    name: DNS label of the pool (tags, the endpoint name's prefix), e.g. "default".
+    image: a LlamaCppImage or an EngineImage whose `serve` implements SageMaker's multi-model contract
+        (containers/llama-server: `serve` runs the serve-mme adapter when SageMaker sets SAGEMAKER_MULTI_MODEL=true).
+    model_bucket: the ModelBucket holding the artifacts; prefix: the key prefix all of them live under (default
+        "farm/"; ModelDataUrl = s3://<bucket>/<prefix>). The role may read only that prefix.
+    target_models: model name → TargetModel path relative to the prefix (`<name>/<idhash>-<sha8>.tar.gz`).
+        Never rendered into the template: 10 or 1,000 models give the same template. May be empty (SageMaker
+        serves any .tar.gz put under the prefix later).
+    depends_on: what must exist before the Model is created (the catalog's copy resource).
+        `MultiModelEndpointProps.for_catalog(catalog, name=..., image=..., models=...)` fills these four from a
+        ModelCatalog copied with the "mme" layout.
+    instance_type: a SageMaker CPU instance from `sizing`'s catalog (default ml.m8g.xlarge: 4 Graviton4 vCPUs,
+        16 GiB — the farm pool's default replica). Memory is the model cache: more memory, fewer cold loads.
+    min_capacity / max_capacity / initial_instance_count / autoscaling / target_concurrency / cooldowns: as
+        GravitonEndpointProps; target tracking on ConcurrentRequestsPerModel, default 75% of `slots`.
+    threads_per_model: threads of each loaded model's llama-server (LLAMA_THREADS; a model's engine.json
+        `threads` wins; default 2): `slots` = vCPUs // threads_per_model generations run at once per instance.
+    memory_budget_bytes: memory the adapter loads models into before it answers 507, SageMaker's cue to unload
+        the least recently used (MME_MEMORY_BUDGET_BYTES; default: the container's memory limit).
+    model_cache: MultiModelConfig.ModelCacheSetting (default True = Enabled; False unloads after every call —
+        only for models each called once).
+    environment: extra container environment (e.g. LLAMA_CTX_PER_SLOT, the default context of models whose
+        engine.json has no ctx-size); may not set LLAMA_THREADS or MME_MEMORY_BUDGET_BYTES.
+    startup_health_check_timeout: 60..3600 s (default SageMaker's). volume_size_gb: ML storage volume (the
+        on-disk model cache) 1..512 GB (default SageMaker's multi-model size); refused on instance-storage
+        types (ml.r7gd), which get local NVMe instead.
+    vpc / vpc_subnets / security_groups / network_isolation (default True) / encryption_key / log_retention /
+        existing_role / endpoint_name_prefix / variant_name / removal_policy: as GravitonEndpointProps.
+    latency_slo / alarm_output_tokens (default 256) / time_per_output_token: the p95 ModelLatency alarm allows
+        latency_slo + alarm_output_tokens x time_per_output_token.
+    cold_load_alarm: p95 ModelLoadingWaitTime (download + load of a model not in memory) alarm (default 30 s,
+        half of InvokeEndpoint's 60 s). cache_hit_alarm_percent: alarm when the share of requests finding their
+        model loaded (ModelCacheHit Average) stays below it — thrashing (default 50).
+    error_rate_4xx_percent / error_rate_5xx_percent / utilization_alarm_percent / alarm_topic / dashboard: as
+        GravitonEndpointProps.
+    """
+
+    name: str
+    image: LlamaCppImage | EngineImage
+    model_bucket: ModelBucket
+    prefix: str = "farm/"
+    target_models: Mapping[str, str] = field(default_factory=dict)
+    depends_on: tuple[IDependable, ...] = ()
+    instance_type: str = "ml.m8g.xlarge"
+    min_capacity: int = 1
+    max_capacity: int = 2
+    initial_instance_count: int | None = None
+    autoscaling: bool = True
+    target_concurrency: float | None = None
+    scale_out_cooldown: cdk.Duration = field(default_factory=lambda: cdk.Duration.seconds(120))
+    scale_in_cooldown: cdk.Duration = field(default_factory=lambda: cdk.Duration.seconds(600))
+    threads_per_model: int = 2
+    memory_budget_bytes: int | None = None
+    model_cache: bool = True
+    environment: Mapping[str, str] = field(default_factory=dict)
+    startup_health_check_timeout: cdk.Duration | None = None
+    volume_size_gb: int | None = None
+    vpc: ec2.IVpc | None = None
+    vpc_subnets: ec2.SubnetSelection | None = None
+    security_groups: tuple[ec2.ISecurityGroup, ...] = ()
+    network_isolation: bool = True
+    encryption_key: kms.IKey | None = None
+    log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS
+    existing_role: iam.IRole | None = None
+    latency_slo: cdk.Duration = field(default_factory=lambda: cdk.Duration.seconds(2))
+    alarm_output_tokens: int = 256
+    time_per_output_token: cdk.Duration = field(default_factory=lambda: cdk.Duration.millis(100))
+    cold_load_alarm: cdk.Duration = field(default_factory=lambda: cdk.Duration.seconds(INVOKE_TIMEOUT_SECONDS // 2))
+    cache_hit_alarm_percent: float = 50.0
+    error_rate_4xx_percent: float = 5.0
+    error_rate_5xx_percent: float = 1.0
+    utilization_alarm_percent: float = 85.0
+    alarm_topic: sns.ITopic | None = None
+    dashboard: bool = True
+    endpoint_name_prefix: str | None = None
+    variant_name: str = "AllTraffic"
+    removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN
+
+    # -- derived ----------------------------------------------------------------------------------
+
+    # instance, scales, initial_count: EndpointPropsBase
+
+    @property
+    def slots(self) -> int:
+        """Generations an instance runs at once: its vCPUs shared by threads_per_model each."""
+        return max(1, self.instance.vcpus // self.threads_per_model)
+
+    @property
+    def default_target_concurrency(self) -> float:
+        return float(max(1, math.floor(self.slots * TARGET_SLOT_UTILIZATION)))
+
+    @property
+    def latency_alarm(self) -> cdk.Duration:
+        ms = self.latency_slo.to_milliseconds() + self.alarm_output_tokens * self.time_per_output_token.to_milliseconds()
+        return cdk.Duration.millis(ms)
+
+    @property
+    def latency_alarm_basis(self) -> str:
+        return (f"{self.latency_slo.to_milliseconds():g} ms first-token SLO + {self.alarm_output_tokens} output tokens x "
+                f"{self.time_per_output_token.to_milliseconds():g} ms")
+
+    def target(self, name: str) -> TargetModel:
+        path = self.target_models[name]
+        return TargetModel(name=name, path=path, key=f"{self.prefix}{path}")
+
+    # -- validation -------------------------------------------------------------------------------
+
+    def validate(self) -> None:
+        p = "MultiModelEndpointProps"
+        self._check_name(p)
+        self._check_instance_type(p, "ml.m8g.xlarge")
+        if isinstance(self.image, EngineImage):
+            self.image.validate()
+        elif not isinstance(self.image, LlamaCppImage):
+            raise ValueError(f"{p}.image must be a LlamaCppImage or an EngineImage, got {type(self.image).__name__}")
+        self._check_image_arch(p, self.instance.arch, image_architectures(self.image), "the image")
+        self._validate_model_data(p)
+        self._validate_capacity(p)
+        self._validate_environment(p)
+        self._check_timeout(p, "startup_health_check_timeout")
+        self._validate_volume(p)
+        self._check_network(p)
+        self._check_alarms(p)
+        if self.alarm_output_tokens < 0:
+            raise ValueError(f"{p}.alarm_output_tokens must be >= 0 (the answers' p95 length in tokens), got {self.alarm_output_tokens}")
+        if self.time_per_output_token.to_milliseconds() <= 0:
+            raise ValueError(f"{p}.time_per_output_token must be positive (e.g. cdk.Duration.millis(100) = 10 tok/s)")
+        if not 0 < self.cold_load_alarm.to_seconds() < INVOKE_TIMEOUT_SECONDS:
+            raise ValueError(
+                f"{p}.cold_load_alarm must be between 0 and {INVOKE_TIMEOUT_SECONDS} s (InvokeEndpoint's limit), "
+                f"got {self.cold_load_alarm.to_seconds()} s"
+            )
+        if not 0 < self.cache_hit_alarm_percent <= 100:
+            raise ValueError(f"{p}.cache_hit_alarm_percent must be in (0, 100], got {self.cache_hit_alarm_percent}")
+        self._check_naming(p)
+
+    def _validate_model_data(self, p: str) -> None:
+        if not isinstance(self.model_bucket, ModelBucket):
+            raise ValueError(f"{p}.model_bucket must be a ModelBucket, got {type(self.model_bucket).__name__}")
+        prefix = self.prefix
+        if not prefix.endswith("/") or prefix.startswith("/") or "*" in prefix or ".." in prefix.split("/") or prefix.strip("/") == "":
+            raise ValueError(
+                f"{p}.prefix must be a key prefix ending in '/', without a leading '/', '*' or '..' (ModelDataUrl is "
+                f"s3://<bucket>/<prefix>), got {prefix!r} — e.g. 'farm/'"
+            )
+        bucket_name = self.model_bucket.bucket.bucket_name
+        resolved = bucket_name if not cdk.Token.is_unresolved(bucket_name) else "x" * 63  # the longest a name can be
+        if not cdk.Token.is_unresolved(bucket_name) and not _BUCKET.match(bucket_name):
+            raise ValueError(f"{p}.model_bucket's bucket name {bucket_name!r} is not an S3 bucket name")
+        url_length = len(f"s3://{resolved}/{prefix}")
+        if url_length > MODEL_DATA_URL_MAX:
+            raise ValueError(f"{p}.prefix makes ModelDataUrl {url_length} characters; SageMaker allows {MODEL_DATA_URL_MAX} — shorten the prefix")
+        for name, path in self.target_models.items():
+            if not NAME.match(name):
+                raise ValueError(f"{p}.target_models key {name!r} must be a DNS label (the model's name in config.yaml)")
+            where = f"{p}.target_models[{name!r}]"
+            if not isinstance(path, str) or not path.endswith(ARTIFACT_SUFFIX):
+                raise ValueError(f"{where} must be a {ARTIFACT_SUFFIX} artifact under the prefix (multi-model endpoints load gzip'd tar archives), got {path!r}")
+            if path.startswith(prefix) or path.startswith("/") or ".." in path.split("/"):
+                raise ValueError(f"{where} must be relative to the prefix {prefix!r} (SageMaker joins the two), got {path!r} — drop the leading {prefix!r} or '/'")
+            if not (1 <= len(path) <= TARGET_MODEL_MAX and _TARGET_MODEL.match(path)):
+                raise ValueError(f"{where} must be 1..{TARGET_MODEL_MAX} printable ASCII characters (InvokeEndpoint TargetModel), got {path!r}")
+
+    def _validate_capacity(self, p: str) -> None:
+        self._check_capacity_bounds(p)
+        if self.target_concurrency is not None and self.target_concurrency <= 0:
+            raise ValueError(f"{p}.target_concurrency must be > 0, got {self.target_concurrency}")
+        vcpus = self.instance.vcpus
+        if not 1 <= self.threads_per_model <= vcpus:
+            raise ValueError(f"{p}.threads_per_model must be 1..{vcpus} (the vCPUs of {self.instance_type}), got {self.threads_per_model}")
+        memory = int(self.instance.memory_gib * sizing.GIB)
+        if self.memory_budget_bytes is not None and not 0 < self.memory_budget_bytes <= memory:
+            raise ValueError(
+                f"{p}.memory_budget_bytes must be in 1..{memory} (the {self.instance.memory_gib:g} GiB of {self.instance_type}), "
+                f"got {self.memory_budget_bytes} — or leave it out (the container's memory limit)"
+            )
+
+    def _validate_environment(self, p: str) -> None:
+        clash = sorted(set(self.environment) & COMPUTED_KEYS)
+        if clash:
+            raise ValueError(f"{p}.environment may not set {', '.join(clash)}: set threads_per_model / memory_budget_bytes instead")
+        bad = [k for k in self.environment if not _ENV_KEY.match(k)]
+        if bad:
+            raise ValueError(f"{p}.environment keys must be environment variable names, got {bad}")
+        if len(self.environment) + len(COMPUTED_KEYS) > ENV_MAX_ENTRIES:
+            raise ValueError(f"{p}.environment has {len(self.environment)} entries; SageMaker allows {ENV_MAX_ENTRIES} in all (with {len(COMPUTED_KEYS)} computed) — drop some")
+        long = [k for k, v in self.environment.items() if not cdk.Token.is_unresolved(v) and len(v.encode()) > ENV_VALUE_MAX]
+        if long:
+            raise ValueError(f"{p}.environment values of {long} exceed SageMaker's {ENV_VALUE_MAX} bytes per value")
+
+    def _validate_volume(self, p: str) -> None:
+        if self.volume_size_gb is None:
+            return
+        if self.instance.instance_store:
+            raise ValueError(
+                f"{p}.volume_size_gb: {self.instance_type} has local NVMe instance storage and SageMaker attaches no "
+                "ML storage volume to it (VolumeSizeInGB is refused) — drop volume_size_gb"
+            )
+        if not VOLUME_MIN_GB <= self.volume_size_gb <= VOLUME_MAX_GB:
+            raise ValueError(f"{p}.volume_size_gb must be {VOLUME_MIN_GB}..{VOLUME_MAX_GB} (SageMaker's range), got {self.volume_size_gb}")
+
+    # -- from a catalog ---------------------------------------------------------------------------
+
+    @classmethod
+    def for_catalog(
+        cls, catalog: ModelCatalog, *, name: str, image: LlamaCppImage | EngineImage, models: Iterable[str] | None = None,
+        **overrides: Any,
+    ) -> MultiModelEndpointProps:
+        """A pool of `models` (default: every model of the catalog) whose artifacts a ModelCatalog copies with the
+        "mme" layout: its bucket and prefix, each model's `mme_target_model(name)`, and a dependency on its copy."""
+        names = [e.name for e in catalog.catalog.entries] if models is None else list(models)
+        return cls(
+            name=name, image=image, model_bucket=catalog.model_bucket, prefix=catalog.prefix,
+            target_models={m: catalog.mme_target_model(m) for m in names},
+            depends_on=(catalog.resource,), **overrides,
+        )
