@@ -46,7 +46,8 @@ sys.path[:] = [str(ROOT), str(ROOT / "constructs")] + [p for p in sys.path if Pa
 
 from tests.support.engine import free_port, llama_server_path, wait_healthy  # noqa: E402
 
-from cpu_inference.sizing import GIB, ModelSpec, memory_needed  # noqa: E402
+from cpu_inference.pool_sizing import pool_plan  # noqa: E402
+from cpu_inference.sizing import GIB, ModelSpec  # noqa: E402
 
 STAND_INS = {
     "smollm2": ModelSpec(parameters_billions=0.135, quantization="Q4_1", task="chat"),
@@ -389,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ctx", type=int, default=512, help="context size per model server")
     ap.add_argument("--slots", type=int, default=1, help="parallel slots per model server")
     ap.add_argument("--memory-budget-gib", type=float, default=4.0,
-                    help="the pool's memory budget: --models-max = budget // cpu_inference.sizing estimate for the largest stand-in")
+                    help="the pool replica's memory: --models-max from cpu_inference.pool_sizing.pool_plan for this budget")
     ap.add_argument("--models-max", type=int, help="override the budget-derived --models-max")
     ap.add_argument("--modes", default="pool,per-model", help="comma-separated: pool, per-model (run in this order)")
     ap.add_argument("--start-batch", type=int, default=4, help="per-model servers started at once")
@@ -406,10 +407,15 @@ def main(argv: list[str] | None = None) -> int:
     workdir = args.workdir or Path(tmp)
     try:
         models = make_models(args.models, stand_ins, workdir / "models", args.link)
-        # One model's memory as the library sizes it (weights + KV for the slots + runtime overhead, >= 1.5x file).
-        estimate = max(memory_needed(ModelSpec(**{**asdict(STAND_INS[m.stand_in]), "file_size_bytes": m.path.stat().st_size}), args.slots, args.ctx)
-                       for m in models)
-        models_max = args.models_max or max(1, int(args.memory_budget_gib * GIB // estimate))
+        # --models-max as the library sizes a pool (cpu_inference.pool_sizing, what the EKS pools and `size` use): the
+        # budget minus the router's RSS over the largest loaded footprint (weights + KV for the slots + compute
+        # buffers + the measured per-child runtime), with the same ctx and slots the servers run here.
+        specs = {m.name: ModelSpec(**{**asdict(STAND_INS[m.stand_in]), "file_size_bytes": m.path.stat().st_size,
+                                      "parallel_slots": args.slots, "context_per_slot": args.ctx // args.slots})
+                 for m in models}
+        plan = pool_plan(specs, cpu=args.threads, memory_bytes=int(args.memory_budget_gib * GIB), models_max=args.models_max)
+        estimate = plan.per_model[plan.largest_model].memory_bytes
+        models_max = max(1, plan.models_max)
         mix = zipf_mix(models, args.requests, args.zipf_s, args.seed)
         summary = {
             "models": len(models), "stand_ins": stand_ins, "link": args.link, "requests": args.requests, "zipf_s": args.zipf_s,

@@ -90,23 +90,57 @@ def test_each_model_gets_its_own_read_only_prefix(synthesized) -> None:
 def test_model_farm_packs_on_the_memory_pool_behind_one_gateway(synthesized) -> None:
     s = synthesized["examples/model-farm-eks.yaml"]
     objs = _objects(synthesized, "examples/model-farm-eks.yaml")
-    names = {m.name for m in s.config.models}
+    dedicated = {m.name for m in s.config.models if s.config.serving_of(m) == "dedicated"}
+    pooled = {m.name: s.config.pool_of(m).name for m in s.config.models if s.config.serving_of(m) == "pool"}
+    assert dedicated and pooled, "the example shows both: hot dedicated models and pools"
     gateway = _router_config(objs, "gateway")
     assert gateway["mode"] == "gateway"
-    assert {m["name"] for m in gateway["gateway"]["models"]} == names
+    assert {m["name"] for m in gateway["gateway"]["models"]} == dedicated
     for m in gateway["gateway"]["models"]:
         assert m["url"] == f"http://{m['name']}.model-farm.svc.cluster.local:8080"
+    # Every pooled model is routed to its pool, whose replicas are the StatefulSet's stable pod names.
+    routed = {name: p["name"] for p in gateway["gateway"]["pools"] for name in p["models"]}
+    assert routed == pooled
+    for p in gateway["gateway"]["pools"]:
+        _find(objs, "StatefulSet", f"pool-{p['name']}")
+        settings = next(x for x in s.config.farm.pools if x.name == p["name"])
+        assert len(p["replicas"]) == settings.replicas.max and p["replication"] == settings.replication
+        assert p["replicas"][0] == f"http://pool-{p['name']}-0.pool-{p['name']}.model-farm.svc.cluster.local:8080"
+        # The preset the pool runs lists exactly its models.
+        preset = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == f"pool-{p['name']}")
+        sections = {line[1:-1] for text in preset["data"].values() for line in text.splitlines() if line.startswith("[") and line != "[*]"}
+        assert sections == set(p["models"])
     _router_config_module().from_dict(gateway)
-    pools = {o["metadata"]["name"]: o for o in objs if o["kind"] == "NodePool"}
-    assert "memory-optimized" in pools
-    taint = pools["memory-optimized"]["spec"]["template"]["spec"]["taints"][0]
-    for name in names:
-        pod = _find(objs, "Deployment", name)["spec"]["template"]["spec"]
-        assert any(t.get("key") == taint["key"] and t.get("effect") == taint["effect"] for t in pod.get("tolerations", [])), name
-    cold = [m.name for m in s.config.models if m.replicas.min == 0]
+    node_pools = {o["metadata"]["name"]: o for o in objs if o["kind"] == "NodePool"}
+    assert "memory-optimized" in node_pools
+    taint = node_pools["memory-optimized"]["spec"]["template"]["spec"]["taints"][0]
+    workloads = [_find(objs, "Deployment", n) for n in dedicated] + [_find(objs, "StatefulSet", f"pool-{p}") for p in set(pooled.values())]
+    for w in workloads:
+        pod = w["spec"]["template"]["spec"]
+        assert any(t.get("key") == taint["key"] and t.get("effect") == taint["effect"] for t in pod.get("tolerations", [])), w["metadata"]["name"]
+    # No per-model Deployment for a pooled model: Kubernetes objects are per pool.
+    assert not [o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] in pooled]
+    cold = [m.name for m in s.config.models if m.replicas.min == 0 and m.name in dedicated]
     assert cold, "the example should show scale-to-zero"
     for name in cold:
         assert _find(objs, "ScaledObject", name)["spec"]["minReplicaCount"] == 0
+
+
+def test_sagemaker_farm_serves_each_pool_from_one_multi_model_endpoint(synthesized) -> None:
+    s = synthesized["examples/model-farm-sagemaker.yaml"]
+    res = list(s.template["Resources"].values())
+    multi = [r["Properties"] for r in res if r["Type"] == "AWS::SageMaker::Model" and r["Properties"]["PrimaryContainer"].get("Mode") == "MultiModel"]
+    used_pools = {s.config.pool_of(m).name for m in s.config.models if s.config.serving_of(m) == "pool"}
+    assert len(multi) == len(used_pools) >= 1
+    for m in multi:
+        assert json.dumps(m["PrimaryContainer"]["ModelDataUrl"]).endswith('/farm/"]]}'), m["PrimaryContainer"]["ModelDataUrl"]
+    dedicated = [m for m in s.config.models if s.config.serving_of(m) == "dedicated"]
+    single = [r for r in res if r["Type"] == "AWS::SageMaker::Model" and r["Properties"]["PrimaryContainer"].get("Mode") != "MultiModel"]
+    assert len(single) == len(dedicated)
+    # One copy job for every pooled model, not one per model.
+    assert len([r for r in res if r["Type"] == "Custom::ModelCatalog"]) == 1
+    assert len([r for r in res if r["Type"] == "Custom::ModelArtifact"]) == len(dedicated)
+    assert not [r for r in res if r["Type"].startswith("AWS::EKS::")]
 
 
 def test_sagemaker_target_has_one_endpoint_per_model_and_no_cluster(synthesized) -> None:

@@ -1,6 +1,7 @@
-"""Bin-packing check for the model-farm example (examples/model-farm-eks.yaml, 20 small models): the pods'
-requests — exactly what LlamaServerChart renders for each model — fit the chosen node sizes at the
-planned density. Run with `-s` to see the pods-per-node table."""
+"""Bin-packing check for the model-farm example (examples/model-farm-eks.yaml, 20 small models in two pools and two
+dedicated hot models): the pods' requests — exactly what LlamaServerChart renders for each dedicated model and
+ModelPoolChart for each pool replica — fit the chosen node sizes at the planned density. Run with `-s` to see the
+pods-per-node table."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import pytest
 
 from cpu_inference import sizing
 from cpu_inference.config import load
-from cpu_inference.k8s.bin_packing import PodRequest, choose, max_pods, model_pod, pack, served_model_pods, table
+from cpu_inference.config.rules import plan_pool
+from cpu_inference.k8s.bin_packing import PodRequest, choose, max_pods, model_pod, pack, pool_pod, served_model_pods, table
 from cpu_inference.k8s.llama_server_chart import LlamaServerChart, LlamaServerChartProps, ModelWorkload, ServingPolicy
+from cpu_inference.k8s.model_pool_chart import ModelPoolChart, ModelPoolChartProps
 from cpu_inference.patterns.from_config import served_models
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,6 +31,32 @@ CANDIDATES = tuple(f"{fam}.{size}" for fam in CONFIG.eks.instance_families for s
 @pytest.fixture(scope="module")
 def farm():
     return served_models(CONFIG)
+
+
+def farm_pods(farm, node: str, replicas: str) -> list[PodRequest]:
+    """The dedicated models' pods and every used pool's replicas at their min or max."""
+    pods = served_model_pods(farm, node, replicas=replicas)
+    for pool in CONFIG.farm.pools:
+        plan = plan_pool(CONFIG, pool)
+        if plan is not None:
+            pods.append(pool_pod(pool.name, plan, cpu=pool.cpu, replicas=pool.replicas.min if replicas == "min" else pool.replicas.max))
+    return pods
+
+
+def test_pool_pod_requests_are_what_the_pool_chart_renders() -> None:
+    used = [(pool, plan) for pool in CONFIG.farm.pools if (plan := plan_pool(CONFIG, pool)) is not None]
+    assert used
+    for pool, plan in used:
+        props = ModelPoolChartProps.from_plan(name=pool.name, image="i@sha256:" + "f" * 64, plan=plan,
+                                              paths={n: f"{n}/0123456789abcdef/m.gguf" for n in plan.per_model},
+                                              bucket_name="models-bucket", region="us-east-1")
+        chart = ModelPoolChart(cdk8s.App(), pool.name, props=props)
+        sts = next(o for o in chart.to_json() if o["kind"] == "StatefulSet")
+        containers = sts["spec"]["template"]["spec"]["containers"]
+        cpu = sum(float(str(c["resources"]["requests"]["cpu"]).removesuffix("m")) / (1000 if str(c["resources"]["requests"]["cpu"]).endswith("m") else 1) for c in containers)
+        mem = sum(int(str(c["resources"]["requests"]["memory"]).removesuffix("Mi")) * sizing.MIB for c in containers)
+        pod = pool_pod(pool.name, plan, cpu=pool.cpu)
+        assert (cpu, mem) == (pod.cpu, pod.memory_bytes)
 
 
 def check(plan) -> None:
@@ -61,12 +90,12 @@ def test_pod_requests_are_what_the_chart_renders(farm) -> None:
 
 @pytest.mark.parametrize("replicas", ["min", "max"])
 def test_farm_fits_the_chosen_node_sizes(farm, replicas: str) -> None:
-    plans = [pack(served_model_pods(farm, node, replicas=replicas), node) for node in CANDIDATES]
-    compare = [pack(served_model_pods(farm, node, replicas=replicas), node) for node in COMPARISON]
+    plans = [pack(farm_pods(farm, node, replicas), node) for node in CANDIDATES]
+    compare = [pack(farm_pods(farm, node, replicas), node) for node in COMPARISON]
     print(f"\nmodel farm ({FARM.name}), {replicas} replicas:\n{table(plans + compare)}")
     for plan in plans + compare:
         check(plan)
-    pods = served_model_pods(farm, CANDIDATES[0], replicas=replicas)
+    pods = farm_pods(farm, CANDIDATES[0], replicas)
     chosen = choose(pods, CANDIDATES)
     print(f"chosen: {chosen.instance.name} x {chosen.node_count} ({chosen.node_vcpus} vCPUs, pods per node {chosen.pods_per_node})")
     total_cpu = sum(p.cpu * p.replicas for p in pods)

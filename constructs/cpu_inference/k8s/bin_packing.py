@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .. import sizing
+from ..pool_sizing import PoolPlan, memory_request_mib
 from .metrics_proxy import SIDECAR_CPU, SIDECAR_MEMORY_BYTES
 
 # Pods per node with the VPC CNI in its default mode (no prefix delegation): ENIs x (IPv4 per ENI - 1) + 2,
@@ -160,12 +161,21 @@ def model_pod(name: str, spec: sizing.ModelSpec, node_type: str, *, cpu: float |
     return PodRequest(name, s.cpu_request + SIDECAR_CPU, s.memory_request_mib * sizing.MIB + SIDECAR_MEMORY_BYTES, replicas)
 
 
+def pool_pod(name: str, plan: PoolPlan, *, cpu: float, replicas: int = 1) -> PodRequest:
+    """A multi-model pool replica's requests exactly as ModelPoolChart renders them (request = limit: the plan's
+    memory for models_max loaded models and the router; `cpu` whole vCPUs; no sidecar)."""
+    return PodRequest(f"pool-{name}", float(math.ceil(cpu)), memory_request_mib(plan) * sizing.MIB, replicas)
+
+
 def served_model_pods(models: Iterable[object], node_type: str, *, replicas: str = "min") -> list[PodRequest]:
-    """Pod requests of `patterns.ServedModel`s (e.g. `served_models(config)`) at their min or max replicas."""
+    """Pod requests of the dedicated `patterns.ServedModel`s (e.g. `served_models(config)`) at their min or max
+    replicas; pooled models (ServedModel.pool set) run in their pool's pods (pool_pod)."""
     if replicas not in ("min", "max"):
         raise ValueError("replicas must be 'min' or 'max'")
     out = []
     for m in models:
+        if getattr(m, "pool", None) is not None:
+            continue
         n = m.replicas_min if replicas == "min" else m.replicas_max  # type: ignore[attr-defined]
         if n:
             out.append(model_pod(m.name, m.spec, node_type, cpu=m.cpu, replicas=n))  # type: ignore[attr-defined]

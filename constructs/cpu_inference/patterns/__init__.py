@@ -3,6 +3,7 @@
 from .deployment import DeploymentProps, SageMakerSettings
 from .eks_platform import EksPlatform, EksPlatformProps, NodePoolSettings
 from .escalation import EscalationTarget
+from .farm_pool import FarmPoolSettings
 from .model_farm import ModelFarm, ModelFarmProps
 from .router_settings import RouterSettings
 from .served_model import ServedModel
@@ -14,6 +15,7 @@ __all__ = [
     "EksPlatform",
     "EksPlatformProps",
     "EscalationTarget",
+    "FarmPoolSettings",
     "ModelFarm",
     "ModelFarmProps",
     "NodePoolSettings",

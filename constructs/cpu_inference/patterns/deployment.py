@@ -7,14 +7,16 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from aws_cdk import aws_iam as iam
-from constructs import Construct
+from constructs import Construct, IDependable
 
 from ..artifacts import ModelBucketProps
 from ..eks import InferenceWorkloads, InferenceWorkloadsProps
 from ..eks.inference_workloads import ModelDeployment
+from ..eks.mountpoint import MountpointS3Csi
 from ..images import LlamaCppImageProps
 from ..k8s.karpenter_specs import MEMORY_POOL, MEMORY_TAINT
 from ..k8s.llama_server_chart import ServingPolicy
+from ..k8s.model_pool_chart import ModelPoolChartProps
 from ..k8s.router_chart import RouterChartProps
 from ..sagemaker import GravitonEndpoint, GravitonEndpointProps
 from .eks_platform import EksPlatform, EksPlatformProps
@@ -56,9 +58,9 @@ class DeploymentProps:
         if self.p95_latency_ms <= 0:
             raise ValueError(f"p95_latency_ms must be > 0, got {self.p95_latency_ms}")
         if self.target == "sagemaker":
-            missing = [m.name for m in self.models if not m.instance_type]
+            missing = [m.name for m in self.models if not m.instance_type and m.pool is None]
             if missing:
-                raise ValueError(f"target sagemaker needs an instance_type for every model, missing for {missing}")
+                raise ValueError(f"target sagemaker needs an instance_type for every dedicated model, missing for {missing}")
         if self.existing_platform is None and self.target == "eks":
             self.platform.validate()
 
@@ -104,6 +106,9 @@ def eks_workloads(
     policy: ServingPolicy,
     router: RouterChartProps,
     router_statements: tuple[iam.PolicyStatement, ...] = (),
+    pools: tuple[ModelPoolChartProps, ...] = (),
+    mountpoint: MountpointS3Csi | None = None,
+    extra_depends_on: tuple[IDependable, ...] = (),
 ) -> InferenceWorkloads:
     return InferenceWorkloads(
         scope,
@@ -117,7 +122,9 @@ def eks_workloads(
             router=router,
             router_policy_statements=router_statements,
             p95_latency_slo_ms=props.p95_latency_ms,
-            depends_on=tuple(platform.karpenter.node_pool_manifests),
+            depends_on=(*platform.karpenter.node_pool_manifests, *extra_depends_on),
+            pools=pools,
+            mountpoint=mountpoint,
         ),
     )
 

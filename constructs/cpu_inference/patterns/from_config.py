@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from typing import Literal, cast
 
+from .. import sizing
 from ..config import Config, model_spec
+from ..config.rules import pool_budget, pool_instance_of
 from ..eks import InferenceClusterProps
 from .deployment import DeploymentProps, SageMakerSettings
 from .eks_platform import EksPlatformProps, NodePoolSettings
 from .escalation import EscalationTarget
+from .farm_pool import FarmPoolSettings
 from .model_farm import ModelFarmProps
 from .router_settings import RouterSettings
 from .served_model import ServedModel
@@ -22,11 +25,25 @@ def served_models(config: Config) -> tuple[ServedModel, ...]:
             name=m.name, hf_repo=m.source.hf_repo, file=m.source.file, revision=m.source.revision,
             sha256=m.source.sha256, token_secret_name=m.source.token_secret_name, spec=model_spec(m, config),
             role=config.role_of(m), replicas_min=m.replicas.min, replicas_max=m.replicas.max,
-            instance_type=(m.instance_type or config.sagemaker.instance_type) if config.target == "sagemaker" else None,
-            cpu=m.cpu,
+            instance_type=(m.instance_type or config.sagemaker.instance_type) if config.target == "sagemaker" and pool is None else None,
+            cpu=m.cpu, pool=pool.name if pool is not None else None,
         )
         for m in config.models
+        for pool in (config.pool_of(m),)
     )
+
+
+def farm_pools(config: Config) -> tuple[FarmPoolSettings, ...]:
+    """config.farm.pools; on SageMaker a pool's replica is its endpoint's instance (vCPUs and usable memory)."""
+    out = []
+    for p in config.farm.pools:
+        cpu, memory = pool_budget(config, p)
+        out.append(FarmPoolSettings(
+            name=p.name, cpu=cpu, memory_gib=memory / sizing.GIB, replicas_min=p.replicas.min, replicas_max=p.replicas.max,
+            replication=p.replication, models_max=p.models_max,
+            instance_type=pool_instance_of(config, p) if config.target == "sagemaker" else None,
+        ))
+    return tuple(out)
 
 
 def platform_props(config: Config) -> EksPlatformProps:
@@ -85,4 +102,7 @@ def slm_prefilter_props(config: Config) -> SlmPrefilterProps:
 
 
 def model_farm_props(config: Config) -> ModelFarmProps:
-    return ModelFarmProps(deployment=deployment_props(config))
+    return ModelFarmProps(
+        deployment=deployment_props(config), pools=farm_pools(config),
+        gateway_replicas_min=config.farm.gateway.min, gateway_replicas_max=config.farm.gateway.max,
+    )

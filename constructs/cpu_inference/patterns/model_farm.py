@@ -1,15 +1,38 @@
-"""Pattern 2 — high-density CPU model farm: many small models, each a thin right-sized workload, bin-packed on
-shared memory-optimized nodes, scaled per model on queue depth (cold models to zero), behind one gateway."""
+"""Pattern 2 — high-density CPU model farm: hundreds to thousands of small models (embeddings, classifiers,
+rerankers, small generators) on shared CPU capacity, behind one entry point.
+
+A farm model is served from a multi-model **pool** (ServedModel.pool) unless it is dedicated (pool None: a hot
+model keeps its own workload or endpoint, as in the SLM pre-filter). Per pool:
+- EKS: a StatefulSet of llama-server routers (load a model on its first request, unload the least recently
+  used above models_max), reading the weights from one Mountpoint for S3 volume, scaled by KEDA on the
+  gateway's in-flight count; the gateway routes each model to `replication` replicas (rendezvous hashing).
+- SageMaker: one multi-model endpoint (SageMaker loads, caches and unloads the models; the container runs one
+  llama-server per loaded model).
+All pooled models are copied by ONE ModelCatalog job, so the template stays O(1) in the number of pooled models:
+what grows per model is a preset line in a ConfigMap and a name in the gateway's config (EKS), nothing on
+SageMaker. Pool sizes come from pool_sizing (models_max from memory, threads per loaded model)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
+import aws_cdk as cdk
 from constructs import Construct
 
+from model_download.catalog import FARM_PREFIX, CatalogEntry
+
+from .. import sizing
+from ..artifacts import ModelCatalog, ModelCatalogProps
+from ..eks.mountpoint import MountpointS3Csi, MountpointS3CsiProps
+from ..k8s.model_pool_chart import ModelPoolChartProps
 from ..k8s.router_chart import RouterChartProps
+from ..pool_sizing import PoolPlan, pool_plan
+from ..sagemaker import MultiModelEndpoint, MultiModelEndpointProps
 from .deployment import DeploymentProps, eks_workloads, endpoints, served_policy
 from .eks_platform import EksPlatform
+from .farm_pool import FarmPoolSettings
+from .served_model import ServedModel
 from .serving_foundation import ServingFoundation, ServingFoundationProps
 
 NAMESPACE = "model-farm"
@@ -17,12 +40,21 @@ NAMESPACE = "model-farm"
 
 @dataclass(frozen=True)
 class ModelFarmProps:
-    """deployment: the farm's models (role `farm`) and the target. gateway_replicas_min/max: the single
+    """deployment: the farm's models (role `farm`; `pool` names the pool of each, None = dedicated) and the
+    target. pools: the multi-model pools (default one pool `default`). gateway_replicas_min/max: the single
     OpenAI-compatible entry point that routes by the request's `model` (EKS)."""
 
     deployment: DeploymentProps
+    pools: tuple[FarmPoolSettings, ...] = (FarmPoolSettings(),)
     gateway_replicas_min: int = 2
     gateway_replicas_max: int = 6
+
+    @property
+    def dedicated(self) -> tuple[ServedModel, ...]:
+        return tuple(m for m in self.deployment.models if m.pool is None)
+
+    def members(self, pool: str) -> tuple[ServedModel, ...]:
+        return tuple(m for m in self.deployment.models if m.pool == pool)
 
     def validate(self) -> None:
         self.deployment.validate()
@@ -31,31 +63,94 @@ class ModelFarmProps:
             raise ValueError(f"models {wrong} are not role farm — a model farm serves role farm only")
         if not 1 <= self.gateway_replicas_min <= self.gateway_replicas_max:
             raise ValueError(f"need 1 ≤ gateway_replicas_min ({self.gateway_replicas_min}) ≤ gateway_replicas_max ({self.gateway_replicas_max})")
+        names = [p.name for p in self.pools]
+        if len(set(names)) != len(names):
+            raise ValueError(f"pool names must be unique, got {names}")
+        for p in self.pools:
+            p.validate()
+        unknown = sorted({m.pool for m in self.deployment.models if m.pool is not None} - set(names))
+        if unknown:
+            raise ValueError(f"models name pools {unknown} that are not in pools {names} — add the pool or fix the model's pool")
         if self.deployment.target == "sagemaker":
-            cold = [m.name for m in self.deployment.models if m.replicas_min < 1]
+            cold = [m.name for m in self.dedicated if m.replicas_min < 1]
             if cold:
                 raise ValueError(f"models {cold} have replicas.min 0: SageMaker real-time endpoints keep ≥ 1 instance — set min 1 or use target eks")
+            for p in self.pools:
+                if self.members(p.name) and p.replicas_min < 1:
+                    raise ValueError(f"pool {p.name}: replicas.min 0 — a SageMaker multi-model endpoint keeps ≥ 1 instance; set min 1")
+                if self.members(p.name) and not p.instance_type:
+                    raise ValueError(f"pool {p.name}: target sagemaker needs the pool's instance_type (its multi-model endpoint's instances)")
+        elif any(p.cpu != int(p.cpu) for p in self.pools if self.members(p.name)):
+            raise ValueError("pool cpu on EKS must be a whole number of vCPUs (each loaded model gets whole threads)")
+
+
+def plan_pool(pool: FarmPoolSettings, members: tuple[ServedModel, ...]) -> PoolPlan:
+    """The pool's plan (pool_sizing): models_max from memory unless the pool sets it, threads per loaded model.
+    On SageMaker the same plan sizes each loaded model (SageMaker itself decides how many stay loaded)."""
+    plan = pool_plan({m.name: m.spec for m in members}, cpu=pool.cpu, memory_bytes=int(pool.memory_gib * sizing.GIB),
+                     models_max=pool.models_max)
+    if not plan.fits:
+        raise ValueError(
+            f"pool {pool.name}: its largest model {plan.largest_model} needs {math.ceil(plan.per_model[plan.largest_model].memory_bytes / sizing.MIB)} MiB "
+            f"loaded; memory_gib {pool.memory_gib} holds {plan.models_max_fit} — raise memory_gib or move the model to a larger pool"
+        )
+    return plan
+
+
+def catalog_entry(m: ServedModel, plan: PoolPlan) -> CatalogEntry:
+    return CatalogEntry(
+        name=m.name, hf_repo=m.hf_repo, file=m.file, revision=m.revision, sha256=m.sha256,
+        token_secret_name=m.token_secret_name, engine_args=plan.engine_args(m.name),
+    )
 
 
 class ModelFarm(Construct):
-    """Attributes: foundation; on EKS `platform`, `workloads` (model charts + the gateway); on SageMaker
-    `endpoints` (name → GravitonEndpoint)."""
+    """Attributes: foundation (bucket, dedicated models' artifacts, images); catalog (the pooled models' one copy
+    job, or None); plans (pool name → PoolPlan); on EKS `platform`, `mountpoint`, `workloads` (dedicated model
+    charts, pool charts and the gateway); on SageMaker `endpoints` (dedicated model name → GravitonEndpoint) and
+    `pool_endpoints` (pool name → MultiModelEndpoint)."""
 
     def __init__(self, scope: Construct, id: str, *, props: ModelFarmProps) -> None:
         super().__init__(scope, id)
         props.validate()
         self.props = props
         d = props.deployment
+        dedicated = props.dedicated
         self.foundation = ServingFoundation(
             self, "Serving",
-            props=ServingFoundationProps(models=d.models, bucket=d.bucket, engine_image=d.engine_image,
+            props=ServingFoundationProps(models=dedicated, bucket=d.bucket, engine_image=d.engine_image,
                                          router_image=d.router_image if d.target == "eks" else None),
         )
+        pools = [p for p in props.pools if props.members(p.name)]
+        self.plans: dict[str, PoolPlan] = {p.name: plan_pool(p, props.members(p.name)) for p in pools}
+        self.catalog: ModelCatalog | None = None
+        if pools:
+            entries = tuple(catalog_entry(m, self.plans[p.name]) for p in pools for m in props.members(p.name))
+            self.catalog = ModelCatalog(
+                self, "Catalog",
+                props=ModelCatalogProps(model_bucket=self.foundation.model_bucket, entries=entries,
+                                        layouts=("mme",) if d.target == "sagemaker" else ("gguf",)),
+            )
         self.platform: EksPlatform | None = None
+        self.mountpoint: MountpointS3Csi | None = None
         self.workloads = None
         self.endpoints = {}
+        self.pool_endpoints: dict[str, MultiModelEndpoint] = {}
+        dedicated_props = replace(d, models=dedicated)
         if d.target == "sagemaker":
-            self.endpoints = endpoints(self, d, self.foundation)
+            self.endpoints = endpoints(self, dedicated_props, self.foundation) if dedicated else {}
+            for p in pools:
+                assert self.catalog is not None and p.instance_type is not None
+                self.pool_endpoints[p.name] = MultiModelEndpoint(
+                    self, f"Pool{''.join(part.capitalize() for part in p.name.split('-'))}",
+                    props=MultiModelEndpointProps.for_catalog(
+                        self.catalog, name=p.name, image=self.foundation.engine_image,
+                        models=[m.name for m in props.members(p.name)], instance_type=p.instance_type,
+                        min_capacity=p.replicas_min, max_capacity=p.replicas_max,
+                        threads_per_model=self.plans[p.name].threads_per_model,
+                        network_isolation=d.sagemaker.network_isolation,
+                    ),
+                )
             return
         self.platform = d.existing_platform or EksPlatform(self, "Platform", props=d.platform)
         assert self.foundation.router_image is not None
@@ -69,5 +164,26 @@ class ModelFarm(Construct):
             replicas_max=props.gateway_replicas_max,
             architectures=tuple(d.platform.node_pools.architectures),
         )
+        pool_props: tuple[ModelPoolChartProps, ...] = ()
+        if pools:
+            assert self.catalog is not None
+            self.mountpoint = MountpointS3Csi(
+                self, "Mountpoint",
+                props=MountpointS3CsiProps(cluster=self.platform.cluster, model_bucket=self.foundation.model_bucket, prefix=FARM_PREFIX),
+            )
+            pool_props = tuple(self._pool_chart_props(p, props.members(p.name)) for p in pools)
         policy = served_policy(d, namespace=NAMESPACE, pattern="model-farm", farm=True)
-        self.workloads = eks_workloads(self, d, self.foundation, self.platform, policy=policy, router=gateway)
+        self.workloads = eks_workloads(
+            self, dedicated_props, self.foundation, self.platform, policy=policy, router=gateway,
+            pools=pool_props, mountpoint=self.mountpoint,
+            extra_depends_on=(self.catalog.resource,) if self.catalog is not None else (),
+        )
+
+    def _pool_chart_props(self, pool: FarmPoolSettings, members: tuple[ServedModel, ...]) -> ModelPoolChartProps:
+        assert self.catalog is not None and self.mountpoint is not None
+        return ModelPoolChartProps.from_plan(
+            name=pool.name, image=self.foundation.engine_image.image_uri, plan=self.plans[pool.name],
+            paths={m.name: self.catalog.gguf_key(m.name).removeprefix(FARM_PREFIX) for m in members},
+            bucket_name=self.mountpoint.bucket_name, region=cdk.Stack.of(self).region,
+            replicas_min=pool.replicas_min, replicas_max=pool.replicas_max, replication=pool.replication,
+        )

@@ -17,6 +17,7 @@ class ServedModel:
     spec: what sizing needs (parameters, quantization, context, task, shape).
     role: slm | llm | farm. replicas_min/max: scaling bounds. instance_type: SageMaker instance (target sagemaker).
     cpu: vCPUs per replica on EKS (default from sizing).
+    pool: the farm pool that serves it (model-farm), or None for its own workload/endpoint (dedicated).
     """
 
     name: str
@@ -31,6 +32,7 @@ class ServedModel:
     replicas_max: int = 4
     instance_type: str | None = None
     cpu: float | None = None
+    pool: str | None = None
 
     def validate(self) -> None:
         if not self.file.endswith(".gguf"):
@@ -39,3 +41,5 @@ class ServedModel:
             raise ValueError(f"ServedModel {self.name}: replicas_min {self.replicas_min} > replicas_max {self.replicas_max}")
         if self.role not in ("slm", "llm", "farm"):
             raise ValueError(f"ServedModel {self.name}: role must be slm, llm or farm, got {self.role!r}")
+        if self.pool is not None and self.role != "farm":
+            raise ValueError(f"ServedModel {self.name}: only role farm is served from a pool, got role {self.role!r} with pool {self.pool!r}")

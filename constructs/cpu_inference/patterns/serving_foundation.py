@@ -18,7 +18,8 @@ ROUTER_IMAGE = LlamaCppImageProps(context_dir=runtime_dir(ROUTER), name="router"
 
 @dataclass(frozen=True)
 class ServingFoundationProps:
-    """models: what to copy from Hugging Face (one ModelArtifact each, under `models/<name>/`).
+    """models: what to copy from Hugging Face (one ModelArtifact each, under `models/<name>/`; may be empty when
+    a ModelCatalog copies every model, as for a farm of pooled models).
     bucket / engine_image: props of the ModelBucket and the llama-server LlamaCppImage (bring `existing_bucket`
     or `existing_repository` there). router_image: props of the router/gateway image, or None for no router."""
 
@@ -28,8 +29,6 @@ class ServingFoundationProps:
     router_image: LlamaCppImageProps | None = None
 
     def validate(self) -> None:
-        if not self.models:
-            raise ValueError("ServingFoundationProps.models: give at least one model")
         names = [m.name for m in self.models]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
