@@ -281,6 +281,7 @@ BIG_CONFIG = f"""
 pattern: model-farm
 models:
   - name: big
+    serving: dedicated  # its own server: a farm model is pooled by default, and no pool holds 70B
     source: {{hf_repo: {BIG_REPO}, file: {BIG_FILE}}}
     parameters_billions: 70.6
     quantization: Q4_K_M
