@@ -118,7 +118,7 @@ def test_sagemaker_pool_keeps_an_instance() -> None:
     shape = SM.shape_for("ProductionVariant").members["InitialInstanceCount"]
     assert shape.metadata["min"] == 1
     doc = _doc("sagemaker", pools=[{"name": "small", "replicas": {"min": 0, "max": 2}}])
-    assert _errors(doc) == ["config.yaml: farm.pools[0].replicas.min: 0 is not possible on a SageMaker multi-model endpoint (InitialInstanceCount ≥ 1) — use 1 or more (or target: eks to scale a pool to zero)"]
+    assert _errors(doc) == ["config.yaml: farm.pools[0].replicas.min: 0 is not possible on a SageMaker multi-model endpoint (InitialInstanceCount ≥ 1) — use 1 or more"]
 
 
 def test_sagemaker_model_too_big_for_the_pool_gets_a_hosting_type_that_fits() -> None:
@@ -162,3 +162,16 @@ def test_an_unused_pool_and_farm_outside_model_farm_are_warnings() -> None:
     doc = _doc(pools=[{"name": "small"}], pattern="slm-prefilter", models=[_model("a", role="slm")],
                escalation={"kind": "bedrock", "model_id": "anthropic.claude-3-5-haiku-20241022-v1:0"})
     assert "config.yaml: warning: farm: only pattern model-farm has pools — remove farm or use pattern: model-farm" in _warnings(doc)
+
+
+def test_an_eks_pool_keeps_a_replica() -> None:
+    # The pool chart refuses replicas_min 0 (the gateway routes to stable replicas and wakes no pool at zero):
+    # the config says so with the fix, instead of `validate` passing and the synth failing.
+    from cpu_inference.k8s.model_pool_chart import ModelPoolChartProps, PoolModel
+
+    props = ModelPoolChartProps(name="small", image="i@sha256:" + "f" * 64, models=(PoolModel("m", "m/0/m.gguf", 512),), models_max=1,
+                                cpu=1, memory_bytes=2**30, bucket_name="models-bucket", region="us-east-1", replicas_min=0)
+    with pytest.raises(ValueError, match="replicas_min"):
+        props.validate()
+    doc = _doc("eks", pools=[{"name": "small", "replicas": {"min": 0, "max": 2}}])
+    assert _errors(doc) == ["config.yaml: farm.pools[0].replicas.min: 0 is not possible for a pool: a pool keeps at least one replica for the gateway to load its models on — use 1 or more (a model that should scale to zero: serving: dedicated with replicas.min 0)"]

@@ -7,7 +7,7 @@ import difflib
 import math
 
 from .. import pool_sizing, sizing
-from ..slm_context import decision_config, slm_context_per_slot
+from ..slm_context import RouterConfig, decision, slm_context_per_slot
 from .problems import Problem
 from .schema import Config, FarmPool, Model
 
@@ -28,18 +28,23 @@ def _is_router_slm(config: Config, m: Model) -> bool:
     return config.pattern == "slm-prefilter" and config.role_of(m) == "slm"
 
 
-def router_decision(config: Config) -> dict:
+def router_decision_config(config: Config) -> RouterConfig:
     """The decision keys of the router config this config renders (the one builder the patterns use too)."""
     r = config.router
-    return decision_config(
+    return decision(
         labels=r.labels, slm_labels=r.slm_labels, confidence_threshold=r.confidence_threshold, few_shot=r.few_shot,
         instructions=r.instructions, classify_max_chars=r.classify_max_chars,
     )
 
 
+def router_decision(config: Config) -> dict:
+    """router_decision_config as its JSON object."""
+    return router_decision_config(config).to_dict()
+
+
 def slm_context_need(config: Config) -> int:
     """Tokens per slot the router's SLM needs: its classification prompt, and a request plus its answer."""
-    return slm_context_per_slot(router_decision(config), config.router.answer_max_tokens)
+    return slm_context_per_slot(router_decision_config(config), config.router.answer_max_tokens)
 
 
 def sagemaker_instance_of(config: Config, m: Model) -> str:
@@ -326,7 +331,10 @@ def _check_serving(config: Config) -> list[Problem]:
                 out.append(Problem(f"farm.pools[{k}].replication", f"{pool.replication} is more than the pool's replicas.max ({pool.replicas.max}): each model is routed to `replication` distinct replicas — lower replication or raise replicas.max"))
             if config.target == "sagemaker" and pool.replicas.min < 1:
                 # botocore sagemaker ProductionVariant.InitialInstanceCount (shape InitialTaskCount): min 1.
-                out.append(Problem(f"farm.pools[{k}].replicas.min", "0 is not possible on a SageMaker multi-model endpoint (InitialInstanceCount ≥ 1) — use 1 or more (or target: eks to scale a pool to zero)"))
+                out.append(Problem(f"farm.pools[{k}].replicas.min", "0 is not possible on a SageMaker multi-model endpoint (InitialInstanceCount ≥ 1) — use 1 or more"))
+            elif pool.replicas.min < 1:
+                # k8s/model_pool_chart.py: the gateway routes to the pool's stable replica names, so a pool keeps ≥ 1.
+                out.append(Problem(f"farm.pools[{k}].replicas.min", "0 is not possible for a pool: a pool keeps at least one replica for the gateway to load its models on — use 1 or more (a model that should scale to zero: serving: dedicated with replicas.min 0)"))
             if config.target == "eks" and pool.instance_type:
                 out.append(Problem(f"farm.pools[{k}].instance_type", "only used on SageMaker (on EKS a pool replica is a pod of cpu and memory_gib) — remove it or use target: sagemaker", "warning"))
     for i, m in enumerate(config.models):
