@@ -99,9 +99,15 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def routed_vs_direct(slm: str, router: str, router_pid: int, rounds: int, max_tokens: int) -> dict:
-    direct, routed, decision_ms, routes = [], [], [], {}
-    cpu_before = cpu_seconds(router_pid)
+def routed_vs_direct(slm: str, routers: dict[str, tuple[str, int]], rounds: int, max_tokens: int) -> dict:
+    """Each round: the request direct, then through every router (order rotating). The first router's figures
+    are the top-level keys; any other (a --baseline-router-dir build) is under "baseline"."""
+    names = list(routers)
+    direct: list[float] = []
+    routed: dict[str, list[float]] = {n: [] for n in names}
+    decision_ms: dict[str, list[float]] = {n: [] for n in names}
+    routes: dict[str, dict[str, int]] = {n: {} for n in names}
+    cpu_before = {n: cpu_seconds(pid) for n, (_, pid) in routers.items()}
     with httpx.Client(timeout=300) as http:
         for i in range(rounds):
             body = {"messages": [{"role": "user", "content": SIMPLE[i % len(SIMPLE)]}], "max_tokens": max_tokens, "temperature": 0}
@@ -109,22 +115,52 @@ def routed_vs_direct(slm: str, router: str, router_pid: int, rounds: int, max_to
             r = http.post(f"{slm}/v1/chat/completions", json=body)
             direct.append((time.perf_counter() - t0) * 1000)
             r.raise_for_status()
-            t0 = time.perf_counter()
-            r = http.post(f"{router}/v1/chat/completions", json=body)
-            routed.append((time.perf_counter() - t0) * 1000)
-            r.raise_for_status()
-            routes[r.headers["x-router-route"]] = routes.get(r.headers["x-router-route"], 0) + 1
-            decision_ms.append(float(r.headers["x-router-decision-ms"]))
-    router_cpu_ms = (cpu_seconds(router_pid) - cpu_before) * 1000 / rounds
-    added = [b - a for a, b in zip(direct, routed)]
-    return {"direct": summary(direct), "routed": summary(routed), "added_per_request": summary(added),
-            "router_decision_header": summary(decision_ms), "router_cpu_ms_per_request": round(router_cpu_ms, 2), "routes": routes}
+            for name in names[i % len(names):] + names[:i % len(names)]:
+                t0 = time.perf_counter()
+                r = http.post(f"{routers[name][0]}/v1/chat/completions", json=body)
+                routed[name].append((time.perf_counter() - t0) * 1000)
+                r.raise_for_status()
+                routes[name][r.headers["x-router-route"]] = routes[name].get(r.headers["x-router-route"], 0) + 1
+                decision_ms[name].append(float(r.headers["x-router-decision-ms"]))
+    out: dict = {}
+    for name, (_, pid) in routers.items():
+        added = [b - a for a, b in zip(direct, routed[name])]
+        figures = {"direct": summary(direct), "routed": summary(routed[name]), "added_per_request": summary(added),
+                   "router_decision_header": summary(decision_ms[name]),
+                   "router_cpu_ms_per_request": round((cpu_seconds(pid) - cpu_before[name]) * 1000 / rounds, 2), "routes": routes[name]}
+        if name == names[0]:
+            out.update(figures)
+        else:
+            out.setdefault("baseline", {})["routed_vs_direct"] = figures
+    return out
 
 
-def start_router(cfg: dict, workdir: Path) -> tuple[subprocess.Popen, str]:
+def front_only(routers: dict[str, tuple[str, int]], requests: int) -> dict:
+    """The HTTP layer alone: GET /health (parse, answer, keep-alive; no upstream), routers interleaved request by
+    request on one keep-alive connection each; wall time per request and the router process's CPU per request."""
+    names = list(routers)
+    wall: dict[str, list[float]] = {n: [] for n in names}
+    cpu_before = {n: cpu_seconds(pid) for n, (_, pid) in routers.items()}
+    clients = {n: httpx.Client(base_url=url, timeout=10) for n, (url, _) in routers.items()}
+    try:
+        for i in range(requests):
+            for name in names[i % len(names):] + names[:i % len(names)]:
+                t0 = time.perf_counter()
+                clients[name].get("/health").raise_for_status()
+                wall[name].append((time.perf_counter() - t0) * 1000)
+    finally:
+        for c in clients.values():
+            c.close()
+    return {name: {"n": requests, "p50_ms": round(pct(wall[name], 0.5), 3), "p95_ms": round(pct(wall[name], 0.95), 3),
+                   "cpu_us_per_request": round((cpu_seconds(pid) - cpu_before[name]) * 1e6 / requests, 1)}
+            for name, (_, pid) in routers.items()}
+
+
+def start_router(cfg: dict, workdir: Path, router_dir: Path = ROUTER_DIR) -> tuple[subprocess.Popen, str]:
+    workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / "router.json"
     path.write_text(json.dumps(cfg))
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("ROUTER_")}, "ROUTER_CONFIG": str(path), "PYTHONPATH": str(ROUTER_DIR)}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("ROUTER_")}, "ROUTER_CONFIG": str(path), "PYTHONPATH": str(router_dir)}
     with open(workdir / "router.log", "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "slm_router"], env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{cfg['listen_port']}"
@@ -147,6 +183,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=32, help="decisions per mode, and routed/direct pairs")
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--baseline-router-dir", type=Path,
+                    help="a second router build (a directory holding slm_router/, e.g. a copy of containers/router from an older "
+                         "commit) measured in the same run, request by request interleaved with this tree's router")
+    ap.add_argument("--front-requests", type=int, default=2000, help="GET /health requests per router (the HTTP layer alone)")
     args = ap.parse_args()
 
     binary = args.llama_server or subprocess.run(["bash", str(ROOT / "scripts" / "build_llama_server.sh")], check=True,
@@ -164,12 +204,19 @@ def main() -> None:
         decided = asyncio.run(decisions(cfg, args.rounds))
         router_cfg = {"slm_url": slm, "escalation": {"kind": "openai", "url": f"{slm}/v1"}, "listen_host": "127.0.0.1",
                       "listen_port": free_port(), "timeouts": {"classify_s": 120}}
-        proc, router = start_router(router_cfg, Path(tmp))
+        procs = {}
+        dirs = {"router": ROUTER_DIR} | ({"baseline": args.baseline_router_dir.resolve()} if args.baseline_router_dir else {})
         try:
-            routed = routed_vs_direct(slm, router, proc.pid, args.rounds, args.max_tokens)
+            for name, router_dir in dirs.items():
+                proc, url = start_router({**router_cfg, "listen_port": free_port()}, Path(tmp) / name, router_dir)
+                procs[name] = (url, proc)
+            routers = {name: (url, proc.pid) for name, (url, proc) in procs.items()}
+            routed = routed_vs_direct(slm, routers, args.rounds, args.max_tokens)
+            routed["http_layer_only"] = front_only(routers, args.front_requests)
         finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+            for _, proc in procs.values():
+                proc.terminate()
+                proc.wait(timeout=30)
     result = {
         "model": model.name, "threads": args.threads, "parallel": args.parallel, "cpus": os.cpu_count(),
         "loadavg_1m_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],

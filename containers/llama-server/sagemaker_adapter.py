@@ -28,20 +28,22 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from http1 import (
     LAST_CHUNK,
+    Connection,
     Head,
+    Http1Server,
     HttpError,
+    KeepAlivePool,
     Request,
     encode_chunk,
     encode_head,
     iter_chunked,
+    iter_until_eof,
     json_error,
     read_head,
-    read_request,
 )
 
 log = logging.getLogger("sagemaker-adapter")
@@ -96,134 +98,37 @@ def _client_gone(reader: asyncio.StreamReader) -> bool:
     return reader.exception() is not None or reader.at_eof()
 
 
-class _Conn:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        self.reader = reader
-        self.writer = writer
-        self.idle_since = time.monotonic()
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.writer.close()
-
-
-class EnginePool:
-    """Keep-alive connections to the engine. Idle ones are dropped before the engine's own keep-alive
-    timeout would close them, which makes the stale-connection race rare; one the engine closed anyway
-    shows up as an immediate EOF on use and the request is re-sent once (see _forward)."""
+class EnginePool(KeepAlivePool):
+    """Keep-alive connections to the engine (http1.KeepAlivePool); a connection that cannot be opened is
+    EngineUnavailable (503). A pooled one the engine closed anyway shows up as an immediate EOF on use and
+    the request is re-sent once (see _forward)."""
 
     def __init__(self, host: str, port: int, *, max_idle: int, idle_seconds: float, connect_timeout: float = 2.0):
-        self.host, self.port = host, port
-        self.max_idle = max_idle
-        self.idle_seconds = idle_seconds
-        self.connect_timeout = connect_timeout
-        self._idle: list[_Conn] = []
+        super().__init__(host, port, max_idle=max_idle, idle_seconds=idle_seconds, connect_timeout=connect_timeout)
 
-    async def acquire(self, *, fresh: bool = False) -> tuple[_Conn, bool]:
-        now = time.monotonic()
-        while self._idle and not fresh:
-            conn = self._idle.pop()
-            if now - conn.idle_since < self.idle_seconds:
-                return conn, True
-            conn.close()
+    async def acquire(self, *, fresh: bool = False) -> tuple[Connection, bool]:
+        conn = None if fresh else self.take_idle()
+        if conn is not None:
+            return conn, True
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port, limit=1 << 16), self.connect_timeout)
+            return await self.connect(), False
         except (TimeoutError, OSError) as e:
             raise EngineUnavailable(f"engine not reachable: {e}") from None
-        return _Conn(reader, writer), False
-
-    def release(self, conn: _Conn) -> None:
-        if len(self._idle) >= self.max_idle:
-            conn.close()
-            return
-        conn.idle_since = time.monotonic()
-        self._idle.append(conn)
-
-    def close(self) -> None:
-        while self._idle:
-            self._idle.pop().close()
 
 
-class HttpFront:
-    """SageMaker's side of the container: the accept loop, keep-alive connections, malformed requests, a graceful
-    stop. A subclass answers each request in `_dispatch`; the single-model adapter below and the multi-model
-    one (mme_adapter.py) share it."""
+class HttpFront(Http1Server):
+    """SageMaker's side of the container: http1.Http1Server (the accept loop, keep-alive connections, malformed
+    requests, a graceful stop) on port 8080. A subclass answers each request in `_dispatch`; the single-model
+    adapter below and the multi-model one (mme_adapter.py) share it."""
 
-    def __init__(self, *, max_body_bytes: int, client_idle_timeout: float):
-        self.max_body_bytes = max_body_bytes
-        self.client_idle_timeout = client_idle_timeout
-        self._busy = 0  # requests being answered, any path (what a graceful stop waits for)
-        self._closing = False
-        self._server: asyncio.AbstractServer | None = None
-        self._conns: set[asyncio.Task] = set()
+    log = logging.getLogger("sagemaker-adapter")
+    abort_seconds = ABORT_SECONDS
 
     async def start(self, host: str = "0.0.0.0", port: int = 8080) -> int:
-        self._server = await asyncio.start_server(self._serve_conn, host, port, limit=1 << 16, reuse_address=True, backlog=1024)
-        return self._server.sockets[0].getsockname()[1]
+        return await super().start(host, port)
 
     async def close(self, grace: float = 10.0) -> None:
-        """Stop accepting, let requests being answered finish for up to `grace` seconds, then close
-        every connection (idle keep-alive ones at once)."""
-        self._closing = True
-        if self._server is not None:
-            self._server.close()
-        deadline = time.monotonic() + grace
-        while self._busy and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        if self._busy:
-            # Out of drain time: every request still running gets a clean end (503 + Retry-After, or a last
-            # SSE error event) and its engine task is cancelled by closing the engine connection.
-            self.abort_in_flight()
-            deadline = time.monotonic() + ABORT_SECONDS
-            while self._busy and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
-        for task in list(self._conns):
-            task.cancel()
-        await asyncio.gather(*self._conns, return_exceptions=True)
-        self.release()
-
-    def abort_in_flight(self) -> None:
-        """The drain is over: end every request still running cleanly (subclasses)."""
-
-    def release(self) -> None:
-        """Free what the subclass holds once every connection is closed."""
-
-    async def _dispatch(self, req: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        raise NotImplementedError
-
-    async def _serve_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._conns.add(task)
-        try:
-            while True:
-                try:
-                    req = await asyncio.wait_for(read_request(reader, self.max_body_bytes, writer), self.client_idle_timeout)
-                except HttpError as e:
-                    writer.write(json_error(e.status, e.message, keep_alive=False))
-                    await writer.drain()
-                    return
-                except (TimeoutError, asyncio.IncompleteReadError):
-                    return
-                if req is None:
-                    return
-                self._busy += 1
-                try:
-                    keep = await self._dispatch(req, reader, writer)
-                finally:
-                    self._busy -= 1
-                if not keep or self._closing:
-                    return
-        except (ConnectionError, asyncio.CancelledError):
-            pass
-        except (TimeoutError, asyncio.IncompleteReadError, HttpError) as e:
-            log.info("engine response cut off mid-body: %s", type(e).__name__)
-        except Exception:  # a bug must cost one connection, never the server
-            log.exception("unexpected error while serving a connection")
-        finally:
-            self._conns.discard(task)
-            with contextlib.suppress(Exception):
-                writer.close()
+        await super().close(grace)
 
     @staticmethod
     async def _send(writer: asyncio.StreamWriter, data: bytes, keep_alive: bool) -> bool:
@@ -263,7 +168,7 @@ class SageMakerAdapter(HttpFront):
         self.stats = AdapterStats()
         self.in_flight = 0  # admitted /invocations (the admission bound)
         self._aborting = False  # the drain is over: requests still running are answered 503 and cut
-        self._engine_conns: set[_Conn] = set()  # engine connections of requests being answered
+        self._engine_conns: set[Connection] = set()  # engine connections of requests being answered
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
@@ -372,7 +277,7 @@ class SageMakerAdapter(HttpFront):
             payload["t_max_predict_ms"] = soft_ms
         return json.dumps(payload).encode()
 
-    async def _forward(self, path: str, body: bytes, client: asyncio.StreamReader, deadline: float | None) -> tuple[_Conn, Head]:
+    async def _forward(self, path: str, body: bytes, client: asyncio.StreamReader, deadline: float | None) -> tuple[Connection, Head]:
         host, port = self.engine
         request = (
             f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
@@ -408,7 +313,7 @@ class SageMakerAdapter(HttpFront):
                 raise
         raise AssertionError("unreachable")
 
-    async def _head_or_stop(self, conn: _Conn, client: asyncio.StreamReader, deadline: float | None) -> Head | None:
+    async def _head_or_stop(self, conn: Connection, client: asyncio.StreamReader, deadline: float | None) -> Head | None:
         """The engine's response head, unless first the client leaves, the budget ends or the drain is over."""
         loop = asyncio.get_running_loop()
         idle_limit = loop.time() + self.request_timeout
@@ -433,11 +338,10 @@ class SageMakerAdapter(HttpFront):
                 with contextlib.suppress(BaseException):
                     await head
 
-    async def _relay(self, conn: _Conn, head: Head, writer: asyncio.StreamWriter, keep_alive: bool) -> bool:
+    async def _relay(self, conn: Connection, head: Head, writer: asyncio.StreamWriter, keep_alive: bool) -> bool:
         """Stream the engine's response to the client as it arrives (no buffering of whole bodies)."""
-        parts = head.start_line.split(" ", 2)
-        status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 502
-        reusable = parts[0] == "HTTP/1.1" and "close" not in head.header("connection").lower()
+        status = head.status
+        reusable = head.reusable
         out = [(name.title(), head.headers[name]) for name in RELAYED_HEADERS if name in head.headers]
         if status == 503:
             out.append(("Retry-After", str(self.retry_after)))
@@ -461,7 +365,7 @@ class SageMakerAdapter(HttpFront):
             if head.chunked or length is None:
                 writer.write(encode_head(status, out + [("Transfer-Encoding", "chunked"), conn_header]))
                 chunked_head_sent = True
-                source = iter_chunked(conn.reader) if head.chunked else self._until_eof(conn.reader)
+                source = iter_chunked(conn.reader) if head.chunked else iter_until_eof(conn.reader)
                 reusable = reusable and head.chunked
                 # One deadline pushed forward per chunk (an idle timeout between SSE events), rather than
                 # wait_for per chunk, which would create a task per token.
@@ -504,8 +408,3 @@ class SageMakerAdapter(HttpFront):
                 return False
             raise
         return keep_alive
-
-    @staticmethod
-    async def _until_eof(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
-        while data := await reader.read(1 << 16):
-            yield data

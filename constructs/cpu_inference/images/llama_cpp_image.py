@@ -90,6 +90,9 @@ class LlamaCppImage(Construct):
             "Context",
             path=str(context),
             ignore_mode=cdk.IgnoreMode.DOCKER,
+            # The context holds symlinks to files shared between images (the router's slm_router/http1.py is
+            # containers/llama-server/http1.py): the asset carries the files they point to.
+            follow_symlinks=cdk.SymlinkFollowMode.ALWAYS,
             # The Dockerfile is always sent to the builder, whatever .dockerignore says.
             exclude=[*_DEFAULT_EXCLUDES, *_dockerignore(context), f"!{props.dockerfile}"],
         )

@@ -31,7 +31,7 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
-from .backends import Answer, unavailable_status
+from .answer import Answer, unavailable_status
 from .client import UpstreamError
 from .config import Escalation, Timeouts
 from .http1 import error_body

@@ -11,34 +11,14 @@ from __future__ import annotations
 import inspect
 import json
 import os
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
+from .answer import Answer, Backend, unavailable_status
 from .client import HttpClient, UpstreamError
 from .config import Config, Timeouts
 
-
-@dataclass
-class Answer:
-    status: int
-    content_type: str
-    body: bytes = b""  # a complete answer (non-streamed, or an upstream 4xx)
-    chunks: AsyncIterator[bytes] | None = None  # a streamed answer, relayed piece by piece
-    close: Callable[[], None] = field(default=lambda: None)  # abandon the stream (client left)
-
-
-class Backend(Protocol):
-    upstream: str  # "slm" | "llm": metrics label and circuit breaker
-
-    async def complete(self, body: dict[str, Any], stream: bool) -> Answer: ...
-
-    async def aclose(self) -> None: ...
-
-
-def unavailable_status(status: int) -> bool:
-    """Statuses that mean "this upstream cannot answer now" (fall back) rather than "this request is wrong"."""
-    return status == 429 or status >= 500
+__all__ = ["Answer", "ApiKey", "Backend", "OpenAIBackend", "make_llm", "make_slm", "unavailable_status"]
 
 
 class OpenAIBackend:

@@ -1,9 +1,8 @@
-"""Async HTTP/1.1 client for the upstreams (SLM and an OpenAI-compatible LLM) with a keep-alive pool."""
+"""Async HTTP/1.1 client for the upstreams (SLM and an OpenAI-compatible LLM) over http1's keep-alive pool."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import ssl
 import time
@@ -11,7 +10,17 @@ from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
-from .http1 import Head, HttpError, encode_request, iter_chunked, iter_length, iter_until_eof, read_head
+from .http1 import (
+    Connection,
+    Head,
+    HttpError,
+    KeepAlivePool,
+    encode_request,
+    iter_chunked,
+    iter_length,
+    iter_until_eof,
+    read_head,
+)
 
 
 class UpstreamError(Exception):
@@ -28,20 +37,10 @@ class _Stale(Exception):
     """A pooled connection the peer had already closed: the request was never read, re-sending is safe."""
 
 
-class _Conn:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        self.reader, self.writer = reader, writer
-        self.idle_since = time.monotonic()
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.writer.close()
-
-
 class Response:
     """A response whose head has arrived; read() or iter() the body exactly once (or close())."""
 
-    def __init__(self, client: HttpClient, conn: _Conn, head: Head, method: str):
+    def __init__(self, client: HttpClient, conn: Connection, head: Head, method: str):
         self._client, self._conn, self.head = client, conn, head
         self.status = head.status
         self._no_body = method == "HEAD" or self.status in (204, 304) or 100 <= self.status < 200
@@ -52,7 +51,7 @@ class Response:
 
     def _source(self) -> tuple[AsyncIterator[bytes], bool]:
         """The body iterator and whether the connection can be reused after it."""
-        keep = "close" not in self.head.header("connection").lower() and self.head.start_line.startswith("HTTP/1.1")
+        keep = self.head.reusable
         if self._no_body:
             return _empty(), keep
         if self.head.chunked:
@@ -98,7 +97,7 @@ class Response:
             return
         self._done = True
         if reusable:
-            self._client._release(self._conn)
+            self._client.pool.release(self._conn)
         else:
             self._conn.close()
 
@@ -119,50 +118,28 @@ class HttpClient:
         self.port = u.port or (443 if u.scheme == "https" else 80)
         self.prefix = u.path.rstrip("/")
         self.host_header = u.netloc.rsplit("@", 1)[-1]
-        self.ssl = ssl.create_default_context() if u.scheme == "https" else None
-        self.connect_timeout = connect_timeout
-        # Below the peer's keep-alive timeout (llama-server: 5 s) so the stale-connection race stays rare.
-        self.idle_seconds = idle_seconds
-        self.max_idle = max_idle
         self.headers = list(headers or [])
-        self._idle: list[_Conn] = []
+        # idle_seconds below the peer's keep-alive timeout (llama-server: 5 s) so the stale-connection race stays rare.
+        self.pool = KeepAlivePool(self.host, self.port, max_idle=max_idle, idle_seconds=idle_seconds, connect_timeout=connect_timeout,
+                                  ssl=ssl.create_default_context() if u.scheme == "https" else None)
 
-    async def _connect(self) -> _Conn:
+    async def _connect(self) -> Connection:
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port, ssl=self.ssl, limit=1 << 16), self.connect_timeout)
+            return await self.pool.connect()
         except TimeoutError:
-            raise UpstreamError("connect", f"{self.host}:{self.port} connect timed out after {self.connect_timeout}s") from None
+            raise UpstreamError("connect", f"{self.host}:{self.port} connect timed out after {self.pool.connect_timeout}s") from None
         except OSError as e:
             raise UpstreamError("connect", f"{self.host}:{self.port}: {e.strerror or e}") from None
-        return _Conn(reader, writer)
-
-    def _pooled(self) -> _Conn | None:
-        now = time.monotonic()
-        while self._idle:
-            conn = self._idle.pop()
-            if now - conn.idle_since < self.idle_seconds and not conn.reader.at_eof():
-                return conn
-            conn.close()
-        return None
-
-    def _release(self, conn: _Conn) -> None:
-        if len(self._idle) >= self.max_idle:
-            conn.close()
-            return
-        conn.idle_since = time.monotonic()
-        self._idle.append(conn)
 
     def close(self) -> None:
-        while self._idle:
-            self._idle.pop().close()
+        self.pool.close()
 
     async def request(self, method: str, path: str, body: bytes = b"", headers: list[tuple[str, str]] | None = None, *,
                       head_timeout: float) -> Response:
         """Send one request and wait for the response head. Raises UpstreamError when nothing usable came
         back (the caller decides whether to retry: only a stale pooled connection is re-sent here)."""
         raw = encode_request(method, self.prefix + path, self.host_header, self.headers + (headers or []), body)
-        conn = self._pooled()
+        conn = self.pool.take_idle()
         for attempt in (0, 1):
             reused = conn is not None
             if conn is None:

@@ -1,19 +1,18 @@
-"""The HTTP front shared by both modes (asyncio, stdlib): connections, keep-alive, probes, /metrics, overload
-(429 + Retry-After beyond max_in_flight) and draining on shutdown. RouterServer answers the routed chat;
-gateway.GatewayServer routes by model name."""
+"""The HTTP front shared by both modes (asyncio, stdlib) on http1.Http1Server (connections, keep-alive, malformed
+requests, draining on shutdown): probes, /metrics and overload (429 + Retry-After beyond max_in_flight).
+RouterServer answers the routed chat; gateway.GatewayServer routes by model name."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
 from collections.abc import Callable
 
-from .backends import Answer
+from .answer import Answer
 from .client import HttpClient, UpstreamError
-from .http1 import LAST_CHUNK, HttpError, Request, encode_chunk, encode_head, error_body, read_request
+from .http1 import LAST_CHUNK, Http1Server, HttpError, Request, encode_chunk, encode_head, error_body
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import Metrics
 from .router import BadRequest, NoUpstream, Routed, Router
@@ -44,40 +43,30 @@ def json_response(status: int, doc: object, *, keep_alive: bool, content_type: s
                                 ("Connection", "keep-alive" if keep_alive else "close")]) + body
 
 
-class Front:
+class Front(Http1Server):
     """Subclasses set `post_paths`, and implement handle_post(), ready(), get_extra() and close_upstreams()."""
 
     post_paths: tuple[str, ...] = ()
     routes_hint = ""
 
+    log = logging.getLogger("router.http")
+    abort_seconds = 0.0  # nothing to end cleanly after the drain: remaining connections are dropped at once
+
     def __init__(self, *, render_metrics: Callable[[], bytes], on_reject: Callable[[str], None], max_body_bytes: int,
                  max_in_flight: int):
+        super().__init__(max_body_bytes=max_body_bytes, client_idle_timeout=CLIENT_IDLE_S)
         self.render_metrics = render_metrics
         self.on_reject = on_reject
-        self.max_body_bytes = max_body_bytes
         self.max_in_flight = max_in_flight
-        self._server: asyncio.AbstractServer | None = None
-        self._conns: set[asyncio.Task] = set()
-        self._busy = 0  # requests being answered (drained on close)
         self.in_flight = 0  # POST requests in progress (the overload limit)
-        self._closing = False
-
-    async def start(self, host: str, port: int) -> int:
-        self._server = await asyncio.start_server(self._serve_conn, host, port, limit=1 << 16, reuse_address=True, backlog=1024)
-        return self._server.sockets[0].getsockname()[1]
 
     async def close(self, grace: float = 20.0) -> None:
         """Stop accepting, let requests in progress finish (up to `grace` seconds), then drop the rest."""
-        self._closing = True
-        if self._server is not None:
-            self._server.close()
-        deadline = time.monotonic() + grace
-        while self._busy and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        for task in list(self._conns):
-            task.cancel()
-        await asyncio.gather(*self._conns, return_exceptions=True)
+        await super().close(grace)
         await self.close_upstreams()
+
+    def refuse(self, error: HttpError) -> bytes:
+        return error_response(error.status, error.message, keep_alive=False)
 
     async def close_upstreams(self) -> None:
         raise NotImplementedError
@@ -92,41 +81,7 @@ class Front:
         """Further GET routes of a mode (e.g. the gateway's /v1/models): (status, JSON doc) or None."""
         return None
 
-    # --- connections -------------------------------------------------------------------------------
-
-    async def _serve_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._conns.add(task)
-        try:
-            while not self._closing:
-                try:
-                    req = await asyncio.wait_for(read_request(reader, self.max_body_bytes), CLIENT_IDLE_S)
-                except HttpError as e:
-                    writer.write(error_response(e.status, e.message, keep_alive=False))
-                    await writer.drain()
-                    return
-                except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
-                    return
-                if req is None:
-                    return
-                self._busy += 1
-                try:
-                    keep_alive = await self._dispatch(req, writer)
-                finally:
-                    self._busy -= 1
-                if not keep_alive:
-                    return
-        except (ConnectionError, asyncio.CancelledError):
-            pass
-        except Exception:  # one connection's bug must not take the server down
-            log.exception("connection failed")
-        finally:
-            self._conns.discard(task)
-            with contextlib.suppress(Exception):
-                writer.close()
-
-    async def _dispatch(self, req: Request, writer: asyncio.StreamWriter) -> bool:
+    async def _dispatch(self, req: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         ka = req.keep_alive and not self._closing
         path = req.path
         if path in self.post_paths:
