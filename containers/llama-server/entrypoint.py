@@ -5,7 +5,8 @@
     entrypoint.py serve      SageMaker mode: llama-server on loopback + the /ping, /invocations adapter;
                              started as root (SageMaker's way), it drops to LLAMA_RUN_AS first (privileges.py)
     entrypoint.py pool       EKS pools: llama-server in router mode over LLAMA_MODELS_PRESET, at most
-                             LLAMA_MODELS_MAX models loaded (pool_mode.py)
+                             LLAMA_MODELS_MAX models loaded (pool_mode.py); a changed preset is applied in
+                             place, without a restart (pool_supervisor.py)
     entrypoint.py serve-mme  SageMaker multi-model endpoint: the /models contract, one llama-server per loaded
                              model (mme_adapter.py); `serve` becomes this when SageMaker sets SAGEMAKER_MULTI_MODEL=true
     entrypoint.py print-command [serve|pool]   print the engine command line this environment produces
@@ -37,6 +38,7 @@ from engine_flags import (
 )
 from mme_adapter import ChildDefaults, MultiModelAdapter
 from pool_mode import pool_plan
+from pool_supervisor import poll_seconds, supervise
 from privileges import drop_privileges
 from sagemaker_adapter import (
     ABORT_SECONDS,
@@ -311,12 +313,13 @@ def main(argv: list[str] | None = None) -> int:
             print(shlex.join(cmd))
             return 0
         if args[:1] == ["pool"]:
-            cmd = pool_command(env)
-        elif args:
+            # Not exec'd: the router runs as a child so a changed preset is applied in place (pool_supervisor.py).
+            pool, interval = pool_plan(env, engine_binary(env)), poll_seconds(env)
+            return supervise(pool, env, interval)  # EngineConfigError after start is logged there, never raised
+        if args:
             print(f"entrypoint: unknown mode {args[0]!r} (use no argument for EKS mode, 'pool', 'serve' or 'serve-mme')", file=sys.stderr)
             return 2
-        else:
-            cmd = eks_command(env)
+        cmd = eks_command(env)
     except EngineConfigError as e:
         print(f"entrypoint: error: {e}", file=sys.stderr)
         return 2

@@ -47,12 +47,14 @@ class PresetModel:
     threads: str | None  # from the section or [*]; None: the child would use every CPU of the host
 
 
-def read_preset(path: Path) -> dict[str, dict[str, str]]:
-    """Sections of a llama-server preset INI, keys as written (case kept), `[*]` included."""
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise EngineConfigError(f"LLAMA_MODELS_PRESET {path} cannot be read: {e.strerror or e}") from None
+def read_preset(path: Path, text: str | None = None) -> dict[str, dict[str, str]]:
+    """Sections of a llama-server preset INI, keys as written (case kept), `[*]` included. `text`: the file's
+    content already read (the watcher checks exactly the bytes it hashed)."""
+    if text is None:
+        try:
+            text = path.read_text()
+        except OSError as e:
+            raise EngineConfigError(f"LLAMA_MODELS_PRESET {path} cannot be read: {e.strerror or e}") from None
     # The engine's grammar: `[name]` headers, `key = value`, `;`/`#` comments (common/preset.cpp parse_ini_from_file).
     parser = configparser.ConfigParser(interpolation=None, strict=False, default_section="\0no-defaults",
                                        comment_prefixes=("#", ";"), inline_comment_prefixes=("#", ";"), delimiters=("=",))
@@ -69,11 +71,11 @@ def _first(section: Mapping[str, str], keys: tuple[str, ...]) -> str | None:
     return next((section[k].strip() for k in keys if k in section and section[k].strip()), None)
 
 
-def check_preset(path: Path, cwd: Path | None = None) -> list[PresetModel]:
+def check_preset(path: Path, cwd: Path | None = None, text: str | None = None) -> list[PresetModel]:
     """Every model of the preset, each with a model file this process can read; else one line naming the
     section and the file. Checked with stat + access only: on a Mountpoint for S3 volume an open or a read
     is an S3 request per model, and a pool lists hundreds."""
-    sections = read_preset(path)
+    sections = read_preset(path, text)
     defaults = sections.get(GLOBAL_SECTION, {})
     base = cwd or Path.cwd()  # the router passes `--model <value>` on to a child in its own working directory
     models = []

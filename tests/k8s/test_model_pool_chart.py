@@ -218,7 +218,7 @@ def test_a_thousand_models_cost_objects_per_pool_and_bytes_per_model() -> None:
     per_model_gateway = (size(_gateway_config([big_chart])) - size(_gateway_config([small_chart]))) / 997
     assert per_model_preset < 120, per_model_preset
     assert per_model_gateway < 40, per_model_gateway
-    # Every other object is byte-identical apart from the preset's checksum annotation.
+    # Every other object is byte-identical; the StatefulSet differs only in its startup budget (model count class).
     for kind in set(big) - {"ConfigMap", "StatefulSet"}:
         assert big[kind] == small[kind], kind
     assert size(big["StatefulSet"]) == size(small["StatefulSet"])
@@ -227,6 +227,37 @@ def test_a_thousand_models_cost_objects_per_pool_and_bytes_per_model() -> None:
     assert len(buckets) == 1 and sum(size(o) for o in buckets[0].objects) < DEFAULT_MAX_BYTES
     assert size(_gateway_config([big_chart])) < DEFAULT_MAX_BYTES
     assert {object_key(o) for o in big.values()} == {object_key(o) for o in small.values()}
+
+
+def _template(p: ModelPoolChartProps) -> dict[str, Any]:
+    return render(p)[1]["StatefulSet"]["spec"]["template"]
+
+
+def test_a_model_list_change_does_not_roll_the_pool_but_what_the_pod_runs_with_does() -> None:
+    """A StatefulSet rolls every replica when its pod template changes (RollingUpdate): the preset must reach
+    running replicas through the ConfigMap volume alone (entrypoint.py pool applies it in place)."""
+    a_b = props(models=(PoolModel("a", "a/1/a.gguf", 512), PoolModel("b", "b/1/b.gguf", 512)))
+    a_c = props(models=(PoolModel("a", "a/1/a.gguf", 512), PoolModel("c", "c/1/c.gguf", 1024)))
+    assert render(a_b)[0].preset != render(a_c)[0].preset
+    assert _template(a_b) == _template(a_c)  # B out, C in, C with another ctx-size: no roll
+    assert _template(props(3)) == _template(props(4))  # one model more within the size class: no roll
+    assert _template(props(3)) != _template(props(3, models_max=3))  # LLAMA_MODELS_MAX is the router's argv
+    assert _template(props(3)) != _template(props(3, memory_bytes=16 << 30))  # resources
+    assert _template(props(3)) != _template(props(3, image=IMAGE.replace("b" * 64, "d" * 64)))
+    assert _template(props(3)) != _template(props(600))  # a new size class: the startup budget grows
+
+
+def test_the_preset_is_mounted_as_a_directory_so_the_kubelet_updates_it(rendered) -> None:
+    """kubernetes.io/docs/concepts/configuration/configmap/#mounted-configmaps-are-updated-automatically: "A
+    container using a ConfigMap as a subPath volume mount will not receive ConfigMap updates"."""
+    _, objs = rendered
+    (mount,) = [m for m in pod(objs)["containers"][0]["volumeMounts"] if m["name"] == "preset"]
+    assert "subPath" not in mount and "subPathExpr" not in mount
+    assert f"{mount['mountPath']}/{PRESET_FILE}" == "/etc/llama/preset.ini"
+    (volume,) = [v for v in pod(objs)["volumes"] if v["name"] == "preset"]
+    assert volume["configMap"]["name"] == objs["ConfigMap"]["metadata"]["name"] == "pool-small"  # a stable name
+    env = {e["name"]: e.get("value") for e in pod(objs)["containers"][0]["env"]}
+    assert env["LLAMA_MODELS_PRESET"] == f"{mount['mountPath']}/{PRESET_FILE}"
 
 
 @pytest.mark.parametrize(("kw", "message"), [

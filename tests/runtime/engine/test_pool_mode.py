@@ -1,8 +1,8 @@
 """`entrypoint.py pool`: an EKS pool replica is llama-server in router mode over the pool's preset INI.
 
-The real entrypoint execs the real router over three distinct model files (byte copies of the SmolLM2 and Gemma
-stand-ins, as a pool's Mountpoint volume holds one file per model) with LLAMA_MODELS_MAX=2; the router facts it
-relies on are pinned in test_router_mode.py.
+The real entrypoint runs the real router (its one child) over three distinct model files (byte copies of the
+SmolLM2 and Gemma stand-ins, as a pool's Mountpoint volume holds one file per model) with LLAMA_MODELS_MAX=2; the
+router facts it relies on are pinned in test_router_mode.py.
 """
 
 from __future__ import annotations
@@ -130,8 +130,9 @@ def _children(pid: int) -> list[int]:
 @pytest.mark.engine
 def test_pool_replica_serves_every_preset_model_with_its_settings_and_holds_the_cap(pool) -> None:
     proc, base = pool
-    # exec: the entrypoint became the router (PID unchanged), no Python left in between.
-    assert Path(f"/proc/{proc.pid}/exe").resolve().name == "llama-server"
+    # The entrypoint supervises one router (pool_supervisor.py: a changed preset is applied in place, no exec).
+    (router,) = _children(proc.pid)
+    assert Path(f"/proc/{router}/exe").resolve().name == "llama-server"
     status, listing = _call(base, "/v1/models")
     assert status == 200 and {m["id"] for m in listing["data"]} == {"m-0001", "m-0002", "m-0003"}
     args = {m["id"]: m["status"]["args"] for m in listing["data"]}
@@ -147,8 +148,8 @@ def test_pool_replica_serves_every_preset_model_with_its_settings_and_holds_the_
                                                             "max_tokens": 2, "ignore_eos": True})
         assert status == 200, body
         answered.append(body["model"])
-        assert len(_children(proc.pid)) <= 2  # LLAMA_MODELS_MAX
+        assert len(_children(router)) <= 2  # LLAMA_MODELS_MAX
     assert answered == ["m-0001", "m-0002", "m-0003"]
     states = {m["id"]: m["status"]["value"] for m in _call(base, "/v1/models")[1]["data"]}
     assert states == {"m-0001": "unloaded", "m-0002": "loaded", "m-0003": "loaded"}  # the LRU one went
-    assert len(_children(proc.pid)) == 2
+    assert len(_children(router)) == 2
