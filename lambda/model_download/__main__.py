@@ -12,13 +12,12 @@ import sys
 import threading
 import time
 
-from .args import add_arguments, one_line, request_from_args
+from .args import add_arguments, exit_with_one_line, request_from_args
 from .buildspec import write_receipt
 from .copy import copy_model
 from .credentials import read_token
+from .errors import ERROR_PREFIX as ERROR_PREFIX  # re-exported
 from .hub import Hub
-
-ERROR_PREFIX = "model_download: error: "
 
 
 class _LogProgress:
@@ -73,11 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.receipt_env:
             write_receipt(args.receipt_env, result)
     except Exception as exc:  # noqa: BLE001 - user-facing errors are one line; bugs keep their traceback
-        line = one_line(exc)
-        if line is None:
-            raise
-        print(ERROR_PREFIX + line, file=sys.stderr, flush=True)
-        return 2
+        return exit_with_one_line(exc)
     pinned = f" (commit {result.commit})" if req.pin_commit else ""
     if result.copied:
         print(f"model_download: done: {result.uri} ({result.size} bytes, sha256 {result.sha256}, "

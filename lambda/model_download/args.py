@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from .copy import DEFAULT_CONCURRENCY, MIB, CopyRequest
 
@@ -52,3 +53,15 @@ def one_line(exc: BaseException) -> str | None:
     if isinstance(exc, BotoCoreError):
         return f"AWS: {exc}"
     return None
+
+
+def exit_with_one_line(exc: BaseException) -> int:
+    """Inside an `except`: print the error a user can act on as one ERROR_PREFIX line and return the exit code
+    2; re-raise a bug with its traceback."""
+    from .errors import ERROR_PREFIX
+
+    line = one_line(exc)
+    if line is None:
+        raise exc
+    print(ERROR_PREFIX + line, file=sys.stderr, flush=True)
+    return 2

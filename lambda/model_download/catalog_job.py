@@ -13,12 +13,11 @@ import signal
 import sys
 import threading
 
-from .args import one_line
+from .args import exit_with_one_line
 from .buildspec import write_catalog_receipt
 from .catalog_copy import DEFAULT_CONCURRENCY, DEFAULT_PARALLEL_MODELS, CatalogCopy, Hubs, load_catalog
 from .copy import MIB, s3_client
-
-ERROR_PREFIX = "model_download: error: "
+from .errors import ERROR_PREFIX
 
 
 def parser() -> argparse.ArgumentParser:
@@ -48,11 +47,7 @@ def main(argv: list[str] | None = None) -> int:
                           concurrency=args.concurrency, part_size=args.part_size_mib * MIB if args.part_size_mib else None, stop=stop)
         run = job.run()
     except Exception as exc:  # noqa: BLE001 - user-facing errors are one line; bugs keep their traceback
-        line = one_line(exc)
-        if line is None:
-            raise
-        print(ERROR_PREFIX + line, file=sys.stderr, flush=True)
-        return 2
+        return exit_with_one_line(exc)
     if run.failures:
         print(ERROR_PREFIX + run.error_line(), file=sys.stderr, flush=True)
         return 2

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from .build_job import FAILED, failure_detail, only, plaintext_environment, poll, receipt, start_build
 from .buildspec import CATALOG_RECEIPT
 from .catalog import receipt_key
-from .custom_resource import _FAILED, _client, _job_error_line
 
 REASON_BUDGET = 2000  # of CloudFormation's 4096-byte response; the framework adds ids and the handler's trace
 # What is copied (the overrides each build gets); how — endpoint, parallelism — is only the project's environment.
@@ -34,11 +34,11 @@ def build_environment(props: dict[str, Any]) -> list[dict[str, str]]:
         "CATALOG_PARALLEL_MODELS": str(props.get("ParallelModels") or 4),
         "MODEL_CONCURRENCY": str(props.get("Concurrency") or 4),
     }
-    return [{"name": k, "value": str(v), "type": "PLAINTEXT"} for k, v in values.items()]
+    return plaintext_environment(values)
 
 
 def identity_environment(props: dict[str, Any]) -> list[dict[str, str]]:
-    return [e for e in build_environment(props) if e["name"] in IDENTITY]
+    return only(build_environment(props), IDENTITY)
 
 
 def _physical_id(props: dict[str, Any]) -> str:
@@ -49,21 +49,13 @@ def on_event(event: dict[str, Any], codebuild=None) -> dict[str, Any]:  # noqa: 
     props = event["ResourceProperties"]
     if event["RequestType"] == "Delete":
         return {"PhysicalResourceId": event["PhysicalResourceId"]}
-    codebuild = codebuild or _client("codebuild")
-    build = codebuild.start_build(projectName=props["ProjectName"], environmentVariablesOverride=identity_environment(props))["build"]
+    build = start_build(props, identity_environment(props), codebuild)
     print(f"started {build['id']} for catalog {props['Fingerprint']} -> s3://{props['Bucket']}/farm/")
     return {"PhysicalResourceId": _physical_id(props), "Data": {"BuildId": build["id"]}}
 
 
 def resolved(build: dict[str, Any], props: dict[str, Any]) -> dict[str, str]:
-    exported = {v.get("name"): v.get("value") or "" for v in build.get("exportedEnvironmentVariables") or []}
-    missing = [name for name in CATALOG_RECEIPT if not exported.get(name)]
-    if missing:
-        raise RuntimeError(
-            f"model catalog build {build.get('id')} succeeded but exported no {', '.join(missing)}: the project's buildspec "
-            "must be model_download.buildspec.CATALOG_BUILD_SPEC (redeploy the stack)"
-        )
-    data = {attr: exported[name] for name, attr in CATALOG_RECEIPT.items()}
+    data = receipt(build, CATALOG_RECEIPT, "model catalog", "CATALOG_BUILD_SPEC")
     if data["Fingerprint"] != props["Fingerprint"] or data["ReceiptKey"] != receipt_key(props["Fingerprint"]) \
             or not data["Models"].isdigit() or not data["Copied"].isdigit():
         raise RuntimeError(f"model catalog build {build.get('id')} reported an unexpected receipt {data}; expected catalog {props['Fingerprint']}")
@@ -74,24 +66,13 @@ def completion(build: dict[str, Any], props: dict[str, Any], logs) -> dict[str, 
     status = build.get("buildStatus", "IN_PROGRESS")
     if status == "SUCCEEDED":
         return {"IsComplete": True, "PhysicalResourceId": _physical_id(props), "Data": resolved(build, props)}
-    if status not in _FAILED:
+    if status not in FAILED:
         return {"IsComplete": False}
-    detail = _job_error_line(build, logs)
-    if detail is None:
-        phases = [p for p in build.get("phases", []) if p.get("phaseStatus") not in (None, "SUCCEEDED")]
-        contexts = [c.get("message", "") for p in phases for c in p.get("contexts", []) if c.get("message")]
-        detail = "; ".join(contexts) or "see the build log"
+    detail = failure_detail(build, logs)
     if len(detail) > REASON_BUDGET:
         detail = detail[: REASON_BUDGET - 30].rstrip() + " … (the rest in the build log)"
     raise RuntimeError(f"model catalog copy {status}: {detail} (build {build.get('id')})")
 
 
 def is_complete(event: dict[str, Any], codebuild=None, logs=None) -> dict[str, Any]:  # noqa: ANN001
-    if event["RequestType"] == "Delete":
-        return {"IsComplete": True}
-    build_id = event["Data"]["BuildId"]
-    codebuild = codebuild or _client("codebuild")
-    builds = codebuild.batch_get_builds(ids=[build_id]).get("builds") or []
-    if not builds:
-        raise RuntimeError(f"model catalog build {build_id} not found")
-    return completion(builds[0], event["ResourceProperties"], logs or _client("logs"))
+    return poll(event, "model catalog", completion, codebuild, logs)

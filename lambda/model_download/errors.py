@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+# Every one-line error the job prints starts with this; the custom resource finds it in the build log and quotes
+# the rest as the deployment's failure reason (build_job.job_error_line).
+ERROR_PREFIX = "model_download: error: "
+
 
 class DownloadError(Exception):
     """A copy failed in a way the user can act on; str() is the one-line message."""

@@ -1,4 +1,5 @@
-"""ModelCopyProvider: one custom-resource provider per stack for every ModelArtifact in it.
+"""ModelCopyProvider: one custom-resource provider per stack for every ModelArtifact and ModelCatalog in it, and
+the one S3 asset of the model_download package their copy jobs run (`runner_asset()`).
 
 CDK's Provider framework with an isComplete waiter (Step Functions): onEvent starts the artifact's CodeBuild
 copy job, isComplete polls it every 30 s, fails the deployment when the job fails and, when it succeeds, returns
@@ -14,6 +15,7 @@ from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import custom_resources as cr
 from constructs import Construct
@@ -37,7 +39,8 @@ _FRAMEWORK_WILDCARDS = {
 
 
 class ModelCopyProvider(Construct):
-    """Attributes: on_event (Function), is_complete (Function), provider (cr.Provider), service_token."""
+    """Attributes: on_event (Function), is_complete (Function), provider (cr.Provider), service_token;
+    runner_asset(): the model_download package that every copy job of the stack runs."""
 
     @classmethod
     def of(cls, scope: Construct) -> ModelCopyProvider:
@@ -73,6 +76,14 @@ class ModelCopyProvider(Construct):
             self, id, runtime=RUNTIME, handler=handler, code=code, role=role, log_group=log_group,
             timeout=cdk.Duration.minutes(1), memory_size=256, description=f"cpu-inference: {what}",
         )
+
+    def runner_asset(self) -> s3_assets.Asset:
+        """The model_download package as one S3 asset ("Runner"), created on first use and shared by every copy
+        job of the stack (ModelArtifact, ModelCatalog)."""
+        existing = self.node.try_find_child("Runner")
+        if isinstance(existing, s3_assets.Asset):
+            return existing
+        return s3_assets.Asset(self, "Runner", path=str(staged_root()))
 
     def allow(self, project: codebuild.IProject, job_logs: logs.ILogGroup) -> None:
         """Let the handlers start and watch one copy job (and read its log for the error line)."""

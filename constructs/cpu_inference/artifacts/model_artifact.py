@@ -31,26 +31,20 @@ import aws_cdk as cdk
 from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
-from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from model_download.buildspec import BUILD_SPEC as BUILD_SPEC  # re-exported: the job's contract lives with the job
 from model_download.custom_resource import IDENTITY_PROPERTIES, build_environment
 
-from .. import nag
+from .copy_job import acknowledge_copy_job, copy_job_project, copy_job_resource, copy_job_role
 from .copy_provider import MAX_WAIT_MINUTES, ModelCopyProvider
 from .model_bucket import MODELS_PREFIX, ModelBucket
-from .runtime_package import staged_root
 
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-
-# A region/account as cdk-nag prints them: a literal for env-bound stacks, a pseudo parameter otherwise.
-_REGION = r"(?:<AWS::Region>|[a-z0-9-]+)"
-_ACCOUNT = r"(?:<AWS::AccountId>|\d{12})"
 
 
 @dataclass(frozen=True)
@@ -137,15 +131,13 @@ class ModelArtifact(Construct):
         if self.token_secret is None and props.token_secret_name:
             self.token_secret = secretsmanager.Secret.from_secret_name_v2(self, "TokenSecret", props.token_secret_name)
 
-        self.role = iam.Role(
-            self, "JobRole", assumed_by=iam.ServicePrincipal("codebuild.amazonaws.com"),
-            description=f"Model copy job for {props.name}: writes only {MODELS_PREFIX}{props.name}/ of the model bucket",
+        self.role = copy_job_role(
+            self, f"Model copy job for {props.name}: writes only {MODELS_PREFIX}{props.name}/ of the model bucket",
         )
         props.model_bucket.grant_write(self.role, f"{MODELS_PREFIX}{props.name}/")
         if self.token_secret is not None:
             self.token_secret.grant_read(self.role)
 
-        self.log_group = logs.LogGroup(self, "CodeBuildLogs", retention=props.log_retention, removal_policy=cdk.RemovalPolicy.DESTROY)
         properties = {
             "Bucket": self.bucket.bucket_name,
             "KeyPrefix": self.model_prefix.rstrip("/"),
@@ -157,40 +149,21 @@ class ModelArtifact(Construct):
             "HfEndpoint": props.hf_endpoint,
             "Concurrency": str(props.concurrency),
         }
-        runner = self._runner_asset()
-        self.project = codebuild.Project(
+        self.log_group, self.project = copy_job_project(
             self,
-            "CopyJob",
-            description=f"Copies hf://{props.hf_repo}/{props.file}@{props.revision} into the model bucket",
-            source=codebuild.Source.s3(bucket=runner.bucket, path=runner.s3_object_key),
-            build_spec=codebuild.BuildSpec.from_object(BUILD_SPEC),
-            environment=codebuild.BuildEnvironment(
-                build_image=props.build_image or codebuild.LinuxBuildImage.AMAZON_LINUX_2023_5,
-                compute_type=props.compute_type,
-                privileged=False,
-            ),
-            # The same inputs as the custom resource's overrides: `aws codebuild start-build` re-runs this copy.
-            environment_variables={
-                e["name"]: codebuild.BuildEnvironmentVariable(value=e["value"]) for e in build_environment(properties)
-            },
+            provider=self.provider,
             role=self.role,
-            timeout=cdk.Duration.minutes(props.copy_timeout_minutes),
-            queued_timeout=cdk.Duration.minutes(MAX_WAIT_MINUTES),
-            logging=codebuild.LoggingOptions(cloud_watch=codebuild.CloudWatchLoggingOptions(log_group=self.log_group)),
+            description=f"Copies hf://{props.hf_repo}/{props.file}@{props.revision} into the model bucket",
+            build_spec=BUILD_SPEC,
+            environment=build_environment(properties),
+            settings=props,
         )
-        self.provider.allow(self.project, self.log_group)
 
-        self.resource = cdk.CustomResource(
-            self,
-            "Copy",
-            service_token=self.provider.service_token,
-            resource_type="Custom::ModelArtifact",
-            # Identity only: a change of token secret, endpoint or concurrency updates the project, not the copy.
-            properties={"ProjectName": self.project.project_name, **{k: properties[k] for k in IDENTITY_PROPERTIES}},
-            service_timeout=cdk.Duration.seconds(MAX_WAIT_MINUTES * 60),
+        # Identity only: a change of token secret, endpoint or concurrency updates the project, not the copy.
+        self.resource = copy_job_resource(
+            self, provider=self.provider, project=self.project, role=self.role, resource_type="Custom::ModelArtifact",
+            properties=properties, identity=IDENTITY_PROPERTIES,
         )
-        # The job must find its permissions in place before it starts.
-        self.resource.node.add_dependency(self.role)
 
         # Where the copy landed, as the job reported it (model_download.custom_resource.resolved). Only the commit
         # is a token: the file name stays a literal path segment that consumers read (MODEL_PATH, the pod's file).
@@ -200,34 +173,10 @@ class ModelArtifact(Construct):
         self.key = f"{self.prefix}{props.file}"
         self.s3_uri = f"s3://{self.bucket.bucket_name}/{self.key}"
         self.s3_prefix_uri = f"s3://{self.bucket.bucket_name}/{self.prefix}"
-        self._acknowledge()
-
-    def _runner_asset(self) -> s3_assets.Asset:
-        """The model_download package as one S3 asset, shared by every artifact of the stack."""
-        existing = self.provider.node.try_find_child("Runner")
-        if isinstance(existing, s3_assets.Asset):
-            return existing
-        return s3_assets.Asset(self.provider, "Runner", path=str(staged_root()))
+        acknowledge_copy_job(self.role, self.project, encrypted="the model object is encrypted by the bucket's key")
 
     def grant_read(self, grantee: iam.IGrantable) -> iam.Grant:
         """Read this model's objects (`models/<name>/`, every commit) and nothing else of the bucket: during a
         rolling update the old fleet — a replaced SageMaker instance, a restarted pod of the old ReplicaSet —
         still reads the previous commit's key after the policy moved on."""
         return self.model_bucket.grant_read(grantee, self.model_prefix)
-
-    def _acknowledge(self) -> None:
-        nag.acknowledge_wildcards(self.role, {
-            rf"Resource::arn:<AWS::Partition>:logs:{_REGION}:{_ACCOUNT}:log-group:/aws/codebuild/<.*CopyJob[0-9A-F]{{8}}>:\*": (
-                "CodeBuild's default grant on the project's default log group (streams named at run time); the job logs to its own group"
-            ),
-            rf"Resource::arn:<AWS::Partition>:codebuild:{_REGION}:{_ACCOUNT}:report-group/<.*CopyJob[0-9A-F]{{8}}>-\*": (
-                "CodeBuild's default test-report permissions, limited to report groups named after this project"
-            ),
-            r"Action::s3:(GetObject|GetBucket|List)\*": (
-                "CodeBuild's S3 source grant, limited to the CDK asset bucket and the one object holding the job's code"
-            ),
-        })
-        nag.acknowledge(
-            self.project, "AwsSolutions-CB4",
-            "The job produces no build artifacts (NO_ARTIFACTS, no cache) for a KMS key to encrypt; the model object is encrypted by the bucket's key",
-        )

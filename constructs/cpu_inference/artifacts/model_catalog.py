@@ -20,7 +20,6 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import aws_cdk as cdk
 from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
@@ -39,18 +38,14 @@ from model_download.catalog import (
     mme_target_model,
     receipt_key,
 )
-from model_download.catalog_resource import build_environment
+from model_download.catalog_resource import IDENTITY_PROPERTIES, build_environment
 
-from .. import nag
+from .copy_job import acknowledge_copy_job, copy_job_project, copy_job_resource, copy_job_role
 from .copy_provider import MAX_WAIT_MINUTES, ModelCopyProvider
 from .model_bucket import ModelBucket
-from .runtime_package import staged_root
 
 RESOURCE_TYPE = "Custom::ModelCatalog"
 
-# A region/account as cdk-nag prints them: a literal for env-bound stacks, a pseudo parameter otherwise.
-_REGION = r"(?:<AWS::Region>|[a-z0-9-]+)"
-_ACCOUNT = r"(?:<AWS::AccountId>|\d{12})"
 
 
 @dataclass(frozen=True)
@@ -130,10 +125,7 @@ class ModelCatalog(Construct):
         self.bucket = props.model_bucket.bucket
         self.provider = ModelCopyProvider.of(self)
 
-        self.role = iam.Role(
-            self, "JobRole", assumed_by=iam.ServicePrincipal("codebuild.amazonaws.com"),
-            description=f"Model catalog copy job: writes only {FARM_PREFIX} of the model bucket",
-        )
+        self.role = copy_job_role(self, f"Model catalog copy job: writes only {FARM_PREFIX} of the model bucket")
         props.model_bucket.grant_write(self.role, FARM_PREFIX)
         self.catalog_asset = s3_assets.Asset(self, "Catalog", path=str(_catalog_file(self.catalog)))
         # The one catalog object, not the whole asset bucket (Asset.grant_read would add s3:List*/GetBucket*).
@@ -147,7 +139,6 @@ class ModelCatalog(Construct):
             secret.grant_read(self.role)
             self.token_secrets[name] = secret
 
-        self.log_group = logs.LogGroup(self, "CodeBuildLogs", retention=props.log_retention, removal_policy=cdk.RemovalPolicy.DESTROY)
         properties = {
             "Bucket": self.bucket.bucket_name,
             "CatalogBucket": self.catalog_asset.s3_bucket_name,
@@ -158,49 +149,23 @@ class ModelCatalog(Construct):
             "ParallelModels": str(props.parallel_models),
             "Concurrency": str(props.concurrency),
         }
-        runner = self._runner_asset()
-        self.project = codebuild.Project(
+        self.log_group, self.project = copy_job_project(
             self,
-            "CopyJob",
-            description=f"Copies the {len(self.catalog.entries)} pooled models of the catalog into {FARM_PREFIX} of the model bucket",
-            source=codebuild.Source.s3(bucket=runner.bucket, path=runner.s3_object_key),
-            build_spec=codebuild.BuildSpec.from_object(CATALOG_BUILD_SPEC),
-            environment=codebuild.BuildEnvironment(
-                build_image=props.build_image or codebuild.LinuxBuildImage.AMAZON_LINUX_2023_5,
-                compute_type=props.compute_type,
-                privileged=False,
-            ),
-            # The same inputs as the custom resource's overrides: `aws codebuild start-build` re-runs this catalog.
-            environment_variables={
-                e["name"]: codebuild.BuildEnvironmentVariable(value=e["value"]) for e in build_environment(properties)
-            },
+            provider=self.provider,
             role=self.role,
-            timeout=cdk.Duration.minutes(props.copy_timeout_minutes),
-            queued_timeout=cdk.Duration.minutes(MAX_WAIT_MINUTES),
-            logging=codebuild.LoggingOptions(cloud_watch=codebuild.CloudWatchLoggingOptions(log_group=self.log_group)),
+            description=f"Copies the {len(self.catalog.entries)} pooled models of the catalog into {FARM_PREFIX} of the model bucket",
+            build_spec=CATALOG_BUILD_SPEC,
+            environment=build_environment(properties),
+            settings=props,
         )
-        self.provider.allow(self.project, self.log_group)
 
-        self.resource = cdk.CustomResource(
-            self,
-            "Copy",
-            service_token=self.provider.service_token,
-            resource_type=RESOURCE_TYPE,
-            # O(1) in the number of models: where the catalog is and what it is (its fingerprint); how the job copies
-            # (endpoint, parallelism) is only the project's environment and re-runs nothing.
-            properties={"ProjectName": self.project.project_name,
-                        **{k: properties[k] for k in ("Bucket", "CatalogBucket", "CatalogKey", "Fingerprint", "Layouts")}},
-            service_timeout=cdk.Duration.seconds(MAX_WAIT_MINUTES * 60),
+        # O(1) in the number of models: where the catalog is and what it is (its fingerprint); how the job copies
+        # (endpoint, parallelism) is only the project's environment and re-runs nothing.
+        self.resource = copy_job_resource(
+            self, provider=self.provider, project=self.project, role=self.role, resource_type=RESOURCE_TYPE,
+            properties=properties, identity=IDENTITY_PROPERTIES,
         )
-        self.resource.node.add_dependency(self.role)  # the job must find its permissions in place
-        self._acknowledge()
-
-    def _runner_asset(self) -> s3_assets.Asset:
-        """The model_download package as one S3 asset, shared with every ModelArtifact of the stack (same id)."""
-        existing = self.provider.node.try_find_child("Runner")
-        if isinstance(existing, s3_assets.Asset):
-            return existing
-        return s3_assets.Asset(self.provider, "Runner", path=str(staged_root()))
+        acknowledge_copy_job(self.role, self.project, encrypted="the model objects are encrypted by the bucket's key")
 
     # -- keys (literals, known at synth) ------------------------------------------------------------------
 
@@ -228,20 +193,3 @@ class ModelCatalog(Construct):
         """Read of `farm/` only (GetObject, ListBucket limited to the prefix, kms:Decrypt): one grant for every
         pooled model, whatever their number."""
         return self.model_bucket.grant_read(grantee, FARM_PREFIX)
-
-    def _acknowledge(self) -> None:
-        nag.acknowledge_wildcards(self.role, {
-            rf"Resource::arn:<AWS::Partition>:logs:{_REGION}:{_ACCOUNT}:log-group:/aws/codebuild/<.*CopyJob[0-9A-F]{{8}}>:\*": (
-                "CodeBuild's default grant on the project's default log group (streams named at run time); the job logs to its own group"
-            ),
-            rf"Resource::arn:<AWS::Partition>:codebuild:{_REGION}:{_ACCOUNT}:report-group/<.*CopyJob[0-9A-F]{{8}}>-\*": (
-                "CodeBuild's default test-report permissions, limited to report groups named after this project"
-            ),
-            r"Action::s3:(GetObject|GetBucket|List)\*": (
-                "CodeBuild's S3 source grant, limited to the CDK asset bucket and the one object holding the job's code"
-            ),
-        })
-        nag.acknowledge(
-            self.project, "AwsSolutions-CB4",
-            "The job produces no build artifacts (NO_ARTIFACTS, no cache) for a KMS key to encrypt; the model objects are encrypted by the bucket's key",
-        )

@@ -21,7 +21,8 @@ from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
 from .. import nag
-from ..k8s.karpenter_specs import Taint, family_architecture
+from ..k8s.karpenter_node_pool import Taint
+from ..k8s.karpenter_rules import family_architecture
 
 KUBERNETES_MINORS = ("1.33", "1.34", "1.35")
 SYSTEM_LABEL = "cpu-inference/node-role"

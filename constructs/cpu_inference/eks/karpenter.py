@@ -24,7 +24,9 @@ from constructs import Construct, IDependable
 
 from .. import nag
 from ..k8s.bottlerocket import BottlerocketNodeClass
-from ..k8s.karpenter_specs import EC2NodeClassSpec, NodePoolSpec, default_node_pools
+from ..k8s.default_node_pools import default_node_pools
+from ..k8s.karpenter_node_class import EC2NodeClassSpec
+from ..k8s.karpenter_node_pool import NodePoolSpec
 from . import karpenter_policy as policy
 from .inference_cluster import DISCOVERY_TAG, InferenceCluster
 from .manifests import add_bounded_manifests

@@ -19,7 +19,7 @@ from typing import Any
 
 import tomli_w
 
-from .karpenter_specs import BlockDevice, EC2NodeClassSpec, MetadataOptions
+from .karpenter_node_class import BlockDevice, EC2NodeClassSpec, MetadataOptions
 
 MIN_VERSION = (1, 44, 0)  # first Bottlerocket release with the soci-snapshotter parallel-pull-unpack settings
 # Pinned release: SOCI parallel pull needs ≥ 1.44, and the aws-k8s-1.35 variant ships only in later

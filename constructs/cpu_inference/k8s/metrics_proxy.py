@@ -66,7 +66,7 @@ def metrics_proxy_container(image: str, upstream_port: int, tmp_volume: kplus.Vo
     import cdk8s  # here, not at the top: bin_packing (pure) reads the constants above without cdk8s
     import cdk8s_plus_27 as kplus
 
-    from .pod_hardening import container_security_context
+    from .workload_defaults import container_security_context
 
     cpu = kplus.Cpu.millis(CPU_MILLIS)
     mem = cdk8s.Size.mebibytes(MEMORY_MIB)

@@ -8,7 +8,9 @@ Objects: ServiceAccount, ConfigMap (the preset), headless Service (stable DNS pe
 StatefulSet (podManagementPolicy Parallel: replicas start and stop together, names stay stable), PDB,
 NetworkPolicy, the model volume (a Mountpoint for Amazon S3 static PersistentVolume + its claim) and a KEDA
 ScaledObject on the gateway's per-pool in-flight gauge. Adding a model adds one INI section and one name in the
-gateway config (~100 bytes each), nothing else.
+gateway config (~100 bytes each), nothing else — and does not roll the pool: the ConfigMap is mounted as a
+directory (the kubelet updates it in place) and each replica applies the new preset itself, keeping its loaded
+models warm (containers/llama-server/pool_supervisor.py).
 
 Per-model settings live only in the INI: the router's own command line overrides every preset section
 (server-models.cpp load_models: `preset.merge(base_preset)`), so the container command carries no ctx-size,
@@ -36,7 +38,6 @@ node do not share them — benchmarks/weights_sharing.py measures what that shar
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 from collections import Counter
@@ -49,22 +50,26 @@ import cdk8s_plus_27 as kplus
 from constructs import Construct
 
 from ..pool_sizing import PoolPlan
-from .karpenter_specs import POOL_LABEL
-from .keda_specs import ScaledObjectSpec, pool_in_flight_scaled_object
-from .llama_server_chart import (
+from .engine_container import (
     COMPONENT,
     ENGINE_COMMAND,
     ENGINE_CONTAINER,
     ENGINE_PORT,
-    MIN_SCALE_DOWN_STABILIZATION,
     MODEL_DIR,
     PRE_STOP_SECONDS,
-    STARTUP_PERIOD_SECONDS,
-    ServingPolicy,
-    _names,
+    engine_resources,
+    health_probes,
 )
-from .pod_hardening import (
+from .karpenter_specs import POOL_LABEL
+from .keda_specs import ScaledObjectSpec, pool_in_flight_scaled_object
+from .model_scaling import MIN_SCALE_DOWN_STABILIZATION
+from .model_workload import DNS_LABEL
+from .network_policies import serving_network_policy
+from .router_chart import gateway_pool
+from .serving_policy import ServingPolicy
+from .workload_defaults import (
     container_security_context,
+    one_at_a_time_budget,
     pod_security_context,
     pre_stop_sleep,
     prefer_pools,
@@ -94,7 +99,6 @@ DRAIN_SECONDS = 60
 # The llama-server router's own defaults a preset can name (README "Model presets": keys are flags without dashes).
 PRESET_VERSION = "1"
 _SECTION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # no ':' (a tag separator for the router), no ']'
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
 
@@ -207,7 +211,7 @@ class ModelPoolChartProps:
 
     def validate(self) -> None:
         where = f"ModelPoolChartProps {self.name!r}"
-        if not _DNS_LABEL.match(self.name) or len(self.name) > 40:
+        if not DNS_LABEL.match(self.name) or len(self.name) > 40:
             raise ValueError(f"{where}: name must be a DNS label of at most 40 characters (StatefulSet pool-<name>, pod pool-<name>-<i>)")
         if self.namespace is not None and self.namespace != self.policy.namespace and self.policy != ServingPolicy():
             raise ValueError(f"{where}: namespace {self.namespace!r} differs from policy.namespace {self.policy.namespace!r}; set one")
@@ -249,7 +253,10 @@ class ModelPoolChartProps:
 
 
 def startup_budget_seconds(model_count: int) -> int:
-    return STARTUP_FLOOR_SECONDS + math.ceil(model_count * LOOKUP_SECONDS_PER_MODEL)
+    """Counted for the next power of two of models: the budget is in the pod template, and a model-list change
+    must not roll the pool (the preset is applied in place) unless the pool's size class changes."""
+    size_class = 1 << max(0, model_count - 1).bit_length()
+    return STARTUP_FLOOR_SECONDS + math.ceil(size_class * LOOKUP_SECONDS_PER_MODEL)
 
 
 class ModelPoolChart(cdk8s.Chart):
@@ -278,8 +285,7 @@ class ModelPoolChart(cdk8s.Chart):
         self.replica_urls = pool_replica_urls(props.name, ns, props.replicas_max)
         usual_parallel = Counter(m.parallel for m in props.models).most_common(1)[0][0]
         self.slots_per_replica = props.models_max * usual_parallel
-        self.gateway_pool = {"name": props.name, "replication": props.replication, "models": [m.name for m in props.models],
-                             "replicas": self.replica_urls}
+        self.gateway_pool = gateway_pool(props.name, props.replication, [m.name for m in props.models], self.replica_urls)
 
         self.service_account = kplus.ServiceAccount(self, "ServiceAccount", metadata=meta, automount_token=False)
         self.config_map = kplus.ConfigMap(self, "Preset", metadata=meta, data={PRESET_FILE: self.preset})
@@ -332,13 +338,10 @@ class ModelPoolChart(cdk8s.Chart):
         }
         self.command = list(POOL_COMMAND)
         self.startup_probe_seconds = startup_budget_seconds(len(props.models))
-        mem = cdk8s.Size.mebibytes(math.ceil(props.memory_bytes / (1024 * 1024)))
-        cpu = kplus.Cpu.millis(props.cpu * 1000)
         preset_volume = kplus.Volume.from_config_map(self, "PresetVolume", self.config_map, name="preset")
         claim = kplus.PersistentVolumeClaim.from_claim_name(self, "ClaimRef", claim_name)
         models_volume = kplus.Volume.from_persistent_volume_claim(self, "ModelsVolume", claim, name="models", read_only=True)
         tmp_volume = kplus.Volume.from_empty_dir(self, "TmpVolume", "tmp", size_limit=cdk8s.Size.gibibytes(1))
-        health: dict[str, Any] = dict(port=ENGINE_PORT, timeout_seconds=cdk8s.Duration.seconds(3))
         engine = kplus.ContainerProps(
             name=ENGINE_CONTAINER,
             image=props.image,
@@ -347,19 +350,17 @@ class ModelPoolChart(cdk8s.Chart):
             env_variables={k: kplus.EnvValue.from_value(v) for k, v in sorted(self.engine_env.items())},
             ports=[kplus.ContainerPort(number=ENGINE_PORT, name="http")],
             lifecycle=pre_stop_sleep(PRE_STOP_SECONDS),
-            resources=kplus.ContainerResources(
-                cpu=kplus.CpuResources(request=cpu, limit=cpu if p.cpu_limit == "request" else None),
-                memory=kplus.MemoryResources(request=mem, limit=mem),
-                ephemeral_storage=kplus.EphemeralStorageResources(request=cdk8s.Size.gibibytes(1)),
-            ),
+            resources=engine_resources(cpu_millis=props.cpu * 1000, memory_mib=math.ceil(props.memory_bytes / (1024 * 1024)),
+                                       cpu_limit=p.cpu_limit, ephemeral_gib=1),
             security_context=container_security_context(),
             # The router answers /health itself (no model is loaded at start; a model loads on its first request).
-            startup=kplus.Probe.from_http_get("/health", **health, period_seconds=cdk8s.Duration.seconds(STARTUP_PERIOD_SECONDS),
-                                              failure_threshold=math.ceil(self.startup_probe_seconds / STARTUP_PERIOD_SECONDS)),
-            readiness=kplus.Probe.from_http_get("/health", **health, period_seconds=cdk8s.Duration.seconds(5), failure_threshold=2),
-            liveness=kplus.Probe.from_http_get("/health", **health, period_seconds=cdk8s.Duration.seconds(10), failure_threshold=6),
+            **health_probes(self.startup_probe_seconds, liveness_timeout_seconds=3),
             volume_mounts=[
                 kplus.VolumeMount(path=MODEL_DIR, volume=models_volume, read_only=True),
+                # The whole ConfigMap as a directory, never a subPath: only then does the kubelet swap in a new
+                # version ("A container using a ConfigMap as a subPath volume mount will not receive ConfigMap
+                # updates", kubernetes.io/docs/concepts/configuration/configmap, "Mounted ConfigMaps are updated
+                # automatically").
                 kplus.VolumeMount(path=PRESET_DIR, volume=preset_volume, read_only=True),
                 kplus.VolumeMount(path="/tmp", volume=tmp_volume),
             ],
@@ -372,11 +373,13 @@ class ModelPoolChart(cdk8s.Chart):
             self.service.select_label(key, value)
         # A pod's DNS name must resolve while it loads (the gateway health-checks each replica itself).
         cdk8s.ApiObject.of(self.service).add_json_patch(cdk8s.JsonPatch.add("/spec/publishNotReadyAddresses", True))
-        annotations = {"cpu-inference/preset-sha256": hashlib.sha256(self.preset.encode()).hexdigest()}
+        # No checksum of the preset on the pod template: a model-list change is applied in place by every replica
+        # (entrypoint.py pool re-checks the new preset and calls the router's GET /models?reload=1, which keeps
+        # unchanged loaded models running; containers/llama-server/pool_supervisor.py), so it must not roll the pool.
         self.stateful_set = kplus.StatefulSet(
             self, "StatefulSet",
             metadata=meta,
-            pod_metadata=cdk8s.ApiObjectMetadata(labels=self.pod_labels, annotations=annotations),
+            pod_metadata=cdk8s.ApiObjectMetadata(labels=self.pod_labels),
             select=False,
             spread=False,
             service=self.service,
@@ -405,35 +408,17 @@ class ModelPoolChart(cdk8s.Chart):
         if p.keda is not None:
             unmanaged_replicas(self.stateful_set)  # type: ignore[arg-type]
 
-        self.pdb = k.KubePodDisruptionBudget(
-            self, "Budget", metadata=k.ObjectMeta(name=self.name, labels=self.pod_labels),
-            spec=k.PodDisruptionBudgetSpec(
-                max_unavailable=k.IntOrString.from_number(1), selector=k.LabelSelector(match_labels=self.selector),
-                unhealthy_pod_eviction_policy="AlwaysAllow",
-            ),
-        )
+        self.pdb = one_at_a_time_budget(self, "Budget", name=self.name, labels=self.pod_labels, selector=self.selector)
+        # Ingress: the API port from the gateway (the policy's client labels/namespaces) only. No metrics port: in
+        # router mode /metrics exists per loaded model only (`?model=`; test_router_mode.py), so the pool is scaled
+        # on the gateway's gauge and nothing scrapes the pods. Egress: none — the children listen on loopback (not
+        # subject to NetworkPolicy) and the weights come through the Mountpoint pod, which runs in the driver's
+        # namespace and is the one that talks to S3.
         self.network_policy = k.KubeNetworkPolicy(
-            self, "NetworkPolicy", metadata=k.ObjectMeta(name=self.name, labels=self.pod_labels), spec=self._network_policy(p),
+            self, "NetworkPolicy", metadata=k.ObjectMeta(name=self.name, labels=self.pod_labels),
+            spec=serving_network_policy(self.selector, p, metrics_port=None, egress=[]),
         )
         self.scaled_object = self._scaled_object(props)
-
-    def _network_policy(self, p: ServingPolicy) -> kplus.k8s.NetworkPolicySpec:
-        """Ingress: the API port from the gateway (the policy's client labels/namespaces) only. No metrics port:
-        in router mode /metrics exists per loaded model only (`?model=`; test_router_mode.py), so the pool is
-        scaled on the gateway's gauge and nothing scrapes the pods. Egress: none — the children listen on
-        loopback (not subject to NetworkPolicy) and the weights come through the Mountpoint pod, which runs in
-        the driver's namespace and is the one that talks to S3."""
-        k = kplus.k8s
-        port = [k.NetworkPolicyPort(port=k.IntOrString.from_number(ENGINE_PORT), protocol="TCP")]
-        clients: list[k.NetworkPolicyPeer] = [k.NetworkPolicyPeer(pod_selector=k.LabelSelector(match_labels=dict(p.client_labels)))]
-        if p.client_namespaces:
-            clients.append(k.NetworkPolicyPeer(namespace_selector=_names(p.client_namespaces)))
-        return k.NetworkPolicySpec(
-            pod_selector=k.LabelSelector(match_labels=dict(self.selector)),
-            policy_types=["Ingress", "Egress"],
-            ingress=[k.NetworkPolicyIngressRule(from_=clients, ports=port)],
-            egress=[],
-        )
 
     def _scaled_object(self, props: ModelPoolChartProps) -> ScaledObjectSpec | None:
         p = props.policy

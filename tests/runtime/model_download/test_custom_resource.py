@@ -15,11 +15,11 @@ import boto3
 import botocore.session
 import pytest
 
+from model_download.build_job import job_error_line as _job_error_line
 from model_download.buildspec import BUILD_SPEC, RECEIPT
 from model_download.custom_resource import (
     IDENTITY,
     IDENTITY_PROPERTIES,
-    _job_error_line,
     build_environment,
     completion,
     identity_environment,
