@@ -24,6 +24,7 @@ from cpu_inference.artifacts import ModelArtifact, ModelArtifactProps, ModelBuck
 from cpu_inference.config import Config, load
 from cpu_inference.images import LlamaCppImage
 from cpu_inference.patterns.from_config import served_models
+from cpu_inference.patterns.sagemaker_endpoints import graviton_endpoint_props
 from cpu_inference.sagemaker import EngineImage, GravitonEndpoint, GravitonEndpointProps
 from tests.support.cdk import apply_nag, synth, template_json
 
@@ -67,7 +68,7 @@ def build_serving() -> Serving:
         artifacts[served.name] = ModelArtifact(stack, f"{served.name}-artifact", props=ModelArtifactProps(
             model_bucket=bucket, name=served.name, hf_repo=served.hf_repo, file=served.file, revision=served.revision,
         ))
-        endpoints[served.name] = GravitonEndpoint(stack, served.name, props=GravitonEndpointProps.for_served_model(
+        endpoints[served.name] = GravitonEndpoint(stack, served.name, props=graviton_endpoint_props(
             served, model=artifacts[served.name], image=image, latency_slo_ms=config.slo.p95_latency_ms,
             network_isolation=config.sagemaker.network_isolation, data_capture_percent=config.sagemaker.data_capture_percent,
         ))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cpu_inference import sizing
-from cpu_inference.sagemaker import engine_settings, prompt_cache_mib
+from cpu_inference.sagemaker.engine_settings import engine_settings, prompt_cache_mib
 
 SPEC_8B = sizing.ModelSpec(parameters_billions=8, quantization="Q4_K_M", context_window=4096)
 

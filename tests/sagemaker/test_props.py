@@ -10,8 +10,8 @@ import pytest
 from aws_cdk import aws_ecr as ecr
 
 from cpu_inference import sizing
-from cpu_inference.patterns.served_model import ServedModel
-from cpu_inference.sagemaker import EngineImage, GravitonEndpointProps, default_target_concurrency, placement_slug
+from cpu_inference.sagemaker import EngineImage, GravitonEndpointProps
+from cpu_inference.sagemaker.graviton_endpoint import default_target_concurrency, placement_slug
 
 DIGEST = "sha256:" + "cd" * 32
 SPEC = sizing.ModelSpec(parameters_billions=8, quantization="Q4_K_M", context_window=4096)
@@ -107,26 +107,6 @@ def test_security_groups_need_a_vpc(props: GravitonEndpointProps) -> None:
 def test_x86_families_for_comparison_and_graviton4(props: GravitonEndpointProps) -> None:
     for it in ("ml.c7i.8xlarge", "ml.m7i.8xlarge", "ml.c8g.8xlarge", "ml.m8g.8xlarge", "ml.r7gd.4xlarge", "ml.r8g.4xlarge"):
         dataclasses.replace(props, instance_type=it).validate()
-
-
-def test_for_served_model_maps_the_pattern_fields(repo: ecr.IRepository) -> None:
-    served = ServedModel(
-        name="zephyr-7b", hf_repo="TheBloke/zephyr-7B-beta-GGUF", file="zephyr-7b-beta.Q4_K_M.gguf", spec=SPEC, role="llm",
-        replicas_min=1, replicas_max=3, instance_type="ml.c7g.8xlarge",
-    )
-    image = EngineImage(repo, digest=DIGEST)
-    p = GravitonEndpointProps.for_served_model(
-        served, model="s3://my-b/models/zephyr-7b/main/", image=image, latency_slo_ms=1500, network_isolation=False,
-        data_capture_percent=5, queue_depth=4,
-    )
-    p.validate()
-    assert (p.name, p.spec, p.instance_type, p.min_capacity, p.max_capacity) == ("zephyr-7b", SPEC, "ml.c7g.8xlarge", 1, 3)
-    assert (p.latency_slo.to_milliseconds(), p.network_isolation, p.data_capture_percent, p.queue_depth) == (1500, False, 5, 4)
-
-    with pytest.raises(ValueError, match=r"ServedModel zephyr-7b: instance_type is required .*sagemaker\.instance_type"):
-        GravitonEndpointProps.for_served_model(dataclasses.replace(served, instance_type=None), model="s3://my-b/m/", image=image)
-    with pytest.raises(ValueError, match=r"ServedModel zephyr-7b: replicas\.min is 0, .* set replicas\.min: 1"):
-        GravitonEndpointProps.for_served_model(dataclasses.replace(served, replicas_min=0), model="s3://my-b/m/", image=image)
 
 
 def test_helpers() -> None:

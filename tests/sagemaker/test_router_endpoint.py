@@ -21,8 +21,6 @@ from aws_cdk.assertions import Template
 from cpu_inference import sizing
 from cpu_inference.images import LlamaCppImage
 from cpu_inference.nag import flatten
-from cpu_inference.patterns.escalation import EscalationTarget
-from cpu_inference.patterns.router_settings import RouterSettings
 from cpu_inference.patterns.serving_foundation import ROUTER_IMAGE
 from cpu_inference.sagemaker import EngineImage, GravitonEndpoint, GravitonEndpointProps, RouterEndpoint, RouterEndpointProps, RouterEscalation
 from tests.sagemaker.readme import examples
@@ -438,32 +436,6 @@ def test_graviton_endpoint_as_slm_and_escalation_must_differ() -> None:
     with pytest.raises(ValueError, match=r"the SLM's own endpoint cannot be the escalation target"):
         RouterEndpoint(stack, "Router", props=RouterEndpointProps(
             image=EngineImage(repo, digest=DIGEST), slm=slm, escalation=RouterEscalation.sagemaker(slm)))
-
-
-# -- from the pattern's settings ----------------------------------------------------------------------------------
-
-
-def test_for_prefilter_maps_settings_and_escalation(props: RouterEndpointProps) -> None:
-    settings = RouterSettings(labels=("easy", "hard"), slm_labels=("easy",), confidence_threshold=0.6,
-                              few_shot=({"text": "hi", "label": "easy"}, {"text": "prove it", "label": "hard"}), replicas_min=1, replicas_max=3)
-    stack = cdk.Stack(cdk.App(), "Pattern", env=ENV)
-    slm, llm = _endpoints(stack)
-    made = RouterEndpointProps.for_prefilter(settings, EscalationTarget(kind="model", model="llama-8b"), slm=slm, image=props.image,
-                                             endpoints={"llama-8b": llm})
-    made.validate()
-    assert (made.labels, made.slm_labels, made.confidence_threshold, made.min_capacity, made.max_capacity) == (("easy", "hard"), ("easy",), 0.6, 1, 3)
-    assert made.escalation.kind == "sagemaker" and made.escalation.endpoint is llm
-    config = made.router_config("us-east-1")
-    assert config["escalation"]["endpoint_name"] == llm.endpoint_name and config["slm_endpoint_name"] == slm.endpoint_name
-    assert _load(json.dumps(config)).labels == ("easy", "hard")
-    bedrock = RouterEndpointProps.for_prefilter(settings, EscalationTarget(kind="bedrock", model_id=HAIKU), slm=slm, image=props.image)
-    assert bedrock.escalation == RouterEscalation.bedrock(HAIKU)
-    with_key = RouterEndpointProps.for_prefilter(settings, EscalationTarget(kind="openai", url="https://api.example.com/v1", api_key_secret_name="k"),
-                                                 slm=slm, image=props.image)
-    with pytest.raises(ValueError, match=r"cannot receive an API key"):
-        with_key.validate()
-    with pytest.raises(ValueError, match=r"escalation\.model 'nope' has no SageMaker endpoint; known: \['llama-8b'\]"):
-        RouterEndpointProps.for_prefilter(settings, EscalationTarget(kind="model", model="nope"), slm=slm, image=props.image, endpoints={"llama-8b": llm})
 
 
 # -- the README ----------------------------------------------------------------------------------------------------

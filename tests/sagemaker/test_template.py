@@ -14,7 +14,7 @@ import pytest
 from cpu_inference import sizing
 from cpu_inference.nag import flatten
 from cpu_inference.slm_context import slm_context_per_slot
-from cpu_inference.sagemaker import engine_settings, model_download_timeout_seconds, startup_health_check_timeout_seconds
+from cpu_inference.sagemaker.engine_settings import engine_settings, model_download_timeout_seconds, startup_health_check_timeout_seconds
 from cpu_inference.sagemaker.engine_settings import volume_size_gb
 from tests.sagemaker.conftest import LLAMA_8B, Serving, placement
 from tests.support.cdk import cfn_lint_errors, nag_errors

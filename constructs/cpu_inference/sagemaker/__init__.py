@@ -1,14 +1,10 @@
 """SageMaker real-time endpoints for llama.cpp on CPU (Graviton first): GravitonEndpoint, MultiModelEndpoint (a farm
-pool on one multi-model endpoint), and RouterEndpoint for the SLM pre-filter's router. See README.md."""
+pool on one multi-model endpoint), and RouterEndpoint for the SLM pre-filter's router. See README.md.
 
-from .engine_settings import (
-    EngineSettings,
-    engine_settings,
-    model_download_timeout_seconds,
-    prompt_cache_mib,
-    startup_health_check_timeout_seconds,
-)
-from .graviton_endpoint import GravitonEndpoint, default_target_concurrency, placement_slug
+Exported here: the constructs, their props and what they expose. How the engine is tuned per instance
+(engine_settings.py) and the endpoint plumbing (placement, target concurrency) are internal to their modules."""
+
+from .graviton_endpoint import GravitonEndpoint
 from .monitoring import EndpointMonitoring, MonitoringSettings
 from .multi_model_endpoint import MultiModelEndpoint
 from .multi_model_props import MultiModelEndpointProps, TargetModel
@@ -19,7 +15,6 @@ from .router_props import RouterEndpointProps, RouterEscalation
 __all__ = [
     "EndpointMonitoring",
     "EngineImage",
-    "EngineSettings",
     "GravitonEndpoint",
     "GravitonEndpointProps",
     "MonitoringSettings",
@@ -29,10 +24,4 @@ __all__ = [
     "RouterEndpointProps",
     "RouterEscalation",
     "TargetModel",
-    "default_target_concurrency",
-    "engine_settings",
-    "model_download_timeout_seconds",
-    "placement_slug",
-    "prompt_cache_mib",
-    "startup_health_check_timeout_seconds",
 ]

@@ -33,28 +33,22 @@ ModelDownloadingTime, ModelLoadingTime, ModelUnloadingTime (µs), ModelCacheHit 
 model was loaded), and /aws/sagemaker/Endpoints LoadedModelCount (per instance), all by EndpointName + VariantName.
 Per-model metrics are not published.
 
-Order and names follow GravitonEndpoint: key → logs → role → grants → security groups → Model → EndpointConfig →
-Endpoint → scaling → monitoring; the endpoint name hashes the construct path and the placement.
+Order and names: SageMakerEndpointBase (endpoint_base.py), as for GravitonEndpoint.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import aws_cdk as cdk
-from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
-from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sagemaker as sagemaker
-from constructs import Construct
+from constructs import Construct, IDependable
 
-from .. import nag
-from . import endpoint_parts as parts
-from .endpoint_parts import placement_slug
-from .monitoring import EndpointMonitoring
+from .endpoint_base import Descriptions, SageMakerEndpointBase
 from .multi_model_props import MEMORY_BUDGET_ENV, THREADS_ENV, MultiModelEndpointProps, TargetModel
 
 # InvokeEndpointWithResponseStream takes no TargetModel (botocore sagemaker-runtime): an MME is invoked with
@@ -63,106 +57,74 @@ MME_INVOKE_ACTIONS = ["sagemaker:InvokeEndpoint"]
 TARGET_MODEL_CONDITION = "sagemaker:TargetModel"  # IAM condition key (docs multi-model-endpoint-security)
 
 
-class MultiModelEndpoint(Construct):
-    """Attributes: props, environment (the container's), image_uri, model_data_url (`s3://<bucket>/<prefix>`),
-    target_models (name → TargetModel: what callers pass as InvokeEndpoint TargetModel), key, role
-    (= grant_principal), log_group, security_groups, model (CfnModel), endpoint_config, endpoint, endpoint_name,
-    endpoint_arn, variant_name, instance (sizing.InstanceType), slots, target_concurrency, scalable_target /
-    scaling_policy (or None), monitoring (EndpointMonitoring), alarms (latency_p95, errors_4xx, errors_5xx, cpu,
-    memory, cold_load_p95, cache_hit), dashboard."""
+class MultiModelEndpoint(SageMakerEndpointBase):
+    """Attributes: SageMakerEndpointBase's, and model_data_url (`s3://<bucket>/<prefix>`), target_models (name →
+    TargetModel: what callers pass as InvokeEndpoint TargetModel), slots; alarms add cold_load_p95 and cache_hit."""
+
+    TAG = "cpu-inference:pool"
+    props: MultiModelEndpointProps
 
     def __init__(self, scope: Construct, id: str, *, props: MultiModelEndpointProps) -> None:
-        super().__init__(scope, id)
-        props.validate()
-        self.props = props
-        self.instance = props.instance
-        self.variant_name = props.variant_name
+        super().__init__(scope, id, props=props)
+
+    # -- derived values ---------------------------------------------------------------------------
+
+    def _derive(self) -> None:
+        props = self.props
         self.slots = props.slots
-        slug = placement_slug(props.instance_type)
-        self.endpoint_name = parts.endpoint_name(
-            self, name=props.name, instance_type=props.instance_type, variant_name=props.variant_name, prefix=props.endpoint_name_prefix,
-        )
-        self.target_concurrency = (props.target_concurrency or props.default_target_concurrency) if props.scales else None
         self.target_models: dict[str, TargetModel] = {name: props.target(name) for name in props.target_models}
-        self.environment: dict[str, str] = {**props.environment, THREADS_ENV: str(props.threads_per_model)}
+        self.model_data_url = f"s3://{props.model_bucket.bucket.bucket_name}/{props.prefix}"
+
+    def _environment(self) -> dict[str, str]:
+        props = self.props
+        environment = {**props.environment, THREADS_ENV: str(props.threads_per_model)}
         if props.memory_budget_bytes is not None:
-            self.environment[MEMORY_BUDGET_ENV] = str(props.memory_budget_bytes)
+            environment[MEMORY_BUDGET_ENV] = str(props.memory_budget_bytes)
+        return environment
 
-        self.key: kms.IKey = props.encryption_key or parts.create_key(
-            self, description=f"{props.name} multi-model endpoint: ML storage volume (model cache) and container logs",
-            removal_policy=props.removal_policy, endpoint=self.endpoint_name,
-        )
-        self.log_group = parts.endpoint_log_group(
-            self, slug, endpoint=self.endpoint_name, retention=props.log_retention, key=self.key, own_key=props.encryption_key is None,
-        )
-        self.role: iam.IRole = parts.execution_role(
-            self, props.existing_role,
-            f"SageMaker execution role of the {props.name} multi-model pool: reads {props.prefix}, pulls its image, writes its logs",
-        )
-        self.grant_principal = self.role
-        bucket = props.model_bucket
-        self.model_data_url = f"s3://{bucket.bucket.bucket_name}/{props.prefix}"
-        bucket.grant_read(self.role, props.prefix)  # GetObject + prefix-scoped ListBucket + kms:Decrypt, nothing else
-        self.image_uri: str = props.image.image_uri
-        parts.grant_basics(self.role, image=props.image, log_group=self.log_group, key=self.key)
-        self.security_groups: list[ec2.ISecurityGroup] = parts.security_groups(
-            self, self.role, vpc=props.vpc, given=props.security_groups,
-            description=f"SageMaker multi-model endpoint {props.name}: no inbound; HTTPS out for model downloads and the image pull",
-            egress=lambda: [(443, "S3 and ECR (VPC endpoints or NAT)")],
+    def _default_target_concurrency(self) -> float:
+        return self.props.default_target_concurrency
+
+    def _max_in_flight(self) -> int:
+        return self.slots
+
+    # -- resources --------------------------------------------------------------------------------
+
+    def _descriptions(self) -> Descriptions:
+        p = self.props
+        return Descriptions(
+            key=f"{p.name} multi-model endpoint: ML storage volume (model cache) and container logs",
+            role=f"SageMaker execution role of the {p.name} multi-model pool: reads {p.prefix}, pulls its image, writes its logs",
+            security_group=f"SageMaker multi-model endpoint {p.name}: no inbound; HTTPS out for model downloads and the image pull",
         )
 
-        self.model = sagemaker.CfnModel(
-            self, "Model",
-            execution_role_arn=self.role.role_arn,
-            enable_network_isolation=props.network_isolation,
-            primary_container=sagemaker.CfnModel.ContainerDefinitionProperty(
-                image=self.image_uri,
-                mode="MultiModel",
-                model_data_url=self.model_data_url,
-                multi_model_config=sagemaker.CfnModel.MultiModelConfigProperty(
-                    model_cache_setting="Enabled" if props.model_cache else "Disabled",
-                ),
-                environment=self.environment,
+    def _grant_model_data(self) -> None:
+        # GetObject + prefix-scoped ListBucket + kms:Decrypt, nothing else
+        self.props.model_bucket.grant_read(self.role, self.props.prefix)
+
+    def _network_isolation(self) -> bool:
+        return self.props.network_isolation
+
+    def _container(self) -> sagemaker.CfnModel.ContainerDefinitionProperty:
+        return sagemaker.CfnModel.ContainerDefinitionProperty(
+            image=self.image_uri,
+            mode="MultiModel",
+            model_data_url=self.model_data_url,
+            multi_model_config=sagemaker.CfnModel.MultiModelConfigProperty(
+                model_cache_setting="Enabled" if self.props.model_cache else "Disabled",
             ),
-            vpc_config=parts.vpc_config(props.vpc, props.vpc_subnets, self.security_groups),
+            environment=self.environment,
         )
-        # CreateModel checks the image and the model data with the role: its policy must exist first, and so
-        # must the artifacts (the catalog's copy).
-        self.model.node.add_dependency(self.role)
-        for dependency in props.depends_on:
-            self.model.node.add_dependency(dependency)
 
-        self.endpoint_config = parts.endpoint_config(
-            self, slug, props, model=self.model, key=self.key,
-            container_startup_health_check_timeout_in_seconds=(
-                int(props.startup_health_check_timeout.to_seconds()) if props.startup_health_check_timeout else None
-            ),
-            volume_size_in_gb=props.volume_size_gb,
-        )
-        self.endpoint = parts.create_endpoint(
-            self, slug, name=self.endpoint_name, config=self.endpoint_config, scales=props.scales, log_group=self.log_group,
-        )
-        self.endpoint_arn: str = self.endpoint.ref
+    def _model_dependencies(self) -> Iterable[IDependable]:
+        return self.props.depends_on  # the artifacts (the catalog's copy)
 
-        self.scalable_target: appscaling.ScalableTarget | None
-        self.scaling_policy: appscaling.TargetTrackingScalingPolicy | None
-        self.scalable_target, self.scaling_policy = parts.autoscaling(self, slug, props, endpoint=self.endpoint, target=self.target_concurrency)
-
-        self.monitoring: EndpointMonitoring = parts.monitoring(
-            self, props, endpoint=self.endpoint_name, vcpus=self.instance.vcpus,
-            target_concurrency=self.target_concurrency, max_in_flight=self.slots,
-            latency_alarm=props.latency_alarm, latency_alarm_basis=props.latency_alarm_basis,
-        )
-        self.alarms: dict[str, cw.Alarm] = {**self.monitoring.alarms, **self._model_cache_alarms()}
-        self.dashboard = self.monitoring.dashboard
-        if self.dashboard is not None:
-            self._model_cache_widgets(self.dashboard)
-        cdk.Tags.of(self).add("cpu-inference:pool", props.name)
-        self._acknowledge()
+    def _variant_settings(self) -> dict[str, Any]:
+        return {**super()._variant_settings(), "volume_size_in_gb": self.props.volume_size_gb}
 
     # -- monitoring -------------------------------------------------------------------------------
 
-    def _model_cache_alarms(self) -> dict[str, cw.Alarm]:
+    def _more_alarms(self) -> dict[str, cw.Alarm]:
         """Cold loads that eat InvokeEndpoint's 60 s, and a cache hit share that says models thrash."""
         m, p = self.monitoring, self.props
         where = f"endpoint {self.endpoint_name} variant {self.variant_name}"
@@ -196,7 +158,7 @@ class MultiModelEndpoint(Construct):
                 alarm.add_ok_action(action)
         return alarms
 
-    def _model_cache_widgets(self, dashboard: cw.Dashboard) -> None:
+    def _add_widgets(self, dashboard: cw.Dashboard) -> None:
         m = self.monitoring
 
         def ms(metric: str, statistic: str) -> cw.MathExpression:
@@ -245,9 +207,3 @@ class MultiModelEndpoint(Construct):
             grantee=grantee, actions=MME_INVOKE_ACTIONS, resource_arns=[self.endpoint_arn],
             conditions={"StringEquals": {TARGET_MODEL_CONDITION: [self.target_models[n].path for n in names]}},
         )
-
-    # -- cdk-nag ----------------------------------------------------------------------------------
-
-    def _acknowledge(self) -> None:
-        if isinstance(self.role, Construct):
-            nag.acknowledge_wildcards(self.role, parts.role_wildcards("the one repository"))

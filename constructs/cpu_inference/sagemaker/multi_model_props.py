@@ -4,26 +4,20 @@ SageMaker developer guide; each check names its source."""
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import aws_cdk as cdk
-from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_iam as iam
-from aws_cdk import aws_kms as kms
-from aws_cdk import aws_logs as logs
-from aws_cdk import aws_sns as sns
 from constructs import IDependable
 
 from .. import sizing
 from ..artifacts import ModelBucket, ModelCatalog
 from ..images import LlamaCppImage
-from .endpoint_parts import NAME, EndpointPropsBase
+from .endpoint_props import NAME, EngineEndpointPropsBase, default_target_concurrency
+from .engine_image import EngineImage
 from .engine_settings import VOLUME_MAX_GB, VOLUME_MIN_GB
-from .props import EngineImage, image_architectures
 
 # botocore sagemaker ContainerDefinition.ModelDataUrl (shape Url): max 1024, pattern (https|s3)://([^/]+)/?(.*).
 MODEL_DATA_URL_MAX = 1024
@@ -40,7 +34,6 @@ ARTIFACT_SUFFIX = ".tar.gz"
 # botocore sagemaker ContainerDefinition.Environment (EnvironmentMap): at most 100 entries, values <= 1024.
 ENV_MAX_ENTRIES = 100
 ENV_VALUE_MAX = 1024
-_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,1023}$")
 # What the construct renders into the container environment (containers/llama-server entrypoint.py
 # multi_model_plan): each loaded model's llama-server threads unless its engine.json sets them (the adapter's own
 # default is every CPU, which would let one generation take the whole instance), and the memory the adapter
@@ -51,7 +44,6 @@ COMPUTED_KEYS = frozenset({THREADS_ENV, MEMORY_BUDGET_ENV})
 # InvokeEndpoint must answer within 60 s (hosting contract, FIELD-NOTES): a cold load longer than half of it
 # leaves too little for the answer.
 INVOKE_TIMEOUT_SECONDS = 60
-TARGET_SLOT_UTILIZATION = 0.75
 
 
 @dataclass(frozen=True)
@@ -65,9 +57,10 @@ class TargetModel:
     key: str
 
 
-@dataclass(frozen=True)
-class MultiModelEndpointProps(EndpointPropsBase):
-    """One pool of farm models on a SageMaker multi-model endpoint. Required: name, image, model_bucket.
+@dataclass(frozen=True, kw_only=True)
+class MultiModelEndpointProps(EngineEndpointPropsBase):
+    """One pool of farm models on a SageMaker multi-model endpoint. Required: name, image, model_bucket. The shared
+    fields are EndpointPropsBase's and EngineEndpointPropsBase's; the defaults and fields of this endpoint:
 
     name: DNS label of the pool (tags, the endpoint name's prefix), e.g. "default".
     image: a LlamaCppImage or an EngineImage whose `serve` implements SageMaker's multi-model contract
@@ -80,10 +73,8 @@ class MultiModelEndpointProps(EndpointPropsBase):
     depends_on: what must exist before the Model is created (the catalog's copy resource).
         `MultiModelEndpointProps.for_catalog(catalog, name=..., image=..., models=...)` fills these four from a
         ModelCatalog copied with the "mme" layout.
-    instance_type: a SageMaker CPU instance from `sizing`'s catalog (default ml.m8g.xlarge: 4 Graviton4 vCPUs,
-        16 GiB — the farm pool's default replica). Memory is the model cache: more memory, fewer cold loads.
-    min_capacity / max_capacity / initial_instance_count / autoscaling / target_concurrency / cooldowns: as
-        GravitonEndpointProps; target tracking on ConcurrentRequestsPerModel, default 75% of `slots`.
+    instance_type: default ml.m8g.xlarge (4 Graviton4 vCPUs, 16 GiB — the farm pool's default replica). Memory is
+        the model cache: more memory, fewer cold loads. target_concurrency: default 75% of `slots`.
     threads_per_model: threads of each loaded model's llama-server (LLAMA_THREADS; a model's engine.json
         `threads` wins; default 2): `slots` = vCPUs // threads_per_model generations run at once per instance.
     memory_budget_bytes: memory the adapter loads models into before it answers 507, SageMaker's cue to unload
@@ -92,64 +83,27 @@ class MultiModelEndpointProps(EndpointPropsBase):
         only for models each called once).
     environment: extra container environment (e.g. LLAMA_CTX_PER_SLOT, the default context of models whose
         engine.json has no ctx-size); may not set LLAMA_THREADS or MME_MEMORY_BUDGET_BYTES.
-    startup_health_check_timeout: 60..3600 s (default SageMaker's). volume_size_gb: ML storage volume (the
-        on-disk model cache) 1..512 GB (default SageMaker's multi-model size); refused on instance-storage
-        types (ml.r7gd), which get local NVMe instead.
-    vpc / vpc_subnets / security_groups / network_isolation (default True) / encryption_key / log_retention /
-        existing_role / endpoint_name_prefix / variant_name / removal_policy: as GravitonEndpointProps.
-    latency_slo / alarm_output_tokens (default 256) / time_per_output_token: the p95 ModelLatency alarm allows
-        latency_slo + alarm_output_tokens x time_per_output_token.
+    startup_health_check_timeout: default SageMaker's. volume_size_gb: the on-disk model cache (default
+        SageMaker's multi-model size).
+    alarm_output_tokens: default 256.
     cold_load_alarm: p95 ModelLoadingWaitTime (download + load of a model not in memory) alarm (default 30 s,
         half of InvokeEndpoint's 60 s). cache_hit_alarm_percent: alarm when the share of requests finding their
         model loaded (ModelCacheHit Average) stays below it — thrashing (default 50).
-    error_rate_4xx_percent / error_rate_5xx_percent / utilization_alarm_percent / alarm_topic / dashboard: as
-        GravitonEndpointProps.
     """
 
-    name: str
-    image: LlamaCppImage | EngineImage
     model_bucket: ModelBucket
     prefix: str = "farm/"
     target_models: Mapping[str, str] = field(default_factory=dict)
     depends_on: tuple[IDependable, ...] = ()
     instance_type: str = "ml.m8g.xlarge"
-    min_capacity: int = 1
-    max_capacity: int = 2
-    initial_instance_count: int | None = None
-    autoscaling: bool = True
-    target_concurrency: float | None = None
-    scale_out_cooldown: cdk.Duration = field(default_factory=lambda: cdk.Duration.seconds(120))
-    scale_in_cooldown: cdk.Duration = field(default_factory=lambda: cdk.Duration.seconds(600))
     threads_per_model: int = 2
     memory_budget_bytes: int | None = None
     model_cache: bool = True
-    environment: Mapping[str, str] = field(default_factory=dict)
-    startup_health_check_timeout: cdk.Duration | None = None
-    volume_size_gb: int | None = None
-    vpc: ec2.IVpc | None = None
-    vpc_subnets: ec2.SubnetSelection | None = None
-    security_groups: tuple[ec2.ISecurityGroup, ...] = ()
-    network_isolation: bool = True
-    encryption_key: kms.IKey | None = None
-    log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS
-    existing_role: iam.IRole | None = None
-    latency_slo: cdk.Duration = field(default_factory=lambda: cdk.Duration.seconds(2))
     alarm_output_tokens: int = 256
-    time_per_output_token: cdk.Duration = field(default_factory=lambda: cdk.Duration.millis(100))
     cold_load_alarm: cdk.Duration = field(default_factory=lambda: cdk.Duration.seconds(INVOKE_TIMEOUT_SECONDS // 2))
     cache_hit_alarm_percent: float = 50.0
-    error_rate_4xx_percent: float = 5.0
-    error_rate_5xx_percent: float = 1.0
-    utilization_alarm_percent: float = 85.0
-    alarm_topic: sns.ITopic | None = None
-    dashboard: bool = True
-    endpoint_name_prefix: str | None = None
-    variant_name: str = "AllTraffic"
-    removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN
 
-    # -- derived ----------------------------------------------------------------------------------
-
-    # instance, scales, initial_count: EndpointPropsBase
+    # -- derived (instance, scales, initial_count, latency_alarm: the bases) ----------------------
 
     @property
     def slots(self) -> int:
@@ -158,17 +112,11 @@ class MultiModelEndpointProps(EndpointPropsBase):
 
     @property
     def default_target_concurrency(self) -> float:
-        return float(max(1, math.floor(self.slots * TARGET_SLOT_UTILIZATION)))
+        return default_target_concurrency(self.slots)
 
     @property
-    def latency_alarm(self) -> cdk.Duration:
-        ms = self.latency_slo.to_milliseconds() + self.alarm_output_tokens * self.time_per_output_token.to_milliseconds()
-        return cdk.Duration.millis(ms)
-
-    @property
-    def latency_alarm_basis(self) -> str:
-        return (f"{self.latency_slo.to_milliseconds():g} ms first-token SLO + {self.alarm_output_tokens} output tokens x "
-                f"{self.time_per_output_token.to_milliseconds():g} ms")
+    def output_tokens_budget(self) -> int:
+        return self.alarm_output_tokens
 
     def target(self, name: str) -> TargetModel:
         path = self.target_models[name]
@@ -180,11 +128,8 @@ class MultiModelEndpointProps(EndpointPropsBase):
         p = "MultiModelEndpointProps"
         self._check_name(p)
         self._check_instance_type(p, "ml.m8g.xlarge")
-        if isinstance(self.image, EngineImage):
-            self.image.validate()
-        elif not isinstance(self.image, LlamaCppImage):
-            raise ValueError(f"{p}.image must be a LlamaCppImage or an EngineImage, got {type(self.image).__name__}")
-        self._check_image_arch(p, self.instance.arch, image_architectures(self.image), "the image")
+        self._check_image(p)
+        self._check_image_arch(p, self.instance.arch, "the image")
         self._validate_model_data(p)
         self._validate_capacity(p)
         self._validate_environment(p)
@@ -192,10 +137,7 @@ class MultiModelEndpointProps(EndpointPropsBase):
         self._validate_volume(p)
         self._check_network(p)
         self._check_alarms(p)
-        if self.alarm_output_tokens < 0:
-            raise ValueError(f"{p}.alarm_output_tokens must be >= 0 (the answers' p95 length in tokens), got {self.alarm_output_tokens}")
-        if self.time_per_output_token.to_milliseconds() <= 0:
-            raise ValueError(f"{p}.time_per_output_token must be positive (e.g. cdk.Duration.millis(100) = 10 tok/s)")
+        self._check_decode_budget(p)
         if not 0 < self.cold_load_alarm.to_seconds() < INVOKE_TIMEOUT_SECONDS:
             raise ValueError(
                 f"{p}.cold_load_alarm must be between 0 and {INVOKE_TIMEOUT_SECONDS} s (InvokeEndpoint's limit), "
@@ -250,9 +192,7 @@ class MultiModelEndpointProps(EndpointPropsBase):
         clash = sorted(set(self.environment) & COMPUTED_KEYS)
         if clash:
             raise ValueError(f"{p}.environment may not set {', '.join(clash)}: set threads_per_model / memory_budget_bytes instead")
-        bad = [k for k in self.environment if not _ENV_KEY.match(k)]
-        if bad:
-            raise ValueError(f"{p}.environment keys must be environment variable names, got {bad}")
+        self._check_environment_keys(p)
         if len(self.environment) + len(COMPUTED_KEYS) > ENV_MAX_ENTRIES:
             raise ValueError(f"{p}.environment has {len(self.environment)} entries; SageMaker allows {ENV_MAX_ENTRIES} in all (with {len(COMPUTED_KEYS)} computed) — drop some")
         long = [k for k, v in self.environment.items() if not cdk.Token.is_unresolved(v) and len(v.encode()) > ENV_VALUE_MAX]

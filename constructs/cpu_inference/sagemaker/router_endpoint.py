@@ -6,122 +6,55 @@ The container is started with `serve` and answers GET /ping and POST /invocation
 It reaches the SLM (and a SageMaker LLM) through SageMaker Runtime and a Bedrock LLM through Bedrock Runtime,
 so its network is never isolated; its role may invoke exactly those endpoints / that one model.
 
-Names follow GravitonEndpoint: Model and EndpointConfig names are generated, the endpoint name is
-`<prefix>-<hash of construct path + placement>` and the EndpointConfig/Endpoint logical IDs carry the
-instance type, so a new instance type is a new endpoint created before the old one goes.
+Names and the order of the resources: SageMakerEndpointBase (endpoint_base.py), as for GravitonEndpoint.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 import aws_cdk as cdk
-from aws_cdk import aws_applicationautoscaling as appscaling
-from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sagemaker as sagemaker
-from constructs import Construct
+from constructs import Construct, IDependable
 
-from .. import nag
-from . import endpoint_parts as parts
-from .endpoint_parts import INVOKE_ACTIONS, placement_slug
+from ._permissions import INVOKE_ACTIONS
+from .endpoint_base import Descriptions, SageMakerEndpointBase
 from .graviton_endpoint import GravitonEndpoint
-from .monitoring import EndpointMonitoring
 from .router_props import ENV_VALUE_MAX_BYTES, ROUTER_PORT, RouterEndpointProps
 
 BEDROCK_ACTIONS = ["bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"]  # also authorize Converse / ConverseStream
 
 
-class RouterEndpoint(Construct):
-    """Attributes: props, router_config (dict), config_json (ROUTER_CONFIG_JSON), environment, image_uri, key,
-    role (= grant_principal), log_group, security_groups, model (CfnModel), endpoint_config, endpoint,
-    endpoint_name, endpoint_arn, variant_name, target_concurrency, scalable_target / scaling_policy (or None),
-    monitoring (EndpointMonitoring), alarms, dashboard."""
+class RouterEndpoint(SageMakerEndpointBase):
+    """Attributes: SageMakerEndpointBase's, and router_config (dict), config_json (ROUTER_CONFIG_JSON)."""
+
+    TAG = "cpu-inference:router"
+    IMAGE_REPOSITORY = "the router's repository"
+    props: RouterEndpointProps
 
     def __init__(self, scope: Construct, id: str, *, props: RouterEndpointProps) -> None:
-        super().__init__(scope, id)
-        props.validate()
-        self.props = props
-        stack = cdk.Stack.of(self)
-        self.instance = props.instance
-        self.variant_name = props.variant_name
-        slug = placement_slug(props.instance_type)
-        self.endpoint_name = parts.endpoint_name(
-            self, name=props.name, instance_type=props.instance_type, variant_name=props.variant_name, prefix=props.endpoint_name_prefix,
-        )
-        self.target_concurrency = props.target_in_flight() if props.scales else None
-
-        self.router_config = props.router_config(region=stack.region)
-        self.config_json = self._config_json(stack)
-        self.environment: dict[str, str] = {"ROUTER_CONFIG_JSON": self.config_json, "ROUTER_PORT": str(ROUTER_PORT)}
-
-        self.key: kms.IKey = props.encryption_key or parts.create_key(
-            self, description=f"{props.name} router endpoint: ML storage volume and container logs",
-            removal_policy=props.removal_policy, endpoint=self.endpoint_name,
-        )
-        self.log_group = parts.endpoint_log_group(
-            self, slug, endpoint=self.endpoint_name, retention=props.log_retention, key=self.key, own_key=props.encryption_key is None,
-        )
-        self.role: iam.IRole = parts.execution_role(
-            self, props.existing_role,
-            f"SageMaker execution role of the {props.name} router: pulls its image, writes its logs, invokes its SLM and LLM",
-        )
-        self.grant_principal = self.role
-        self.image_uri: str = props.image.image_uri
-        parts.grant_basics(self.role, image=props.image, log_group=self.log_group, key=self.key)
-        self._grant_upstreams(stack)
-        self.security_groups: list[ec2.ISecurityGroup] = parts.security_groups(
-            self, self.role, vpc=props.vpc, given=props.security_groups,
-            description=f"SageMaker router {props.name}: no inbound; HTTPS out to SageMaker Runtime, Bedrock, ECR",
-            egress=self._egress,
-        )
-
-        self.model = sagemaker.CfnModel(
-            self, "Model",
-            execution_role_arn=self.role.role_arn,
-            # Never isolated: the router calls SageMaker Runtime / Bedrock, which an isolated container cannot reach.
-            enable_network_isolation=False,
-            primary_container=sagemaker.CfnModel.ContainerDefinitionProperty(
-                image=self.image_uri, mode="SingleModel", environment=self.environment,
-            ),
-            vpc_config=parts.vpc_config(props.vpc, props.vpc_subnets, self.security_groups),
-        )
-        # CreateModel checks the image with the role: its policy must exist first.
-        self.model.node.add_dependency(self.role)
-
-        self.endpoint_config = parts.endpoint_config(
-            self, slug, props, model=self.model, key=self.key,
-            container_startup_health_check_timeout_in_seconds=(
-                int(props.startup_health_check_timeout.to_seconds()) if props.startup_health_check_timeout else None
-            ),
-        )
-        self.endpoint = parts.create_endpoint(
-            self, slug, name=self.endpoint_name, config=self.endpoint_config, scales=props.scales, log_group=self.log_group,
-        )
-        # Serve only once the models it routes to are InService (the first requests would otherwise fall back).
-        for upstream in (props.slm, props.escalation.endpoint):
-            if isinstance(upstream, GravitonEndpoint):
-                self.endpoint.node.add_dependency(upstream.endpoint)
-        self.endpoint_arn: str = self.endpoint.ref
-
-        # The router is an asyncio relay whose CPU stays low while it waits on the SLM and LLM; each request in
-        # flight holds one of its AWS call threads, and max_in_flight (429 beyond it) is what runs out.
-        self.scalable_target: appscaling.ScalableTarget | None
-        self.scaling_policy: appscaling.TargetTrackingScalingPolicy | None
-        self.scalable_target, self.scaling_policy = parts.autoscaling(self, slug, props, endpoint=self.endpoint, target=self.target_concurrency)
-
-        self.monitoring: EndpointMonitoring = parts.monitoring(
-            self, props, endpoint=self.endpoint_name, vcpus=self.instance.vcpus,
-            target_concurrency=self.target_concurrency, max_in_flight=props.max_in_flight,
-        )
-        self.alarms = self.monitoring.alarms
-        self.dashboard = self.monitoring.dashboard
-        cdk.Tags.of(self).add("cpu-inference:router", props.name)
-        self._acknowledge()
+        super().__init__(scope, id, props=props)
 
     # -- derived values ---------------------------------------------------------------------------
+
+    def _derive(self) -> None:
+        stack = cdk.Stack.of(self)
+        self.router_config = self.props.router_config(region=stack.region)
+        self.config_json = self._config_json(stack)
+
+    def _environment(self) -> dict[str, str]:
+        return {"ROUTER_CONFIG_JSON": self.config_json, "ROUTER_PORT": str(ROUTER_PORT)}
+
+    def _default_target_concurrency(self) -> float:
+        return self.props.target_in_flight()
+
+    def _max_in_flight(self) -> int:
+        # The router is an asyncio relay whose CPU stays low while it waits on the SLM and LLM; each request in
+        # flight holds one of its AWS call threads, and max_in_flight (429 beyond it) is what runs out.
+        return self.props.max_in_flight
 
     def _config_json(self, stack: cdk.Stack) -> str:
         """Compact JSON; with deploy-time values (an env-agnostic stack's Region) a CloudFormation Fn::Join."""
@@ -135,9 +68,28 @@ class RouterEndpoint(Construct):
 
     # -- resources --------------------------------------------------------------------------------
 
-    def _grant_upstreams(self, stack: cdk.Stack) -> None:
+    def _descriptions(self) -> Descriptions:
+        name = self.props.name
+        return Descriptions(
+            key=f"{name} router endpoint: ML storage volume and container logs",
+            role=f"SageMaker execution role of the {name} router: pulls its image, writes its logs, invokes its SLM and LLM",
+            security_group=f"SageMaker router {name}: no inbound; HTTPS out to SageMaker Runtime, Bedrock, ECR",
+        )
+
+    def _network_isolation(self) -> bool:
+        return False  # the router calls SageMaker Runtime / Bedrock, which an isolated container cannot reach
+
+    def _container(self) -> sagemaker.CfnModel.ContainerDefinitionProperty:
+        return sagemaker.CfnModel.ContainerDefinitionProperty(image=self.image_uri, mode="SingleModel", environment=self.environment)
+
+    def _endpoint_dependencies(self) -> Iterable[IDependable]:
+        # Serve only once the models it routes to are InService (the first requests would otherwise fall back).
+        return [u.endpoint for u in (self.props.slm, self.props.escalation.endpoint) if isinstance(u, GravitonEndpoint)]
+
+    def _grant_upstreams(self) -> None:
         """Invoke the SLM endpoint and the escalation target, nothing else."""
         p = self.props
+        stack = cdk.Stack.of(self)
         targets = [("InvokeSlm", p.slm)]
         if p.escalation.kind == "sagemaker":
             assert p.escalation.endpoint is not None
@@ -172,15 +124,3 @@ class RouterEndpoint(Construct):
             return None
         parts = urlsplit(e.url)
         return parts.port or (443 if parts.scheme == "https" else 80)
-
-    # -- public API -------------------------------------------------------------------------------
-
-    def grant_invoke(self, grantee: iam.IGrantable) -> iam.Grant:
-        """InvokeEndpoint and InvokeEndpointWithResponseStream on the router endpoint only (its clients)."""
-        return parts.grant_invoke(grantee, self.endpoint_arn)
-
-    # -- cdk-nag ----------------------------------------------------------------------------------
-
-    def _acknowledge(self) -> None:
-        if isinstance(self.role, Construct):
-            nag.acknowledge_wildcards(self.role, parts.role_wildcards("the router's repository"))

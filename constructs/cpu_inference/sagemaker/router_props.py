@@ -7,25 +7,16 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import aws_cdk as cdk
-from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_iam as iam
-from aws_cdk import aws_kms as kms
-from aws_cdk import aws_logs as logs
 from aws_cdk import aws_secretsmanager as secretsmanager
-from aws_cdk import aws_sns as sns
 
-from ..images import LlamaCppImage
-from ..slm_context import decision_config
-from .endpoint_parts import EndpointPropsBase
+from slm_router.config import ConfigError, Escalation, config_of
+
+from ..slm_context import decision
+from .endpoint_props import EndpointPropsBase
 from .graviton_endpoint import GravitonEndpoint
-from .props import EngineImage, image_architectures
-
-if TYPE_CHECKING:
-    from ..patterns.escalation import EscalationTarget
-    from ..patterns.router_settings import RouterSettings
 
 ROUTER_PORT = 8080  # SageMaker's container contract: /ping and /invocations on 8080
 # SageMaker's ContainerDefinition.Environment: at most 1024 bytes per value (32 KB in all).
@@ -94,20 +85,6 @@ class RouterEscalation:
     def openai(cls, url: str, *, model_id: str | None = None, api_key_secret: secretsmanager.ISecret | str | None = None) -> RouterEscalation:
         return cls(kind="openai", url=url, model_id=model_id, api_key_secret=api_key_secret)
 
-    @classmethod
-    def for_target(cls, target: EscalationTarget, endpoints: Mapping[str, GravitonEndpoint]) -> RouterEscalation:
-        """From the pattern's EscalationTarget (config.yaml `escalation`): kind `model` is the GravitonEndpoint
-        of that model (`endpoints[name]`)."""
-        if target.kind == "model":
-            if target.model not in endpoints:
-                raise ValueError(f"escalation.model {target.model!r} has no SageMaker endpoint; known: {sorted(endpoints)}")
-            return cls.sagemaker(endpoints[str(target.model)])
-        if target.kind == "sagemaker":
-            return cls.sagemaker(str(target.endpoint_name))
-        if target.kind == "bedrock":
-            return cls.bedrock(str(target.model_id))
-        return cls.openai(str(target.url), model_id=target.model_id, api_key_secret=target.api_key_secret_name)
-
     @property
     def endpoint_name(self) -> str:
         assert self.endpoint is not None
@@ -155,21 +132,24 @@ class RouterEscalation:
         if not _BEDROCK_MODEL.match(model_id):
             raise ValueError(f"{p}.model_id {model_id!r} is not a Bedrock foundation-model id (provider.model, e.g. 'amazon.nova-lite-v1:0')")
 
-    def router_config(self, region: str) -> dict[str, Any]:
-        """The router's `escalation` section (containers/router/README.md)."""
+    def router_escalation(self, region: str) -> Escalation:
+        """The router's `escalation` section (containers/router/README.md), as the router's one escalation type."""
+        model_id = {"model_id": self.model_id} if self.model_id else {}
         if self.kind == "sagemaker":
-            out = {"kind": "sagemaker", "endpoint_name": self.endpoint_name, "region": region}
-            if self.model_id:
-                out["model_id"] = self.model_id
-            return out
+            return Escalation.of(kind="sagemaker", endpoint_name=self.endpoint_name, region=region, **model_id)
         if self.kind == "bedrock":
-            return {"kind": "bedrock", "model_id": self.model_id, "region": region}
-        return {"kind": "openai", "url": self.url, **({"model_id": self.model_id} if self.model_id else {})}
+            return Escalation.of(kind="bedrock", model_id=self.model_id, region=region)
+        return Escalation.of(kind="openai", url=self.url, **model_id)
+
+    def router_config(self, region: str) -> dict[str, Any]:
+        """router_escalation(region) as its JSON object."""
+        return self.router_escalation(region).to_dict()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RouterEndpointProps(EndpointPropsBase):
-    """The SLM pre-filter's router on a SageMaker endpoint. Required: image, slm, escalation.
+    """The SLM pre-filter's router on a SageMaker endpoint. Required: image, slm, escalation. The shared fields
+    are EndpointPropsBase's; the defaults and fields of this endpoint:
 
     image: the router image (containers/router): a LlamaCppImage built from it, or an EngineImage (any ECR
         repository + tag/digest). Its architectures must include the instance type's.
@@ -188,28 +168,19 @@ class RouterEndpointProps(EndpointPropsBase):
         long few_shot / instructions are refused with the size.
     instance_type: default ml.c7g.large (the router relays bytes; 2 vCPU, 4 GiB is plenty).
     min_capacity / max_capacity: default 2..4 (two instances: SageMaker spreads them over Availability Zones,
-        and the router is the front door). initial_instance_count: default min_capacity.
-    autoscaling: target tracking on ConcurrentRequestsPerModel when max > min (default True);
-        target_concurrency: in-flight requests per instance to hold (default 75% of max_in_flight);
-        scale_out_cooldown (default 60 s: a router instance starts in about a minute, no model to load) /
-        scale_in_cooldown (default 300 s).
-    startup_health_check_timeout: time for /ping to answer 200 after start (default: SageMaker's).
-    vpc / vpc_subnets / security_groups: run the router in your VPC (default: no VPC). With a VPC and no
-        security groups, one is created with no inbound rules and egress to HTTPS only (SageMaker Runtime and
-        Bedrock through VPC interface endpoints or NAT), plus the port of an openai URL.
-    encryption_key: KMS key for the ML storage volume and the created log group (default: a new key with
-        rotation). log_retention: container logs (default 3 months). existing_role: the execution role to use.
+        and the router is the front door). target_concurrency: default 75% of max_in_flight;
+        scale_out_cooldown default 60 s (a router instance starts in about a minute, no model to load),
+        scale_in_cooldown 300 s.
+    startup_health_check_timeout: default SageMaker's.
+    vpc / security_groups: a created group's egress is HTTPS only (SageMaker Runtime and Bedrock through VPC
+        interface endpoints or NAT), plus the port of an openai URL.
     latency_slo: p95 ModelLatency target, end to end (classification + the answering model's generation;
-        default 10 s). error_rate_4xx_percent / error_rate_5xx_percent / utilization_alarm_percent /
-        alarm_topic / dashboard: as GravitonEndpoint (defaults 5, 1, 85, none, on).
-    endpoint_name_prefix: default `<stack>-<name>`; the name ends in a hash of the placement.
-    variant_name: default AllTraffic. removal_policy: the created key (default RETAIN).
+        default 10 s).
 
     Network isolation is always off for the router: it calls SageMaker Runtime and Bedrock, which an
     isolated container cannot reach.
     """
 
-    image: LlamaCppImage | EngineImage
     slm: GravitonEndpoint | str
     escalation: RouterEscalation
     name: str = "router"
@@ -223,31 +194,11 @@ class RouterEndpointProps(EndpointPropsBase):
     instance_type: str = "ml.c7g.large"
     min_capacity: int = 2
     max_capacity: int = 4
-    initial_instance_count: int | None = None
-    autoscaling: bool = True
-    target_concurrency: float | None = None
     scale_out_cooldown: cdk.Duration = field(default_factory=lambda: cdk.Duration.seconds(60))
     scale_in_cooldown: cdk.Duration = field(default_factory=lambda: cdk.Duration.seconds(300))
-    startup_health_check_timeout: cdk.Duration | None = None
-    vpc: ec2.IVpc | None = None
-    vpc_subnets: ec2.SubnetSelection | None = None
-    security_groups: tuple[ec2.ISecurityGroup, ...] = ()
-    encryption_key: kms.IKey | None = None
-    log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS
-    existing_role: iam.IRole | None = None
     latency_slo: cdk.Duration = field(default_factory=lambda: cdk.Duration.seconds(10))
-    error_rate_4xx_percent: float = 5.0
-    error_rate_5xx_percent: float = 1.0
-    utilization_alarm_percent: float = 85.0
-    alarm_topic: sns.ITopic | None = None
-    dashboard: bool = True
-    endpoint_name_prefix: str | None = None
-    variant_name: str = "AllTraffic"
-    removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN
 
-    # -- derived ----------------------------------------------------------------------------------
-
-    # instance, scales, initial_count: EndpointPropsBase
+    # -- derived (instance, scales, initial_count: EndpointPropsBase) -----------------------------
 
     @property
     def slm_endpoint_name(self) -> str:
@@ -259,17 +210,17 @@ class RouterEndpointProps(EndpointPropsBase):
     def router_config(self, region: str) -> dict[str, Any]:
         """The router's JSON config (containers/router/README.md). The SLM is a SageMaker endpoint:
         `slm_endpoint_name` + `slm_region` (see the README's "Router support needed")."""
-        config: dict[str, Any] = {
-            # The decision keys through the one builder the EKS chart and `cpu-inference local` use too.
-            **decision_config(labels=self.labels, slm_labels=self.slm_labels, confidence_threshold=self.confidence_threshold,
-                              few_shot=self.few_shot, instructions=self.instructions),
-            "max_in_flight": self.max_in_flight,
-            "slm_endpoint_name": self.slm_endpoint_name,
-            "slm_region": region,
-            "escalation": self.escalation.router_config(region),
-        }
-        config.update(self.config_overrides)
-        return config
+        # The decision keys through the one builder the EKS chart and `cpu-inference local` use too; the whole
+        # config typed as the router reads it (config_overrides too: a wrong key or type fails at synth).
+        decided = decision(labels=self.labels, slm_labels=self.slm_labels, confidence_threshold=self.confidence_threshold,
+                           few_shot=self.few_shot, instructions=self.instructions)
+        config = decided.updated(max_in_flight=self.max_in_flight, slm_endpoint_name=self.slm_endpoint_name, slm_region=region,
+                                 escalation=self.escalation.router_escalation(region))
+        try:
+            overrides = config_of(self.config_overrides)
+        except ConfigError as e:
+            raise ValueError(f"RouterEndpointProps.config_overrides.{e}") from None
+        return config.updated(**{key: getattr(overrides, key) for key in overrides.set_keys()}).to_dict()
 
     def config_size_bytes(self) -> int:
         """Upper estimate of ROUTER_CONFIG_JSON's size: the longest Region name, 63 bytes per deploy-time token."""
@@ -303,12 +254,9 @@ class RouterEndpointProps(EndpointPropsBase):
             )
 
     def _validate_image(self, p: str) -> None:
-        if isinstance(self.image, EngineImage):
-            self.image.validate()
-        elif not isinstance(self.image, LlamaCppImage):
-            raise ValueError(f"{p}.image must be a LlamaCppImage (built from containers/router) or an EngineImage, got {type(self.image).__name__}")
+        self._check_image(p, built_from=" (built from containers/router)")
         arch = self._check_instance_type(p, "ml.c7g.large").arch
-        self._check_image_arch(p, arch, image_architectures(self.image), "the router image")
+        self._check_image_arch(p, arch, "the router image")
 
     def _validate_decision(self, p: str) -> None:
         labels = list(self.labels)
@@ -340,29 +288,3 @@ class RouterEndpointProps(EndpointPropsBase):
         self._check_capacity_bounds(p)
         if self.target_concurrency is not None and not 0 < self.target_concurrency <= self.max_in_flight:
             raise ValueError(f"{p}.target_concurrency must be > 0 and <= max_in_flight ({self.max_in_flight}: 429 beyond it), got {self.target_concurrency}")
-
-    # -- from the patterns ------------------------------------------------------------------------
-
-    @classmethod
-    def for_prefilter(
-        cls,
-        settings: RouterSettings,
-        escalation: EscalationTarget,
-        *,
-        slm: GravitonEndpoint | str,
-        image: LlamaCppImage | EngineImage,
-        endpoints: Mapping[str, GravitonEndpoint] | None = None,
-        **overrides: Any,
-    ) -> RouterEndpointProps:
-        """Props from the SLM pre-filter pattern's RouterSettings and EscalationTarget (config.yaml `router` and
-        `escalation`): labels, threshold, few-shot and replicas → min/max_capacity; `endpoints` (name →
-        GravitonEndpoint) resolves escalation kind `model`. Anything else via `overrides`."""
-        kwargs: dict[str, Any] = dict(
-            image=image, slm=slm, escalation=RouterEscalation.for_target(escalation, endpoints or {}),
-            labels=tuple(settings.labels), slm_labels=tuple(settings.slm_labels),
-            confidence_threshold=settings.confidence_threshold, few_shot=tuple(settings.few_shot),
-            instructions=settings.instructions,
-            min_capacity=settings.replicas_min, max_capacity=settings.replicas_max,
-        )
-        kwargs.update(overrides)
-        return cls(**kwargs)
