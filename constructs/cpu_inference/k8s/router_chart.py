@@ -2,8 +2,9 @@
 front door with LLM escalation (pattern slm-prefilter), or mode `gateway`, the model farm's one
 OpenAI-compatible entry point routed by the body's `model`.
 
-The router's whole configuration is one JSON object (the contract in containers/router/README.md), rendered
-into a ConfigMap mounted at /etc/router/config.json (`ROUTER_CONFIG`); a checksum annotation rolls the pods
+The router's whole configuration is one JSON object (the contract in containers/router/README.md), typed as
+the router's own slm_router.config.Config (a mapping is accepted and type-checked as the router reads it),
+rendered into a ConfigMap mounted at /etc/router/config.json (`ROUTER_CONFIG`); a checksum annotation rolls the pods
 when it changes. The pods meet Pod Security "restricted" (the image runs as 65532, read-only root, /tmp
 an emptyDir). Scaling: KEDA on requests in progress (`router_in_flight` / `gateway_in_flight`, the router's
 own scaling signal) when a metrics source is given —
@@ -23,6 +24,9 @@ from typing import Any
 import cdk8s
 import cdk8s_plus_27 as kplus
 from constructs import Construct
+
+from slm_router.config import Config as RouterConfig
+from slm_router.config import ConfigError, GatewayModel, GatewayPool, config_of
 
 from .keda_specs import PrometheusTrigger, ScaledObjectSpec
 from .llama_server_chart import COMPONENT as MODEL_COMPONENT
@@ -49,21 +53,21 @@ API_KEY_FILE = "api-key"
 PRE_STOP_SECONDS = 5
 MODES = ("router", "gateway")  # the router's own `mode` (containers/router/slm_router/config.py)
 IN_FLIGHT = {"router": "router_in_flight", "gateway": "gateway_in_flight"}
-DEFAULT_MAX_IN_FLIGHT = 256  # the router's own default: 429 beyond it
+DEFAULT_MAX_IN_FLIGHT = RouterConfig.max_in_flight  # the router's own default (256): 429 beyond it
 LATENCY_HISTOGRAMS = {"router": "router_request_seconds", "gateway": "gateway_request_seconds"}
 GATEWAY_UNAVAILABLE = "gateway_backend_unavailable_total"
 
 
-def gateway_models(urls: Mapping[str, str]) -> list[dict[str, str]]:
+def gateway_models(urls: Mapping[str, str]) -> tuple[GatewayModel, ...]:
     """`gateway.models` of the router config: the `model` clients send -> the backend's root URL."""
-    return [{"name": name, "url": url} for name, url in urls.items()]
+    return tuple(GatewayModel(name=name, url=url) for name, url in urls.items())
 
 
-def gateway_pool(name: str, replication: int, models: Sequence[str], replicas: Sequence[str]) -> dict[str, Any]:
+def gateway_pool(name: str, replication: int, models: Sequence[str], replicas: Sequence[str]) -> GatewayPool:
     """One entry of `gateway.pools` (slm_router.config.GatewayPool): the pool's models, the root URL of every
     replica it can have (StatefulSet ordinal order; k8s/model_pool_chart.pool_replica_urls) and how many of
     them keep a model warm (rendezvous hashing)."""
-    return {"name": name, "replication": replication, "models": list(models), "replicas": list(replicas)}
+    return GatewayPool.of(name=name, replication=replication, models=tuple(models), replicas=tuple(replicas))
 
 
 def gateway_cold_start_query(namespace: str, model: str, window: str = "2m") -> str:
@@ -77,9 +81,11 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 @dataclass(frozen=True)
 class RouterChartProps:
-    """image: the router image URI. config: the router's JSON config (containers/router/README.md: slm_url,
-    labels, escalation, gateway.models, ...). mode: `router` (SLM pre-filter + escalation) or `gateway` (model
-    farm; InferenceWorkloads fills `gateway.models` with its models' Services when the config has none).
+    """image: the router image URI. config: the router's config (containers/router/README.md: slm_url, labels,
+    escalation, gateway.models, ...): a slm_router.config.Config (`Config.of(...)`), or its JSON object as a
+    mapping, type-checked key by key as the router reads it. mode: `router` (SLM pre-filter + escalation) or
+    `gateway` (model farm; InferenceWorkloads fills `gateway.models` with its models' Services when the config
+    has none).
 
     Defaults: 2-6 replicas, 0.5 vCPU (it relays bytes and classifies through the SLM; one asyncio process
     uses at most one core, and there is no CPU limit) and 256 MiB (request = limit); scale out at
@@ -92,7 +98,7 @@ class RouterChartProps:
     """
 
     image: str
-    config: Mapping[str, Any] = field(default_factory=dict)
+    config: RouterConfig | Mapping[str, Any] = field(default_factory=dict)
     mode: str = "router"
     name: str = "router"
     namespace: str = "inference"
@@ -127,41 +133,42 @@ class RouterChartProps:
             raise ValueError("RouterChartProps: cpu must be > 0 and memory_mib ≥ 128")
         if not 1 <= self.target_cpu_utilization <= 100:
             raise ValueError("RouterChartProps: target_cpu_utilization must be 1..100")
-        if not isinstance(self.config, Mapping):
-            raise ValueError("RouterChartProps.config must be a mapping (the router's JSON config)")
-        try:
-            json.dumps(self.config)
-        except TypeError as e:
-            raise ValueError(f"RouterChartProps.config must be JSON-serializable: {e}") from None
-        max_in_flight = self.config.get("max_in_flight", DEFAULT_MAX_IN_FLIGHT)
+        cfg = self.router_config()
+        max_in_flight = cfg.max_in_flight
         if not 1 <= self.in_flight_per_replica < max_in_flight:
             raise ValueError(
                 f"RouterChartProps.in_flight_per_replica ({self.in_flight_per_replica}) must be ≥ 1 and below config.max_in_flight "
                 f"({max_in_flight}): replicas must be added before the router starts answering 429"
             )
-        port = self.config.get("listen_port", ROUTER_PORT)
-        if port != ROUTER_PORT:
-            raise ValueError(f"RouterChartProps.config.listen_port must be {ROUTER_PORT} (the Service and probes use it), got {port}")
-        if self.config.get("mode", self.mode) != self.mode:
-            raise ValueError(f"RouterChartProps: config.mode {self.config.get('mode')!r} differs from mode {self.mode!r}; set mode only")
-        gw = self.config.get("gateway") or {}
-        if self.mode == "gateway" and not gw.get("models") and not any(p.get("models") for p in gw.get("pools") or []):
+        if cfg.listen_port != ROUTER_PORT:
+            raise ValueError(f"RouterChartProps.config.listen_port must be {ROUTER_PORT} (the Service and probes use it), got {cfg.listen_port}")
+        if "mode" in cfg.set_keys() and cfg.mode != self.mode:
+            raise ValueError(f"RouterChartProps: config.mode {cfg.mode!r} differs from mode {self.mode!r}; set mode only")
+        if self.mode == "gateway" and not cfg.gateway.models and not any(p.models for p in cfg.gateway.pools):
             raise ValueError("RouterChartProps: mode gateway needs config.gateway.models ([{name, url}]) or config.gateway.pools "
                              "([{name, replication, models, replicas}]); InferenceWorkloads fills them from its models and pools")
-        esc = self.config.get("escalation") or {}
-        if self.api_key_secret is not None and (esc.get("api_key_file") or esc.get("api_key_env")):
+        esc = cfg.escalation
+        if self.api_key_secret is not None and (esc.api_key_file or esc.api_key_env):
             raise ValueError("RouterChartProps: api_key_secret sets escalation.api_key_file itself; remove api_key_file/api_key_env from config")
+
+    def router_config(self) -> RouterConfig:
+        """config, typed: a mapping is type-checked key by key as the router reads it (an unknown key or a wrong
+        type fails here, at synth, rather than in the pod); the whole is validated by the router at start."""
+        if not isinstance(self.config, (RouterConfig, Mapping)):
+            raise ValueError(f"RouterChartProps.config must be a slm_router.config.Config or a mapping (the router's JSON config), "
+                             f"got {type(self.config).__name__}")
+        try:
+            return config_of(self.config)
+        except ConfigError as e:
+            raise ValueError(f"RouterChartProps.config.{e}") from None
 
 
 def router_config(props: RouterChartProps) -> dict[str, Any]:
     """The config file the pods read: props.config plus what the chart owns (listen address, key file)."""
-    cfg: dict[str, Any] = json.loads(json.dumps(props.config))
-    cfg["mode"] = props.mode
-    cfg["listen_host"] = "0.0.0.0"
-    cfg["listen_port"] = ROUTER_PORT
+    cfg = props.router_config().updated(mode=props.mode, listen_host="0.0.0.0", listen_port=ROUTER_PORT)
     if props.api_key_secret is not None:
-        cfg.setdefault("escalation", {})["api_key_file"] = f"{API_KEY_DIR}/{API_KEY_FILE}"
-    return cfg
+        cfg = cfg.updated(escalation=cfg.escalation.updated(api_key_file=f"{API_KEY_DIR}/{API_KEY_FILE}"))
+    return cfg.to_dict()
 
 
 class RouterChart(cdk8s.Chart):

@@ -1,16 +1,19 @@
-"""Where the SLM pre-filter sends the requests its small model should not answer, and what that costs in IAM."""
+"""Where the SLM pre-filter sends the requests its small model should not answer, and what that costs in IAM.
+
+EscalationTarget is the pattern's input (config.yaml `escalation`, with kind `model`: a self-hosted LLM of the
+pattern); what the router reads is the one escalation type, slm_router.config.Escalation (`router_escalation`)."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 
-KINDS = ("openai", "sagemaker", "bedrock", "model")
-_ENDPOINT = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+from slm_router.config import ENDPOINT_NAME, ESCALATION_KINDS, Escalation
+
+KINDS = (*ESCALATION_KINDS, "model")  # the router's kinds, and a model of the pattern (rendered as kind openai)
 
 
 @dataclass(frozen=True)
@@ -36,26 +39,30 @@ class EscalationTarget:
             raise ValueError(f"EscalationTarget: kind {self.kind} needs {need}")
         if self.kind == "openai" and not str(self.url).startswith(("https://", "http://")):
             raise ValueError(f"EscalationTarget.url must be an http(s) URL, got {self.url!r}")
-        if self.kind == "sagemaker" and not _ENDPOINT.match(str(self.endpoint_name)):
+        if self.kind == "sagemaker" and not ENDPOINT_NAME.fullmatch(str(self.endpoint_name)):
             raise ValueError(f"EscalationTarget.endpoint_name {self.endpoint_name!r} is not a SageMaker endpoint name")
 
-    def router_config(self, *, llm_url: str | None = None, region: str | None = None) -> dict[str, Any]:
+    def router_escalation(self, *, llm_url: str | None = None, region: str | None = None) -> Escalation:
         """The router's `escalation` section (containers/router/README.md). `llm_url`: the self-hosted LLM's root
         URL for kind `model`; `region`: for AWS kinds (empty: the SDK's own chain)."""
         if self.kind == "model":
             if not llm_url:
                 raise ValueError("EscalationTarget kind model needs the LLM's URL")
-            return {"kind": "openai", "url": f"{llm_url}/v1", "model_id": self.model}
+            return Escalation.of(kind="openai", url=f"{llm_url}/v1", model_id=self.model)
         if self.kind == "openai":
-            config: dict[str, Any] = {"kind": "openai", "url": self.url}
+            keys: dict[str, Any] = {"kind": "openai", "url": self.url}
             if self.model_id:
-                config["model_id"] = self.model_id
+                keys["model_id"] = self.model_id
             if self.api_key_secret_name:  # the router reads it at run time with its own role: never in a manifest
-                config["api_key_secret_arn"] = self.api_key_secret_name
-            return config
+                keys["api_key_secret_arn"] = self.api_key_secret_name
+            return Escalation.of(**keys)
         if self.kind == "sagemaker":
-            return {"kind": "sagemaker", "endpoint_name": self.endpoint_name, **({"region": region} if region else {})}
-        return {"kind": "bedrock", "model_id": self.model_id, **({"region": region} if region else {})}
+            return Escalation.of(kind="sagemaker", endpoint_name=self.endpoint_name, **({"region": region} if region else {}))
+        return Escalation.of(kind="bedrock", model_id=self.model_id, **({"region": region} if region else {}))
+
+    def router_config(self, *, llm_url: str | None = None, region: str | None = None) -> dict[str, Any]:
+        """router_escalation(...) as its JSON object."""
+        return self.router_escalation(llm_url=llm_url, region=region).to_dict()
 
     def policy_statements(self, scope: cdk.Stack) -> tuple[iam.PolicyStatement, ...]:
         """Least privilege for the router's role: invoke exactly the one endpoint or foundation model."""

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..slm_context import DEFAULT_ANSWER_MAX_TOKENS, decision_config, slm_context_per_slot
+from ..slm_context import DEFAULT_ANSWER_MAX_TOKENS, RouterConfig, decision, slm_context_per_slot
 
 
 @dataclass(frozen=True)
@@ -47,14 +47,18 @@ class RouterSettings:
         if not 1 <= self.replicas_min <= self.replicas_max:
             raise ValueError(f"RouterSettings: need 1 ≤ replicas_min ({self.replicas_min}) ≤ replicas_max ({self.replicas_max})")
 
-    def router_config(self) -> dict[str, Any]:
+    def decision(self) -> RouterConfig:
         """The decision keys of the router config (few_shot / instructions / classify_max_chars left out when
         unset: the router's own defaults apply)."""
-        return decision_config(
+        return decision(
             labels=self.labels, slm_labels=self.slm_labels, confidence_threshold=self.confidence_threshold,
             few_shot=self.few_shot, instructions=self.instructions, classify_max_chars=self.classify_max_chars,
         )
 
+    def router_config(self) -> dict[str, Any]:
+        """decision() as its JSON object."""
+        return self.decision().to_dict()
+
     def slm_context_per_slot(self) -> int:
         """Tokens one slot of the router's SLM must hold: the classification prompt, and a request + its answer."""
-        return slm_context_per_slot(self.router_config(), self.answer_max_tokens)
+        return slm_context_per_slot(self.decision(), self.answer_max_tokens)

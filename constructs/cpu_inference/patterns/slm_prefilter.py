@@ -11,12 +11,13 @@ from constructs import Construct
 
 from ..eks import InferenceWorkloads
 from ..k8s.router_chart import RouterChartProps
-from ..sagemaker import GravitonEndpoint, RouterEndpoint, RouterEndpointProps
-from ..slm_context import prefilter_router_config
+from ..sagemaker import GravitonEndpoint, RouterEndpoint
+from ..slm_context import RouterConfig, prefilter_router_config
 from .deployment import DeploymentProps, eks_workloads, endpoints, served_policy
 from .eks_platform import EksPlatform
 from .escalation import EscalationTarget
 from .router_settings import RouterSettings
+from .sagemaker_endpoints import router_endpoint_props
 from .served_model import ServedModel
 from .serving_foundation import ServingFoundation, ServingFoundationProps
 
@@ -66,13 +67,17 @@ class SlmPrefilterProps:
             for m in self.deployment.models
         )
 
-    def router_config(self, *, urls: dict[str, str], region: str | None) -> dict[str, Any]:
-        """The router's JSON config on EKS (the chart adds mode and listen address): decision keys, the SLM's URL
-        and the escalation. `urls`: each model's root URL; `region`: for AWS escalations."""
+    def prefilter_config(self, *, urls: dict[str, str], region: str | None) -> RouterConfig:
+        """The router's config on EKS (the chart adds mode and listen address): decision keys, the SLM's URL and
+        the escalation. `urls`: each model's root URL; `region`: for AWS escalations."""
         return prefilter_router_config(
-            self.router.router_config(), slm_url=urls[self.slm],
-            escalation=self.escalation.router_config(llm_url=urls.get(self.escalation.model or ""), region=region),
+            self.router.decision(), slm_url=urls[self.slm],
+            escalation=self.escalation.router_escalation(llm_url=urls.get(self.escalation.model or ""), region=region),
         )
+
+    def router_config(self, *, urls: dict[str, str], region: str | None) -> dict[str, Any]:
+        """prefilter_config(...) as its JSON object."""
+        return self.prefilter_config(urls=urls, region=region).to_dict()
 
 
 class SlmPrefilter(Construct):
@@ -106,7 +111,7 @@ class SlmPrefilter(Construct):
         assert self.foundation.router_image is not None
         self.router_endpoint = RouterEndpoint(
             self, "Router",
-            props=RouterEndpointProps.for_prefilter(
+            props=router_endpoint_props(
                 props.router, props.escalation, slm=self.endpoints[props.slm], image=self.foundation.router_image,
                 endpoints=self.endpoints,
                 **({"config_overrides": {"classify_max_chars": props.router.classify_max_chars}} if props.router.classify_max_chars else {}),
@@ -119,7 +124,7 @@ class SlmPrefilter(Construct):
         policy = served_policy(d, namespace=NAMESPACE, pattern="slm-prefilter", farm=False)
         url = {m.name: f"http://{m.name}.{NAMESPACE}.svc.cluster.local:8080" for m in d.models}
         # Explicit, deploy-time region for AWS escalations: EKS Pod Identity injects credentials, not a region.
-        config = props.router_config(urls=url, region=cdk.Stack.of(self).region)
+        config = props.prefilter_config(urls=url, region=cdk.Stack.of(self).region)
         assert self.foundation.router_image is not None
         router = RouterChartProps(
             image=self.foundation.router_image.image_uri,

@@ -3,6 +3,11 @@
 Two modes share the file format, the server and the probes: `router` (SLM pre-filter with escalation) and
 `gateway` (model farm: one OpenAI-compatible entry point, routed by the body's `model`).
 Errors name the key and what is wrong in one line, so a bad ConfigMap shows up in the pod's log as the cause.
+
+These dataclasses are the one definition of the file: the service reads it with `from_dict` / `load`, and
+every producer (the CDK library's EKS and SageMaker routers, the farm's gateway, `cpu-inference local`) builds
+it with `Config.of(...)` and renders it with `to_dict()` — nothing else writes this JSON. The config table in
+containers/router/README.md is checked against these fields (tests/test_router_config_contract.py).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 DEFAULT_CONFIG_PATH = "/etc/router/config.json"
 
@@ -39,14 +44,66 @@ class ConfigError(ValueError):
     """One precise line: which key, what is wrong."""
 
 
+_D = TypeVar("_D", bound="Document")
+
+
+class Document:
+    """A config section as its JSON object. `to_dict()` renders the keys its producer set — given to `of(**keys)`
+    or read by `from_dict`, in that order — so a key left out keeps the router's own default (producers render
+    only what they decide, and the same object renders the same bytes). Built with the constructor instead:
+    the required keys and those that differ from their default, in field order."""
+
+    @classmethod
+    def of(cls: type[_D], **keys: Any) -> _D:
+        return _with_keys(cast(Any, cls)(**keys), tuple(keys))
+
+    def set_keys(self) -> tuple[str, ...]:
+        given = self.__dict__.get("_set_keys")
+        if given is not None:
+            return cast(tuple[str, ...], given)
+        return tuple(f.name for f in fields(cast(Any, self)) if _required(f) or getattr(self, f.name) != _default(f))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {key: _json(getattr(self, key)) for key in self.set_keys()}
+
+    def updated(self: _D, **changes: Any) -> _D:
+        """A copy with `changes`: keys already set keep their place, new ones come last (as dict.update)."""
+        keys = self.set_keys()
+        return _with_keys(replace(cast(Any, self), **changes), keys + tuple(k for k in changes if k not in keys))
+
+
+def _with_keys(doc: _D, keys: tuple[str, ...]) -> _D:
+    object.__setattr__(doc, "_set_keys", keys)  # not a field: equality, hash and repr stay the dataclass's
+    return doc
+
+
+def _required(f: Any) -> bool:
+    return f.default is MISSING and f.default_factory is MISSING
+
+
+def _default(f: Any) -> Any:
+    return f.default if f.default is not MISSING else f.default_factory()
+
+
+def _json(value: Any) -> Any:
+    """A JSON value: sections rendered, tuples as lists (a JSON-shaped mapping may hold sections too)."""
+    if isinstance(value, Document):
+        return value.to_dict()
+    if isinstance(value, (tuple, list)):
+        return [_json(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _json(v) for k, v in value.items()}
+    return value
+
+
 @dataclass(frozen=True)
-class FewShot:
+class FewShot(Document):
     text: str
     label: str
 
 
 @dataclass(frozen=True)
-class Escalation:
+class Escalation(Document):
     kind: str = "openai"  # openai | sagemaker | bedrock
     url: str = ""  # openai: base URL including /v1, e.g. https://llm.example/v1
     model_id: str = ""  # openai: sets the body's "model"; bedrock: the modelId (or inference profile ARN)
@@ -62,7 +119,7 @@ class Escalation:
 
 
 @dataclass(frozen=True)
-class Timeouts:
+class Timeouts(Document):
     connect_s: float = 2.0
     classify_s: float = 5.0  # per classification attempt, head + body
     first_byte_s: float = 120.0  # generation: until the response head (prompt processing happens before it)
@@ -71,26 +128,26 @@ class Timeouts:
 
 
 @dataclass(frozen=True)
-class Retries:
+class Retries(Document):
     classify_attempts: int = 3  # classification is idempotent: retried with backoff
     backoff_base_s: float = 0.05
     backoff_max_s: float = 1.0
 
 
 @dataclass(frozen=True)
-class Breaker:
+class Breaker(Document):
     failure_threshold: int = 3  # consecutive failures that open the circuit
     reset_after_s: float = 15.0  # open this long, then one trial request (half-open)
 
 
 @dataclass(frozen=True)
-class GatewayModel:
+class GatewayModel(Document):
     name: str  # the `model` clients send
     url: str  # the backend's root, e.g. http://bge-small.models.svc:8080 (a llama-server or any OpenAI-compatible server)
 
 
 @dataclass(frozen=True)
-class GatewayPool:
+class GatewayPool(Document):
     """A multi-model pool: llama-servers in router mode that all list `models` (the same preset), each model
     routed to `replication` of them by rendezvous hashing (slm_router/affinity.py)."""
 
@@ -102,7 +159,7 @@ class GatewayPool:
 
 
 @dataclass(frozen=True)
-class Gateway:
+class Gateway(Document):
     models: tuple[GatewayModel, ...] = ()  # dedicated models: one backend URL each
     pools: tuple[GatewayPool, ...] = ()  # pooled models: a model is in `models` or in exactly one pool
     retry_after_s: int = 10  # Retry-After of the 503 for a model whose backend is unavailable (scaled to zero, starting)
@@ -111,6 +168,7 @@ class Gateway:
 
 
 MODES = ("router", "gateway")
+ESCALATION_KINDS = ("openai", "sagemaker", "bedrock")
 SECRET_ID = re.compile(r"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[\w/+=.@-]+|[\w/+=.@-]{1,512}")
 ENDPOINT_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")  # SageMaker's endpoint name pattern
 # InvokeEndpoint's TargetModel (botocore sagemaker-runtime shape: min 1, max 1024, pattern \A\S[\p{Print}]*\z).
@@ -118,7 +176,7 @@ TARGET_MODEL = re.compile(r"[\x21-\x7e][\x20-\x7e]{0,1023}")
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(Document):
     mode: str = "router"  # router | gateway
     slm_url: str = "http://127.0.0.1:8080"  # llama-server root (serves /health and /v1/chat/completions)
     slm_model: str = ""  # if set, the body's "model" on requests answered by the SLM
@@ -307,10 +365,10 @@ def _section(cls: type, data: Any, key: str) -> Any:
         if name not in known:
             raise ConfigError(f"{key}.{name}: unknown key (known: {', '.join(sorted(known))})")
         kwargs[name] = _typed(value, known[name].type, f"{key}.{name}")
-    missing = [f.name for f in fields(cls) if f.name not in kwargs and f.default is MISSING and f.default_factory is MISSING]
+    missing = [f.name for f in fields(cls) if f.name not in kwargs and _required(f)]
     if missing:
         raise ConfigError(f"{key}.{missing[0]}: required")
-    return cls(**kwargs)
+    return _with_keys(cls(**kwargs), tuple(kwargs))
 
 
 def _typed(value: Any, annotation: Any, key: str) -> Any:
@@ -330,7 +388,7 @@ def _typed(value: Any, annotation: Any, key: str) -> Any:
     if ann == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{key}: must be a number, got {value!r}")
-        return float(value)
+        return value  # an integer stays one (arithmetic is the same): to_dict() renders what was read
     if ann == "tuple[str, ...]":
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{key}: must be a list of strings, got {value!r}")
@@ -362,7 +420,13 @@ def unvalidated(data: Any) -> Config:
         if name not in known:
             raise ConfigError(f"{name}: unknown key (known: {', '.join(sorted(known))})")
         kwargs[name] = _typed(value, known[name].type, name)
-    return Config(**kwargs)
+    return _with_keys(Config(**kwargs), tuple(kwargs))
+
+
+def config_of(data: Config | Mapping[str, Any]) -> Config:
+    """A Config from a typed one, or from a JSON-shaped mapping (whose values may be sections or tuples), every
+    key type-checked as `unvalidated` does: how a producer accepts a config its caller wrote as a dict."""
+    return data if isinstance(data, Config) else unvalidated(_json(data))
 
 
 # Scalar env overrides (e.g. a Deployment patch without re-rendering the ConfigMap): env name -> (key path, type).

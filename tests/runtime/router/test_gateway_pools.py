@@ -85,7 +85,7 @@ def farm(llama_server_bin: Path, smollm2_gguf: Path, tmp_path_factory: pytest.Te
     gateway_cfg = {
         "mode": "gateway", "listen_host": "127.0.0.1", "listen_port": free_port(), "log_level": "DEBUG",
         "timeouts": {"connect_s": 2, "first_byte_s": 120, "total_s": 180},
-        "gateway": {"pools": [gateway_pool(POOL, 1, names, replicas)],
+        "gateway": {"pools": [gateway_pool(POOL, 1, names, replicas).to_dict()],
                     "retry_after_s": RETRY_AFTER, "cold_load_timeout_s": 120, "health_interval_s": 0.5},
     }
     procs = [_start_replica(llama_server_bin, preset, port, work / f"r{i}.log") for i, port in enumerate(ports)]

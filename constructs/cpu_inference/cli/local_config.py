@@ -1,0 +1,43 @@
+"""The router/gateway config `cpu-inference local` runs: the deployment's, built through the same typed model
+(slm_router.config, the one definition the router parses) and the same decision builder, with the upstreams on
+loopback."""
+
+from __future__ import annotations
+
+import socket
+
+from slm_router.config import Config as RouterConfig
+from slm_router.config import Escalation, Gateway, GatewayModel, Timeouts
+
+from .local_plan import Engine
+
+
+def router_config(config, slm: Engine, llm: Engine, host: str, port: int) -> RouterConfig:
+    """The router config the deployment renders (the same decision keys, through the same builder), with the
+    upstreams on loopback: the local SLM, and the local LLM in place of the escalation target."""
+    from ..config.rules import router_decision_config
+    from ..slm_context import prefilter_router_config
+
+    esc = config.escalation
+    escalation = Escalation.of(kind="openai", url=f"{llm.url}/v1", **({"model_id": esc.model} if esc.kind == "model" else {}))
+    cfg = prefilter_router_config(router_decision_config(config), slm_url=slm.url, escalation=escalation)
+    # What the chart owns (k8s/router_chart.py router_config), then this machine's address. A laptop's CPU is
+    # shared by every engine: generous timeouts rather than spurious fallbacks.
+    return cfg.updated(mode="router", listen_host=host, listen_port=port,
+                       timeouts=Timeouts.of(classify_s=30, first_byte_s=300, total_s=900))
+
+
+def gateway_config(config, engines: list[Engine], host: str, port: int) -> RouterConfig:
+    started = {e.name: e.url for e in engines}
+    # Models not started point at a closed port: the gateway answers 503 + Retry-After, like a model at zero.
+    closed = f"http://127.0.0.1:{closed_port()}"
+    models = tuple(GatewayModel(name=m.name, url=started.get(m.name, closed)) for m in config.models)
+    return RouterConfig.of(mode="gateway", gateway=Gateway.of(models=models, retry_after_s=5), listen_host=host, listen_port=port,
+                           timeouts=Timeouts.of(first_byte_s=300, total_s=900))
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released): an engine's port, or a model not started."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

