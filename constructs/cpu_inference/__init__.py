@@ -1,46 +1,108 @@
 """cdk-cpu-inference: AWS CDK + cdk8s constructs for CPU-first LLM/SLM inference with llama.cpp.
 
-The public API is re-exported here (see README.md for the architecture and examples). Construct exports load
-lazily, so the CLI's pure commands (validate, size, local, bench, eval) never start the jsii runtime."""
+The public API is re-exported here (see README.md for the architecture and examples): `__all__` is the list, every
+name in it is supported; anything else is reached through its subpackage (cpu_inference.k8s, .eks, ...) or is
+internal. Construct exports load lazily, so the CLI's pure commands (validate, size, local, bench, eval) never start
+the jsii runtime; type checkers see them through the TYPE_CHECKING imports below (the package is typed: py.typed)."""
 
 from __future__ import annotations
 
 import importlib
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # First, before any module here can import a jsii library (aws_cdk, constructs, cdk8s): jsii's Node is chosen then.
 from ._jsii_node import use_virtualenv_node
 
 use_virtualenv_node()
 
-from . import sizing  # noqa: E402
-from .config import Config, ConfigError  # noqa: E402
-from .config import load as load_config  # noqa: E402
+# The eager exports (pure: no jsii). `X as X` marks an explicit re-export for type checkers.
+from . import sizing as sizing  # noqa: E402
+from .config import Config as Config  # noqa: E402
+from .config import ConfigError as ConfigError  # noqa: E402
+from .config import load as _load  # noqa: E402
+
+load_config = _load  # config.load under the name the README uses
 
 try:
     __version__ = version("cdk-cpu-inference")
 except PackageNotFoundError:  # a bare source tree on PYTHONPATH, never installed
     __version__ = "0+unknown"
 
+# The lazy exports: name → the subpackage it comes from. Mirrored for type checkers by the block below, which
+# tests/test_public_api.py keeps equal to this table.
 _LAZY = {
-    ".artifacts": ("ModelArtifact", "ModelArtifactProps", "ModelBucket", "ModelBucketProps"),
+    ".artifacts": (
+        "CatalogEntry", "ModelArtifact", "ModelArtifactProps", "ModelBucket", "ModelBucketProps", "ModelCatalog",
+        "ModelCatalogProps",
+    ),
     ".eks": (
         "InferenceCluster", "InferenceClusterProps", "InferenceWorkloads", "InferenceWorkloadsProps", "Karpenter",
-        "KarpenterProps", "Keda", "KedaProps", "Metrics", "MetricsProps", "ModelDeployment",
+        "KarpenterProps", "Keda", "KedaProps", "Metrics", "MetricsProps", "ModelDeployment", "MountpointS3Csi",
+        "MountpointS3CsiProps",
     ),
-    ".images": ("LlamaCppImage", "LlamaCppImageProps"),
-    ".k8s": ("LlamaServerChart", "LlamaServerChartProps", "ModelWorkload", "RouterChart", "RouterChartProps", "ServingPolicy"),
+    ".images": (
+        "LlamaCppImage", "LlamaCppImageProps",
+    ),
+    ".k8s": (
+        "KedaSource", "LlamaServerChart", "LlamaServerChartProps", "ModelPoolChart", "ModelPoolChartProps",
+        "ModelWorkload", "PoolModel", "RouterChart", "RouterChartProps", "ServingPolicy",
+    ),
     ".patterns": (
-        "DeploymentProps", "EksPlatform", "EksPlatformProps", "EscalationTarget", "ModelFarm", "ModelFarmProps",
-        "NodePoolSettings", "RouterSettings", "SageMakerSettings", "ServedModel", "ServingFoundation",
-        "ServingFoundationProps", "SlmPrefilter", "SlmPrefilterProps",
+        "DeploymentProps", "EksPlatform", "EksPlatformProps", "EscalationTarget", "FarmPoolSettings", "ModelFarm",
+        "ModelFarmProps", "NodePoolSettings", "RouterSettings", "SageMakerSettings", "ServedModel",
+        "ServingFoundation", "ServingFoundationProps", "SlmPrefilter", "SlmPrefilterProps",
     ),
-    ".sagemaker": ("EngineImage", "GravitonEndpoint", "GravitonEndpointProps", "RouterEndpoint", "RouterEndpointProps"),
+    ".sagemaker": (
+        "EngineImage", "GravitonEndpoint", "GravitonEndpointProps", "MultiModelEndpoint",
+        "MultiModelEndpointProps", "RouterEndpoint", "RouterEndpointProps", "TargetModel",
+    ),
 }
+# What the lazy table resolves to, visible to mypy/pyright (`X as X` marks an explicit re-export). isort is off here:
+# it would split these into one statement per name.
+# isort: off
+if TYPE_CHECKING:
+    from .artifacts import (
+        CatalogEntry as CatalogEntry, ModelArtifact as ModelArtifact, ModelArtifactProps as ModelArtifactProps,
+        ModelBucket as ModelBucket, ModelBucketProps as ModelBucketProps, ModelCatalog as ModelCatalog,
+        ModelCatalogProps as ModelCatalogProps,
+    )
+    from .eks import (
+        InferenceCluster as InferenceCluster, InferenceClusterProps as InferenceClusterProps,
+        InferenceWorkloads as InferenceWorkloads, InferenceWorkloadsProps as InferenceWorkloadsProps,
+        Karpenter as Karpenter, KarpenterProps as KarpenterProps, Keda as Keda, KedaProps as KedaProps,
+        Metrics as Metrics, MetricsProps as MetricsProps, ModelDeployment as ModelDeployment,
+        MountpointS3Csi as MountpointS3Csi, MountpointS3CsiProps as MountpointS3CsiProps,
+    )
+    from .images import (
+        LlamaCppImage as LlamaCppImage, LlamaCppImageProps as LlamaCppImageProps,
+    )
+    from .k8s import (
+        KedaSource as KedaSource, LlamaServerChart as LlamaServerChart,
+        LlamaServerChartProps as LlamaServerChartProps, ModelPoolChart as ModelPoolChart,
+        ModelPoolChartProps as ModelPoolChartProps, ModelWorkload as ModelWorkload, PoolModel as PoolModel,
+        RouterChart as RouterChart, RouterChartProps as RouterChartProps, ServingPolicy as ServingPolicy,
+    )
+    from .patterns import (
+        DeploymentProps as DeploymentProps, EksPlatform as EksPlatform, EksPlatformProps as EksPlatformProps,
+        EscalationTarget as EscalationTarget, FarmPoolSettings as FarmPoolSettings, ModelFarm as ModelFarm,
+        ModelFarmProps as ModelFarmProps, NodePoolSettings as NodePoolSettings, RouterSettings as RouterSettings,
+        SageMakerSettings as SageMakerSettings, ServedModel as ServedModel, ServingFoundation as ServingFoundation,
+        ServingFoundationProps as ServingFoundationProps, SlmPrefilter as SlmPrefilter,
+        SlmPrefilterProps as SlmPrefilterProps,
+    )
+    from .sagemaker import (
+        EngineImage as EngineImage, GravitonEndpoint as GravitonEndpoint,
+        GravitonEndpointProps as GravitonEndpointProps, MultiModelEndpoint as MultiModelEndpoint,
+        MultiModelEndpointProps as MultiModelEndpointProps, RouterEndpoint as RouterEndpoint,
+        RouterEndpointProps as RouterEndpointProps, TargetModel as TargetModel,
+    )
+# isort: on
+
 _WHERE = {name: module for module, names in _LAZY.items() for name in names}
 
-__all__ = sorted(["Config", "ConfigError", "load_config", "sizing", *_WHERE])
+_EAGER = ("Config", "ConfigError", "load_config", "sizing")
+__all__ = sorted([*_EAGER, *_WHERE])
 
 
 def __getattr__(name: str) -> Any:

@@ -344,13 +344,14 @@ def test_cfn_lint_is_clean(platform: Platform) -> None:
 
 
 def test_user_validation_command_checks_a_synthesized_template(platform: Platform, tmp_path: Path) -> None:
-    """The documented reproducible path: `python -m cpu_inference.k8s.crd_validation --crds DIR --template FILE`."""
+    """The documented reproducible path: `python -m cpu_inference.testing --crds DIR --template FILE` (the old
+    `-m cpu_inference.k8s.crd_validation` still works: tests/k8s/test_crd_cel.py, test_crd_validation.py run it)."""
     if not SHARED_CRDS.is_dir():
         pytest.skip(f"upstream CRDs not present at {SHARED_CRDS}")
     template = tmp_path / "Platform.template.json"
     template.write_text(json.dumps(platform.template))
     dump = tmp_path / "objects"
-    cmd = [sys.executable, "-m", "cpu_inference.k8s.crd_validation", "--crds", str(SHARED_CRDS), "--template", str(template), "--dump", str(dump)]
+    cmd = [sys.executable, "-m", "cpu_inference.testing", "--crds", str(SHARED_CRDS), "--template", str(template), "--dump", str(dump)]
     out = subprocess.run(cmd, cwd=ROOT / "constructs", capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.strip().endswith("0 problems")

@@ -39,7 +39,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 def crd_dir(request: pytest.FixtureRequest) -> Path:
     path = SHARED_CRDS if request.param == "shared" else CACHE
     if not path.is_dir():
-        hint = "reference CRDs beside the repo" if request.param == "shared" else "run the helm pull commands in cpu_inference/k8s/crd_validation.py"
+        hint = "reference CRDs beside the repo" if request.param == "shared" else "run the helm pull commands in cpu_inference/testing/crd_validation.py"
         pytest.skip(f"no CRD directory at {path} ({hint})")
     return path
 

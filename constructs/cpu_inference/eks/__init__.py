@@ -3,7 +3,7 @@
 file for a minimal example."""
 
 from .inference_cluster import SYSTEM_LABEL, SYSTEM_TAINT, InferenceCluster, InferenceClusterProps
-from .inference_workloads import InferenceWorkloads, InferenceWorkloadsProps, ModelDeployment
+from .inference_workloads import InferenceWorkloads, InferenceWorkloadsProps, KubernetesPatch, ModelDeployment
 from .karpenter import INTERRUPTION_RULES, Karpenter, KarpenterProps
 from .keda import Keda, KedaProps
 from .manifests import add_bounded_manifests
@@ -16,6 +16,7 @@ __all__ = [
     "InferenceClusterProps",
     "InferenceWorkloads",
     "InferenceWorkloadsProps",
+    "KubernetesPatch",
     "ModelDeployment",
     "Karpenter",
     "KarpenterProps",

@@ -14,6 +14,7 @@ Pod Identity webhook injects credentials only into pods created after them.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -31,7 +32,7 @@ from ..k8s.alerts import ModelAlertSpec, dashboard, rule_groups_yaml
 from ..k8s.llama_server_chart import KedaSource, LlamaServerChart, LlamaServerChartProps, ModelWorkload, ServingPolicy
 from ..k8s.model_pool_chart import ModelPoolChart, ModelPoolChartProps, pool_object_name
 from ..k8s.namespace_chart import ServingNamespaceChart, ServingNamespaceProps
-from ..k8s.router_chart import RouterChart, RouterChartProps, gateway_cold_start_query, gateway_models, gateway_pool
+from ..k8s.router_chart import RouterChart, RouterChartProps, gateway_cold_start_query, gateway_models
 from .inference_cluster import InferenceCluster
 from .keda import Keda
 from .manifests import add_bounded_manifests, object_key
@@ -44,6 +45,9 @@ POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
 COLD_LOAD_TIMEOUT_S = 60
 HEALTH_INTERVAL_S = 5
 _identity = id  # the builtin (InferenceWorkloads.__init__ shadows `id` with the construct id)
+# The escape hatch's type: gets one rendered Kubernetes object (a dict); changes it in place and returns None, or
+# returns the object to use instead.
+KubernetesPatch = Callable[[dict[str, Any]], dict[str, Any] | None]
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,11 @@ class InferenceWorkloadsProps:
     mountpoint: the Mountpoint for S3 CSI add-on (eks/mountpoint.py) the pools' volumes need; the pools wait
     for it. Pools also wait for `depends_on` (pass the ModelCatalog's resource: the files must exist before a
     pod checks its preset).
+    kubernetes_patch: the escape hatch for what these props do not model (see README.md beside this file): called
+    once with every Kubernetes object this construct renders — namespace, each model's chart, pools, router, the
+    dashboard ConfigMap, KEDA ScaledObjects and TriggerAuthentication — as the dict that goes into its
+    KubernetesManifest. Change it in place and return None, or return the object to use instead. The charts are
+    rendered in the constructor, so this, not editing `charts[...]` afterwards, is how a rendered object changes.
     """
 
     cluster: InferenceCluster
@@ -119,6 +128,7 @@ class InferenceWorkloadsProps:
     depends_on: tuple[IDependable, ...] = field(default_factory=tuple)
     pools: tuple[ModelPoolChartProps, ...] = ()
     mountpoint: MountpointS3Csi | None = None
+    kubernetes_patch: KubernetesPatch | None = None
 
     def validate(self) -> None:
         if not self.models and not self.pools:
@@ -157,7 +167,10 @@ class InferenceWorkloads(Construct):
     ModelPoolChart), pool_manifests, router_chart,
     roles (name → IRole, models and "router"), pod_identity_associations (name → CfnPodIdentityAssociation),
     namespace_manifests, model_manifests, router_manifests, scaled_object_manifests, rule_groups (AMP
-    CfnRuleGroupsNamespace or None), dashboard (dict or None), alert_rules_yaml (str)."""
+    CfnRuleGroupsNamespace or None), dashboard (dict or None), alert_rules_yaml (str).
+
+    The charts are rendered into the manifests while this constructor runs: to change a rendered object, pass
+    `props.kubernetes_patch` (changing `charts[...]` afterwards reaches no manifest)."""
 
     def __init__(self, scope: Construct, id: str, *, props: InferenceWorkloadsProps) -> None:
         super().__init__(scope, id)
@@ -174,7 +187,7 @@ class InferenceWorkloads(Construct):
             ns_deps.append(ic.namespace_manifest)
         elif props.create_namespace:
             ns_chart = ServingNamespaceChart(app, "Namespace", props=ServingNamespaceProps(p.namespace, p.pattern, p.kubernetes_minor))
-            self.namespace_manifests = add_bounded_manifests(ic.cluster, "Namespace", ns_chart.to_json(), scope=self, depends_on=props.depends_on)
+            self.namespace_manifests = add_bounded_manifests(ic.cluster, "Namespace", self._patched(ns_chart.to_json()), scope=self, depends_on=props.depends_on)
             ns_deps += self.namespace_manifests
 
         self.roles: dict[str, iam.IRole] = {}
@@ -196,7 +209,7 @@ class InferenceWorkloads(Construct):
             deps.append(self._associate(w.name, chart.service_account_name, role))
             if md.artifact is not None:
                 deps.append(md.artifact.resource)
-            for obj in chart.to_json():
+            for obj in self._patched(chart.to_json()):
                 model_keys[_identity(obj)] = f"model/{w.name}"  # a model's objects share one manifest, whatever else changes
                 model_objs.append(obj)
 
@@ -206,7 +219,7 @@ class InferenceWorkloads(Construct):
         for pool in props.pools:
             pool_chart = ModelPoolChart(app, f"pool-{pool.name}", props=replace(pool, policy=p, namespace=None))
             self.pool_charts[pool.name] = pool_chart
-            for obj in pool_chart.to_json():
+            for obj in self._patched(pool_chart.to_json()):
                 pool_keys[_identity(obj)] = f"pool/{pool.name}"  # a pool's objects share one manifest (~100 B per model)
                 pool_objs.append(obj)
 
@@ -214,7 +227,7 @@ class InferenceWorkloads(Construct):
         router_objs: list[dict[str, Any]] = []
         if props.router is not None:
             self.router_chart = RouterChart(app, "Router", props=self._router_props(props.router, {n: c.service_url for n, c in self.charts.items()}))
-            router_objs = self.router_chart.to_json()
+            router_objs = self._patched(self.router_chart.to_json())
             if props.router_policy_statements:
                 role = iam.Role(
                     self, "RouterRole", assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal(POD_IDENTITY_PRINCIPAL)),
@@ -245,11 +258,11 @@ class InferenceWorkloads(Construct):
         self.dashboard: dict[str, Any] | None = None
         if props.dashboard and alert_models:
             self.dashboard = dashboard(p.namespace, alert_models, router_app=router_app, router_mode=router_mode, title=f"CPU inference — {p.pattern}")
-            model_objs.append({
+            model_objs += self._patched([{
                 "apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": f"{p.pattern}-dashboard", "namespace": p.namespace, "labels": {"grafana_dashboard": "1", "app.kubernetes.io/part-of": p.pattern}},
                 "data": {f"{p.pattern}.json": json.dumps(self.dashboard, sort_keys=True)},
-            })
+            }])
 
         self.model_manifests = add_bounded_manifests(
             ic.cluster, "Models", model_objs, scope=self, depends_on=deps, key=lambda o: model_keys.get(_identity(o)) or object_key(o)
@@ -273,8 +286,9 @@ class InferenceWorkloads(Construct):
             if props.keda is None:
                 raise ValueError("InferenceWorkloadsProps: policy.keda renders ScaledObjects, which need keda (the Keda construct brings their CRDs)")
             auth = props.keda.trigger_authentication(p.namespace) if p.keda is not None and p.keda.authentication_ref else None
-            self.scaled_object_manifests = props.keda.add_scaled_objects(
-                f"{id}Scaling", specs, auth=auth, depends_on=[*self.model_manifests, *self.pool_manifests, *self.router_manifests]
+            keda_objs = ([auth.to_dict()] if auth is not None else []) + [s.to_dict() for s in specs]  # as add_scaled_objects
+            self.scaled_object_manifests = props.keda.add_objects(
+                f"{id}Scaling", self._patched(keda_objs), depends_on=[*self.model_manifests, *self.pool_manifests, *self.router_manifests]
             )
 
         self.rule_groups: aps.CfnRuleGroupsNamespace | None = None
@@ -282,6 +296,21 @@ class InferenceWorkloads(Construct):
             self.rule_groups = aps.CfnRuleGroupsNamespace(
                 self, "AlertRules", workspace=props.metrics.workspace_arn, name=f"cpu-inference-{p.namespace}", data=self.alert_rules_yaml,
             )
+
+    def _patched(self, objs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The objects after props.kubernetes_patch (unchanged without one)."""
+        patch = self.props.kubernetes_patch
+        if patch is None:
+            return list(objs)
+        out: list[dict[str, Any]] = []
+        for obj in objs:
+            where = f"{obj.get('kind')}/{obj.get('metadata', {}).get('name')}"
+            result = patch(obj)
+            if result is not None and not isinstance(result, dict):
+                raise TypeError(f"InferenceWorkloadsProps.kubernetes_patch returned a {type(result).__name__} for {where}: "
+                                "change the object in place and return None, or return a dict")
+            out.append(obj if result is None else result)
+        return out
 
     def _effective_policy(self, props: InferenceWorkloadsProps) -> ServingPolicy:
         p = props.policy
@@ -318,16 +347,16 @@ class InferenceWorkloads(Construct):
     def _router_props(self, r: RouterChartProps, model_urls: dict[str, str]) -> RouterChartProps:
         p = self.policy
         changes: dict[str, Any] = {"pattern": p.pattern}
-        gw = dict(r.config.get("gateway") or {})
-        if r.mode == "gateway" and not gw.get("models") and model_urls:
-            gw["models"] = gateway_models(model_urls)
-        if r.mode == "gateway" and self.pool_charts and not gw.get("pools"):
-            gw["pools"] = [gateway_pool(c.props.name, c.props.replication, [m.name for m in c.props.models], c.replica_urls)
-                           for c in self.pool_charts.values()]
-            gw.setdefault("cold_load_timeout_s", COLD_LOAD_TIMEOUT_S)
-            gw.setdefault("health_interval_s", HEALTH_INTERVAL_S)
-        if r.mode == "gateway" and gw != (r.config.get("gateway") or {}):
-            changes["config"] = {**r.config, "gateway": gw}
+        config = r.router_config()  # slm_router.config.Config: the gateway's config, typed
+        gw = config.gateway
+        if r.mode == "gateway" and not gw.models and model_urls:
+            gw = gw.updated(models=gateway_models(model_urls))
+        if r.mode == "gateway" and self.pool_charts and not gw.pools:
+            gw = gw.updated(pools=tuple(c.gateway_pool for c in self.pool_charts.values()))
+            unset = {"cold_load_timeout_s": COLD_LOAD_TIMEOUT_S, "health_interval_s": HEALTH_INTERVAL_S}
+            gw = gw.updated(**{k: v for k, v in unset.items() if k not in gw.set_keys()})
+        if r.mode == "gateway" and gw.to_dict() != config.gateway.to_dict():
+            changes["config"] = config.updated(gateway=gw)
         if r.keda is None and p.keda is not None:
             changes["keda"] = p.keda
         if r.metrics_namespaces == RouterChartProps.metrics_namespaces and not r.metrics_cidrs:

@@ -11,15 +11,16 @@ from constructs import Construct, IDependable
 
 from ..artifacts import ModelBucketProps
 from ..eks import InferenceWorkloads, InferenceWorkloadsProps
-from ..eks.inference_workloads import ModelDeployment
+from ..eks.inference_workloads import KubernetesPatch, ModelDeployment
 from ..eks.mountpoint import MountpointS3Csi
 from ..images import LlamaCppImageProps
 from ..k8s.karpenter_specs import MEMORY_POOL, MEMORY_TAINT
 from ..k8s.llama_server_chart import ServingPolicy
 from ..k8s.model_pool_chart import ModelPoolChartProps
 from ..k8s.router_chart import RouterChartProps
-from ..sagemaker import GravitonEndpoint, GravitonEndpointProps
+from ..sagemaker import GravitonEndpoint
 from .eks_platform import EksPlatform, EksPlatformProps
+from .sagemaker_endpoints import graviton_endpoint_props
 from .served_model import ServedModel
 from .serving_foundation import ROUTER_IMAGE, ServingFoundation
 
@@ -38,7 +39,10 @@ class SageMakerSettings:
 class DeploymentProps:
     """models: the served models. target: `eks` (a cluster: platform props, or bring `existing_platform`) or
     `sagemaker` (one GravitonEndpoint per model). p95_latency_ms: the SLO behind the latency alarms.
-    bucket / engine_image / router_image: props of the ModelBucket and the two images (bring existing ones there)."""
+    bucket / engine_image / router_image: props of the ModelBucket and the two images (bring existing ones there).
+    kubernetes_patch (target eks): the escape hatch, InferenceWorkloadsProps.kubernetes_patch — called with every
+    Kubernetes object the pattern renders (models, pools, router, namespace, ScaledObjects) before it goes into a
+    KubernetesManifest; change the dict in place (return None) or return a replacement."""
 
     models: tuple[ServedModel, ...]
     target: Literal["eks", "sagemaker"] = "eks"
@@ -49,6 +53,7 @@ class DeploymentProps:
     bucket: ModelBucketProps = ModelBucketProps()
     engine_image: LlamaCppImageProps = LlamaCppImageProps()
     router_image: LlamaCppImageProps = ROUTER_IMAGE
+    kubernetes_patch: KubernetesPatch | None = None
 
     def validate(self) -> None:
         if self.target not in TARGETS:
@@ -57,6 +62,8 @@ class DeploymentProps:
             raise ValueError("models: give at least one model")
         if self.p95_latency_ms <= 0:
             raise ValueError(f"p95_latency_ms must be > 0, got {self.p95_latency_ms}")
+        if self.kubernetes_patch is not None and self.target != "eks":
+            raise ValueError(f"kubernetes_patch patches Kubernetes objects: it applies to target eks only (target is {self.target!r}); remove it")
         if self.target == "sagemaker":
             missing = [m.name for m in self.models if not m.instance_type and m.pool is None]
             if missing:
@@ -125,6 +132,7 @@ def eks_workloads(
             depends_on=(*platform.karpenter.node_pool_manifests, *extra_depends_on),
             pools=pools,
             mountpoint=mountpoint,
+            kubernetes_patch=props.kubernetes_patch,
         ),
     )
 
@@ -136,7 +144,7 @@ def endpoints(scope: Construct, props: DeploymentProps, foundation: ServingFound
         out[m.name] = GravitonEndpoint(
             scope,
             f"Endpoint{''.join(p.capitalize() for p in m.name.split('-'))}",
-            props=GravitonEndpointProps.for_served_model(
+            props=graviton_endpoint_props(
                 m,
                 model=foundation.artifacts[m.name],
                 image=foundation.engine_image,

@@ -1,0 +1,8 @@
+"""`python -m cpu_inference.testing --crds DIR [--template FILE] [MANIFEST ...]`: the CRD schema + CEL check
+(crd_validation.py) as a command."""
+
+import sys
+
+from .crd_validation import main
+
+sys.exit(main())
