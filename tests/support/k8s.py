@@ -11,29 +11,20 @@ from typing import Any, Iterator
 import jsonschema
 import yaml
 
+from cpu_inference.testing import flatten
+
 ROOT = Path(__file__).resolve().parents[2]
 SHARED_CRDS = ROOT.parent / "shared" / "crds"
-TOKEN = "TOKEN"  # stands in for CloudFormation intrinsics inside manifests
 
 MANIFEST_TYPES = ("Custom::AWSCDK-EKS-KubernetesResource",)
 HELM_TYPES = ("Custom::AWSCDK-EKS-HelmChart",)
-
-
-def _flatten(value: Any) -> str:
-    """Render a CloudFormation string expression with intrinsics replaced by a placeholder."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and "Fn::Join" in value:
-        sep, parts = value["Fn::Join"]
-        return sep.join(_flatten(p) for p in parts)
-    return TOKEN
 
 
 def manifests(template: dict[str, Any]) -> Iterator[tuple[str, list[dict[str, Any]], int]]:
     """(logical id, objects, manifest size in bytes) for every KubernetesManifest resource."""
     for lid, res in template.get("Resources", {}).items():
         if res.get("Type") in MANIFEST_TYPES:
-            raw = _flatten(res["Properties"]["Manifest"])
+            raw = flatten(res["Properties"]["Manifest"])
             yield lid, json.loads(raw), len(raw.encode())
 
 

@@ -8,7 +8,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from tests.support.k8s import _flatten, objects
+from cpu_inference.testing.crd_validation import flatten
+from tests.support.k8s import objects
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,5 +52,5 @@ def sagemaker_environments(config: str) -> list[dict[str, str]]:
             continue
         props = res["Properties"]
         for c in [props["PrimaryContainer"]] if "PrimaryContainer" in props else props.get("Containers", []):
-            out.append({k: _flatten(v) for k, v in (c.get("Environment") or {}).items()})
+            out.append({k: flatten(v) for k, v in (c.get("Environment") or {}).items()})
     return out

@@ -3,7 +3,8 @@ for your snapshot tests too. Plain Python (no jsii): they read the objects (dict
 
 - restricted_violations(obj): the Pod Security Standards "restricted" rules (pod_security.py); [] when the object
   passes. has_pod_spec(obj) tells which objects carry a pod template.
-- template_objects(template): every object of every KubernetesManifest in a CloudFormation template;
+- template_objects(template): every object of every KubernetesManifest in a CloudFormation template (flatten:
+  one CloudFormation string expression with its intrinsics replaced by "TOKEN");
   load_schemas(dirs) + validate(obj, schemas): an object against its CRD's structural schema and CEL rules
   (crd_validation.py, crd_cel.py; needs the `dev` extra's jsonschema and cel-expr-python). The same as a command:
   `python -m cpu_inference.testing --crds DIR --template cdk.out/Stack.template.json`.
@@ -15,7 +16,7 @@ for your snapshot tests too. Plain Python (no jsii): they read the objects (dict
 Nothing in the library imports this package (tests/test_layering.py checks it); the old paths
 cpu_inference.k8s.pod_security / crd_validation / crd_cel re-export from here."""
 
-from .crd_validation import load_schemas, template_objects, validate
+from .crd_validation import flatten, load_schemas, template_objects, validate
 from .pod_security import has_pod_spec, restricted_violations
 
-__all__ = ["has_pod_spec", "load_schemas", "restricted_violations", "template_objects", "validate"]
+__all__ = ["flatten", "has_pod_spec", "load_schemas", "restricted_violations", "template_objects", "validate"]

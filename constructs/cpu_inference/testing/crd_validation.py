@@ -78,12 +78,13 @@ def validate(obj: dict[str, Any], schemas: dict[tuple[str, str], dict[str, Any]]
     return problems + [f"{key[1]}/{name}: {p}" for p in validate_rules(obj, schemas[key])]
 
 
-def _flatten(value: Any) -> str:
+def flatten(value: Any) -> str:
+    """A CloudFormation string expression (a literal or an Fn::Join) with every intrinsic replaced by TOKEN."""
     if isinstance(value, str):
         return value
     if isinstance(value, dict) and "Fn::Join" in value:
         sep, parts = value["Fn::Join"]
-        return sep.join(_flatten(p) for p in parts)
+        return sep.join(flatten(p) for p in parts)
     return TOKEN
 
 
@@ -92,7 +93,7 @@ def template_objects(template: dict[str, Any]) -> list[dict[str, Any]]:
     objs: list[dict[str, Any]] = []
     for res in template.get("Resources", {}).values():
         if res.get("Type") == MANIFEST_TYPE:
-            objs.extend(json.loads(_flatten(res["Properties"]["Manifest"])))
+            objs.extend(json.loads(flatten(res["Properties"]["Manifest"])))
     return objs
 
 
