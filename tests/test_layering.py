@@ -19,11 +19,12 @@ RUNTIME_TREES = (ROOT / "containers", ROOT / "lambda")
 # The layers, lowest first. A unit (a top-level module or subpackage of cpu_inference) may import units of LOWER
 # tiers only: never its own tier (eks ↛ sagemaker), never a higher one.
 TIERS: tuple[tuple[str, ...], ...] = (
-    ("_jsii_node", "_resources", "sizing"),  # stdlib only: where jsii's Node is, where the runtime files are, the catalog
+    ("_jsii_node", "_resources", "engine_tasks"),  # stdlib only: jsii's Node, the runtime files, the task -> engine options table
+    ("sizing",),  # stdlib only: the instance catalog and the per-model sizing
     # Checks of rendered objects (dicts in, problems out): they depend on nothing of the library, and only the
     # compat shims below import them (test_construct_code_never_imports_the_test_helpers).
     ("testing",),
-    ("pool_sizing", "slm_context", "evaluation"),  # pure arithmetic and contracts on top of sizing / the router
+    ("pool_sizing", "pool_preset", "slm_context", "evaluation"),  # pure arithmetic and contracts on top of sizing / the router
     ("config",),  # config.yaml: schema, loader, decision rules
     ("k8s", "nag"),  # typed Kubernetes specs + cdk8s charts; cdk-nag acknowledgments (aws_cdk, no constructs of ours)
     ("artifacts", "images"),  # the S3 model store and the engine image
@@ -38,7 +39,8 @@ RUNTIME_PACKAGES = frozenset({"slm_router", "model_download"})
 # What the runtime code must never import: the library, or anything that starts jsii.
 FORBIDDEN_IN_RUNTIME = frozenset({"cpu_inference", "aws_cdk", "constructs", "cdk8s", "cdk8s_plus_27", "jsii", "cdk_nag"})
 # The pure tiers (and the CLI's pure commands, which import them) never start jsii.
-PURE_UNITS = frozenset({"_jsii_node", "_resources", "sizing", "testing", "pool_sizing", "slm_context", "evaluation", "config"})
+PURE_UNITS = frozenset({"_jsii_node", "_resources", "engine_tasks", "sizing", "testing", "pool_sizing", "pool_preset", "slm_context", "evaluation",
+                        "config"})
 # The old paths of the moved test helpers: re-exports only, kept so existing imports and
 # `python -m cpu_inference.k8s.crd_validation` work. The only library modules allowed to import cpu_inference.testing.
 TESTING_SHIMS = frozenset({"k8s/pod_security_check.py", "k8s/crd_validation.py", "k8s/crd_cel.py"})

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from . import sizing
+from .engine_tasks import task_options
 
 # Measured here (x86_64, 2 vCPUs) with the engine pin's llama-server (llama-cpp-python 0.3.36 sdist) in router mode,
 # a --models-preset of SmolLM2-135M Q4_1 (93.8 MiB file) and Gemma-3-270M Q4_K_M (241.4 MiB), threads 1, after one
@@ -43,6 +44,7 @@ class ModelSlots:
     ctx_size: int
     parallel: int
     memory_bytes: int
+    task: str = "chat"  # engine_tasks: an embedding model also runs with --embeddings, a reranker with --reranking
 
     @property
     def ctx_per_slot(self) -> int:
@@ -64,7 +66,7 @@ class PoolPlan:
         """llama-server options of model `name` when loaded (a preset INI section's keys; the MME tarball's
         engine.json): long option names without the dashes."""
         s = self.per_model[name]
-        return {"ctx-size": str(s.ctx_size), "parallel": str(s.parallel), "threads": str(self.threads_per_model)}
+        return {"ctx-size": str(s.ctx_size), "parallel": str(s.parallel), "threads": str(self.threads_per_model), **task_options(s.task)}
 
     @property
     def concurrent_models(self) -> int:
@@ -89,7 +91,7 @@ def model_slots(spec: sizing.ModelSpec) -> ModelSlots:
     weights = sizing.weights_bytes(spec)
     kv = parallel * ctx * sizing.kv_bytes_per_token(spec)
     memory = weights + kv + int(sizing.COMPUTE_BUFFER_FRACTION * weights) + CHILD_RUNTIME_BYTES
-    return ModelSlots(ctx_size=parallel * ctx, parallel=parallel, memory_bytes=memory)
+    return ModelSlots(ctx_size=parallel * ctx, parallel=parallel, memory_bytes=memory, task=spec.task)
 
 
 def pool_threads(specs: Mapping[str, sizing.ModelSpec], cpu: float) -> int:

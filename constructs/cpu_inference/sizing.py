@@ -12,6 +12,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from .engine_tasks import task_env
+
 GIB = 1024**3
 MIB = 1024**2
 
@@ -259,6 +261,7 @@ class Sizing:
     cpu_request: float  # vCPUs given to the engine (EKS pod request; SageMaker: the instance)
 
     cpu_available: float  # vCPUs the engine may use on this instance (EKS: node allocatable)
+    task: str = "chat"  # the model's task: engine_tasks adds what it needs (--embeddings, --reranking)
 
     @property
     def fits(self) -> bool:
@@ -280,6 +283,7 @@ class Sizing:
             "OPENBLAS_NUM_THREADS": t,
             "INTRA_OP_NUM_THREADS": t,
             "NUM_INTER_THREADS": "1",
+            **task_env(self.task),
         }
 
 
@@ -306,7 +310,7 @@ def size(m: ModelSpec, it: InstanceType, *, target: str = "sagemaker", cpu: floa
         instance=it, target=target, threads=threads, slots=slots, ctx_per_slot=ctx, ctx_total=slots * ctx,
         weights_bytes=weights_bytes(m), kv_cache_bytes=slots * ctx * kv_bytes_per_token(m),
         memory_needed_bytes=need, memory_available_bytes=available, cpu_request=float(cpus),
-        cpu_available=usable_vcpus(it, target=target),
+        cpu_available=usable_vcpus(it, target=target), task=m.task,
     )
 
 

@@ -143,9 +143,11 @@ def read_engine_json(model_dir: Path) -> dict[str, str | None]:
             raise EngineConfigError(f"{path}: {key!r} is not a llama-server flag name")
         if name in RESERVED_FLAGS:
             raise EngineConfigError(f"{path}: --{name} is set by the container, remove it")
-        if value is True:
+        # A flag option is on with JSON true or "true", as in a preset INI (common/preset.cpp: is_truthy); the library
+        # writes engine.json as strings (cpu_inference.engine_tasks: {"embeddings": "true"}).
+        if value is True or value == "true":
             flags[name] = None
-        elif value is False or value is None:
+        elif value is False or value is None or value == "false":
             continue
         elif isinstance(value, (str, int, float)):
             flags[name] = str(value)

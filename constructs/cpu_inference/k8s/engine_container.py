@@ -9,8 +9,9 @@ from typing import TypedDict
 import cdk8s
 import cdk8s_plus_27 as kplus
 
+from ..pool_preset import MODEL_DIR  # noqa: F401 - the engine's model directory, one definition
+
 ENGINE_PORT = 8080
-MODEL_DIR = "/models"
 # The image's ENTRYPOINT, spelled out so the manifest is the whole command (EKS mode = no argument).
 ENGINE_COMMAND = ("python3", "/opt/llama/entrypoint.py")
 ENGINE_CONTAINER = "llama-server"

@@ -41,7 +41,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +49,8 @@ import cdk8s
 import cdk8s_plus_27 as kplus
 from constructs import Construct
 
+from ..engine_tasks import task_options
+from ..pool_preset import PRESET_VERSION, PoolModel, pool_preset, render_preset  # noqa: F401 - re-exported
 from ..pool_sizing import PoolPlan
 from .engine_container import (
     COMPONENT,
@@ -96,56 +98,12 @@ NOMINAL_CAPACITY = "1Ti"
 STARTUP_FLOOR_SECONDS = 60
 LOOKUP_SECONDS_PER_MODEL = 0.05
 DRAIN_SECONDS = 60
-# The llama-server router's own defaults a preset can name (README "Model presets": keys are flags without dashes).
-PRESET_VERSION = "1"
-_SECTION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # no ':' (a tag separator for the router), no ']'
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
 
 
 def _token(value: str) -> bool:
     return "${Token[" in value
-
-
-@dataclass(frozen=True)
-class PoolModel:
-    """One model of a pool. name: the `model` clients send (the INI section). path: the GGUF's key under the
-    farm prefix (`<name>/<idhash>/<file>.gguf`, catalog.gguf_key without `farm/`), read at /models/<path>.
-    ctx_size / parallel / threads: the child llama-server's --ctx-size / --parallel / --threads (pool plan)."""
-
-    name: str
-    path: str
-    ctx_size: int
-    parallel: int = 1
-    threads: int = 1
-
-    def validate(self) -> None:
-        where = f"PoolModel {self.name!r}"
-        if not _SECTION.match(self.name):
-            raise ValueError(f"{where}: name must be 1-128 of letters, digits, '.', '_', '-' starting with a letter or digit "
-                             "(it is a preset INI section and the request's `model`)")
-        if self.path.startswith("/") or ".." in self.path.split("/") or not self.path.endswith(".gguf") or any(c in self.path for c in "\n\r;#"):
-            raise ValueError(f"{where}: path must be a relative key under the farm prefix ending in .gguf (e.g. {self.name}/<idhash>/model.gguf), got {self.path!r}")
-        for key in ("ctx_size", "parallel", "threads"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"{where}: {key} must be ≥ 1, got {getattr(self, key)}")
-
-
-def render_preset(models: Sequence[PoolModel], *, model_dir: str = MODEL_DIR, defaults: Mapping[str, str] | None = None) -> str:
-    """The llama-server preset INI of a pool (tools/server/README.md "Model presets"): `[*]` holds `defaults`
-    plus the most common ctx-size / parallel / threads; each model's section holds `model = <model_dir>/<path>`
-    and only the values that differ from `[*]` (a section overrides `[*]`)."""
-    base: dict[str, str] = dict(defaults or {})
-    for key, attr in (("ctx-size", "ctx_size"), ("parallel", "parallel"), ("threads", "threads")):
-        (common, _), = Counter(getattr(m, attr) for m in models).most_common(1)
-        base[key] = str(common)
-    lines = [f"version = {PRESET_VERSION}", "[*]", *(f"{k} = {v}" for k, v in base.items())]
-    for m in models:
-        lines += [f"[{m.name}]", f"model = {model_dir.rstrip('/')}/{m.path}"]
-        for key, attr in (("ctx-size", "ctx_size"), ("parallel", "parallel"), ("threads", "threads")):
-            if str(getattr(m, attr)) != base[key]:
-                lines.append(f"{key} = {getattr(m, attr)}")
-    return "\n".join(lines) + "\n"
 
 
 def pool_object_name(name: str) -> str:
@@ -200,7 +158,7 @@ class ModelPoolChartProps:
         missing = sorted(set(plan.per_model) - set(paths))
         if missing:
             raise ValueError(f"ModelPoolChartProps.from_plan {name!r}: no path for models {missing[:5]} (give paths[name] = <name>/<idhash>/<file>)")
-        models = tuple(PoolModel(n, paths[n], ctx_size=s.ctx_size, parallel=s.parallel, threads=plan.threads_per_model)
+        models = tuple(PoolModel(n, paths[n], ctx_size=s.ctx_size, parallel=s.parallel, threads=plan.threads_per_model, options=task_options(s.task))
                        for n, s in plan.per_model.items())
         return cls(name=name, image=image, models=models, models_max=plan.models_max, cpu=math.ceil(plan.cpu),
                    memory_bytes=plan.memory_request_bytes, bucket_name=bucket_name, region=region, **kw)
@@ -281,7 +239,7 @@ class ModelPoolChart(cdk8s.Chart):
             "cpu-inference/pool": props.name,
         }
         meta = cdk8s.ApiObjectMetadata(name=self.name, labels=self.pod_labels)
-        self.preset = render_preset(props.models, defaults={"load-mode": "none"})
+        self.preset = pool_preset(props.models)
         self.replica_urls = pool_replica_urls(props.name, ns, props.replicas_max)
         usual_parallel = Counter(m.parallel for m in props.models).most_common(1)[0][0]
         self.slots_per_replica = props.models_max * usual_parallel
