@@ -43,19 +43,23 @@ models:
 escalation: {{kind: bedrock, model_id: anthropic.claude-3-5-haiku-20241022-v1:0}}
 router: {{labels: [simple, complex], slm_labels: [simple], confidence_threshold: 0.7}}
 """
+# Dedicated (one llama-server each): a farm model is pooled by default, and pools run in test_local_pools.py.
 FARM = f"""
 pattern: model-farm
 models:
   - name: chat-a
+    serving: dedicated
     {SLM_SOURCE}
     parameters_billions: 1.7
     task: chat
   - name: embed-b
+    serving: dedicated
     source: {{hf_repo: CompendiumLabs/bge-small-en-v1.5-gguf, file: bge-small-en-v1.5-q8_0.gguf}}
     parameters_billions: 0.033
     quantization: Q8_0
     task: embedding
   - name: cold-c
+    serving: dedicated
     {SLM_SOURCE}
     parameters_billions: 1.7
     task: chat
@@ -262,12 +266,14 @@ def test_default_config_runs_locally_with_the_deployed_slots_context_and_router_
 
 # --- the configured GGUFs, from a fake Hugging Face on loopback (real SmolLM2-135M bytes) ------------------------
 
-# A model-farm of one small chat model, its GGUF on the (fake) Hub: what `local` must download and serve by name.
+# A model-farm of one small chat model (dedicated: its own llama-server), its GGUF on the (fake) Hub: what `local`
+# must download and serve by name.
 HUB_MODEL = "tiny-chat"
 HUB_CONFIG = f"""
 pattern: model-farm
 models:
   - name: {HUB_MODEL}
+    serving: dedicated
     source: {{hf_repo: {PUBLIC_REPO}, file: {FILE}, revision: main{{sha256}}}}
     parameters_billions: 0.135
     quantization: Q4_1

@@ -1,8 +1,10 @@
 """`cpu-inference local CONFIG`: run the configured pattern on this machine, no AWS and no Docker.
 
 One llama-server process per model (the locally built engine) serving the configured GGUF under the configured
-model name, and in front of them the same service the cluster runs: the router (slm-prefilter) or the gateway
-(model-farm). The first run downloads the GGUFs from Hugging Face (HF_TOKEN for gated models, HF_ENDPOINT for a
+model name — for a model-farm's pooled models one llama-server in router mode per pool instead, started by the
+image's `entrypoint.py pool` over the preset the pool chart renders (local_pools) — and in front of them the
+same service the cluster runs: the router (slm-prefilter) or the gateway (model-farm).
+The first run downloads the GGUFs from Hugging Face (HF_TOKEN for gated models, HF_ENDPOINT for a
 mirror) into ${CPU_INFERENCE_CACHE:-~/.cache/cpu-inference}/models, with a progress bar, each file
 sha256-verified before it appears; later runs start from that cache. A model that cannot fit this machine's
 memory is refused before any download, with the sizing numbers. `--model-map NAME=PATH` serves a local file
@@ -31,6 +33,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 from .local_config import closed_port, gateway_config, router_config
@@ -44,6 +47,7 @@ from .local_plan import (
     serve_files,
     slots_args,
 )
+from .local_pools import LocalPool, cap_pools, plan_pools, pool_process, write_pool_dir
 from .main import UserError
 
 # The command's parts, importable from here as before the split: model locators (local_models), planning
@@ -159,14 +163,23 @@ def run(args: argparse.Namespace) -> int:
     pythonpath = router_pythonpath()
     only = [n.strip() for n in args.models.split(",") if n.strip()] if args.models else None
     engines, notes = plan(config, only)
+    pools = plan_pools(config, only)
     mapping = parse_model_map(args.model_map, known=[m.name for m in config.models])
-    threads = args.threads or local_threads(len(engines))
+    threads = args.threads or local_threads(len(engines) + len(pools))
+    for pool in pools:  # the deployment's threads per loaded model, at most what this machine gives a process
+        pool.threads = min(pool.threads, threads)
     with socket.socket() as s:  # fail now, with a clear message, rather than after the engines started (or a download)
         try:
             s.bind((args.host, args.port))
         except OSError as exc:  # not `e`: the engine loop below reuses that name
             raise UserError(f"--port {args.port}: {args.host}:{args.port} is not free ({exc.strerror}) — pick another port") from None
-    notes = serve_files(config, engines, mapping, stand_ins=args.stand_ins) + notes
+    if pools:
+        from .model_cache import machine_memory
+
+        notes = cap_pools(pools, engines, machine_memory(), stand_ins=args.stand_ins, mapping=mapping) + notes
+    members = [e for p in pools for e in p.members]
+    notes = serve_files(config, engines + members, mapping, stand_ins=args.stand_ins, pooled=[e.name for e in members]) + notes
+    notes += [n for p in pools for n in p.notes]
 
     signals = _Signals()
     old = {sig: signal.signal(sig, signals) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -174,7 +187,18 @@ def run(args: argparse.Namespace) -> int:
     log_dir.mkdir(parents=True, exist_ok=True)
     front: subprocess.Popen | None = None
     try:
-        print(f"{config.pattern} from {args.config}: starting {len(engines)} engine(s) with {binary}", flush=True)
+        pooled = f" and {len(pools)} pool(s) of {len(members)} model(s)" if pools else ""
+        print(f"{config.pattern} from {args.config}: starting {len(engines)} engine(s){pooled} with {binary}", flush=True)
+        for pool in pools:
+            signals.check()
+            pool.port = closed_port()
+            write_pool_dir(pool, log_dir / f"pool-{pool.name}")
+            argv, env = pool_process(pool, binary)
+            pool.proc = _spawn(argv, log_dir / f"pool-{pool.name}.log", env)
+            print(f"  pool {pool.name} (llama-server router mode, models_max {pool.models_max}, {pool.threads} thread(s) per "
+                  f"loaded model, preset {pool.preset}): {', '.join(e.name for e in pool.members)}", flush=True)
+            for e in pool.members:
+                print(f"    {e.note}", flush=True)
         for e in engines:
             signals.check()
             e.port = closed_port()
@@ -184,20 +208,21 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {e.note}", flush=True)
         for note in notes:
             print(f"  note: {note}", flush=True)
-        _wait_engines(engines, log_dir, signals)
+        _wait_engines(engines, log_dir, signals, pools)
         if config.pattern == "slm-prefilter":
             front_cfg = router_config(config, engines[0], engines[1], args.host, args.port)
         else:
-            front_cfg = gateway_config(config, engines, args.host, args.port)
+            front_cfg = gateway_config(config, engines, args.host, args.port, pools)
         env = {**{k: v for k, v in os.environ.items() if not k.startswith("ROUTER_")},
                "ROUTER_CONFIG_JSON": json.dumps(front_cfg.to_dict()), "PYTHONPATH": pythonpath}
         front = _spawn([sys.executable, "-m", "slm_router"], log_dir / "front.log", env)
         url = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '') else args.host}:{args.port}"
         _wait_front(front, url, log_dir / "front.log", signals)
-        _print_ready(config, url, engines, log_dir)
+        _print_ready(config, url, engines, log_dir, pools)
         while True:  # until a signal, or a child dies on its own
             signals.check()
-            for name, p in [("router" if config.pattern == "slm-prefilter" else "gateway", front)] + [(e.name, e.proc) for e in engines]:
+            children = [(e.name, e.proc) for e in engines] + [(f"pool {p.name}", p.proc) for p in pools]
+            for name, p in [("router" if config.pattern == "slm-prefilter" else "gateway", front), *children]:
                 if p is not None and p.poll() is not None:
                     print(f"{name} exited with code {p.returncode} (log: {log_dir}) — stopping everything", file=sys.stderr, flush=True)
                     return 1
@@ -212,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             if front is not None:
                 _stop([("front", front)])  # first: it drains requests in progress
-            _stop([(e.name, e.proc) for e in engines if e.proc is not None])
+            _stop([(e.name, e.proc) for e in engines if e.proc is not None] + [(p.name, p.proc) for p in pools if p.proc is not None])
             print("stopped: router/gateway and all engines exited", flush=True)
         finally:
             for sig, handler in old.items():
@@ -228,11 +253,20 @@ def _tail(path: Path, n: int = 15) -> str:
         return ""
 
 
-def _wait_engines(engines: list[Engine], log_dir: Path, signals: _Signals) -> None:
+def _wait_engines(engines: list[Engine], log_dir: Path, signals: _Signals, pools: Sequence[LocalPool] = ()) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
+    waiting = list(pools)
     pending = list(engines)
-    while pending:
+    while pending or waiting:
         signals.check()
+        for p in list(waiting):
+            assert p.proc is not None
+            if p.proc.poll() is not None:
+                raise UserError(f"pool {p.name} exited with code {p.proc.returncode} (preset {p.preset}):\n"
+                                f"{_tail(log_dir / f'pool-{p.name}.log')}")
+            if _healthy(p.url):
+                waiting.remove(p)
+                print(f"  pool {p.name} ready on {p.url}", flush=True)
         for e in list(pending):
             assert e.proc is not None
             if e.proc.poll() is not None:
@@ -243,8 +277,9 @@ def _wait_engines(engines: list[Engine], log_dir: Path, signals: _Signals) -> No
             if _healthy(e.url):
                 pending.remove(e)
                 print(f"  {e.name} ready on {e.url}", flush=True)
-        if pending and time.monotonic() > deadline:
-            raise UserError(f"engines not ready after {START_TIMEOUT_S:.0f}s: {', '.join(e.name for e in pending)} (logs in {log_dir})")
+        if (pending or waiting) and time.monotonic() > deadline:
+            late = [e.name for e in pending] + [f"pool {p.name}" for p in waiting]
+            raise UserError(f"engines not ready after {START_TIMEOUT_S:.0f}s: {', '.join(late)} (logs in {log_dir})")
         time.sleep(0.2)
 
 
@@ -259,7 +294,7 @@ def _wait_front(front: subprocess.Popen, url: str, log: Path, signals: _Signals)
         time.sleep(0.1)
 
 
-def _print_ready(config, url: str, engines: list[Engine], log_dir: Path) -> None:
+def _print_ready(config, url: str, engines: list[Engine], log_dir: Path, pools: Sequence[LocalPool] = ()) -> None:
     chat = f"curl -s {url}/v1/chat/completions -H 'Content-Type: application/json' -d "
     if config.pattern == "slm-prefilter":
         print(f"router ready on {url} (SLM {engines[0].name}, LLM {engines[1].name}); try:", flush=True)
@@ -267,10 +302,13 @@ def _print_ready(config, url: str, engines: list[Engine], log_dir: Path) -> None
         print(f"""  {chat}'{{"messages":[{{"role":"user","content":"Prove that the square root of 2 is irrational."}}]}}'""")
         print("  (response headers x-router-route / x-router-label say who answered; curl -i shows them)")
     else:
-        started = {e.name for e in engines}
+        started = {e.name for e in engines} | {e.name for p in pools for e in p.members}
         first = next((m for m in config.models if m.name in started and m.task != "embedding"), None)
         embed = next((m for m in config.models if m.name in started and m.task == "embedding"), None)
         print(f"gateway ready on {url} ({len(started)} of {len(config.models)} models started); try:", flush=True)
+        for p in pools:
+            print(f"  pool {p.name} on {p.url} (models_max {p.models_max}; GET {p.url}/models shows which are loaded): "
+                  f"{', '.join(e.name for e in p.members)}", flush=True)
         print(f"  curl -s {url}/v1/models")
         if first is not None:
             print(f"""  {chat}'{{"model":"{first.name}","messages":[{{"role":"user","content":"Hello!"}}]}}'""")

@@ -5,11 +5,16 @@ loopback."""
 from __future__ import annotations
 
 import socket
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from slm_router.config import Config as RouterConfig
-from slm_router.config import Escalation, Gateway, GatewayModel, Timeouts
+from slm_router.config import Escalation, Gateway, GatewayModel, GatewayPool, Timeouts
 
 from .local_plan import Engine
+
+if TYPE_CHECKING:
+    from .local_pools import LocalPool
 
 
 def router_config(config, slm: Engine, llm: Engine, host: str, port: int) -> RouterConfig:
@@ -27,12 +32,20 @@ def router_config(config, slm: Engine, llm: Engine, host: str, port: int) -> Rou
                        timeouts=Timeouts.of(classify_s=30, first_byte_s=300, total_s=900))
 
 
-def gateway_config(config, engines: list[Engine], host: str, port: int) -> RouterConfig:
+def gateway_config(config, engines: list[Engine], host: str, port: int, pools: Sequence[LocalPool] = ()) -> RouterConfig:
+    """The gateway: dedicated models at their engines, pooled models in `gateway.pools` as the deployment's
+    k8s/router_chart.gateway_pool builds them (GatewayPool.of(name, replication, models, replicas); not imported:
+    k8s/ starts the jsii runtime) with this machine's one replica per pool, replication 1."""
     started = {e.name: e.url for e in engines}
+    pooled = {e.name for p in pools for e in p.members}
     # Models not started point at a closed port: the gateway answers 503 + Retry-After, like a model at zero.
     closed = f"http://127.0.0.1:{closed_port()}"
-    models = tuple(GatewayModel(name=m.name, url=started.get(m.name, closed)) for m in config.models)
-    return RouterConfig.of(mode="gateway", gateway=Gateway.of(models=models, retry_after_s=5), listen_host=host, listen_port=port,
+    models = tuple(GatewayModel(name=m.name, url=started.get(m.name, closed)) for m in config.models if m.name not in pooled)
+    entries = tuple(GatewayPool.of(name=p.name, replication=1, models=tuple(e.name for e in p.members), replicas=(p.url,))
+                    for p in pools)
+    # A cold model loads on the request that needs it: as long a head timeout as the engines' first byte here.
+    gateway = Gateway.of(models=models, retry_after_s=5, **({"pools": entries, "cold_load_timeout_s": 300} if entries else {}))
+    return RouterConfig.of(mode="gateway", gateway=gateway, listen_host=host, listen_port=port,
                            timeouts=Timeouts.of(first_byte_s=300, total_s=900))
 
 

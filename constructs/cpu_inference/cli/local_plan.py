@@ -1,10 +1,14 @@
 """`cpu-inference local`'s plan (pure): which engines run, with the slots and context per slot the deployment
-gives each model, and which GGUF serves each (--model-map, the configured file from the cache, or a stand-in)."""
+gives each model, and which GGUF serves each (--model-map, the configured file from the cache, or a stand-in).
+
+A model-farm's pooled models (config.pool_of) run as the deployment runs them: one llama-server in router mode
+per pool (LocalPool), over the preset the pool chart renders (k8s/model_pool_chart.pool_preset) from the same
+pool plan (config.rules.plan_pool), with the model files at the catalog's keys under a local directory."""
 
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,7 +61,6 @@ def deployed_shape(config, m) -> tuple[int, int]:
 def plan(config, only: list[str] | None) -> tuple[list[Engine], list[str]]:
     """(engines to start, notes for the user): which models run, with which slots. No file is chosen and no
     process started yet (see serve_files). slm-prefilter: [SLM, LLM]."""
-    names = [m.name for m in config.models]
     notes: list[str] = []
 
     def engine(m, stand_in: str) -> Engine:
@@ -81,24 +84,31 @@ def plan(config, only: list[str] | None) -> tuple[list[Engine], list[str]]:
                          "for it to download, and nothing leaves this machine")
         return engines, notes
 
-    selected = config.models
-    if only:
-        unknown = [n for n in only if n not in names]
-        if unknown:
-            raise UserError(f"--models: {', '.join(unknown)} not in the config — use names from {', '.join(names)}")
-        selected = [m for m in config.models if m.name in only]
-    engines = [engine(m, SMOLLM2) for m in selected]
+    selected = _selected(config, only)
+    # Pooled models run inside their pool's process (plan_pools), not as engines of their own.
+    engines = [engine(m, SMOLLM2) for m in selected if config.pool_of(m) is None]
     skipped = [m.name for m in config.models if m not in selected]
     if skipped:
         notes.append(f"not started (--models): {', '.join(skipped)} — the gateway answers 503 for them, as for a model scaled to zero")
     return engines, notes
 
 
+def _selected(config, only: list[str] | None) -> list:
+    names = [m.name for m in config.models]
+    if not only:
+        return list(config.models)
+    unknown = [n for n in only if n not in names]
+    if unknown:
+        raise UserError(f"--models: {', '.join(unknown)} not in the config — use names from {', '.join(names)}")
+    return [m for m in config.models if m.name in only]
+
+
 def serve_files(config, engines: list[Engine], mapping: dict[str, Path], *, stand_ins: bool,
-                fetch: Callable[..., dict] | None = None) -> list[str]:
+                fetch: Callable[..., dict] | None = None, pooled: Collection[str] = ()) -> list[str]:
     """Choose each engine's GGUF and flags: --model-map's file, else (without --stand-ins) the configured GGUF
     from the cache, downloaded first when missing (model_cache.fetch_models: every file checked, and the engines'
-    memory at these slots against this machine's, before any byte moves), else the stand-in. Returns notes."""
+    memory at these slots against this machine's, before any byte moves), else the stand-in. `pooled`: models
+    served from a pool, whose memory local_pools.cap_pools checked (models_max of them at once). Returns notes."""
     wanted = [e for e in engines if e.model is not None and e.name not in mapping and not stand_ins]
     cached: dict[str, Any] = {}
     if wanted:
@@ -106,7 +116,9 @@ def serve_files(config, engines: list[Engine], mapping: dict[str, Path], *, stan
             from .model_cache import fetch_models
 
             fetch = fetch_models
-        cached = fetch(config, names=[e.name for e in wanted], shapes={e.name: (e.slots, e.ctx_per_slot) for e in wanted})
+        sized = [e.name for e in wanted if e.name in pooled]
+        extra: dict[str, Any] = {"sized_elsewhere": sized} if sized else {}
+        cached = fetch(config, names=[e.name for e in wanted], shapes={e.name: (e.slots, e.ctx_per_slot) for e in wanted}, **extra)
     notes: list[str] = []
     for e in engines:
         own = True  # served by a file of this model (not a chat stand-in)

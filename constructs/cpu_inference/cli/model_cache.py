@@ -27,7 +27,7 @@ import subprocess
 import sys
 import threading
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -564,10 +564,13 @@ def fetch_models(
     notes: Callable[[str], None] | None = None,
     concurrency: int = DEFAULT_CONCURRENCY,
     window: int = DEFAULT_WINDOW,
+    sized_elsewhere: Collection[str] = (),
 ) -> dict[str, CachedModel]:
     """The GGUFs of `names` (default: every model of the config), all checked before any byte is downloaded:
     reachable or cached, and fitting together in `memory` (default: this machine's, see machine_memory) with
-    `shapes` {name: (slots, context per slot)} (default: what the deployment sizes). Returns {name: CachedModel}."""
+    `shapes` {name: (slots, context per slot)} (default: what the deployment sizes). `sized_elsewhere`: models
+    left out of that sum because the caller checks their memory (pooled models: at most models_max of them are
+    loaded at once, local_plan.cap_pools). Returns {name: CachedModel}."""
     hub = hub or default_hub(concurrency=concurrency)
     root = cache_dir or cache_root()
     say = notes or (lambda line: print(line, file=sys.stderr, flush=True))
@@ -601,6 +604,8 @@ def fetch_models(
     memory = memory or machine_memory()
     needs = []
     for r in resolved:
+        if r.model.name in sized_elsewhere:
+            continue
         slots, ctx = (shapes or {}).get(r.model.name) or deployment_shape(config, r.model)
         needs.append(engine_memory(r.label, r.model, file_size=r.size, slots=slots, ctx_per_slot=ctx))
     check_fits(needs, memory)

@@ -1,0 +1,162 @@
+"""`cpu-inference local` for a model farm's pools: one llama-server in router mode per pool, as a pool replica runs.
+
+The deployment (patterns/model_farm.py, k8s/model_pool_chart.py) sizes a pool with config.rules.plan_pool
+(ctx-size / parallel per model, threads per loaded model, models_max from memory), renders its ConfigMap's
+preset with pool_preset.pool_preset over the catalog's keys (`<name>/<idhash>/<file>` under /models) and runs
+`entrypoint.py pool` (LLAMA_MODELS_PRESET, LLAMA_MODELS_MAX). Locally the same plan and the same preset function
+run, with /models moved to a directory of symlinks at the same keys (each to the file serving the model: the
+cached GGUF, --model-map's or a stand-in), threads capped by this machine (as for dedicated engines) and
+models_max capped by its memory; the same entrypoint supervises the router. One replica: the gateway routes
+the pool's models to it (replication 1).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..engine_tasks import task_options
+from ..pool_preset import PoolModel, pool_preset
+from ..pool_sizing import ROUTER_RSS_BYTES, PoolPlan
+from .local_models import SMOLLM2
+from .local_plan import Engine, _selected
+from .main import UserError
+
+
+@dataclass
+class LocalPool:
+    name: str
+    plan: PoolPlan  # the deployment's plan of the whole pool (config.rules.plan_pool)
+    members: list[Engine]  # its started models: serve_files picks their files; never processes of their own
+    keys: dict[str, str]  # model -> its key under the farm prefix (catalog gguf_key minus `farm/`)
+    models_max: int  # the plan's, capped by this machine's memory (cap_pools)
+    threads: int  # per loaded model: the plan's, capped by this machine's CPUs
+    preset: Path | None = None
+    port: int = 0
+    proc: subprocess.Popen | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def pool_models(self) -> list[PoolModel]:
+        """The PoolModels the chart builds from the plan (ModelPoolChartProps.from_plan), threads as run here."""
+        out = []
+        for e in self.members:
+            s = self.plan.per_model[e.name]
+            out.append(PoolModel(e.name, self.keys[e.name], ctx_size=s.ctx_size, parallel=s.parallel, threads=self.threads,
+                                 options=task_options(s.task)))
+        return out
+
+
+def deployed_key(m) -> str:
+    """Where the deployment's pool reads model `m` under /models: the catalog's gguf_key without `farm/`."""
+    from model_download.catalog import FARM_PREFIX, CatalogEntry, gguf_key
+
+    s = m.source
+    return gguf_key(CatalogEntry(name=m.name, hf_repo=s.hf_repo, file=s.file, revision=s.revision, sha256=s.sha256)).removeprefix(FARM_PREFIX)
+
+
+def plan_pools(config, only: list[str] | None) -> list[LocalPool]:
+    """The pools to start (those with a started model) with the deployment's plan; [] for an slm-prefilter."""
+    from ..config.rules import plan_pool
+
+    if config.pattern != "model-farm":
+        return []
+    started = {m.name for m in _selected(config, only)}
+    pools = []
+    for fp in config.farm.pools:
+        plan = plan_pool(config, fp)
+        members = [m for m in config.pool_models(fp.name) if m.name in started]
+        if plan is None or not members:
+            continue
+        engines = [Engine(m.name, m, plan.per_model[m.name].parallel, plan.per_model[m.name].ctx_per_slot, SMOLLM2) for m in members]
+        pool = LocalPool(fp.name, plan, engines, {m.name: deployed_key(m) for m in members},
+                         models_max=plan.models_max, threads=plan.threads_per_model)
+        # The preset carries ctx-size / parallel / threads only (render_preset): a pooled embedding or rerank model
+        # runs without --embeddings / --reranking, here as deployed, and llama-server answers those routes 501.
+        special = [m.name for m in members if m.task in ("embedding", "rerank")]
+        if special:
+            pool.notes.append(f"pool {fp.name}: {', '.join(special)} need --embeddings/--reranking, which a pool's preset does "
+                              "not set: those routes answer 501 from the pool (as deployed) — set serving: dedicated for them")
+        pools.append(pool)
+    return pools
+
+
+def cap_pools(pools: list[LocalPool], engines: list[Engine], memory, *, stand_ins: bool,
+              mapping: Mapping[str, Path]) -> list[str]:
+    """Cap each pool's models_max by what this machine holds after the dedicated engines (the way local checks
+    dedicated engines: sizing's numbers against machine_memory), before any download; a pool that cannot hold
+    its largest model even alone is refused with one line. Models served by a stand-in are not counted (as for
+    dedicated engines: a stand-in is ~100-250 MiB). Returns notes."""
+    from .model_cache import _size, engine_memory
+
+    if memory is None:  # unknown here: the plan's models_max stands
+        return []
+    def own(e: Engine) -> bool:  # served by a file of its model (the stand-ins are not counted)
+        return e.model is not None and (not stand_ins or e.name in mapping)
+
+    def needed(e: Engine) -> int:  # what fetch_models checks for a dedicated engine (sizing's numbers)
+        return engine_memory(e.name, e.model, file_size=None, slots=e.slots, ctx_per_slot=e.ctx_per_slot).needed  # type: ignore[arg-type]
+
+    room = memory.bytes - sum(needed(e) for e in engines if own(e))
+    after = f", {_size(max(0, room))} of it after the dedicated engines" if any(own(e) for e in engines) else ""
+    notes = []
+    for pool in pools:
+        loaded = {e.name: pool.plan.per_model[e.name] for e in pool.members if own(e)}
+        if not loaded:
+            continue
+        largest = max(loaded, key=lambda n: loaded[n].memory_bytes)
+        need = loaded[largest].memory_bytes
+        fit = max(0, (room - ROUTER_RSS_BYTES) // need)
+        if fit < 1:
+            s = loaded[largest]
+            raise UserError(
+                f"pool {pool.name!r} cannot hold its largest model {largest} on this machine: it needs {_size(need)} loaded "
+                f"({s.parallel} slot(s) × {s.ctx_per_slot} tokens, the pool plan) + {ROUTER_RSS_BYTES // 2**20} MiB for the "
+                f"router, but this machine has {memory}{after} — serve a smaller file with --model-map {largest}=PATH, leave "
+                "it out with --models, or use --stand-ins"
+            )
+        if fit < pool.models_max:
+            notes.append(f"pool {pool.name}: models_max {pool.models_max} → {fit} here: {fit} × {largest} ({_size(need)} loaded) "
+                         f"fit in this machine's {memory}")
+            pool.models_max = int(fit)
+        room -= ROUTER_RSS_BYTES + pool.models_max * need
+    return notes
+
+
+def write_pool_dir(pool: LocalPool, root: Path) -> Path:
+    """`root/models/<key>` -> the file serving each model, and `root/preset.ini` (the chart's pool_preset with
+    /models moved to root/models). Returns the preset's path."""
+    models_dir = root / "models"
+    for e in pool.members:
+        assert e.gguf is not None
+        link = models_dir / pool.keys[e.name]
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(Path(e.gguf).resolve())
+    preset = root / "preset.ini"
+    preset.write_text(pool_preset(pool.pool_models(), model_dir=str(models_dir)))
+    pool.preset = preset
+    return preset
+
+
+def pool_process(pool: LocalPool, binary: Path) -> tuple[list[str], dict[str, str]]:
+    """argv and environment of the pool's process: the image's `entrypoint.py pool` (the same file, from this
+    package's runtime tree), on loopback, with this machine's llama-server."""
+    from .._resources import LLAMA_SERVER, runtime_dir
+
+    assert pool.preset is not None
+    try:
+        entrypoint = runtime_dir(LLAMA_SERVER) / "entrypoint.py"
+    except FileNotFoundError as exc:
+        raise UserError(str(exc)) from None
+    env = {**os.environ, "LLAMA_SERVER_BIN": str(binary), "LLAMA_MODELS_PRESET": str(pool.preset),
+           "LLAMA_MODELS_MAX": str(pool.models_max), "LLAMA_HOST": "127.0.0.1", "LLAMA_PORT": str(pool.port)}
+    return [sys.executable, str(entrypoint), "pool"], env
