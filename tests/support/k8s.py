@@ -12,6 +12,7 @@ import jsonschema
 import yaml
 
 from cpu_inference.testing import flatten
+from cpu_inference.testing.crd_validation import TOKEN  # what flatten puts where an intrinsic was
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED_CRDS = ROOT.parent / "shared" / "crds"
