@@ -155,3 +155,22 @@ def test_sagemaker_target_has_one_endpoint_per_model_and_no_cluster(synthesized)
     for t in wanted:
         assert t in engine_types
     assert not [r for r in res if r["Type"].startswith("AWS::EKS::")]
+
+
+def test_each_multi_model_endpoints_latency_alarm_budgets_its_members_longest_answer(synthesized) -> None:
+    """An embedding/classification pool is alarmed near the SLO, a generating pool gets its answer's decode time on
+    top (the same budget a single model's endpoint gets: SLO + output tokens x 100 ms)."""
+    from cpu_inference.sagemaker.props import ALARM_OUTPUT_TOKENS
+
+    s = synthesized["examples/model-farm-sagemaker.yaml"]
+    slo_ms = s.config.slo.p95_latency_ms
+    want = set()
+    for pool in s.config.farm.pools:
+        members = s.config.pool_models(pool.name)
+        if members:
+            tokens = max(ALARM_OUTPUT_TOKENS.get(m.task, ALARM_OUTPUT_TOKENS["chat"]) for m in members)
+            want.add((slo_ms + tokens * 100) * 1000)  # ModelLatency is in microseconds
+    assert len(want) == 2, want  # the example's small pool classifies/embeds, its medium pool generates
+    thresholds = {r["Properties"]["Threshold"] for r in s.template["Resources"].values()
+                  if r["Type"] == "AWS::CloudWatch::Alarm" and r["Properties"].get("MetricName") == "ModelLatency"}
+    assert want <= thresholds, (want, thresholds)

@@ -29,6 +29,7 @@ from ..k8s.model_pool_chart import ModelPoolChartProps
 from ..k8s.router_chart import RouterChartProps
 from ..pool_sizing import PoolPlan, pool_plan
 from ..sagemaker import MultiModelEndpoint, MultiModelEndpointProps
+from ..sagemaker.props import ALARM_OUTPUT_TOKENS
 from .deployment import DeploymentProps, eks_workloads, endpoints, served_policy
 from .eks_platform import EksPlatform
 from .farm_pool import FarmPoolSettings
@@ -149,6 +150,10 @@ class ModelFarm(Construct):
                         min_capacity=p.replicas_min, max_capacity=p.replicas_max,
                         threads_per_model=self.plans[p.name].threads_per_model,
                         network_isolation=d.sagemaker.network_isolation,
+                        # The latency alarm as for one model's endpoint: the SLO plus the longest answer a member's
+                        # task produces (an embedding/rerank pool: the SLO alone).
+                        latency_slo=cdk.Duration.millis(d.p95_latency_ms),
+                        alarm_output_tokens=max(ALARM_OUTPUT_TOKENS.get(m.spec.task, ALARM_OUTPUT_TOKENS["chat"]) for m in props.members(p.name)),
                     ),
                 )
             return
