@@ -32,10 +32,11 @@ LAYOUTS = ("gguf", "mme")
 ENGINE_JSON = "engine.json"  # the MME tarball's member with the llama-server flags
 FORMAT_VERSION = 1
 
-_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")  # a DNS label: also a key segment and a TargetModel part
-_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
-_REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+# What a model copy accepts, for one model (ModelArtifactProps) and a catalog entry alike (the library imports these).
+NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")  # a DNS label: also a key segment and a TargetModel part
+REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _FLAG = re.compile(r"^[a-z][a-z0-9-]{0,63}$")  # a llama-server flag name without its leading dashes
 _ENTRY_FIELDS = ("name", "hf_repo", "file", "revision", "sha256", "token_secret_name", "engine_args")
 
@@ -68,16 +69,16 @@ class CatalogEntry:
 
     def validate(self) -> None:
         where = f"catalog entry {self.name!r}"
-        if not isinstance(self.name, str) or not _NAME.match(self.name):
+        if not isinstance(self.name, str) or not NAME.match(self.name):
             raise CatalogError(f"{where}: name must be a DNS label (lowercase letters, digits, '-'; at most 63)")
-        if not _REPO.match(self.hf_repo or ""):
+        if not REPO.match(self.hf_repo or ""):
             raise CatalogError(f"{where}: hf_repo must be a Hugging Face repo as owner/name, got {self.hf_repo!r}")
         parts = (self.file or "").split("/")
         if not self.file or self.file.startswith("/") or ".." in parts or "" in parts or "*" in self.file:
             raise CatalogError(f"{where}: file must be a path inside the repo (no leading '/', '..' or '*'), got {self.file!r}")
-        if not _REVISION.match(self.revision or "") or ".." in self.revision.split("/"):
+        if not REVISION.match(self.revision or "") or ".." in self.revision.split("/"):
             raise CatalogError(f"{where}: revision must be a branch, tag or commit, got {self.revision!r}")
-        if self.sha256 is not None and not _SHA256.match(self.sha256):
+        if self.sha256 is not None and not SHA256.match(self.sha256):
             raise CatalogError(f"{where}: sha256 must be 64 lowercase hex characters, got {self.sha256!r}")
         if self.token_secret_name is not None and not self.token_secret_name.strip():
             raise CatalogError(f"{where}: token_secret_name must not be empty (leave it out for public repos)")

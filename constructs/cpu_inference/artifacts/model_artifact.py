@@ -35,16 +35,12 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from model_download.buildspec import BUILD_SPEC as BUILD_SPEC  # re-exported: the job's contract lives with the job
+from model_download.catalog import NAME, REPO, REVISION, SHA256
 from model_download.custom_resource import IDENTITY_PROPERTIES, build_environment
 
 from .copy_job import acknowledge_copy_job, copy_job_project, copy_job_resource, copy_job_role
 from .copy_provider import MAX_WAIT_MINUTES, ModelCopyProvider
 from .model_bucket import MODELS_PREFIX, ModelBucket
-
-_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
-_REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -84,10 +80,10 @@ class ModelArtifactProps:
             if value is not None and not cdk.Token.is_unresolved(value) and not pattern.match(value):
                 raise ValueError(f"ModelArtifactProps.{field} must be {what}, got {value!r}")
 
-        check("name", self.name, _NAME, "a DNS label (lowercase letters, digits, '-'; at most 63)")
-        check("hf_repo", self.hf_repo, _REPO, "a Hugging Face repo as owner/name")
-        check("revision", self.revision, _REVISION, "a branch, tag or commit (letters, digits, . _ - /)")
-        check("sha256", self.sha256, _SHA256, "64 lowercase hex characters")
+        check("name", self.name, NAME, "a DNS label (lowercase letters, digits, '-'; at most 63)")
+        check("hf_repo", self.hf_repo, REPO, "a Hugging Face repo as owner/name")
+        check("revision", self.revision, REVISION, "a branch, tag or commit (letters, digits, . _ - /)")
+        check("sha256", self.sha256, SHA256, "64 lowercase hex characters")
         if ".." in self.revision.split("/"):
             raise ValueError(f"ModelArtifactProps.revision must not contain '..', got {self.revision!r}")
         if not self.file or self.file.startswith("/") or ".." in self.file.split("/") or "*" in self.file:
