@@ -43,7 +43,7 @@ PURE_UNITS = frozenset({"_jsii_node", "_resources", "engine_tasks", "sizing", "t
                         "config"})
 # The old paths of the moved test helpers: re-exports only, kept so existing imports and
 # `python -m cpu_inference.k8s.crd_validation` work. The only library modules allowed to import cpu_inference.testing.
-TESTING_SHIMS = frozenset({"k8s/pod_security_check.py", "k8s/crd_validation.py", "k8s/crd_cel.py"})
+TESTING_SHIMS = frozenset({"k8s/pod_security.py", "k8s/crd_validation.py", "k8s/crd_cel.py"})
 JSII_LIBRARIES = FORBIDDEN_IN_RUNTIME - {"cpu_inference"}
 
 TIER_OF = {unit: i for i, units in enumerate(TIERS) for unit in units}

@@ -1,7 +1,7 @@
 """Moved to cpu_inference.testing.pod_security (checks rendered objects against Pod Security "restricted"); this
 path keeps old imports working."""
 
-from .pod_security_check import (  # noqa: F401
+from ..testing.pod_security import (  # noqa: F401
     BASELINE_CAPABILITIES,
     RESTRICTED_VOLUME_TYPES,
     SAFE_SYSCTLS,
