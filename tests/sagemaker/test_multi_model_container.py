@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import tarfile
-import time
 from pathlib import Path
 
 import aws_cdk as cdk
@@ -19,7 +18,7 @@ import httpx
 import pytest
 from aws_cdk import aws_ecr as ecr
 from tests.support.cdk import template_json
-from tests.support.engine import free_port
+from tests.support.engine import free_port, wait_healthy
 
 from cpu_inference.artifacts import ModelBucket
 from cpu_inference.sagemaker import EngineImage, MultiModelEndpoint, MultiModelEndpointProps
@@ -61,16 +60,10 @@ def test_the_synthesized_environment_serves_a_farm_artifact(llama_server_bin: Pa
         proc = subprocess.Popen([sys.executable, str(ENGINE_DIR / "entrypoint.py"), "serve"], env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, log.read_text()
-            try:
-                if httpx.get(f"{url}/ping", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.05)
+        try:
+            wait_healthy(url, proc, timeout=30, path="/ping")
+        except (RuntimeError, TimeoutError) as e:
+            raise AssertionError(f"{e}\n{log.read_text()}") from None
 
         # SageMaker, on the first InvokeEndpoint(TargetModel=...): download <prefix><TargetModel>, extract it under
         # /opt/ml/models/<model_name>/model (model_name is opaque), then POST /models.

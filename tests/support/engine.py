@@ -39,13 +39,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_healthy(base_url: str, proc: subprocess.Popen | None = None, timeout: float = 120) -> None:
+def wait_healthy(base_url: str, proc: subprocess.Popen | None = None, timeout: float = 120, path: str = "/health") -> None:
+    """Poll `base_url + path` until it answers 200 (llama-server: /health; a SageMaker container: /ping)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode} before it was healthy")
         try:
-            with urllib.request.urlopen(f"{base_url}/health", timeout=2) as r:
+            with urllib.request.urlopen(f"{base_url}{path}", timeout=2) as r:
                 if r.status == 200:
                     return
         except OSError:

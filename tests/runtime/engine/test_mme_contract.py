@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 from tests.runtime.engine.serving import ENGINE_DIR, chat_body, serve_env
-from tests.support.engine import free_port
+from tests.support.engine import free_port, wait_healthy
 
 pytestmark = pytest.mark.engine
 
@@ -99,16 +99,10 @@ def mme_container(binary: Path, workdir: Path, mode: str = "serve", **extra: str
         proc = subprocess.Popen([sys.executable, str(ENGINE_DIR / "entrypoint.py"), mode], env=env, stdout=out, stderr=subprocess.STDOUT)
     mme = Mme(f"http://127.0.0.1:{port}", proc, log, models_root)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, mme.log_text()
-            try:
-                if httpx.get(f"{mme.url}/ping", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, mme.log_text()
-            time.sleep(0.05)
+        try:
+            wait_healthy(mme.url, proc, timeout=30, path="/ping")
+        except (RuntimeError, TimeoutError) as e:
+            raise AssertionError(f"{e}\n{mme.log_text()}") from None
         yield mme
     finally:
         proc.terminate()
