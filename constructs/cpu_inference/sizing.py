@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 from .engine_tasks import task_env
+from .engines import DTYPE_BYTES, LLAMA_CPP, VLLM, check_engine
 
 GIB = 1024**3
 MIB = 1024**2
@@ -43,6 +44,18 @@ TASK_CONTEXT = {
 RUNTIME_OVERHEAD_BYTES = 256 * MIB  # llama-server process, HTTP, tokenizer, scratch
 COMPUTE_BUFFER_FRACTION = 0.10  # compute buffers grow with the graph size ~ weights
 RAM_TO_FILE_RATIO = 1.5  # AWS guidance: keep RAM >= 1.5x the model file
+
+# vLLM CPU (engine "vllm"): weights are the checkpoint's tensors in `dtype` (2 bytes a parameter in BF16), the
+# KV cache is one block pool of VLLM_CPU_KVCACHE_SPACE whole GiB (vllm/envs.py parses it as an int; vLLM refuses
+# to start when max-model-len tokens do not fit in it), and the process tree (API server, EngineCore, worker:
+# Python, torch, the compiled graph, activations for a prefill chunk) costs far more than llama-server's.
+# Measured here (vllm-cpu 0.32.0, 2 vCPU, SmolLM2-135M BF16 = 257 MiB, KV 1 GiB, 4 sequences): the process tree's
+# PSS is 3,170 MiB idle and under 4 concurrent generations, i.e. ~1.85 GiB beyond weights + KV. Planned: 2 GiB plus
+# the compute-buffer share of the weights that llama.cpp sizing uses (activations grow with the hidden size).
+VLLM_RUNTIME_OVERHEAD_BYTES = 2 * GIB
+# vLLM reserves CPUs for its non-OMP threads (scheduler busy loop, API server): 1 per rank on x86/ARM by default
+# (vllm/utils/ompmultiprocessing.py); the reference EPYC setup sets VLLM_CPU_NUM_OF_RESERVED_CPU=1 as well.
+VLLM_RESERVED_CPUS = 1
 
 
 @dataclass(frozen=True)
@@ -181,12 +194,21 @@ class ModelSpec:
     # The least context one slot must hold, whatever the task: e.g. the SLM pre-filter's router prompt and an
     # answer (cpu_inference.slm_context). Capped by context_window (config validation reports that case).
     min_context_per_slot: int | None = None
+    engine: str = LLAMA_CPP  # llama.cpp (GGUF, `quantization`) | vllm (safetensors in `dtype`): cpu_inference.engines
+    dtype: str = "bfloat16"  # vLLM's --dtype (ignored by llama.cpp, whose weights are the GGUF's quantization)
 
 
 def weights_bytes(m: ModelSpec) -> int:
     if m.file_size_bytes:
         return m.file_size_bytes
+    if m.engine == VLLM:
+        return int(m.parameters_billions * 1e9 * DTYPE_BYTES[m.dtype])
     return int(m.parameters_billions * 1e9 * BITS_PER_WEIGHT[m.quantization] / 8)
+
+
+def vllm_kv_cache_space_gib(m: ModelSpec, slots: int, ctx_per_slot: int) -> int:
+    """VLLM_CPU_KVCACHE_SPACE: every sequence at its longest context, in whole GiB (at least 1)."""
+    return max(1, math.ceil(slots * ctx_per_slot * kv_bytes_per_token(m) / GIB))
 
 
 def kv_bytes_per_token(m: ModelSpec) -> int:
@@ -221,6 +243,8 @@ def default_slots(m: ModelSpec, vcpus: float) -> int:
 
 def memory_needed(m: ModelSpec, slots: int, ctx_per_slot: int) -> int:
     w = weights_bytes(m)
+    if m.engine == VLLM:
+        return w + vllm_kv_cache_space_gib(m, slots, ctx_per_slot) * GIB + VLLM_RUNTIME_OVERHEAD_BYTES + int(COMPUTE_BUFFER_FRACTION * w)
     kv = slots * ctx_per_slot * kv_bytes_per_token(m)
     working = w + kv + RUNTIME_OVERHEAD_BYTES + int(COMPUTE_BUFFER_FRACTION * w)
     return max(working, int(RAM_TO_FILE_RATIO * w))
@@ -262,6 +286,12 @@ class Sizing:
 
     cpu_available: float  # vCPUs the engine may use on this instance (EKS: node allocatable)
     task: str = "chat"  # the model's task: engine_tasks adds what it needs (--embeddings, --reranking)
+    engine: str = LLAMA_CPP
+    # vLLM only: CPUs kept for the scheduler and API server (threads = cpu_request - reserved_cpus), the KV
+    # cache pool in whole GiB, and the weights' dtype.
+    reserved_cpus: int = 0
+    kv_cache_space_gib: int = 0
+    dtype: str = "bfloat16"
 
     @property
     def fits(self) -> bool:
@@ -271,9 +301,27 @@ class Sizing:
     def memory_request_mib(self) -> int:
         return math.ceil(self.memory_needed_bytes / MIB)
 
-    def engine_env(self) -> dict[str, str]:
-        """Environment for the container entrypoint: one thread count everywhere (no oversubscription)."""
+    def engine_env(self, *, exclusive_cpus: bool | None = None) -> dict[str, str]:
+        """Environment for the container entrypoint: one thread count everywhere (no oversubscription).
+
+        exclusive_cpus (vLLM): the engine owns its CPUs — a SageMaker instance (the default there) or an EKS pod
+        with Guaranteed QoS under the static CPU manager — so vLLM binds its OMP threads to them ("auto": the
+        process's allowed CPUs minus the reserved ones, vllm/utils/ompmultiprocessing.py). On shared nodes the
+        pod's cpuset is the whole node, so binding would pin threads onto other pods' cores: "nobind", and
+        OMP_NUM_THREADS alone bounds the threads."""
         t = str(self.threads)
+        if self.engine == VLLM:
+            exclusive = self.target == "sagemaker" if exclusive_cpus is None else exclusive_cpus
+            return {
+                "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_space_gib),
+                "VLLM_CPU_OMP_THREADS_BIND": "auto" if exclusive else "nobind",
+                "VLLM_CPU_NUM_OF_RESERVED_CPU": str(self.reserved_cpus),
+                "OMP_NUM_THREADS": t,
+                "MKL_NUM_THREADS": t,
+                "SERVE_MAX_NUM_SEQS": str(self.slots),
+                "SERVE_MAX_MODEL_LEN": str(self.ctx_per_slot),
+                "SERVE_DTYPE": self.dtype,
+            }
         return {
             "LLAMA_THREADS": t,
             "LLAMA_PARALLEL": str(self.slots),
@@ -294,29 +342,35 @@ def size(m: ModelSpec, it: InstanceType, *, target: str = "sagemaker", cpu: floa
     target="eks": the engine is a pod with `cpu` vCPUs (default: what the model needs, at most the node's
     usable CPUs); threads = the CPU request, memory request = what the model needs.
     Slots shrink until the model fits, but never below 1.
+    vLLM (m.engine == "vllm"): slots are --max-num-seqs, context per slot --max-model-len, and one CPU (when
+    there are two or more) is kept for vLLM's scheduler and API server: threads = CPUs - 1.
     """
+    check_engine(m.engine)
     if target == "sagemaker":
         cpus: float = it.vcpus
     else:
         cpus = cpu if cpu is not None else default_pod_cpu(m)
-    threads = max(1, int(cpus))
+    reserved = VLLM_RESERVED_CPUS if m.engine == VLLM and int(cpus) > VLLM_RESERVED_CPUS else 0
+    threads = max(1, int(cpus) - reserved)
     ctx = context_per_slot(m)
-    slots = default_slots(m, threads)
+    slots = default_slots(m, int(cpus))
     available = usable_memory_bytes(it, target=target)
     while slots > 1 and m.parallel_slots is None and memory_needed(m, slots, ctx) > available:
         slots -= 1
     need = memory_needed(m, slots, ctx)
     return Sizing(
         instance=it, target=target, threads=threads, slots=slots, ctx_per_slot=ctx, ctx_total=slots * ctx,
-        weights_bytes=weights_bytes(m), kv_cache_bytes=slots * ctx * kv_bytes_per_token(m),
+        weights_bytes=weights_bytes(m),
+        kv_cache_bytes=vllm_kv_cache_space_gib(m, slots, ctx) * GIB if m.engine == VLLM else slots * ctx * kv_bytes_per_token(m),
         memory_needed_bytes=need, memory_available_bytes=available, cpu_request=float(cpus),
-        cpu_available=usable_vcpus(it, target=target), task=m.task,
+        cpu_available=usable_vcpus(it, target=target), task=m.task, engine=m.engine, reserved_cpus=reserved,
+        kv_cache_space_gib=vllm_kv_cache_space_gib(m, slots, ctx) if m.engine == VLLM else 0, dtype=m.dtype,
     )
 
 
 def default_pod_cpu(m: ModelSpec) -> float:
     """vCPUs per pod on EKS: small models run best thin (1-2 threads: cache friendly, bin-packable);
-    bigger ones get more cores for prompt processing."""
+    bigger ones get more cores for prompt processing. vLLM keeps one of them for its scheduler."""
     if m.parameters_billions < 1:
         return 2.0
     if m.parameters_billions < 4:

@@ -39,7 +39,7 @@ class Engine:
 
 
 def _describe(m) -> str:
-    return f"{m.parameters_billions:g}B {m.quantization} {m.source.hf_repo}/{m.source.file}"
+    return f"{m.parameters_billions:g}B {m.weights_label} {m.source.hf_repo}/{m.source.file or ''}".rstrip("/")
 
 
 def slots_args(slots: int, ctx_per_slot: int) -> list[str]:

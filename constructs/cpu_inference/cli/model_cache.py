@@ -543,7 +543,7 @@ def fetch_model(
 
 
 def _offline_line(missing: list[tuple[str, Model]], endpoint: str, reason: str) -> str:
-    what = ", ".join(f"{label} {m.source.hf_repo}/{m.source.file}@{m.source.revision}" for label, m in missing)
+    what = ", ".join(f"{label} {m.source.hf_repo}/{m.source.file or ''}@{m.source.revision}".replace("/@", "@") for label, m in missing)
     names = ", ".join(m.name for _, m in missing)
     return (f"no network: {reason}, so {endpoint} cannot send {what}, and the cache has no copy — "
             f"serve a local GGUF with --model-map NAME=PATH (for {names}), or run the small stand-ins with --stand-ins")

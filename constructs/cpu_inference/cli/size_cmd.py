@@ -78,7 +78,7 @@ def _model_table(filename: str, config: Config, models: list) -> Table:
         assert s is not None  # load() already rejected models that fit nowhere
         inst = s.instance.sagemaker_name if config.target == "sagemaker" else s.instance.name
         table.add_row(
-            m.name, f"{m.parameters_billions:g}B", m.quantization, inst, _gib(s.weights_bytes), _gib(s.kv_cache_bytes),
+            m.name, f"{m.parameters_billions:g}B", m.weights_label, inst, _gib(s.weights_bytes), _gib(s.kv_cache_bytes),
             _gib(s.memory_needed_bytes), _gib(s.memory_available_bytes), str(s.threads), str(s.slots), str(s.ctx_per_slot),
             "yes" if s.fits else "NO",
         )

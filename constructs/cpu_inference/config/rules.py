@@ -21,6 +21,7 @@ def model_spec(m: Model, config: Config | None = None) -> sizing.ModelSpec:
         kv_heads=shape.kv_heads if shape else None, head_dim=shape.head_dim if shape else None,
         parallel_slots=m.parallel_slots, context_per_slot=m.context_per_slot,
         min_context_per_slot=slm_context_need(config) if config is not None and _is_router_slm(config, m) else None,
+        engine=m.engine, dtype=m.weights_dtype,
     )
 
 
@@ -198,7 +199,7 @@ def _check_fit(config: Config) -> list[Problem]:
                 fix = f"use a larger instance such as {bigger.instance.sagemaker_name}" if bigger else "use a smaller model or quantization"
                 out.append(Problem(
                     config.model_path(i),
-                    f"{m.name} ({m.parameters_billions:g}B {m.quantization}) needs {_gib(s.memory_needed_bytes)} but {sagemaker_instance_of(config, m)} has {_gib(s.memory_available_bytes)} usable — {fix}",
+                    f"{m.name} ({m.parameters_billions:g}B {m.weights_label}) needs {_gib(s.memory_needed_bytes)} but {sagemaker_instance_of(config, m)} has {_gib(s.memory_available_bytes)} usable — {fix}",
                 ))
             continue
         candidates = eks_candidates(config)
@@ -219,7 +220,7 @@ def _check_fit(config: Config) -> list[Problem]:
             else:
                 out.append(Problem(
                     config.model_path(i),
-                    f"{m.name} ({m.parameters_billions:g}B {m.quantization}) needs {_gib(s.memory_needed_bytes)}, more than the largest allowed node ({biggest.name}, {_gib(s.memory_available_bytes)} allocatable) — allow r-family or larger instance types, or a smaller quantization",
+                    f"{m.name} ({m.parameters_billions:g}B {m.weights_label}) needs {_gib(s.memory_needed_bytes)}, more than the largest allowed node ({biggest.name}, {_gib(s.memory_available_bytes)} allocatable) — allow r-family or larger instance types, or a smaller quantization",
                 ))
     return out
 

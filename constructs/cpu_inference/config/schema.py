@@ -17,12 +17,14 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     create_model,
     field_validator,
     model_validator,
 )
 from pydantic_core import InitErrorDetails
 
+from ..engines import DEFAULT_VLLM_DTYPE, LLAMA_CPP, VLLM, VLLM_TASKS
 from ..slm_context import DEFAULT_ANSWER_MAX_TOKENS
 
 
@@ -75,11 +77,11 @@ class Project(_Strict):
 
 class ModelSource(_Strict):
     hf_repo: Annotated[str, Field(pattern=_HF_REPO, description="the Hugging Face repo, as owner/name")]
-    file: Annotated[str, Field(pattern=r"^[^/].*\.gguf$", description="the GGUF file name inside the repo (ends in .gguf)")]
+    file: Annotated[str | None, Field(pattern=r"^[^/].*\.gguf$", description="the GGUF file name inside the repo (ends in .gguf); engine llama.cpp only — engine vllm copies the repo's safetensors checkpoint")] = None
     revision: Annotated[str, Field(min_length=1, description="a commit sha (reproducible) or a branch/tag such as main")] = "main"
     sha256: Annotated[str | None, Field(pattern=r"^[0-9a-f]{64}$", description="expected sha256 of the file (64 hex chars); default: the one the Hub reports")] = None
     token_secret_name: Annotated[str | None, Field(min_length=1, description="Secrets Manager secret holding a Hugging Face token, for gated models")] = None
-    size_bytes: Annotated[int | None, Field(gt=0, description="the GGUF file size in bytes, when known (sharper sizing)")] = None
+    size_bytes: Annotated[int | None, Field(gt=0, description="the GGUF file size (engine vllm: the safetensors' total) in bytes, when known (sharper sizing)")] = None
 
 
 class ModelShape(_Strict):
@@ -103,14 +105,16 @@ class Replicas(_Strict):
 
 class Model(_Strict):
     name: Annotated[str, Field(pattern=_NAME, description="short DNS-safe name, unique in the config, e.g. smollm2-135m")]
+    engine: Annotated[Literal["llama.cpp", "vllm"], Field(description="llama.cpp (default: a GGUF file, every pattern and target) or vllm (vLLM's CPU backend: a Hugging Face safetensors repo in dtype, dedicated replicas or endpoint)")] = "llama.cpp"
     source: ModelSource
-    quantization: Annotated[Quantization, Field(description="GGUF quantization, e.g. Q4_K_M (default), Q5_K_M, Q8_0")] = "Q4_K_M"
+    quantization: Annotated[Quantization, Field(description="GGUF quantization, e.g. Q4_K_M (default), Q5_K_M, Q8_0 (engine llama.cpp)")] = "Q4_K_M"
+    dtype: Annotated[Literal["bfloat16", "float16", "float32"] | None, Field(description="engine vllm: the weights' dtype, bfloat16 (default; every supported CPU has BF16 instructions), float16 or float32")] = None
     parameters_billions: Annotated[float, Field(gt=0, le=2000, description="parameter count in billions, e.g. 0.135 or 8")]
     context_window: Annotated[int, Field(ge=128, le=1_048_576, description="the longest context one request needs (tokens), at most the model's trained context")] = 4096
     task: Annotated[Task, Field(validate_default=True, description="classification | routing | extraction | chat | embedding | rerank | batch")] = Task.CHAT
     role: Annotated[Role | None, Field(description="slm | llm (slm-prefilter) or farm (model-farm); default from the pattern")] = None
     shape: ModelShape | None = None
-    parallel_slots: Annotated[int | None, Field(ge=1, le=64, description="llama.cpp parallel slots; default computed by sizing")] = None
+    parallel_slots: Annotated[int | None, Field(ge=1, le=64, description="llama.cpp parallel slots (engine vllm: --max-num-seqs); default computed by sizing")] = None
     context_per_slot: Annotated[int | None, Field(ge=128, description="tokens of context per slot; default from the task and context_window")] = None
     cpu: Annotated[float | None, Field(gt=0, le=192, description="vCPUs per replica on EKS (= engine threads); default from sizing")] = None
     instance_type: Annotated[str | None, Field(description="SageMaker instance type for this model, e.g. ml.c7g.2xlarge; default sagemaker.instance_type")] = None
@@ -126,6 +130,59 @@ class Model(_Strict):
                 "lower context_per_slot or raise context_window"
             )
         return self
+
+    # What each engine loads: llama.cpp a GGUF file in a quantization, vLLM a safetensors checkpoint in a dtype, one
+    # model per process (cpu_inference.engines says why each limit exists). Field validators, so an error names the
+    # key written (`engine` is declared first so they can see it); those without validate_default run only on a
+    # value the user wrote.
+    @field_validator("source")
+    @classmethod
+    def _source_for_engine(cls, source: ModelSource, info: ValidationInfo) -> ModelSource:
+        engine = info.data.get("engine")  # None: the engine itself was invalid (reported on its own line)
+        if engine == LLAMA_CPP and source.file is None:
+            raise ValueError("file is required for engine llama.cpp — name the .gguf file in the repo (source.file), or set engine: vllm for a safetensors repo")
+        if engine == VLLM and source.file is not None:
+            raise ValueError(f"engine vllm loads the repo's safetensors checkpoint, not a GGUF file — remove source.file ({source.file}) or use engine: llama.cpp")
+        return source
+
+    @field_validator("quantization")
+    @classmethod
+    def _quantization_for_engine(cls, value: str, info: ValidationInfo) -> str:
+        if info.data.get("engine") == VLLM:
+            raise ValueError(f"quantization is a GGUF setting; engine vllm runs the checkpoint in dtype — remove quantization (dtype defaults to {DEFAULT_VLLM_DTYPE}) or use engine: llama.cpp")
+        return value
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtype_for_engine(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and info.data.get("engine") == LLAMA_CPP:
+            raise ValueError("dtype is for engine vllm — llama.cpp runs the GGUF file's quantization: remove dtype, or set engine: vllm")
+        return value
+
+    @field_validator("task")
+    @classmethod
+    def _task_for_engine(cls, value: Any, info: ValidationInfo) -> Any:
+        task = value.value if isinstance(value, Enum) else value
+        if info.data.get("engine") == VLLM and task not in VLLM_TASKS:
+            raise ValueError(f"task {task} stays on engine llama.cpp here (vLLM's pooling runner is not wired) — use engine: llama.cpp, or a generation task ({', '.join(VLLM_TASKS)})")
+        return value
+
+    @field_validator("serving")
+    @classmethod
+    def _serving_for_engine(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value == "pool" and info.data.get("engine") == VLLM:
+            raise ValueError("engine vllm serves one model per process, so it cannot share a farm pool — remove serving: pool (the model gets its own replicas) or use engine: llama.cpp")
+        return value
+
+    @property
+    def weights_label(self) -> str:
+        """How the weights are stored, for tables and messages: the GGUF quantization, or vLLM's dtype."""
+        return self.quantization if self.engine == LLAMA_CPP else f"{self.weights_dtype} (vLLM)"
+
+    @property
+    def weights_dtype(self) -> str:
+        """vLLM's --dtype (the default when not written); llama.cpp models have none."""
+        return self.dtype or DEFAULT_VLLM_DTYPE
 
 
 def _partial(model: type[BaseModel], name: str, doc: str, *, skip: tuple[str, ...] = (), required: tuple[str, ...] = (),
@@ -380,10 +437,12 @@ class Config(_Strict):
         return "farm" if self.pattern == "model-farm" else "slm"
 
     def serving_of(self, model: Model) -> str:
-        """pool or dedicated: the model's own serving:, else pool for a farm model of model-farm."""
+        """pool or dedicated: the model's own serving:, else pool for a llama.cpp farm model of model-farm (a vLLM
+        process serves one model: always dedicated)."""
         if model.serving:
             return model.serving
-        return "pool" if self.pattern == "model-farm" and self.role_of(model) == "farm" else "dedicated"
+        pooled = self.pattern == "model-farm" and self.role_of(model) == "farm" and model.engine != VLLM
+        return "pool" if pooled else "dedicated"
 
     def pool_of(self, model: Model) -> FarmPool | None:
         """The pool serving `model` (its pool:, else the first), or None when it is served dedicated or the pool

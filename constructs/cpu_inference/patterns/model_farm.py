@@ -99,6 +99,8 @@ def plan_pool(pool: FarmPoolSettings, members: tuple[ServedModel, ...]) -> PoolP
 
 
 def catalog_entry(m: ServedModel, plan: PoolPlan) -> CatalogEntry:
+    if m.file is None:  # ServedModel.validate: only a vLLM model has no file, and it is never pooled
+        raise ValueError(f"ServedModel {m.name}: a pooled model needs its GGUF file")
     return CatalogEntry(
         name=m.name, hf_repo=m.hf_repo, file=m.file, revision=m.revision, sha256=m.sha256,
         token_secret_name=m.token_secret_name, engine_args=plan.engine_args(m.name),

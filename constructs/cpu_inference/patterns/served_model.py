@@ -5,14 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import sizing
+from ..engines import is_vllm
 
 
 @dataclass(frozen=True)
 class ServedModel:
-    """One GGUF model and its serving settings.
+    """One model and its serving settings: a GGUF file for engine llama.cpp, a safetensors repo for engine vllm
+    (`spec.engine`).
 
     name: DNS-safe name, unique in the pattern (S3 prefix models/<name>/, Kubernetes names, endpoint names).
-    hf_repo / file / revision: the Hugging Face source; sha256 pins the bytes (default: the Hub's LFS sha256).
+    hf_repo / file / revision: the Hugging Face source (file: the .gguf, llama.cpp only; vLLM copies the repo's
+    safetensors checkpoint); sha256 pins the GGUF's bytes (default: the Hub's LFS sha256).
     token_secret_name: Secrets Manager secret with a Hugging Face token, for gated models.
     spec: what sizing needs (parameters, quantization, context, task, shape).
     role: slm | llm | farm. replicas_min/max: scaling bounds. instance_type: SageMaker instance (target sagemaker).
@@ -22,7 +25,7 @@ class ServedModel:
 
     name: str
     hf_repo: str
-    file: str
+    file: str | None
     spec: sizing.ModelSpec
     revision: str = "main"
     sha256: str | None = None
@@ -34,8 +37,17 @@ class ServedModel:
     cpu: float | None = None
     pool: str | None = None
 
+    @property
+    def engine(self) -> str:
+        return self.spec.engine
+
     def validate(self) -> None:
-        if not self.file.endswith(".gguf"):
+        if is_vllm(self.engine):
+            if self.file is not None:
+                raise ValueError(f"ServedModel {self.name}: engine vllm loads the repo's safetensors checkpoint — file must be None, got {self.file!r}")
+            if self.pool is not None:
+                raise ValueError(f"ServedModel {self.name}: engine vllm serves one model per process — it cannot be in pool {self.pool!r}")
+        elif not (self.file or "").endswith(".gguf"):
             raise ValueError(f"ServedModel {self.name}: file must be a .gguf file, got {self.file!r}")
         if self.replicas_min > self.replicas_max:
             raise ValueError(f"ServedModel {self.name}: replicas_min {self.replicas_min} > replicas_max {self.replicas_max}")
