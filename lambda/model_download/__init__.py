@@ -1,4 +1,5 @@
-"""Copy a Hugging Face model file into S3, verified and never half-written (plain boto3 + stdlib + urllib3).
+"""Copy a Hugging Face model file (or a vLLM model's safetensors snapshot) into S3, verified and never half-written
+(plain boto3 + stdlib + urllib3).
 
 Used by the ModelArtifact CodeBuild job (`python -m model_download`), by `cpu-inference download`, and by the
 custom-resource handlers in `custom_resource`."""
@@ -15,6 +16,8 @@ from .errors import (
     TokenError,
 )
 from .hub import FileInfo, FileRef, Hub, RetryPolicy
+from .snapshot import MANIFEST_NAME, SnapshotRequest, SnapshotResult, copy_snapshot
+from .snapshot_select import SnapshotError
 
 __all__ = [
     "ChecksumMismatchError",
@@ -28,9 +31,14 @@ __all__ = [
     "HubError",
     "HubNotFoundError",
     "ImmutableKeyError",
+    "MANIFEST_NAME",
     "RetryPolicy",
+    "SnapshotError",
+    "SnapshotRequest",
+    "SnapshotResult",
     "TokenError",
     "copy_model",
+    "copy_snapshot",
     "part_size_for",
     "plan_parts",
     "read_token",

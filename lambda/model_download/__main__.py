@@ -1,5 +1,6 @@
 """`python -m model_download --repo R --file F --bucket B --key-prefix P [...]` — the CodeBuild job's entry point
-(`python -m model_download catalog ...`: the ModelCatalog job, see catalog_job).
+(`python -m model_download catalog ...`: the ModelCatalog job, see catalog_job; `python -m model_download snapshot
+...`: a vLLM model's safetensors snapshot, see snapshot_job).
 
 Logs a line per 10% (never the token); on failure prints `model_download: error: <one line>` and exits 2 —
 the custom resource quotes that line when it fails the deployment."""
@@ -55,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         from .catalog_job import main as catalog_main
 
         return catalog_main(argv[1:])
+    if argv[:1] == ["snapshot"]:  # a vLLM model: the repo's safetensors snapshot
+        from .snapshot_job import main as snapshot_main
+
+        return snapshot_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m model_download", description="Copy a Hugging Face file to S3, verified.")
     add_arguments(parser)
     parser.add_argument("--receipt-env", default=None, metavar="FILE",

@@ -100,3 +100,41 @@ def write_catalog_receipt(path: str | Path, *, receipt_key: str, fingerprint: st
               "CATALOG_MODELS": str(models), "CATALOG_COPIED": str(copied)}
     assert set(values) == set(CATALOG_RECEIPT)
     Path(path).write_text("".join(f"{name}={shlex.quote(value)}\n" for name, value in values.items()))
+
+
+# -- snapshot mode: a vLLM model's safetensors repo (ModelArtifactProps(snapshot=True)) ----------------------
+
+SNAPSHOT_RECEIPT_FILE = "snapshot-receipt.env"
+
+# Exported variable → custom-resource attribute. Key is the prefix `models/<name>/<commit>/`; Sha256 is the
+# manifest's digest (`<prefix>cpu-inference.manifest`, sorted `path sha256 size` lines); Files its line count.
+SNAPSHOT_RECEIPT = {
+    "MODEL_RESOLVED_COMMIT": "Commit",
+    "MODEL_RESOLVED_SHA256": "Sha256",
+    "MODEL_RESOLVED_KEY": "Key",
+    "MODEL_RESOLVED_SIZE": "Size",
+    "MODEL_RESOLVED_FILES": "Files",
+}
+
+SNAPSHOT_BUILD_SPEC = {
+    "version": "0.2",
+    "env": {"shell": "bash", "exported-variables": list(SNAPSHOT_RECEIPT)},
+    "phases": {
+        "install": INSTALL,
+        "build": {
+            "commands": [
+                'python3 -m model_download snapshot --repo "$MODEL_REPO" --revision "$MODEL_REVISION"'
+                ' --bucket "$MODEL_BUCKET" --key-prefix "$MODEL_KEY_PREFIX" --endpoint "$HF_ENDPOINT"'
+                ' --concurrency "$MODEL_CONCURRENCY" ${HF_TOKEN_SECRET_NAME:+--token-secret "$HF_TOKEN_SECRET_NAME"}'
+                f" --receipt-env {SNAPSHOT_RECEIPT_FILE} && set -a && . ./{SNAPSHOT_RECEIPT_FILE} && set +a",
+            ]
+        },
+    },
+}
+
+
+def write_snapshot_receipt(path: str | Path, *, commit: str, sha256: str, prefix: str, size: int, files: int) -> None:
+    values = {"MODEL_RESOLVED_COMMIT": commit, "MODEL_RESOLVED_SHA256": sha256, "MODEL_RESOLVED_KEY": prefix,
+              "MODEL_RESOLVED_SIZE": str(size), "MODEL_RESOLVED_FILES": str(files)}
+    assert set(values) == set(SNAPSHOT_RECEIPT)
+    Path(path).write_text("".join(f"{name}={shlex.quote(value)}\n" for name, value in values.items()))

@@ -11,7 +11,8 @@ landed (buildspec.RECEIPT); isComplete returns that as the resource's attributes
 Consumers read those attributes, so they keep the resolved commit until the properties change.
 
 The same provider serves Custom::ModelCatalog (every pooled model of a stack in one job): an event whose
-properties carry CatalogKey goes to catalog_resource.
+properties carry CatalogKey goes to catalog_resource; and a vLLM model's safetensors snapshot: an event whose
+properties carry Snapshot goes to snapshot_resource.
 
 Resource properties (the copy's identity): ProjectName, Bucket, KeyPrefix (`models/<name>`), HfRepo, File,
 Revision, Sha256 ("" = the Hub's). The token secret, Hub endpoint and concurrency are the project's environment.
@@ -69,11 +70,20 @@ def _is_catalog(event: dict[str, Any]) -> bool:
     return "CatalogKey" in (event.get("ResourceProperties") or {})
 
 
+def _is_snapshot(event: dict[str, Any]) -> bool:
+    """A vLLM model's safetensors snapshot (snapshot_resource) rather than one file."""
+    return "Snapshot" in (event.get("ResourceProperties") or {})
+
+
 def on_event(event: dict[str, Any], _context: Any = None, *, codebuild=None) -> dict[str, Any]:  # noqa: ANN001
     if _is_catalog(event):
         from . import catalog_resource
 
         return catalog_resource.on_event(event, codebuild)
+    if _is_snapshot(event):
+        from . import snapshot_resource
+
+        return snapshot_resource.on_event(event, codebuild)
     props = event["ResourceProperties"]
     if event["RequestType"] == "Delete":
         return {"PhysicalResourceId": event["PhysicalResourceId"]}
@@ -116,4 +126,8 @@ def is_complete(event: dict[str, Any], _context: Any = None, *, codebuild=None, 
         from . import catalog_resource
 
         return catalog_resource.is_complete(event, codebuild, logs)
+    if _is_snapshot(event):
+        from . import snapshot_resource
+
+        return snapshot_resource.is_complete(event, codebuild, logs)
     return poll(event, "model copy", completion, codebuild, logs)

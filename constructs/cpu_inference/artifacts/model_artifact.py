@@ -1,4 +1,5 @@
-"""ModelArtifact: one model file copied from the Hugging Face Hub into the ModelBucket at deploy time.
+"""ModelArtifact: one model file — or, for vLLM, a repo's safetensors snapshot — copied from the Hugging Face Hub
+into the ModelBucket at deploy time.
 
 `hf_repo/file@revision` → `s3://<bucket>/models/<name>/<commit>/<file>`, by a CodeBuild job running the
 `model_download` package (parallel ranged GETs streamed into a multipart upload, sha256-verified before the
@@ -20,6 +21,11 @@ runs up to hours on managed images (no Docker at synth, no VPC or cluster to pro
 while copying, logs to CloudWatch, and reports its state through BatchGetBuilds — exactly what an isComplete
 waiter polls. The project can also be started by hand (`aws codebuild start-build`): its environment holds the
 same inputs, which is how a copy longer than CloudFormation's one-hour custom-resource limit is pre-seeded.
+
+Snapshot (`snapshot=True`, a vLLM model): every file vLLM loads from the repo (safetensors shards + index, config,
+generation config, tokenizer files — model_download.snapshot_select) lands at `models/<name>/<commit>/`, each
+verified like the single file, and a manifest (`cpu-inference.manifest`, sorted `path sha256 size` lines) is
+written last: `sha256` is the manifest's digest, `s3_uri` the prefix (ends in '/').
 """
 
 from __future__ import annotations
@@ -35,8 +41,13 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from model_download.buildspec import BUILD_SPEC as BUILD_SPEC  # re-exported: the job's contract lives with the job
+from model_download.buildspec import SNAPSHOT_BUILD_SPEC
 from model_download.catalog import NAME, REPO, REVISION, SHA256
 from model_download.custom_resource import IDENTITY_PROPERTIES, build_environment
+from model_download.snapshot import MANIFEST_NAME
+from model_download.snapshot_resource import IDENTITY_PROPERTIES as SNAPSHOT_IDENTITY_PROPERTIES
+from model_download.snapshot_resource import SNAPSHOT_LAYOUT
+from model_download.snapshot_resource import build_environment as snapshot_environment
 
 from .copy_job import acknowledge_copy_job, copy_job_project, copy_job_resource, copy_job_role
 from .copy_provider import MAX_WAIT_MINUTES, ModelCopyProvider
@@ -45,11 +56,17 @@ from .model_bucket import MODELS_PREFIX, ModelBucket
 
 @dataclass(frozen=True)
 class ModelArtifactProps:
-    """One model file to copy into `model_bucket`.
+    """One model file (`file`, a GGUF for llama.cpp) or a repo's safetensors snapshot (`snapshot=True`, for vLLM)
+    to copy into `model_bucket`. Give exactly one: an explicit flag rather than "no file means the whole repo", so
+    a forgotten `file` is an error, never a silent multi-file copy of another format.
 
     name: the model's name (DNS label); the object lands at `models/<name>/<commit>/<file>` (commit: what the
     Hub resolves `revision` to at the first deploy) and the copy job can write nothing outside `models/<name>/`.
-    sha256: expected hex digest (default: the sha256 the Hub reports for the LFS file; the copy is verified either way).
+    snapshot: copy what vLLM loads from the repo (safetensors shards + index, config.json, generation_config.json,
+    tokenizer files) to `models/<name>/<commit>/`, sealed by a manifest; a repo without safetensors is refused.
+    sha256: expected hex digest of `file` (default: the sha256 the Hub reports for the LFS file; the copy is
+    verified either way). A snapshot is pinned by `revision=<commit sha>` instead (each file is checked against
+    the Hub's listing at that commit).
     token_secret_name / existing_token_secret: a Secrets Manager secret holding a Hugging Face token (the raw
     token, or JSON with a `token` key) for gated models; the job reads it at run time, it never enters the template.
     copy_timeout_minutes: the job's timeout, 5..60 (default 55) — inside CloudFormation's one-hour ceiling for a
@@ -63,7 +80,8 @@ class ModelArtifactProps:
     model_bucket: ModelBucket
     name: str
     hf_repo: str
-    file: str
+    file: str | None = None
+    snapshot: bool = False
     revision: str = "main"
     sha256: str | None = None
     token_secret_name: str | None = None
@@ -86,7 +104,13 @@ class ModelArtifactProps:
         check("sha256", self.sha256, SHA256, "64 lowercase hex characters")
         if ".." in self.revision.split("/"):
             raise ValueError(f"ModelArtifactProps.revision must not contain '..', got {self.revision!r}")
-        if not self.file or self.file.startswith("/") or ".." in self.file.split("/") or "*" in self.file:
+        if self.snapshot and self.file is not None:
+            raise ValueError("ModelArtifactProps: give file (one GGUF, llama.cpp) or snapshot=True (the repo's safetensors, vLLM), not both")
+        if self.snapshot and self.sha256 is not None:
+            raise ValueError("ModelArtifactProps.sha256 pins one file; pin a snapshot with revision=<full commit sha> instead")
+        if not self.snapshot and self.file is None:
+            raise ValueError("ModelArtifactProps: give file (one GGUF, llama.cpp) or snapshot=True (the repo's safetensors, vLLM)")
+        if self.file is not None and (not self.file or self.file.startswith("/") or ".." in self.file.split("/") or "*" in self.file):
             raise ValueError(f"ModelArtifactProps.file must be a path inside the repo (no leading '/', '..' or '*'), got {self.file!r}")
         if self.token_secret_name is not None and self.existing_token_secret is not None:
             raise ValueError("ModelArtifactProps: give token_secret_name or existing_token_secret, not both")
@@ -111,7 +135,10 @@ class ModelArtifact(Construct):
     serving only after the copy), the copy's result as the resource's attributes (tokens): commit (the commit
     the revision resolved to), sha256 (the verified digest; the literal when props pin it), key
     (`models/<name>/<commit>/<file>`), prefix (`models/<name>/<commit>/`), s3_uri, s3_prefix_uri (SageMaker's
-    model data); model_prefix (`models/<name>/`, every commit), token_secret (ISecret | None), role (the job's
+    model data); for a snapshot (is_snapshot) key = prefix, s3_uri = s3_prefix_uri (ends in '/'), sha256 = the
+    manifest's digest, manifest_key (`<prefix>cpu-inference.manifest`) and file_count (tokens; None for a file);
+    size_bytes (token: the file's bytes, or every snapshot file's);
+    model_prefix (`models/<name>/`, every commit), token_secret (ISecret | None), role (the job's
     role), log_group, project (the CodeBuild copy job), provider (the stack's ModelCopyProvider)."""
 
     def __init__(self, scope: Construct, id: str, *, props: ModelArtifactProps) -> None:
@@ -134,31 +161,35 @@ class ModelArtifact(Construct):
         if self.token_secret is not None:
             self.token_secret.grant_read(self.role)
 
+        self.is_snapshot = props.snapshot
+        # A file artifact's properties stay exactly what they were (a new property would re-run every existing copy).
+        what = {"Snapshot": SNAPSHOT_LAYOUT} if props.snapshot else {"File": props.file, "Sha256": props.sha256 or ""}
         properties = {
             "Bucket": self.bucket.bucket_name,
             "KeyPrefix": self.model_prefix.rstrip("/"),
             "HfRepo": props.hf_repo,
-            "File": props.file,
+            **what,
             "Revision": props.revision,
-            "Sha256": props.sha256 or "",
             "TokenSecretName": self.token_secret.secret_name if self.token_secret is not None else "",
             "HfEndpoint": props.hf_endpoint,
             "Concurrency": str(props.concurrency),
         }
+        source = f"hf://{props.hf_repo}@{props.revision} (safetensors snapshot)" if props.snapshot else \
+            f"hf://{props.hf_repo}/{props.file}@{props.revision}"
         self.log_group, self.project = copy_job_project(
             self,
             provider=self.provider,
             role=self.role,
-            description=f"Copies hf://{props.hf_repo}/{props.file}@{props.revision} into the model bucket",
-            build_spec=BUILD_SPEC,
-            environment=build_environment(properties),
+            description=f"Copies {source} into the model bucket",
+            build_spec=SNAPSHOT_BUILD_SPEC if props.snapshot else BUILD_SPEC,
+            environment=(snapshot_environment if props.snapshot else build_environment)(properties),
             settings=props,
         )
 
         # Identity only: a change of token secret, endpoint or concurrency updates the project, not the copy.
         self.resource = copy_job_resource(
             self, provider=self.provider, project=self.project, role=self.role, resource_type="Custom::ModelArtifact",
-            properties=properties, identity=IDENTITY_PROPERTIES,
+            properties=properties, identity=SNAPSHOT_IDENTITY_PROPERTIES if props.snapshot else IDENTITY_PROPERTIES,
         )
 
         # Where the copy landed, as the job reported it (model_download.custom_resource.resolved). Only the commit
@@ -166,9 +197,12 @@ class ModelArtifact(Construct):
         self.commit = self.resource.get_att_string("Commit")
         self.sha256 = props.sha256 or self.resource.get_att_string("Sha256")
         self.prefix = f"{self.model_prefix}{self.commit}/"
-        self.key = f"{self.prefix}{props.file}"
+        self.key = self.prefix if props.snapshot else f"{self.prefix}{props.file}"
         self.s3_uri = f"s3://{self.bucket.bucket_name}/{self.key}"
         self.s3_prefix_uri = f"s3://{self.bucket.bucket_name}/{self.prefix}"
+        self.manifest_key = f"{self.prefix}{MANIFEST_NAME}" if props.snapshot else None
+        self.file_count = self.resource.get_att_string("Files") if props.snapshot else None
+        self.size_bytes = self.resource.get_att_string("Size")  # of the file, or of every file of a snapshot
         acknowledge_copy_job(self.role, self.project, encrypted="the model object is encrypted by the bucket's key")
 
     def grant_read(self, grantee: iam.IGrantable) -> iam.Grant:

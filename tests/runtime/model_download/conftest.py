@@ -13,6 +13,17 @@ import pytest
 
 from tests.runtime.model_download.constants import FILE, GATED_REPO, GOOD_TOKEN, PLAIN_REPO, PUBLIC_REPO
 from tests.runtime.model_download.fake_hub import FakeHub, ServedFile
+from tests.runtime.model_download.snapshot_repo import (
+    BIN_ONLY,
+    CORRUPT,
+    GATED,
+    MOVING,
+    REPO,
+    SHARD_2,
+    SnapshotRepo,
+    make_repo,
+    serve,
+)
 
 
 @pytest.fixture(scope="module")
@@ -90,3 +101,27 @@ def bucket(s3) -> str:  # noqa: ANN001
     s3.create_bucket(Bucket=name)
     s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
     return name
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> SnapshotRepo:
+    """A small safetensors checkpoint (snapshot_repo) on disk."""
+    return make_repo(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="module")
+def snap_hub(checkpoint: SnapshotRepo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeHub]:
+    """A second fake Hub serving vLLM-style repos: the checkpoint (four times: one stays, one moves, one lies about
+    a shard's sha256, one is gated) and a repo with only .bin weights."""
+    hub = FakeHub(commit="1111111111111111111111111111111111111111")
+    serve(hub, REPO, checkpoint)
+    serve(hub, MOVING, checkpoint)
+    serve(hub, CORRUPT, checkpoint, wrong_sha256={SHARD_2: "e" * 64})  # the Hub's listing says e…e; the bytes differ
+    serve(hub, GATED, checkpoint, gated=True)
+    bins = tmp_path_factory.mktemp("bin-only")
+    (bins / "pytorch_model.bin").write_bytes(b"\0" * 1024)
+    (bins / "config.json").write_text("{}")
+    hub.add_file(BIN_ONLY, "pytorch_model.bin", bins / "pytorch_model.bin")
+    hub.add_file(BIN_ONLY, "config.json", bins / "config.json", lfs=False)
+    with hub:
+        yield hub

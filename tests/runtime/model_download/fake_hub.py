@@ -6,6 +6,9 @@
   plain files -> 200/206 served directly;
   gated files -> 401 without `Authorization: Bearer <token>` or with an unknown token (X-Error-Code GatedRepo);
   unknown repo / revision / file -> 404 with X-Error-Code RepoNotFound / RevisionNotFound / EntryNotFound.
+`GET /api/models/{owner}/{name}/revision/{revision}[?blobs=true]`: the model-info API — `sha` (the commit) and
+`siblings` [{rfilename, size, blobId, lfs: {sha256, size, pointerSize}}] (huggingface_hub hf_api.py RepoSibling),
+for the branch or any past commit (public for gated repos, whose files need the token).
 `GET|HEAD /cdn/<sha256>` on a second port (another origin, as the real CDN is): Range requests (206 +
 Content-Range, 416), keep-alive.
 
@@ -36,6 +39,15 @@ CHUNK = 256 * 1024
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
 
+def git_blob_id(data: bytes) -> str:
+    """`git hash-object` of a regular file's bytes (huggingface_hub.utils.sha.git_hash)."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def lfs_pointer(sha256: str, size: int) -> bytes:
+    return f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {size}\n".encode()
+
+
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -59,6 +71,7 @@ class ServedFile:
 @dataclass
 class Stats:
     heads: int = 0
+    model_infos: int = 0
     gets: int = 0  # GETs that returned file bytes (resolve 200/206 + CDN)
     bytes_served: int = 0
     drops: int = 0
@@ -71,6 +84,7 @@ class FakeHub:
         self.commit = commit
         self.tokens = set(tokens or {"hf_valid_token"})
         self.files: dict[tuple[str, str], ServedFile] = {}
+        self.renamed: dict[str, str] = {}  # old repo name -> new: the Hub answers 307 to the new name (relative)
         self.heads_of: dict[str, str] = {}  # repo -> its main's commit, when it moved off the hub-wide one
         self.history: dict[tuple[str, str, str], ServedFile] = {}  # (repo, commit, name) of past commits
         self.stats = Stats()
@@ -87,6 +101,8 @@ class FakeHub:
 
     def add_file(self, repo: str, name: str, path: Path, *, gated: bool = False, lfs: bool = True, sha256: str | None = None) -> ServedFile:
         served = ServedFile(repo, name, Path(path), sha256 or sha256_file(path), os.path.getsize(path), gated, lfs)
+        # The git OID the Hub lists as blobId: of the bytes for a git file, of the pointer file for an LFS one.
+        served.git_sha1 = git_blob_id(lfs_pointer(served.sha256, served.size) if lfs else Path(path).read_bytes())
         self.files[(repo, name)] = served
         return served
 
@@ -128,7 +144,7 @@ class FakeHub:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
 
-    def start(self) -> "FakeHub":
+    def start(self) -> FakeHub:
         hub = self
 
         class Handler(_Handler):
@@ -157,7 +173,7 @@ class FakeHub:
             thread.join(timeout=5)
         self._servers.clear()
 
-    def __enter__(self) -> "FakeHub":
+    def __enter__(self) -> FakeHub:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -176,6 +192,14 @@ class FakeHub:
                 return None
             self._fails[offset] = (status, times - 1)
             return status
+
+    def model_info(self, repo: str, revision: str) -> tuple[str, list[ServedFile]] | None:
+        """(commit, files) of repo at a branch (`main`) or past commit; None for an unknown revision."""
+        head = self.commit_of(repo)
+        if revision in ("main", head):
+            return head, [f for (r, _), f in self.files.items() if r == repo]
+        past = [f for (r, c, _), f in self.history.items() if r == repo and c == revision]
+        return (revision, past) if past else None
 
     def _by_sha(self, sha: str) -> ServedFile | None:
         return next((f for f in [*self.files.values(), *self.history.values()] if f.sha256 == sha), None)
@@ -217,9 +241,13 @@ class _Handler(BaseHTTPRequestHandler):
             if served is None:
                 return self._simple(404, "Not Found", head=head)
             return self._serve(served, head)
+        if path.startswith("/api/models/"):
+            return self._model_info(path, head)
         m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
         if not m:
             return self._simple(404, "Not Found", {"X-Error-Code": "RepoNotFound"}, head)
+        if m.group(1) in self.fake.renamed:
+            return self._simple(307, "", {"Location": path.replace(m.group(1), self.fake.renamed[m.group(1)], 1)}, head)
         repo, revision, name = m.group(1), unquote(m.group(2)), unquote(m.group(3))
         if not any(r == repo for r, _ in self.fake.files):
             return self._simple(404, "Repository Not Found", {"X-Error-Code": "RepoNotFound"}, head)
@@ -247,6 +275,21 @@ class _Handler(BaseHTTPRequestHandler):
                 **common, "Location": location, "X-Linked-Etag": f'"{served.sha256}"', "X-Linked-Size": str(served.size),
             }, head)
         return self._serve(served, head, common)
+
+    def _model_info(self, path: str, head: bool) -> None:
+        from tests.runtime.model_download.fake_hub_api import model_info
+
+        status, headers, body = model_info(self.fake, path)
+        if status != 200:
+            return self._simple(status, body.decode(), headers, head)
+        with self.fake._lock:
+            self.fake.stats.model_infos += 1
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if not head:
+            self.wfile.write(body)
 
     def _serve(self, served: ServedFile, head: bool, extra: dict[str, str] | None = None) -> None:
         size = served.size
