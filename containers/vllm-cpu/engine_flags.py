@@ -1,0 +1,1 @@
+../llama-server/engine_flags.py

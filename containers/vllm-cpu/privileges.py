@@ -1,0 +1,1 @@
+../llama-server/privileges.py

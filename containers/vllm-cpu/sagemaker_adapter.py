@@ -1,0 +1,1 @@
+../llama-server/sagemaker_adapter.py
