@@ -202,7 +202,9 @@ class Classifier:
         counts: list[int] = []
         for label in self.cfg.labels:
             status, payload = await self.client.post_json("/tokenize", {"content": label}, timeout=self.cfg.timeouts.classify_s)
-            if status == 404 and not counts:  # no /tokenize (a SageMaker endpoint serves only /invocations)
+            # No llama-server /tokenize: a SageMaker endpoint serves only /invocations (404), vLLM's /tokenize takes
+            # `prompt`, not `content` (400). Count the tokens of a constrained generation instead.
+            if status in (400, 404) and not counts:
                 counts = [await self._generated_tokens(label) for label in self.cfg.labels]
                 break
             tokens = payload.get("tokens") if status == 200 and isinstance(payload, dict) else None
@@ -216,7 +218,8 @@ class Classifier:
         """The label's token count as the SLM generates it: a chat completion whose grammar allows only this label
         (the fixed prefix, so the prompt cache serves it); its logprobs list the generated tokens, the end-of-turn
         token after the label included, so the count stops where the label's text is complete."""
-        body = {**self.request_body("Hello", max_tokens=FULL_LABEL_TOKENS), "grammar": grammar_for([label]), "top_logprobs": 1}
+        body = {**self.request_body("Hello", max_tokens=FULL_LABEL_TOKENS), "grammar": grammar_for([label]),
+                "structured_outputs": {"choice": [label]}, "top_logprobs": 1}
         status, payload = await self.client.post_json("/v1/chat/completions", body, timeout=self.cfg.timeouts.classify_s)
         try:
             positions = payload["choices"][0]["logprobs"]["content"] if status == 200 else None
@@ -235,6 +238,11 @@ class Classifier:
         return {
             "messages": classification_messages(self.prefix, text),
             "grammar": self.grammar,
+            # The same constraint for a vLLM SLM, which ignores `grammar` (unknown fields are dropped,
+            # vllm/entrypoints/serve/engine/protocol.py) and takes StructuredOutputsParams.choice
+            # (vllm/sampling_params.py); llama-server ignores this key. Both report logprobs before the constraint
+            # (llama-server: raw softmax; vLLM: logprobs_mode "raw_logprobs", its default).
+            "structured_outputs": {"choice": list(self.cfg.labels)},
             "temperature": 0.0,  # greedy: the most probable label the grammar allows
             "logprobs": True,
             "top_logprobs": self.cfg.top_logprobs,
