@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from . import sizing
 from .engine_tasks import task_options
+from .engines import VLLM
 
 # Measured here (x86_64, 2 vCPUs) with the engine pin's llama-server (llama-cpp-python 0.3.36 sdist) in router mode,
 # a --models-preset of SmolLM2-135M Q4_1 (93.8 MiB file) and Gemma-3-270M Q4_K_M (241.4 MiB), threads 1, after one
@@ -107,6 +108,10 @@ def pool_plan(specs: Mapping[str, sizing.ModelSpec], *, cpu: float, memory_bytes
     """Plan one pool replica of `cpu` vCPUs and `memory_bytes` for the models `specs` (name -> spec)."""
     if not specs:
         raise ValueError("pool_plan: a pool needs at least one model")
+    vllm = sorted(name for name, spec in specs.items() if spec.engine == VLLM)
+    if vllm:  # a pool is llama-server's router mode (many GGUFs, one process); vLLM serves one model per process
+        raise ValueError(f"pool_plan: models {vllm[:5]} use engine vllm, which serves one model per process and cannot join a "
+                         "multi-model pool — give each its own workload (a dedicated model), or engine llama.cpp with a GGUF")
     per_model = {name: model_slots(spec) for name, spec in specs.items()}
     largest = max(per_model, key=lambda n: per_model[n].memory_bytes)
     fit = max(0, (memory_bytes - router_bytes) // per_model[largest].memory_bytes)

@@ -25,7 +25,7 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct, IDependable
 
-from .. import sizing
+from .. import engines, sizing
 from ..artifacts.model_artifact import ModelArtifact
 from ..artifacts.model_bucket import ModelBucket
 from ..k8s.alerts import ModelAlertSpec, dashboard, rule_groups_yaml
@@ -52,11 +52,12 @@ KubernetesPatch = Callable[[dict[str, Any]], dict[str, Any] | None]
 
 @dataclass(frozen=True)
 class ModelDeployment:
-    """One model to deploy: the workload (k8s/llama_server_chart.ModelWorkload) and where its bytes are.
+    """One model to deploy: the workload (k8s/llama_server_chart.ModelWorkload, llama.cpp or vLLM) and where its
+    bytes are.
 
     artifact: a ModelArtifact — the role may read its objects (`models/<name>/`) and the pods
-    start after its copy. Or model_bucket + read_prefix (a key prefix of the GGUF in that bucket), or an
-    existing_role that already grants the read (bring-your-own IAM).
+    start after its copy. Or model_bucket + read_prefix (a key prefix of the GGUF, or of a vLLM snapshot, in that
+    bucket), or an existing_role that already grants the read (bring-your-own IAM).
     baseline_tokens_per_second: decode tok/s per sequence for the throughput alert (None: self-calibrating).
     """
 
@@ -70,7 +71,12 @@ class ModelDeployment:
     @classmethod
     def from_artifact(cls, artifact: ModelArtifact, *, image: str, spec: sizing.ModelSpec, **workload: Any) -> ModelDeployment:
         """Name, S3 URI and sha256 from the artifact's copy (the commit-pinned key and the digest it verified:
-        every pod fetches and checks the same bytes); the rest of ModelWorkload as keywords."""
+        every pod fetches and checks the same bytes; for a vLLM snapshot artifact, its commit-pinned prefix and its
+        manifest's digest); the rest of ModelWorkload as keywords."""
+        if engines.is_vllm(spec.engine) != artifact.is_snapshot:
+            raise ValueError(f"ModelDeployment.from_artifact {artifact.props.name!r}: engine {spec.engine} needs "
+                             + ("a snapshot artifact (ModelArtifactProps(snapshot=True), the repo's safetensors)" if engines.is_vllm(spec.engine)
+                                else "a GGUF file artifact (ModelArtifactProps(file=...)); a snapshot is for engine vllm"))
         baseline = workload.pop("baseline_tokens_per_second", None)
         workload.setdefault("sha256", artifact.sha256)
         return cls(
@@ -241,8 +247,9 @@ class InferenceWorkloads(Construct):
         alert_models = [
             ModelAlertSpec(
                 name=md.workload.name, slots=self.charts[md.workload.name].sizing.slots,
-                memory_limit_bytes=self.charts[md.workload.name].sizing.memory_request_mib * sizing.MIB,
+                memory_limit_bytes=self.charts[md.workload.name].memory_limit_bytes,
                 replicas_min=md.workload.replicas_min, baseline_tokens_per_second=md.baseline_tokens_per_second,
+                engine=md.workload.engine,
             )
             for md in props.models
         ]

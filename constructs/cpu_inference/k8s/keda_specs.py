@@ -2,7 +2,8 @@
 TriggerAuthentication for SigV4 to Amazon Managed Prometheus (`podIdentity: provider: aws`).
 
 Scaling on queue depth, not CPU (a lagging signal): for llama-server, running =
-`llamacpp:requests_processing`, waiting = `llamacpp:requests_deferred`, and the composite metric
+`llamacpp:requests_processing`, waiting = `llamacpp:requests_deferred` (vLLM: `vllm:num_requests_running`,
+`vllm:num_requests_waiting` — `engines.queue_metrics`), and the composite metric
 `running + (waiting * 10)` against target 25 with activation 5 (AWS guidance: three queued requests
 already push the metric to 55, doubling the replicas).
 """
@@ -13,6 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..engines import LLAMA_CPP, queue_metrics
+
 KEDA_API = "keda.sh/v1alpha1"
 _TRIGGER_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _NUMBER = re.compile(r"^-?[0-9]+(\.[0-9]+)?$")
@@ -21,8 +24,7 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DEFAULT_FORMULA = "running + (waiting * 10)"
 DEFAULT_TARGET = "25"
 DEFAULT_ACTIVATION = "5"
-RUNNING_METRIC = "llamacpp:requests_processing"
-WAITING_METRIC = "llamacpp:requests_deferred"
+RUNNING_METRIC, WAITING_METRIC = queue_metrics(LLAMA_CPP)  # llama-server's; every engine's: engines.queue_metrics
 
 
 def amp_query_url(region: str, workspace_id: str) -> str:
@@ -219,9 +221,12 @@ def llama_queue_scaled_object(
     aws_region: str | None = None,
     authentication_ref: str | None = None,
     modifiers: ScalingModifiers = ScalingModifiers(),
+    engine: str = LLAMA_CPP,
 ) -> ScaledObjectSpec:
-    """The llama-server queue-depth ScaledObject: triggers `running` and `waiting` summed over the series
-    matching `series_labels` (e.g. {"namespace": "inference", "app": "smollm2"}), combined by `modifiers`."""
+    """The engine's queue-depth ScaledObject (llama-server by default; `engine="vllm"` for vLLM's gauges): triggers
+    `running` and `waiting` summed over the series matching `series_labels` (e.g. {"namespace": "inference",
+    "app": "smollm2"}), combined by `modifiers`."""
+    running, waiting = queue_metrics(engine)
     sel = _selector(series_labels)
     common: dict[str, Any] = {"server_address": server_address, "aws_region": aws_region, "authentication_ref": authentication_ref}
     return ScaledObjectSpec(
@@ -231,8 +236,8 @@ def llama_queue_scaled_object(
         min_replicas=min_replicas,
         max_replicas=max_replicas,
         triggers=(
-            PrometheusTrigger(name="running", query=f"sum({RUNNING_METRIC}{{{sel}}}) or vector(0)", **common),
-            PrometheusTrigger(name="waiting", query=f"sum({WAITING_METRIC}{{{sel}}}) or vector(0)", **common),
+            PrometheusTrigger(name="running", query=f"sum({running}{{{sel}}}) or vector(0)", **common),
+            PrometheusTrigger(name="waiting", query=f"sum({waiting}{{{sel}}}) or vector(0)", **common),
         ),
         scaling_modifiers=modifiers,
     )

@@ -1,4 +1,10 @@
-"""LlamaServerChart: one served model on EKS as a cdk8s chart (cdk8s-plus-27 for the core kinds).
+"""LlamaServerChart: one served model on EKS as a cdk8s chart (cdk8s-plus-27 for the core kinds), on either engine
+of `cpu_inference.engines`: llama-server with a GGUF file (the default) or vLLM CPU with a safetensors checkpoint
+directory (`spec.engine == "vllm"`). Both get the same workload — requests from sizing, the init container's
+verified download, `/health` probes, PDB, spread, restricted pods, the metrics sidecar, the NetworkPolicy and KEDA on
+the engine's own queue gauges (`engines.queue_metrics`). What differs is the container: image and command, the
+sized environment (`Sizing.engine_env`), a memory-backed /dev/shm for vLLM's inter-process queues (counted in the
+memory request and limit) and a start-up budget that covers vLLM's compile warm-up (model_time_budgets.py).
 
 Every number comes from `cpu_inference.sizing` for the model on its planned node:
 
@@ -36,16 +42,22 @@ import cdk8s
 import cdk8s_plus_27 as kplus
 from constructs import Construct
 
-from .. import sizing
+from .. import engines, sizing
 from .engine_container import (
     COMPONENT,
     ENGINE_COMMAND,
     ENGINE_CONTAINER,
+    ENGINE_LABEL,
     ENGINE_PORT,
     MODEL_DIR,
     PRE_STOP_SECONDS,
     ROUTER_COMPONENT,
+    SHM_DIR,
     STARTUP_PERIOD_SECONDS,
+    VLLM_RUNTIME_ENV,
+    VLLM_SHM_MIB,
+    engine_command,
+    engine_container_name,
     engine_resources,
     health_probes,
 )
@@ -53,6 +65,7 @@ from .karpenter_specs import POOL_LABEL
 from .metrics_proxy import METRICS_PORT, SIDECAR_CPU, SIDECAR_MEMORY_BYTES, metrics_proxy_container
 from .model_fetch import COMMAND as FETCH_COMMAND
 from .model_fetch import CRT_MEMORY_LIMIT_GIB, FETCH_MEMORY_LIMIT_MIB
+from .model_fetch import PREFIX_COMMAND as FETCH_PREFIX_COMMAND
 from .model_placement import plan
 from .model_scaling import MIN_SCALE_DOWN_STABILIZATION, QUEUE_WEIGHT, model_scaled_object, queue_target
 from .model_time_budgets import (
@@ -64,6 +77,7 @@ from .model_time_budgets import (
     disk_bytes,
     download_budget_seconds,
     startup_budget_seconds,
+    stored_bytes,
 )
 from .model_workload import ModelWorkload
 from .network_policies import download_egress, serving_network_policy
@@ -87,7 +101,7 @@ __all__ = [  # the chart, and what moved out of this module (re-exported: old im
     "FETCH_CONTAINER", "FETCH_MEMORY_MIB", "LOAD_BYTES_PER_SECOND", "LOAD_FLOOR_SECONDS", "MIN_SCALE_DOWN_STABILIZATION",
     "MODEL_DIR", "NODE_LAUNCH_SECONDS", "PRE_STOP_SECONDS", "QUEUE_WEIGHT", "ROUTER_COMPONENT", "STARTUP_PERIOD_SECONDS",
     "KedaSource", "LlamaServerChart", "LlamaServerChartProps", "ModelWorkload", "ServingPolicy",
-    "disk_bytes", "download_budget_seconds", "download_egress", "plan", "queue_target", "startup_budget_seconds",
+    "disk_bytes", "download_budget_seconds", "download_egress", "plan", "queue_target", "rendered_engine_env", "startup_budget_seconds",
 ]
 
 FETCH_CONTAINER = "model-fetch"
@@ -105,9 +119,10 @@ class LlamaServerChartProps:
 
 
 class LlamaServerChart(cdk8s.Chart):
-    """Attributes: props, sizing, pod_labels, selector, service_account_name, service_account, deployment,
-    service, service_url, pdb, network_policy, scaled_object (ScaledObjectSpec | None), startup_probe_seconds,
-    engine_env (the engine container's environment), pod_requests (effective cpu, memory bytes)."""
+    """Attributes: props, engine ("llama.cpp" | "vllm"), sizing, pod_labels, selector, service_account_name,
+    service_account, deployment, service, service_url, pdb, network_policy, scaled_object (ScaledObjectSpec | None),
+    startup_probe_seconds, engine_env (the engine container's environment), memory_limit_bytes (the engine
+    container's request = limit, /dev/shm included for vLLM), pod_requests (effective cpu, memory bytes)."""
 
     def __init__(self, scope: Construct, id: str, *, props: LlamaServerChartProps) -> None:
         props.validate()
@@ -116,12 +131,15 @@ class LlamaServerChart(cdk8s.Chart):
         self.props = props
         self.sizing = plan(m, p.node_families)
         s = self.sizing
+        self.engine = m.engine
+        vllm = engines.is_vllm(self.engine)
         self.selector = {"app": m.name, "app.kubernetes.io/component": COMPONENT}
         self.pod_labels = {
             **self.selector,
             "app.kubernetes.io/name": m.name,
             "app.kubernetes.io/part-of": p.pattern,
             "cpu-inference/role": m.role,
+            **({ENGINE_LABEL: engines.VLLM} if vllm else {}),  # absent: llama.cpp (its pods predate the label)
         }
         meta = cdk8s.ApiObjectMetadata(name=m.name, labels=self.pod_labels)
 
@@ -129,36 +147,39 @@ class LlamaServerChart(cdk8s.Chart):
         # No API token: Pod Identity injects its own projected token for the agent; the pod never calls Kubernetes.
         self.service_account = kplus.ServiceAccount(self, "ServiceAccount", metadata=meta, automount_token=False)
 
-        model_path = f"{MODEL_DIR}/{m.file_name}"
-        self.engine_env = {
-            **s.engine_env(),
-            "MODEL_PATH": model_path,
-            "LLAMA_MODEL_ALIAS": m.name,
-            "LLAMA_HOST": "0.0.0.0",
-            "LLAMA_PORT": str(ENGINE_PORT),
-            **dict(m.extra_env),
-        }
-        weights = m.size_bytes or s.weights_bytes
+        model_path = f"{MODEL_DIR}/{m.file_name}"  # vLLM: the checkpoint's directory
+        self.engine_env = engine_env(m, s, p)
+        weights = stored_bytes(m.spec, m.size_bytes)  # = the sized weights for a GGUF of unknown size
         disk_gib = math.ceil(disk_bytes(weights) / sizing.GIB)  # cdk8s-plus renders emptyDir limits in whole Gi
-        self.startup_probe_seconds = startup_budget_seconds(weights)
+        self.startup_probe_seconds = startup_budget_seconds(weights, self.engine)
         cpu_millis = int(s.cpu_request * 1000)
+        memory_mib = s.memory_request_mib + (VLLM_SHM_MIB if vllm else 0)  # /dev/shm pages are the container's memory
+        self.memory_limit_bytes = memory_mib * sizing.MIB
         models_volume = kplus.Volume.from_empty_dir(self, "ModelsVolume", "models", size_limit=cdk8s.Size.gibibytes(disk_gib))
         tmp_volume = kplus.Volume.from_empty_dir(self, "TmpVolume", "tmp", size_limit=cdk8s.Size.gibibytes(1))
+        engine_mounts = [
+            kplus.VolumeMount(path=MODEL_DIR, volume=models_volume, read_only=True),
+            kplus.VolumeMount(path="/tmp", volume=tmp_volume),
+        ]
+        volumes = [models_volume, tmp_volume]
+        if vllm:
+            shm_volume = kplus.Volume.from_empty_dir(
+                self, "ShmVolume", "shm", medium=kplus.EmptyDirMedium.MEMORY, size_limit=cdk8s.Size.mebibytes(VLLM_SHM_MIB),
+            )
+            engine_mounts.append(kplus.VolumeMount(path=SHM_DIR, volume=shm_volume))
+            volumes.append(shm_volume)
         engine = kplus.ContainerProps(
-            name=ENGINE_CONTAINER,
+            name=engine_container_name(self.engine),
             image=m.image,
             image_pull_policy=kplus.ImagePullPolicy.IF_NOT_PRESENT,
-            command=list(ENGINE_COMMAND),
+            command=list(engine_command(self.engine)),
             env_variables={k: kplus.EnvValue.from_value(v) for k, v in sorted(self.engine_env.items())},
             ports=[kplus.ContainerPort(number=ENGINE_PORT, name="http")],
             lifecycle=pre_stop_sleep(PRE_STOP_SECONDS),
-            resources=engine_resources(cpu_millis=cpu_millis, memory_mib=s.memory_request_mib, cpu_limit=p.cpu_limit, ephemeral_gib=disk_gib),
+            resources=engine_resources(cpu_millis=cpu_millis, memory_mib=memory_mib, cpu_limit=p.cpu_limit, ephemeral_gib=disk_gib),
             security_context=container_security_context(),
             **health_probes(self.startup_probe_seconds, liveness_timeout_seconds=5),
-            volume_mounts=[
-                kplus.VolumeMount(path=MODEL_DIR, volume=models_volume, read_only=True),
-                kplus.VolumeMount(path="/tmp", volume=tmp_volume),
-            ],
+            volume_mounts=engine_mounts,
         )
         fetch_env = {
             "MODEL_URI": m.model_uri,
@@ -182,7 +203,7 @@ class LlamaServerChart(cdk8s.Chart):
             name=FETCH_CONTAINER,
             image=p.downloader_image,
             image_pull_policy=kplus.ImagePullPolicy.IF_NOT_PRESENT,
-            command=list(FETCH_COMMAND),
+            command=list(FETCH_PREFIX_COMMAND if vllm else FETCH_COMMAND),
             env_variables={k: kplus.EnvValue.from_value(v) for k, v in sorted(fetch_env.items())},
             resources=kplus.ContainerResources(
                 cpu=kplus.CpuResources(request=kplus.Cpu.millis(cpu_millis)),
@@ -192,7 +213,7 @@ class LlamaServerChart(cdk8s.Chart):
             volume_mounts=[kplus.VolumeMount(path=MODEL_DIR, volume=models_volume), kplus.VolumeMount(path="/tmp", volume=tmp_volume)],
         )
         # Engine + metrics sidecar (init container requests ≤ these).
-        self.pod_requests = (s.cpu_request + SIDECAR_CPU, s.memory_request_mib * sizing.MIB + SIDECAR_MEMORY_BYTES)
+        self.pod_requests = (s.cpu_request + SIDECAR_CPU, self.memory_limit_bytes + SIDECAR_MEMORY_BYTES)
 
         budget = download_budget_seconds(weights) + self.startup_probe_seconds
         self.deployment = kplus.Deployment(
@@ -205,7 +226,7 @@ class LlamaServerChart(cdk8s.Chart):
             replicas=max(m.replicas_min, 1),
             containers=[engine, metrics_proxy_container(m.image, ENGINE_PORT, tmp_volume)],
             init_containers=[fetch],
-            volumes=[models_volume, tmp_volume],
+            volumes=volumes,
             service_account=self.service_account,
             automount_service_account_token=False,
             security_context=pod_security_context(),
@@ -241,3 +262,35 @@ class LlamaServerChart(cdk8s.Chart):
             spec=serving_network_policy(self.selector, p, metrics_port=METRICS_PORT, egress=download_egress()),
         )
         self.scaled_object = model_scaled_object(m, p, slots=s.slots, ready_budget_seconds=budget)
+
+
+def engine_env(m: ModelWorkload, s: sizing.Sizing, p: ServingPolicy) -> dict[str, str]:
+    """The engine container's environment: the sized variables (`Sizing.engine_env`), where the model is, the served
+    name and address, then `extra_env`. vLLM binds its OMP threads only when the pod owns its CPUs (Guaranteed QoS,
+    `cpu_limit="request"`, on nodes with the static CPU manager); it also gets writable caches on /tmp."""
+    if engines.is_vllm(m.engine):
+        return {
+            **s.engine_env(exclusive_cpus=p.cpu_limit == "request"),
+            "MODEL_PATH": f"{MODEL_DIR}/{m.file_name}",
+            "SERVE_MODEL_NAME": m.name,
+            "SERVE_HOST": "0.0.0.0",
+            "SERVE_PORT": str(ENGINE_PORT),
+            **VLLM_RUNTIME_ENV,
+            **dict(m.extra_env),
+        }
+    return {
+        **s.engine_env(),
+        "MODEL_PATH": f"{MODEL_DIR}/{m.file_name}",
+        "LLAMA_MODEL_ALIAS": m.name,
+        "LLAMA_HOST": "0.0.0.0",
+        "LLAMA_PORT": str(ENGINE_PORT),
+        **dict(m.extra_env),
+    }
+
+
+def rendered_engine_env(chart: cdk8s.Chart) -> dict[str, str]:
+    """The engine container's environment exactly as `chart` renders it into its Deployment (names -> values), for a
+    test that starts the real engine with it (paths such as MODEL_PATH then point into a local directory)."""
+    (deployment,) = [o for o in chart.to_json() if o["kind"] == "Deployment"]
+    engine, *_ = deployment["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e["value"] for e in engine["env"]}

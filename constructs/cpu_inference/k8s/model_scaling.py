@@ -1,4 +1,5 @@
-"""How one served model scales: a KEDA ScaledObject on the engine's queue depth (`running + (waiting * 10)`),
+"""How one served model scales: a KEDA ScaledObject on the engine's queue depth (`running + (waiting * 10)` over
+its own gauges: llama-server's or vLLM's, `engines.queue_metrics`),
 plus the gateway's demand for a model that may scale to zero, held for twice what a new replica costs."""
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def model_scaled_object(m: ModelWorkload, p: ServingPolicy, *, slots: int, ready
         return None
     if m.replicas_min == 0 and not m.cold_start_query:
         raise ValueError(
-            f"ModelWorkload {m.name!r}: replicas_min 0 needs cold_start_query — with no pod there is no llama-server "
+            f"ModelWorkload {m.name!r}: replicas_min 0 needs cold_start_query — with no pod there is no engine "
             "metric to activate on (e.g. the gateway's per-model request rate), or set replicas_min ≥ 1"
         )
     target = m.scale_target if m.scale_target is not None else queue_target(slots)
@@ -49,6 +50,7 @@ def model_scaled_object(m: ModelWorkload, p: ServingPolicy, *, slots: int, ready
         min_replicas=m.replicas_min, max_replicas=m.replicas_max,
         aws_region=p.keda.aws_region, authentication_ref=p.keda.authentication_ref,
         modifiers=ScalingModifiers(formula=formula, target=_num(target), activation_target=_num(activation)),
+        engine=m.engine,
     )
     triggers = so.triggers
     if m.cold_start_query:
