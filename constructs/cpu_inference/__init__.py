@@ -42,7 +42,7 @@ _LAZY = {
         "MountpointS3CsiProps",
     ),
     ".images": (
-        "LlamaCppImage", "LlamaCppImageProps",
+        "LlamaCppImage", "LlamaCppImageProps", "VLLM_IMAGE",
     ),
     ".k8s": (
         "KedaSource", "LlamaServerChart", "LlamaServerChartProps", "ModelPoolChart", "ModelPoolChartProps",
@@ -75,7 +75,7 @@ if TYPE_CHECKING:
         MountpointS3Csi as MountpointS3Csi, MountpointS3CsiProps as MountpointS3CsiProps,
     )
     from .images import (
-        LlamaCppImage as LlamaCppImage, LlamaCppImageProps as LlamaCppImageProps,
+        VLLM_IMAGE as VLLM_IMAGE, LlamaCppImage as LlamaCppImage, LlamaCppImageProps as LlamaCppImageProps,
     )
     from .k8s import (
         KedaSource as KedaSource, LlamaServerChart as LlamaServerChart,

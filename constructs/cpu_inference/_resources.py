@@ -1,5 +1,6 @@
 """Where the runtime files are: the Docker build contexts and Lambda sources the constructs ship as assets and
-the CLI runs (containers/llama-server, containers/router, lambda/model_download, lambda/image_build).
+the CLI runs (containers/llama-server, containers/router, containers/vllm-cpu, lambda/model_download,
+lambda/image_build).
 
 The one way the library finds them, in both places it runs from:
 - an installed wheel: they are package data under `cpu_inference/_bundled/<same relative path>`, copied there
@@ -27,9 +28,10 @@ from pathlib import Path
 
 LLAMA_SERVER = "containers/llama-server"
 ROUTER = "containers/router"
+VLLM_CPU = "containers/vllm-cpu"
 MODEL_DOWNLOAD = "lambda/model_download"
 IMAGE_BUILD = "lambda/image_build"
-RUNTIME_DIRS = (LLAMA_SERVER, ROUTER, MODEL_DOWNLOAD, IMAGE_BUILD)
+RUNTIME_DIRS = (LLAMA_SERVER, ROUTER, VLLM_CPU, MODEL_DOWNLOAD, IMAGE_BUILD)
 BUNDLED = "_bundled"
 # Written by Python whenever the code runs or installs; never part of an image or a Lambda bundle.
 BYTECODE = ("__pycache__", "*.pyc", "*.pyo")

@@ -24,6 +24,16 @@ def test_a_valid_context_validates_and_merges_build_args(make_context, real_pin)
     assert list(props.all_build_args())[: len(real_pin)] == list(real_pin)
 
 
+def test_the_vllm_props_validate_and_build_the_vllm_context() -> None:
+    from cpu_inference.engines import VLLM, VLLM_VERSION
+    from cpu_inference.images import VLLM_IMAGE
+
+    VLLM_IMAGE.validate()
+    assert VLLM_IMAGE.context_path == ROOT / "containers" / "vllm-cpu" and VLLM_IMAGE.engine == VLLM
+    assert VLLM_IMAGE.pin_file is None and VLLM_IMAGE.all_build_args() == {"VLLM_CPU_VERSION": VLLM_VERSION}
+    assert VLLM_IMAGE.platforms == ("arm64", "amd64") and VLLM_IMAGE.tags_per_build() == 3
+
+
 def test_router_style_context_without_a_pin(make_context) -> None:
     context = make_context("router")
     (context / "engine-pin.env").unlink()
@@ -50,6 +60,7 @@ def errors(context: Path) -> list[tuple[dict, str]]:
         ({"build_timeout_minutes": 4}, r"must each be >= 5"),
         ({"build_timeout_minutes": 45, "manifest_timeout_minutes": 15}, r"= 60 exceeds 55: the deploy-time wait"),
         ({"repository_name": "r", "existing_repository": object()}, r"give repository_name or existing_repository, not both"),
+        ({"engine": "vLLM"}, r"engine 'vLLM' must be one of llama\.cpp, vllm \(the engine the image serves\)"),
     ]
 
 

@@ -88,6 +88,7 @@ def test_image_must_have_the_instance_architecture(props: GravitonEndpointProps,
         ({"digest": "sha256:abc"}, r"digest must be sha256:<64 lowercase hex>"),
         ({"tag": "bad tag"}, r"tag must be a Docker tag"),
         ({"tag": "v1", "architectures": ("riscv64",)}, r"architectures must name arm64 and/or amd64"),
+        ({"tag": "v1", "engine": "vLLM"}, r"EngineImage\.engine must be one of llama\.cpp, vllm, got 'vLLM'"),
     ],
 )
 def test_engine_image_errors(repo: ecr.IRepository, kwargs: dict, message: str) -> None:

@@ -14,6 +14,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 
 from .._resources import LLAMA_SERVER, runtime_dir
+from ..engines import ENGINES, LLAMA_CPP
 from .engine_pin import check_build_arg, read_pin
 
 DEFAULT_CONTEXT_DIR = runtime_dir(LLAMA_SERVER)
@@ -67,6 +68,9 @@ class LlamaCppImageProps:
         policy must let CloudWatch Logs in this region use it).
     removal_policy: for the created repository, key and log groups (default RETAIN: images and
         their build logs outlive the stack).
+    engine: the inference engine the image serves, "llama.cpp" (default) or "vllm" (VLLM_IMAGE). Not part
+        of the build: the SageMaker endpoints check it against the model's engine (a vLLM checkpoint on the
+        llama-server image, or a vLLM image behind a multi-model endpoint, is refused at synth).
     """
 
     context_dir: Path | str = DEFAULT_CONTEXT_DIR
@@ -87,6 +91,7 @@ class LlamaCppImageProps:
     existing_repository: ecr.IRepository | None = None
     existing_key: kms.IKey | None = None
     removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN
+    engine: str = LLAMA_CPP
 
     @property
     def context_path(self) -> Path:
@@ -144,6 +149,8 @@ class LlamaCppImageProps:
             )
         if self.existing_repository is not None and self.repository_name is not None:
             raise ValueError("give repository_name or existing_repository, not both")
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine {self.engine!r} must be one of {', '.join(ENGINES)} (the engine the image serves)")
 
     def tags_per_build(self) -> int:
         return len(self.platforms) + 1

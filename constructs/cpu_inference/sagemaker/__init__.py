@@ -1,5 +1,6 @@
-"""SageMaker real-time endpoints for llama.cpp on CPU (Graviton first): GravitonEndpoint, MultiModelEndpoint (a farm
-pool on one multi-model endpoint), and RouterEndpoint for the SLM pre-filter's router. See README.md.
+"""SageMaker real-time endpoints for llama.cpp and vLLM on CPU (Graviton first): GravitonEndpoint (one model, either
+engine), MultiModelEndpoint (a farm pool of llama.cpp models on one multi-model endpoint), and RouterEndpoint for the
+SLM pre-filter's router. See README.md.
 
 Exported here: the constructs, their props and what they expose. How the engine is tuned per instance
 (engine_settings.py) and the endpoint plumbing (placement, target concurrency) are internal to their modules."""

@@ -18,8 +18,9 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 
 from .. import sizing
+from ..engines import LLAMA_CPP, VLLM
 from ..images import LlamaCppImage
-from .engine_image import EngineImage, image_architectures
+from .engine_image import EngineImage, image_architectures, image_engine
 from .engine_settings import TIMEOUT_MAX_SECONDS, TIMEOUT_MIN_SECONDS
 
 # The catalog families with SageMaker hosting sizes (sizing's table, checked against botocore's enum).
@@ -29,6 +30,12 @@ ENDPOINT_PREFIX = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,53}$")
 VARIANT = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,1023}$")
 TARGET_SLOT_UTILIZATION = 0.75  # an engine endpoint's default scaling target: 3/4 of the slots busy per instance
+# The decode time per output token the latency alarm budgets for, by engine. llama.cpp: 100 ms = 10 tok/s per stream
+# (AWS guidance: a 7B Q4 decodes 10-20 tok/s on 32 cores). vLLM serves BF16 checkpoints: decode is memory-bandwidth
+# bound and BF16 reads 16 bits a weight where Q4_K_M reads 4.85 (sizing.BITS_PER_WEIGHT), and the vLLM + ZenDNN
+# reference (FIELD-NOTES: Qwen3-8B BF16, 24 vCPUs, concurrency 4) decodes 40 tok/s in all = 100 ms a token per
+# stream — at llama.cpp's budget a normal 8B vLLM endpoint would sit on the alarm. 250 ms (4 tok/s) leaves it 2.5x.
+TIME_PER_OUTPUT_TOKEN_MS = {LLAMA_CPP: 100, VLLM: 250}
 
 
 def default_target_concurrency(slots: int) -> float:
@@ -146,6 +153,14 @@ class EndpointPropsBase:
         elif not isinstance(self.image, LlamaCppImage):
             raise ValueError(f"{p}.image must be a LlamaCppImage{built_from} or an EngineImage, got {type(self.image).__name__}")
 
+    def _check_image_engine(self, p: str, engine: str, *, what: str) -> None:
+        """The image must run `engine` (`what` names the model, for the message)."""
+        served = image_engine(self.image)
+        if served != engine:
+            fix = ("the vLLM image: LlamaCppImage(scope, id, props=VLLM_IMAGE), or EngineImage(..., engine='vllm')"
+                   if engine == VLLM else "the llama-server image: LlamaCppImage(scope, id), or EngineImage(..., engine='llama.cpp')")
+            raise ValueError(f"{p}.image serves {served} but {what} runs on {engine} — use {fix}")
+
     def _check_image_arch(self, p: str, arch: str, image: str) -> None:
         """`image` names what to build ("the image", "the router image")."""
         architectures: Sequence[str] = image_architectures(self.image)
@@ -200,15 +215,28 @@ class EngineEndpointPropsBase(EndpointPropsBase):
         (ml.r7gd), which get local NVMe and no EBS volume.
     network_isolation: no outbound network from the container (default True; the engine runs --offline).
     alarm_output_tokens / time_per_output_token: the latency alarm watches ModelLatency, the whole generation, so
-        its threshold is latency_slo + output tokens x time_per_output_token (default 100 ms = 10 tok/s; AWS
-        guidance: a 7B Q4 decodes 10-20 tok/s on 32 cores, 5-10 on 16); the output tokens default per endpoint.
+        its threshold is latency_slo + output tokens x time_per_output_token (default by engine,
+        TIME_PER_OUTPUT_TOKEN_MS: llama.cpp 100 ms = 10 tok/s — AWS guidance: a 7B Q4 decodes 10-20 tok/s on 32
+        cores, 5-10 on 16 —, vLLM's BF16 250 ms); the output tokens default per endpoint.
     """
 
     environment: Mapping[str, str] = field(default_factory=dict)
     volume_size_gb: int | None = None
     network_isolation: bool = True
     alarm_output_tokens: int | None = None
-    time_per_output_token: cdk.Duration = field(default_factory=lambda: cdk.Duration.millis(100))
+    time_per_output_token: cdk.Duration | None = None
+
+    @property
+    def engine(self) -> str:
+        """The engine the endpoint's model runs on."""
+        return LLAMA_CPP
+
+    @property
+    def decode_time_per_token(self) -> cdk.Duration:
+        """time_per_output_token, or the engine's default."""
+        if self.time_per_output_token is not None:
+            return self.time_per_output_token
+        return cdk.Duration.millis(TIME_PER_OUTPUT_TOKEN_MS[self.engine])
 
     @property
     def output_tokens_budget(self) -> int:
@@ -218,13 +246,13 @@ class EngineEndpointPropsBase(EndpointPropsBase):
     @property
     def latency_alarm(self) -> cdk.Duration:
         """The p95 ModelLatency the alarm allows: the first-token SLO plus the decode budget of the answer."""
-        ms = self.latency_slo.to_milliseconds() + self.output_tokens_budget * self.time_per_output_token.to_milliseconds()
+        ms = self.latency_slo.to_milliseconds() + self.output_tokens_budget * self.decode_time_per_token.to_milliseconds()
         return cdk.Duration.millis(ms)
 
     @property
     def latency_alarm_basis(self) -> str:
         return (f"{self.latency_slo.to_milliseconds():g} ms first-token SLO + {self.output_tokens_budget} output tokens x "
-                f"{self.time_per_output_token.to_milliseconds():g} ms")
+                f"{self.decode_time_per_token.to_milliseconds():g} ms")
 
     def _check_environment_keys(self, p: str) -> None:
         bad = [k for k in self.environment if not ENV_KEY.match(k)]
@@ -234,5 +262,5 @@ class EngineEndpointPropsBase(EndpointPropsBase):
     def _check_decode_budget(self, p: str) -> None:
         if self.alarm_output_tokens is not None and self.alarm_output_tokens < 0:
             raise ValueError(f"{p}.alarm_output_tokens must be >= 0 (the answers' p95 length in tokens), got {self.alarm_output_tokens}")
-        if self.time_per_output_token.to_milliseconds() <= 0:
+        if self.time_per_output_token is not None and self.time_per_output_token.to_milliseconds() <= 0:
             raise ValueError(f"{p}.time_per_output_token must be positive (e.g. cdk.Duration.millis(100) = 10 tok/s)")

@@ -10,6 +10,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
 
+from ..engines import ENGINES, LLAMA_CPP
 from ..images import LlamaCppImage
 
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -19,13 +20,15 @@ _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 @dataclass(frozen=True)
 class EngineImage:
     """An engine image in any ECR repository, by `tag` or (reproducible) `digest` (`sha256:<64 hex>`).
-    The image must serve SageMaker's contract with `serve` as its argument (containers/llama-server does);
-    `architectures` says which CPU architectures it has, checked against the instance type."""
+    The image must serve SageMaker's contract with `serve` as its argument (containers/llama-server and
+    containers/vllm-cpu do); `architectures` says which CPU architectures it has, checked against the instance
+    type; `engine` which engine it runs ("llama.cpp" or "vllm"), checked against the model's."""
 
     repository: ecr.IRepository
     tag: str | None = None
     digest: str | None = None
     architectures: tuple[str, ...] = ("arm64", "amd64")
+    engine: str = LLAMA_CPP
 
     def validate(self) -> None:
         if (self.tag is None) == (self.digest is None):
@@ -37,6 +40,8 @@ class EngineImage:
         unknown = [a for a in self.architectures if a not in ("arm64", "amd64")]
         if not self.architectures or unknown:
             raise ValueError(f"EngineImage.architectures must name arm64 and/or amd64, got {self.architectures!r}")
+        if self.engine not in ENGINES:
+            raise ValueError(f"EngineImage.engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
 
     @property
     def image_uri(self) -> str:
@@ -53,3 +58,10 @@ def image_architectures(image: LlamaCppImage | EngineImage) -> tuple[str, ...]:
     if isinstance(image, LlamaCppImage):
         return tuple(image.props.platforms)
     return image.architectures
+
+
+def image_engine(image: LlamaCppImage | EngineImage) -> str:
+    """The engine the image serves: "llama.cpp" or "vllm"."""
+    if isinstance(image, LlamaCppImage):
+        return image.props.engine
+    return image.engine

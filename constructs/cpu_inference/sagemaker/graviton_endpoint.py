@@ -1,8 +1,9 @@
-"""GravitonEndpoint: one GGUF model on a SageMaker real-time endpoint, served by the llama-server image.
+"""GravitonEndpoint: one model on a SageMaker real-time endpoint — a GGUF served by the llama-server image, or
+(spec.engine "vllm") a Hugging Face safetensors checkpoint served by the vLLM CPU image.
 
 Model → container: SageMaker itself downloads the model prefix into /opt/ml/model (ModelDataSource,
 S3Prefix, CompressionType None) on every instance before the container starts — the first, scaled-out
-and replaced ones alike — and `serve` answers /ping 200 only once llama-server has loaded it. The engine
+and replaced ones alike — and `serve` answers /ping 200 only once the engine has loaded it. The engine
 settings are the Model's environment (computed by `sizing`), so changing them creates a new Model and
 EndpointConfig and CloudFormation rolls the endpoint (blue/green); nothing configures it after creation.
 
@@ -58,16 +59,18 @@ class GravitonEndpoint(SageMakerEndpointBase):
         props = self.props
         self.capture_bucket: s3.IBucket | None = None  # set by _data_capture
         self._artifact = props.model if isinstance(props.model, ModelArtifact) else None
+        # A GGUF artifact's file becomes MODEL_PATH; a vLLM snapshot is the whole directory /opt/ml/model.
+        artifact_file = self._artifact.props.file if self._artifact is not None and not self._artifact.is_snapshot else None
         self.settings: EngineSettings = engine_settings(
             props.spec, props.instance_type, alias=props.name,
-            model_file=self._artifact.props.file if self._artifact is not None else props.model_file,
+            model_file=artifact_file if self._artifact is not None else props.model_file,
             queue_depth=props.queue_depth,
         )
         self.sizing = self.settings.sizing
         self.model_data_uri = self._artifact.s3_prefix_uri if self._artifact is not None else str(props.model)
         # The model lands on the ML storage volume: sized from it (None on instance-storage types, which refuse it).
         self.volume_size_gb: int | None = (
-            props.volume_size_gb if props.volume_size_gb is not None else volume_size_gb(props.model_bytes, self.sizing.instance)
+            props.volume_size_gb if props.volume_size_gb is not None else volume_size_gb(props.model_bytes, self.sizing.instance, props.engine)
         )
 
     def _environment(self) -> dict[str, str]:
@@ -87,7 +90,7 @@ class GravitonEndpoint(SageMakerEndpointBase):
     @property
     def startup_health_check_timeout_seconds(self) -> int:
         t = self.props.startup_health_check_timeout
-        return int(t.to_seconds()) if t is not None else startup_health_check_timeout_seconds(self.props.model_bytes)
+        return int(t.to_seconds()) if t is not None else startup_health_check_timeout_seconds(self.props.model_bytes, self.props.engine)
 
     # -- resources --------------------------------------------------------------------------------
 

@@ -14,9 +14,10 @@ from constructs import IDependable
 
 from .. import sizing
 from ..artifacts import ModelBucket, ModelCatalog
+from ..engines import VLLM
 from ..images import LlamaCppImage
 from .endpoint_props import NAME, EngineEndpointPropsBase, default_target_concurrency
-from .engine_image import EngineImage
+from .engine_image import EngineImage, image_engine
 from .engine_settings import VOLUME_MAX_GB, VOLUME_MIN_GB
 
 # botocore sagemaker ContainerDefinition.ModelDataUrl (shape Url): max 1024, pattern (https|s3)://([^/]+)/?(.*).
@@ -129,6 +130,13 @@ class MultiModelEndpointProps(EngineEndpointPropsBase):
         self._check_name(p)
         self._check_instance_type(p, "ml.m8g.xlarge")
         self._check_image(p)
+        if image_engine(self.image) == VLLM:
+            # vLLM serves one model per process (--model); the multi-model contract loads and unloads many models in
+            # one container on demand, which containers/llama-server implements (mme_adapter.py) and vLLM does not.
+            raise ValueError(
+                f"{p}.image serves vllm, which runs one model per process; a multi-model endpoint loads many models into "
+                "one container — give each vLLM model its own GravitonEndpoint, and pool llama.cpp GGUFs here"
+            )
         self._check_image_arch(p, self.instance.arch, "the image")
         self._validate_model_data(p)
         self._validate_capacity(p)

@@ -12,13 +12,14 @@ from aws_cdk import aws_s3 as s3
 
 from .. import sizing
 from ..artifacts import ModelArtifact
+from ..engines import VLLM, VLLM_DTYPES, VLLM_TASKS, check_engine
 from .endpoint_props import (
     SAGEMAKER_FAMILIES as SAGEMAKER_FAMILIES,  # re-exported: the catalog families SageMaker offers
 )
 from .endpoint_props import EngineEndpointPropsBase
 from .engine_image import EngineImage as EngineImage  # re-exported: the image type's old home
 from .engine_image import image_architectures as image_architectures
-from .engine_settings import COMPUTED_KEYS, VOLUME_MAX_GB, required_volume_gb
+from .engine_settings import VOLUME_MAX_GB, computed_keys, required_volume_gb
 
 _S3_PREFIX = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(?P<prefix>[^*]+/)$")
 
@@ -29,27 +30,32 @@ ALARM_OUTPUT_TOKENS = {"classification": 8, "routing": 8, "embedding": 0, "reran
 
 @dataclass(frozen=True, kw_only=True)
 class GravitonEndpointProps(EngineEndpointPropsBase):
-    """One llama.cpp model on a SageMaker real-time endpoint. Required: name, model, spec, image. The shared
-    fields are EndpointPropsBase's and EngineEndpointPropsBase's; the defaults and fields of this endpoint:
+    """One model on a SageMaker real-time endpoint: a llama.cpp GGUF on the llama-server image, or (spec.engine
+    "vllm") a Hugging Face safetensors checkpoint on the vLLM CPU image. Required: name, model, spec, image. The
+    shared fields are EndpointPropsBase's and EngineEndpointPropsBase's; the defaults and fields of this endpoint:
 
     name: DNS label for the model (response `model` field, tags, names' prefix), e.g. "zephyr-7b".
     model: a ModelArtifact (its commit-pinned prefix `models/<name>/<commit>/` is downloaded; the role may read
-        only `models/<name>/`), or an S3 prefix URI `s3://bucket/prefix/` holding the GGUF (SageMaker S3Prefix data:
-        every object under it lands in /opt/ml/model).
-    spec: the sizing input (parameters, quantization, context, task, optional shape / slots).
-    image: a LlamaCppImage (built into ECR by digest) or an EngineImage (any ECR repository + tag/digest).
+        only `models/<name>/`), or an S3 prefix URI `s3://bucket/prefix/` holding the GGUF or, for vLLM, the
+        checkpoint directory's files (config.json, tokenizer, *.safetensors) (SageMaker S3Prefix data: every
+        object under it lands in /opt/ml/model).
+    spec: the sizing input (parameters, quantization or vLLM dtype, context, task, engine, optional shape / slots).
+    image: a LlamaCppImage (built into ECR by digest) or an EngineImage (any ECR repository + tag/digest) that
+        serves spec.engine (images.VLLM_IMAGE builds the vLLM one).
     instance_type: default ml.c7g.2xlarge: Graviton ml.c7g/ml.c8g/ml.m8g/ml.r7gd/ml.r8g, or x86
         ml.c7i/ml.m7i/ml.r7i for comparison (no ml.m7g/ml.r7g); the model must fit it.
     min_capacity / max_capacity: default 1..2. target_concurrency: default 75% of the slots (>= 1);
         scale_out_cooldown default 120 s, scale_in_cooldown 600 s.
     model_file: the GGUF's path under an S3-URI prefix (sets MODEL_PATH; default: the entrypoint finds the
-        single .gguf). Ignored for a ModelArtifact (its file is known). model_key: the KMS key of an
+        single .gguf). Ignored for a ModelArtifact (its file is known); refused for vLLM, which serves the
+        whole directory (MODEL_PATH=/opt/ml/model). model_key: the KMS key of an
         S3-URI model's bucket, if SSE-KMS (the role gets kms:Decrypt on it).
     queue_depth: requests admitted per instance beyond the slots before 429 (default: = slots).
-    environment: extra engine settings (e.g. LLAMA_FLASH_ATTN); may not set the computed keys.
-    model_download_timeout / startup_health_check_timeout: default sized to the model file (see
-        engine_settings); 60..3600 s. volume_size_gb: default the model file + 10% + 6 GiB for the image and
-        scratch (at most 512).
+    environment: extra engine settings (e.g. LLAMA_FLASH_ATTN; vLLM: SERVE_EXTRA_ARGS); may not set the computed
+        keys (engine_settings.COMPUTED_KEYS / VLLM_COMPUTED_KEYS).
+    model_download_timeout / startup_health_check_timeout: default sized to the model file and engine (see
+        engine_settings: vLLM adds its compile warm-up); 60..3600 s. volume_size_gb: default the model file + 10%
+        + 6 GiB (vLLM: 10 GiB) for the image and scratch (at most 512).
     encryption_key: also encrypts captured data. data_capture_percent: share of requests captured to S3 (0 = off).
         data_capture_bucket: where (default: a new KMS-encrypted, access-logged bucket); data_capture_prefix
         (default "data-capture/<name>"); data_capture_retention_days: expiry of captured objects in a created
@@ -76,8 +82,16 @@ class GravitonEndpointProps(EngineEndpointPropsBase):
     # -- derived (instance, scales, initial_count, latency_alarm: the bases) ----------------------
 
     @property
+    def engine(self) -> str:
+        return self.spec.engine
+
+    @property
+    def is_vllm(self) -> bool:
+        return self.spec.engine == VLLM
+
+    @property
     def model_bytes(self) -> int:
-        """The model file's size: the spec's file size, else parameters x bits per weight."""
+        """The model's size: the spec's file size, else parameters x bits per weight (vLLM: bytes of its dtype)."""
         return sizing.weights_bytes(self.spec)
 
     @property
@@ -103,9 +117,10 @@ class GravitonEndpointProps(EngineEndpointPropsBase):
     def validate(self) -> None:
         p = "GravitonEndpointProps"
         self._check_name(p)
+        self._check_image(p)
+        self._validate_engine(p)
         self._validate_model(p)
         self._validate_instance(p)
-        self._check_image(p)
         self._check_image_arch(p, self.instance.arch, "the image")
         self._validate_capacity(p)
         self._validate_environment(p)
@@ -125,13 +140,51 @@ class GravitonEndpointProps(EngineEndpointPropsBase):
         self._check_decode_budget(p)
         self._check_naming(p)
 
+    def _validate_engine(self, p: str) -> None:
+        """The image runs the model's engine; a vLLM model is one vLLM can serve here."""
+        try:
+            check_engine(self.spec.engine)
+        except ValueError as e:
+            raise ValueError(f"{p}.spec.{e}") from None
+        self._check_image_engine(p, self.spec.engine, what=f"{self.name} (spec.engine)")
+        if not self.is_vllm:
+            return
+        if self.spec.task not in VLLM_TASKS:
+            raise ValueError(
+                f"{p}.spec.task {self.spec.task!r} is not served by vLLM here (tasks: {', '.join(VLLM_TASKS)}) — run "
+                "embedding and rerank models on llama.cpp (spec.engine='llama.cpp', a GGUF)"
+            )
+        if self.spec.dtype not in VLLM_DTYPES:
+            raise ValueError(f"{p}.spec.dtype must be one of {', '.join(VLLM_DTYPES)} (vLLM's CPU dtypes), got {self.spec.dtype!r}")
+
     def _validate_model(self, p: str) -> None:
+        if self.is_vllm and self.model_file is not None:
+            raise ValueError(
+                f"{p}.model_file: a vLLM model is the whole checkpoint directory under the prefix (config.json, tokenizer, "
+                "*.safetensors → /opt/ml/model) — drop model_file"
+            )
         if isinstance(self.model, ModelArtifact):
             if self.model_file is not None or self.model_key is not None:
                 raise ValueError(f"{p}.model_file and model_key apply to an S3 URI model; a ModelArtifact knows its file and key")
+            if self.is_vllm and not self.model.is_snapshot:
+                raise ValueError(
+                    f"{p}.model: vLLM serves a Hugging Face safetensors checkpoint, but ModelArtifact {self.model.props.name!r} "
+                    "copies one file — copy the repo's snapshot (ModelArtifactProps(snapshot=True, revision=<commit>))"
+                )
+            if not self.is_vllm and self.model.is_snapshot:
+                raise ValueError(
+                    f"{p}.model: ModelArtifact {self.model.props.name!r} is a safetensors snapshot, which llama.cpp cannot "
+                    "load — set spec.engine='vllm', or copy a GGUF (ModelArtifactProps(file=...))"
+                )
             return
         if not isinstance(self.model, str):
             raise ValueError(f"{p}.model must be a ModelArtifact or an s3://bucket/prefix/ URI, got {type(self.model).__name__}")
+        if self.is_vllm and (self.model.endswith(".gguf") or self.model.endswith(".safetensors")):
+            folder = self.model.rsplit("/", 1)[0] + "/"
+            raise ValueError(
+                f"{p}.model must be the S3 prefix of the Hugging Face checkpoint (config.json, tokenizer, *.safetensors; "
+                f"vLLM serves no GGUF), not a file: use model={folder!r}"
+            )
         if self.model.endswith(".gguf"):
             folder = self.model.rsplit("/", 1)[0] + "/"
             file = self.model.rsplit("/", 1)[1]
@@ -151,8 +204,9 @@ class GravitonEndpointProps(EngineEndpointPropsBase):
             same_arch = [i for i in sizing.CATALOG.values() if i.sagemaker and i.arch == it.arch]
             better = sizing.smallest_fitting(self.spec, same_arch, target="sagemaker")
             hint = f"use a larger instance such as {better.instance.sagemaker_name}" if better else "no SageMaker CPU instance of this architecture fits it"
+            precision = f"{self.spec.dtype} on vLLM" if self.is_vllm else self.spec.quantization
             raise ValueError(
-                f"{p}.instance_type: {self.name} ({self.spec.parameters_billions:g}B {self.spec.quantization}, {s.slots} slot(s) x "
+                f"{p}.instance_type: {self.name} ({self.spec.parameters_billions:g}B {precision}, {s.slots} slot(s) x "
                 f"{s.ctx_per_slot} context) needs {s.memory_needed_bytes / sizing.GIB:.1f} GiB but {self.instance_type} has "
                 f"{s.memory_available_bytes / sizing.GIB:.1f} GiB usable — {hint}"
             )
@@ -160,7 +214,7 @@ class GravitonEndpointProps(EngineEndpointPropsBase):
     def _validate_volume(self, p: str) -> None:
         """The ML storage volume holds the model: it must fit, within SageMaker's range, on types that take one."""
         it = self.instance
-        need = required_volume_gb(self.model_bytes)
+        need = required_volume_gb(self.model_bytes, self.engine)
         if it.instance_store:
             if self.volume_size_gb is not None:
                 raise ValueError(
@@ -187,10 +241,10 @@ class GravitonEndpointProps(EngineEndpointPropsBase):
             raise ValueError(f"{p}.queue_depth must be >= 0, got {self.queue_depth}")
 
     def _validate_environment(self, p: str) -> None:
-        clash = sorted(set(self.environment) & COMPUTED_KEYS)
+        clash = sorted(set(self.environment) & computed_keys(self.engine))
         if clash:
             raise ValueError(
                 f"{p}.environment may not set {', '.join(clash)}: they are computed from the spec and instance "
-                "(change spec.parallel_slots / spec.context_per_slot, queue_depth or model_file instead)"
+                "(change spec.parallel_slots / spec.context_per_slot, spec.dtype, queue_depth or model_file instead)"
             )
         self._check_environment_keys(p)
