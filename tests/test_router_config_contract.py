@@ -30,6 +30,8 @@ SHIPPED = {
     "examples/model-farm-eks.yaml": {"eks": ("gateway",), "sagemaker": 0},
     "examples/slm-prefilter-sagemaker.yaml": {"eks": (), "sagemaker": 1},
     "examples/model-farm-sagemaker.yaml": {"eks": (), "sagemaker": 0},
+    "examples/vllm-eks.yaml": {"eks": ("gateway",), "sagemaker": 0},
+    "examples/vllm-sagemaker.yaml": {"eks": (), "sagemaker": 1},
 }
 
 

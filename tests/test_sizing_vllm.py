@@ -41,9 +41,11 @@ def test_the_kv_pool_holds_every_sequence_at_its_longest_and_threads_leave_the_r
     seqs, max_len = int(env["SERVE_MAX_NUM_SEQS"]), int(env["SERVE_MAX_MODEL_LEN"])
     assert kv_gib >= 1 and kv_gib * sizing.GIB >= seqs * max_len * sizing.kv_bytes_per_token(m)
     assert max_len <= m.context_window
-    cpus = int(s.cpu_request)
-    assert int(env["OMP_NUM_THREADS"]) + int(env["VLLM_CPU_NUM_OF_RESERVED_CPU"]) == cpus
-    assert int(env["OMP_NUM_THREADS"]) >= 1 and env["SERVE_DTYPE"] == m.dtype
+    cores = int(s.cpu_request) // (it.threads_per_core if target == "sagemaker" else 1)
+    assert s.threads + int(env["VLLM_CPU_NUM_OF_RESERVED_CPU"]) == cores and s.threads >= 1
+    # Bound by OMP_NUM_THREADS on a shared node; bound by vLLM itself ("auto", per worker) where it owns the CPUs.
+    assert env.get("OMP_NUM_THREADS") == (None if target == "sagemaker" else str(s.threads))
+    assert env["SERVE_DTYPE"] == m.dtype
     assert s.memory_needed_bytes >= s.weights_bytes + kv_gib * sizing.GIB + sizing.VLLM_RUNTIME_OVERHEAD_BYTES
 
 
@@ -67,8 +69,11 @@ def test_threads_bind_only_where_the_engine_owns_its_cpus() -> None:
     # A shared node's pod sees every core in its cpuset: binding ("auto") would pin onto other pods' cores.
     assert eks.engine_env()["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
     assert eks.engine_env(exclusive_cpus=True)["VLLM_CPU_OMP_THREADS_BIND"] == "auto"
-    assert sm.engine_env()["VLLM_CPU_OMP_THREADS_BIND"] == "auto"
-    assert (sm.threads, sm.reserved_cpus) == (3, 1)
+    assert sm.engine_env()["VLLM_CPU_OMP_THREADS_BIND"] == "auto" and "OMP_NUM_THREADS" not in sm.engine_env()
+    # "auto" binds one logical CPU per physical core: ml.c7i.xlarge's 4 vCPUs are 2 Hyper-Threaded cores.
+    assert (sm.threads, sm.reserved_cpus) == (1, 1)
+    graviton = sizing.size(SMOLLM2, sizing.instance("ml.c7g.xlarge"), target="sagemaker")
+    assert (graviton.threads, graviton.reserved_cpus) == (3, 1)
 
 
 def test_a_one_cpu_pod_keeps_its_only_cpu_for_compute() -> None:

@@ -73,6 +73,13 @@ class InstanceType:
         return self.name.split(".")[0]
 
     @property
+    def threads_per_core(self) -> int:
+        """Hardware threads per physical core: 2 on the Intel families (Hyper-Threading), 1 on Graviton (no SMT)
+        and on AMD's 7th/8th generation, which AWS ships with SMT off (EC2 User Guide, "CPU options for Amazon EC2
+        instances": default threads per core by instance type)."""
+        return 2 if self.family.endswith("i") else 1
+
+    @property
     def instance_store(self) -> bool:
         """Local NVMe instance storage ("d" after the generation, e.g. r7gd): on SageMaker such types take no
         EBS ML storage volume (VolumeSizeInGB)."""
@@ -305,19 +312,21 @@ class Sizing:
         """Environment for the container entrypoint: one thread count everywhere (no oversubscription).
 
         exclusive_cpus (vLLM): the engine owns its CPUs — a SageMaker instance (the default there) or an EKS pod
-        with Guaranteed QoS under the static CPU manager — so vLLM binds its OMP threads to them ("auto": the
-        process's allowed CPUs minus the reserved ones, vllm/utils/ompmultiprocessing.py). On shared nodes the
-        pod's cpuset is the whole node, so binding would pin threads onto other pods' cores: "nobind", and
-        OMP_NUM_THREADS alone bounds the threads."""
+        with Guaranteed QoS under the static CPU manager — so vLLM binds its OMP threads to them ("auto": one
+        logical CPU per physical core of the first allowed NUMA node, minus the reserved ones, and it sets each
+        worker's OMP threads itself — vllm/utils/ompmultiprocessing.py; an OMP_NUM_THREADS from outside would
+        also keep the EngineCore's torch threads from dropping to 1 between steps, vllm/utils/torch_utils.py
+        set_torch_threads_for_runtime, so none is rendered). On shared nodes the pod's cpuset is the whole node,
+        so binding would pin threads onto other pods' cores: "nobind", and OMP_NUM_THREADS bounds the threads."""
         t = str(self.threads)
         if self.engine == VLLM:
             exclusive = self.target == "sagemaker" if exclusive_cpus is None else exclusive_cpus
+            threads = {} if exclusive else {"OMP_NUM_THREADS": t, "MKL_NUM_THREADS": t}
             return {
                 "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_space_gib),
                 "VLLM_CPU_OMP_THREADS_BIND": "auto" if exclusive else "nobind",
                 "VLLM_CPU_NUM_OF_RESERVED_CPU": str(self.reserved_cpus),
-                "OMP_NUM_THREADS": t,
-                "MKL_NUM_THREADS": t,
+                **threads,
                 "SERVE_MAX_NUM_SEQS": str(self.slots),
                 "SERVE_MAX_MODEL_LEN": str(self.ctx_per_slot),
                 "SERVE_DTYPE": self.dtype,
@@ -350,8 +359,10 @@ def size(m: ModelSpec, it: InstanceType, *, target: str = "sagemaker", cpu: floa
         cpus: float = it.vcpus
     else:
         cpus = cpu if cpu is not None else default_pod_cpu(m)
-    reserved = VLLM_RESERVED_CPUS if m.engine == VLLM and int(cpus) > VLLM_RESERVED_CPUS else 0
-    threads = max(1, int(cpus) - reserved)
+    # vLLM with "auto" binding (SageMaker) runs one OMP thread per physical core.
+    cores = max(1, int(cpus) // it.threads_per_core) if m.engine == VLLM and target == "sagemaker" else int(cpus)
+    reserved = VLLM_RESERVED_CPUS if m.engine == VLLM and cores > VLLM_RESERVED_CPUS else 0
+    threads = max(1, cores - reserved)
     ctx = context_per_slot(m)
     slots = default_slots(m, int(cpus))
     available = usable_memory_bytes(it, target=target)

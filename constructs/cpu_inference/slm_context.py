@@ -53,10 +53,12 @@ def decision_config(**settings: Any) -> dict[str, Any]:
     return decision(**settings).to_dict()
 
 
-def prefilter_router_config(decided: RouterConfig, *, slm_url: str, escalation: Escalation) -> RouterConfig:
+def prefilter_router_config(decided: RouterConfig, *, slm_url: str, escalation: Escalation, slm_model: str = "") -> RouterConfig:
     """The SLM pre-filter router's config on EKS and in `cpu-inference local` (the chart adds mode and listen
-    address): the decision keys, the SLM's root URL and the escalation section."""
-    return decided.updated(slm_url=slm_url, escalation=escalation)
+    address): the decision keys, the SLM's root URL and the escalation section. slm_model: the body's "model" on the
+    SLM's requests — needed for a vLLM SLM, which answers 404 to any name but the one it serves (llama-server
+    answers under any name, so it stays unset there)."""
+    return decided.updated(slm_url=slm_url, escalation=escalation, **({"slm_model": slm_model} if slm_model else {}))
 
 
 def slm_context_per_slot(router_config: RouterConfig | Mapping[str, Any], answer_max_tokens: int = DEFAULT_ANSWER_MAX_TOKENS) -> int:

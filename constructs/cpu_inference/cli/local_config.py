@@ -25,7 +25,8 @@ def router_config(config, slm: Engine, llm: Engine, host: str, port: int) -> Rou
 
     esc = config.escalation
     escalation = Escalation.of(kind="openai", url=f"{llm.url}/v1", **({"model_id": esc.model} if esc.kind == "model" else {}))
-    cfg = prefilter_router_config(router_decision_config(config), slm_url=slm.url, escalation=escalation)
+    cfg = prefilter_router_config(router_decision_config(config), slm_url=slm.url, escalation=escalation,
+                                  slm_model=slm.name if slm.vllm_dir is not None else "")
     # What the chart owns (k8s/router_chart.py router_config), then this machine's address. A laptop's CPU is
     # shared by every engine: generous timeouts rather than spurious fallbacks.
     return cfg.updated(mode="router", listen_host=host, listen_port=port,

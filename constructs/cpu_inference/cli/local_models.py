@@ -57,6 +57,30 @@ def llama_server_binary(explicit: str | None) -> Path:
     raise UserError("no llama-server found — build it with `make llama-server`, or pass --llama-server PATH")
 
 
+def vllm_python(explicit: str | None) -> Path:
+    """A Python with vLLM's CPU wheel (engines.VLLM_VERSION): --vllm-python, $VLLM_PYTHON, or the virtualenv
+    `scripts/build_vllm_env.sh` builds in the cache (what `make test` uses)."""
+    from ..engines import VLLM_VERSION
+
+    if explicit:
+        if os.path.isfile(explicit) and os.access(explicit, os.X_OK):
+            return Path(explicit)
+        raise UserError(f"--vllm-python {explicit}: not an executable file")
+    cache = Path(os.environ.get("CPU_INFERENCE_CACHE", Path.home() / ".cache" / "cpu-inference"))
+    for c in (os.environ.get("VLLM_PYTHON"), str(cache / f"vllm-cpu-{VLLM_VERSION}" / "bin" / "python")):
+        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+            return Path(c)
+    raise UserError(f"engine vllm needs a Python with vllm-cpu=={VLLM_VERSION} — run scripts/build_vllm_env.sh, or pass "
+                    "--vllm-python PATH (or serve the model with a llama.cpp stand-in: --stand-ins)")
+
+
+def vllm_entrypoint() -> Path:
+    """The vLLM image's entrypoint (containers/vllm-cpu): `local` starts vLLM exactly as a pod does."""
+    from .._resources import VLLM_CPU, runtime_dir
+
+    return runtime_dir(VLLM_CPU) / "entrypoint.py"
+
+
 def router_pythonpath() -> str:
     """The directory holding the slm_router package the router image ships (containers/router)."""
     from .._resources import ROUTER, runtime_dir

@@ -11,7 +11,7 @@ import subprocess
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from .local_models import GEMMA, SMOLLM2, gemma_path, smollm2_path
 from .main import UserError
@@ -28,6 +28,10 @@ class Engine:
     ctx_per_slot: int
     stand_in: str  # SMOLLM2 | GEMMA: what serves it with --stand-ins (always, for model None)
     gguf: Path | None = None
+    # engine vllm: the safetensors checkpoint directory that serves it (--model-map), and the deployed engine
+    # environment (Sizing.engine_env: KV pool, sequences, context, dtype); None: llama-server serves it (a GGUF)
+    vllm_dir: Path | None = None
+    vllm_env: dict[str, str] = field(default_factory=dict)
     note: str = ""  # which file serves which model, printed for the user
     args: list[str] = field(default_factory=list)
     port: int = 0
@@ -93,6 +97,19 @@ def plan(config, only: list[str] | None) -> tuple[list[Engine], list[str]]:
     return engines, notes
 
 
+def _serve_with_vllm(config, e: Engine, directory: Path) -> None:
+    """Serve `e` with vLLM from `directory`, in the engine environment the deployment renders for it."""
+    from ..config import size_model
+
+    if not (directory / "config.json").is_file():
+        raise UserError(f"--model-map {e.name}={directory}: engine vllm needs a checkpoint directory with config.json "
+                        "(and *.safetensors, tokenizer files)")
+    s = size_model(config, cast(Any, e.model))
+    assert s is not None  # deployed_shape already refused a model that fits nowhere
+    e.vllm_dir, e.vllm_env = directory, s.engine_env()
+    e.note = f"{e.name}: vLLM {s.dtype} from {directory} (--model-map)"
+
+
 def _selected(config, only: list[str] | None) -> list:
     names = [m.name for m in config.models]
     if not only:
@@ -109,7 +126,14 @@ def serve_files(config, engines: list[Engine], mapping: dict[str, Path], *, stan
     from the cache, downloaded first when missing (model_cache.fetch_models: every file checked, and the engines'
     memory at these slots against this machine's, before any byte moves), else the stand-in. `pooled`: models
     served from a pool, whose memory local_pools.cap_pools checked (models_max of them at once). Returns notes."""
-    wanted = [e for e in engines if e.model is not None and e.name not in mapping and not stand_ins]
+    vllm = [e for e in engines if getattr(e.model, "engine", None) == "vllm"]
+    for e in vllm:
+        if e.name in mapping:
+            _serve_with_vllm(config, e, mapping[e.name])
+        elif not stand_ins:
+            raise UserError(f"{e.name} uses engine vllm: `local` downloads GGUF files only — pass --model-map {e.name}=DIR "
+                            "(a local safetensors checkpoint with config.json), or --stand-ins to serve a llama.cpp stand-in")
+    wanted = [e for e in engines if e.model is not None and e.name not in mapping and not stand_ins and e not in vllm]
     cached: dict[str, Any] = {}
     if wanted:
         if fetch is None:
@@ -122,6 +146,8 @@ def serve_files(config, engines: list[Engine], mapping: dict[str, Path], *, stan
     notes: list[str] = []
     for e in engines:
         own = True  # served by a file of this model (not a chat stand-in)
+        if e.vllm_dir is not None:
+            continue
         if e.name in mapping:
             e.gguf, e.note = mapping[e.name], f"{e.name}: {mapping[e.name]} (--model-map)"
         elif e.name in cached:

@@ -80,9 +80,10 @@ class CachedModel:
 # --- --model-map ---------------------------------------------------------------------------------------------
 
 
-def parse_model_map(items: Sequence[str], known: Sequence[str] | None = None) -> dict[str, Path]:
-    """`["NAME=PATH", ...]` → {name: path}; each PATH must be an existing GGUF file, each NAME given once (and one of
-    `known`, the config's model names, when given)."""
+def parse_model_map(items: Sequence[str], known: Sequence[str] | None = None, directories: Collection[str] = ()) -> dict[str, Path]:
+    """`["NAME=PATH", ...]` → {name: path}; each PATH must be an existing GGUF file — or, for a model of engine vllm
+    (`directories`), a checkpoint directory — each NAME given once (and one of `known`, the config's model names,
+    when given)."""
     out: dict[str, Path] = {}
     for item in items:
         name, sep, raw = item.partition("=")
@@ -94,6 +95,12 @@ def parse_model_map(items: Sequence[str], known: Sequence[str] | None = None) ->
         if name in out:
             raise UserError(f"--model-map {name}: given twice ({out[name]} and {raw}) — map each model once")
         path = Path(raw).expanduser()
+        if name in directories:
+            if not (path / "config.json").is_file():
+                raise UserError(f"--model-map {name}: {path} is not a checkpoint directory — engine vllm serves a directory "
+                                "with config.json, *.safetensors and the tokenizer files")
+            out[name] = path
+            continue
         if not path.is_file():
             raise UserError(f"--model-map {name}: {path} is not a file — pass the path of a local .gguf")
         with open(path, "rb") as f:
@@ -249,10 +256,16 @@ def _entry(root: Path, name: str, ref: FileRef, folder: str, how: str = "cached"
     return CachedModel(name, path, ref, commit, sha, size, how)
 
 
+def _gguf_file(model: Model) -> str:
+    if model.source.file is None:  # engine vllm: local_plan serves it from --model-map or a stand-in, never fetches
+        raise UserError(f"{model.name}: engine vllm has no GGUF file to download — use --model-map {model.name}=DIR or --stand-ins")
+    return model.source.file
+
+
 def _cached_without_network(root: Path, model: Model) -> CachedModel | None:
     """A cache hit that needs no request: the pinned commit's file, or any cached copy with the pinned sha256."""
     src = model.source
-    ref = FileRef(src.hf_repo, src.file, src.revision)
+    ref = FileRef(src.hf_repo, _gguf_file(model), src.revision)
     if _COMMIT.match(src.revision):
         hit = _entry(root, model.name, ref, src.revision, "cached")
         if hit is not None and (src.sha256 is None or hit.sha256 == src.sha256):
@@ -375,7 +388,7 @@ def _resolve(index: int, model: Model, hub: Hub, root: Path, probe: Callable[[],
     if hit is not None:
         return _Resolved(index, model, cached=hit)
     src = model.source
-    ref = FileRef(src.hf_repo, src.file, src.revision)
+    ref = FileRef(src.hf_repo, _gguf_file(model), src.revision)
     reason = probe()
     if reason is not None:
         # The last commit seen for this branch; a mirror that reports no commit keeps files under the revision name.

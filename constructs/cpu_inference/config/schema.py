@@ -143,6 +143,8 @@ class Model(_Strict):
             raise ValueError("file is required for engine llama.cpp — name the .gguf file in the repo (source.file), or set engine: vllm for a safetensors repo")
         if engine == VLLM and source.file is not None:
             raise ValueError(f"engine vllm loads the repo's safetensors checkpoint, not a GGUF file — remove source.file ({source.file}) or use engine: llama.cpp")
+        if engine == VLLM and source.sha256 is not None:
+            raise ValueError("sha256 pins one GGUF file; engine vllm copies several files — remove source.sha256 and pin the snapshot with revision: <full commit sha> (every file is checked against the Hub's listing at that commit)")
         return source
 
     @field_validator("quantization")

@@ -13,7 +13,7 @@ from ..artifacts import ModelBucketProps
 from ..eks import InferenceWorkloads, InferenceWorkloadsProps
 from ..eks.inference_workloads import KubernetesPatch, ModelDeployment
 from ..eks.mountpoint import MountpointS3Csi
-from ..images import LlamaCppImageProps
+from ..images import VLLM_IMAGE, LlamaCppImageProps
 from ..k8s.karpenter_specs import MEMORY_POOL, MEMORY_TAINT
 from ..k8s.llama_server_chart import ServingPolicy
 from ..k8s.model_pool_chart import ModelPoolChartProps
@@ -39,7 +39,8 @@ class SageMakerSettings:
 class DeploymentProps:
     """models: the served models. target: `eks` (a cluster: platform props, or bring `existing_platform`) or
     `sagemaker` (one GravitonEndpoint per model). p95_latency_ms: the SLO behind the latency alarms.
-    bucket / engine_image / router_image: props of the ModelBucket and the two images (bring existing ones there).
+    bucket / engine_image / router_image / vllm_image: props of the ModelBucket and the images (bring existing ones
+    there); the vLLM image is built only when a model has engine vllm.
     kubernetes_patch (target eks): the escape hatch, InferenceWorkloadsProps.kubernetes_patch — called with every
     Kubernetes object the pattern renders (models, pools, router, namespace, ScaledObjects) before it goes into a
     KubernetesManifest; change the dict in place (return None) or return a replacement."""
@@ -53,6 +54,7 @@ class DeploymentProps:
     bucket: ModelBucketProps = ModelBucketProps()
     engine_image: LlamaCppImageProps = LlamaCppImageProps()
     router_image: LlamaCppImageProps = ROUTER_IMAGE
+    vllm_image: LlamaCppImageProps = VLLM_IMAGE
     kubernetes_patch: KubernetesPatch | None = None
 
     def validate(self) -> None:
@@ -93,7 +95,7 @@ def model_deployments(models: tuple[ServedModel, ...], foundation: ServingFounda
     return tuple(
         ModelDeployment.from_artifact(
             foundation.artifacts[m.name],
-            image=foundation.engine_image.image_uri,
+            image=foundation.image_for(m).image_uri,
             spec=m.spec,
             cpu=m.cpu,
             replicas_min=m.replicas_min,
@@ -147,7 +149,7 @@ def endpoints(scope: Construct, props: DeploymentProps, foundation: ServingFound
             props=graviton_endpoint_props(
                 m,
                 model=foundation.artifacts[m.name],
-                image=foundation.engine_image,
+                image=foundation.image_for(m),
                 latency_slo_ms=props.p95_latency_ms,
                 network_isolation=props.sagemaker.network_isolation,
                 data_capture_percent=props.sagemaker.data_capture_percent,

@@ -121,7 +121,7 @@ class ModelFarm(Construct):
         dedicated = props.dedicated
         self.foundation = ServingFoundation(
             self, "Serving",
-            props=ServingFoundationProps(models=dedicated, bucket=d.bucket, engine_image=d.engine_image,
+            props=ServingFoundationProps(models=dedicated, bucket=d.bucket, engine_image=d.engine_image, vllm_image=d.vllm_image,
                                          router_image=d.router_image if d.target == "eks" else None),
         )
         pools = [p for p in props.pools if props.members(p.name)]

@@ -10,6 +10,7 @@ from typing import Any
 import aws_cdk as cdk
 
 from ..artifacts import ModelArtifact
+from ..engines import is_vllm
 from ..images import LlamaCppImage
 from ..sagemaker import EngineImage, GravitonEndpoint, GravitonEndpointProps, RouterEndpointProps, RouterEscalation
 from ..sagemaker.props import ALARM_OUTPUT_TOKENS
@@ -57,7 +58,9 @@ def router_escalation(target: EscalationTarget, endpoints: Mapping[str, Graviton
     if target.kind == "model":
         if target.model not in endpoints:
             raise ValueError(f"escalation.model {target.model!r} has no SageMaker endpoint; known: {sorted(endpoints)}")
-        return RouterEscalation.sagemaker(endpoints[str(target.model)])
+        endpoint = endpoints[str(target.model)]
+        # vLLM answers 404 to a model name it does not serve (llama-server answers under any): name it.
+        return RouterEscalation.sagemaker(endpoint, model_id=str(target.model) if is_vllm(endpoint.props.spec.engine) else None)
     if target.kind == "sagemaker":
         return RouterEscalation.sagemaker(str(target.endpoint_name))
     if target.kind == "bedrock":

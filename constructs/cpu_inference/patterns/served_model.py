@@ -47,6 +47,8 @@ class ServedModel:
                 raise ValueError(f"ServedModel {self.name}: engine vllm loads the repo's safetensors checkpoint — file must be None, got {self.file!r}")
             if self.pool is not None:
                 raise ValueError(f"ServedModel {self.name}: engine vllm serves one model per process — it cannot be in pool {self.pool!r}")
+            if self.sha256 is not None:
+                raise ValueError(f"ServedModel {self.name}: sha256 pins one GGUF file — pin a vLLM snapshot with revision=<commit sha> instead")
         elif not (self.file or "").endswith(".gguf"):
             raise ValueError(f"ServedModel {self.name}: file must be a .gguf file, got {self.file!r}")
         if self.replicas_min > self.replicas_max:

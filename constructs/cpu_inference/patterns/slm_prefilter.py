@@ -10,6 +10,7 @@ import aws_cdk as cdk
 from constructs import Construct
 
 from ..eks import InferenceWorkloads
+from ..engines import is_vllm
 from ..k8s.router_chart import RouterChartProps
 from ..sagemaker import GravitonEndpoint, RouterEndpoint
 from ..slm_context import RouterConfig, prefilter_router_config
@@ -73,7 +74,11 @@ class SlmPrefilterProps:
         return prefilter_router_config(
             self.router.decision(), slm_url=urls[self.slm],
             escalation=self.escalation.router_escalation(llm_url=urls.get(self.escalation.model or ""), region=region),
+            slm_model=self.slm if self._slm_is_vllm() else "",
         )
+
+    def _slm_is_vllm(self) -> bool:
+        return any(is_vllm(m.engine) for m in self.deployment.models if m.name == self.slm)
 
     def router_config(self, *, urls: dict[str, str], region: str | None) -> dict[str, Any]:
         """prefilter_config(...) as its JSON object."""
@@ -93,7 +98,7 @@ class SlmPrefilter(Construct):
         d = props.deployment
         self.foundation = ServingFoundation(
             self, "Serving",
-            props=ServingFoundationProps(models=d.models, bucket=d.bucket, engine_image=d.engine_image, router_image=d.router_image),
+            props=ServingFoundationProps(models=d.models, bucket=d.bucket, engine_image=d.engine_image, vllm_image=d.vllm_image, router_image=d.router_image),
         )
         self.platform: EksPlatform | None = None
         self.workloads: InferenceWorkloads | None = None
@@ -114,9 +119,17 @@ class SlmPrefilter(Construct):
             props=router_endpoint_props(
                 props.router, props.escalation, slm=self.endpoints[props.slm], image=self.foundation.router_image,
                 endpoints=self.endpoints,
-                **({"config_overrides": {"classify_max_chars": props.router.classify_max_chars}} if props.router.classify_max_chars else {}),
+                **({"config_overrides": overrides} if (overrides := self._router_overrides(props)) else {}),
             ),
         )
+
+    def _router_overrides(self, props: SlmPrefilterProps) -> dict[str, Any]:
+        overrides: dict[str, Any] = {}
+        if props.router.classify_max_chars:
+            overrides["classify_max_chars"] = props.router.classify_max_chars
+        if props._slm_is_vllm():  # vLLM answers 404 to a model name it does not serve
+            overrides["slm_model"] = props.slm
+        return overrides
 
     def _on_eks(self, props: SlmPrefilterProps) -> None:
         d = props.deployment
