@@ -12,6 +12,7 @@ from typing import Any
 from .client import ChatClient, ChatResult
 from .loadgen import LoadSettings, run_level
 from .pricing import Price, cost_per_1k_queries, queries_per_hour
+from .server import ServerInfo
 from .stats import LevelStats, meets_target, pick_concurrency, summarize
 
 REPORT_KIND = "cpu-inference.bench"
@@ -48,6 +49,7 @@ class BenchPlan:
 
 def run_bench(client: ChatClient, prompts: Sequence[list[dict[str, Any]]], plan: BenchPlan, price: Price, *, on_result: Callable[[ChatResult], None] | None = None, on_level: Callable[[int], None] | None = None) -> dict[str, Any]:
     plan.validate()
+    server = client.server_info()  # which engine is measured, asked before any load
     started_at = dt.datetime.now(dt.UTC)
     t0 = time.perf_counter()
     warm = run_level(client, prompts, concurrency=1, requests=plan.warmup, settings=plan.load, on_result=on_result) if plan.warmup else []
@@ -58,10 +60,10 @@ def run_bench(client: ChatClient, prompts: Sequence[list[dict[str, Any]]], plan:
         # Every level starts at a different prompt so a prompt cache cannot favour later levels.
         results = run_level(client, prompts, concurrency=c, requests=plan.requests, settings=plan.load, on_result=on_result, prompt_offset=len(levels) * plan.requests + plan.warmup)
         levels.append(summarize(c, results))
-    return build_report(plan, price, levels, warmup=warm, started_at=started_at, duration_s=time.perf_counter() - t0, client_description=client.description, client_kind=client.kind)
+    return build_report(plan, price, levels, warmup=warm, started_at=started_at, duration_s=time.perf_counter() - t0, client_description=client.description, client_kind=client.kind, server=server)
 
 
-def build_report(plan: BenchPlan, price: Price, levels: list[LevelStats], *, warmup: Sequence[ChatResult] = (), started_at: dt.datetime | None = None, duration_s: float = 0.0, client_description: str = "", client_kind: str = "") -> dict[str, Any]:
+def build_report(plan: BenchPlan, price: Price, levels: list[LevelStats], *, warmup: Sequence[ChatResult] = (), started_at: dt.datetime | None = None, duration_s: float = 0.0, client_description: str = "", client_kind: str = "", server: ServerInfo | None = None) -> dict[str, Any]:
     chosen = pick_concurrency(levels, plan.p95_ms, metric=plan.latency_metric, max_error_rate=plan.max_error_rate)
     rows = []
     for lv in levels:
@@ -91,6 +93,7 @@ def build_report(plan: BenchPlan, price: Price, levels: list[LevelStats], *, war
         "endpoint": plan.endpoint,
         "endpoint_kind": client_kind,
         "endpoint_description": client_description,
+        "server": (server or ServerInfo(None, source="", detail="not asked")).to_dict(),
         "instance_type": plan.instance_type,
         "instance_count": plan.instance_count,
         "region": plan.region,

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from .server import ServerInfo, from_models_body
 from .stream import ChatStream, StreamError
 
 
@@ -52,6 +53,8 @@ class ChatClient(Protocol):
     kind: str
 
     def chat(self, body: dict[str, Any], *, stream: bool) -> ChatResult: ...
+
+    def server_info(self) -> ServerInfo: ...
 
     def close(self) -> None: ...
 
@@ -122,6 +125,7 @@ class OpenAIClient:
             path = (path[:-3] if path.endswith("/v1") else path) + "/v1/chat/completions"
         self.scheme, self.host, self.port = parts.scheme, parts.hostname, parts.port
         self.path = path
+        self.models_path = path[: -len("/chat/completions")] + "/models"
         self.timeout = timeout
         self.headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
         if api_key:
@@ -185,6 +189,23 @@ class OpenAIClient:
             self._drop()
             return _failed(started, exc)
 
+    def server_info(self) -> ServerInfo:
+        """The engine behind the URL, from its GET /v1/models (never raises: unknown on any failure)."""
+        source = f"GET {self.models_path}"
+        cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
+        conn = cls(self.host, self.port, timeout=min(self.timeout, 10))
+        try:
+            conn.request("GET", self.models_path, headers={k: v for k, v in self.headers.items() if k != "Content-Type"})
+            resp = conn.getresponse()
+            body = resp.read()
+            if resp.status != 200:
+                return ServerInfo(None, source=source, detail=f"HTTP {resp.status}")
+            return from_models_body(body, source=source)
+        except (OSError, http.client.HTTPException) as exc:
+            return ServerInfo(None, source=source, detail=f"{type(exc).__name__}: {exc}"[:200])
+        finally:
+            conn.close()
+
     def close(self) -> None:
         with self._lock:
             for conn in self._all:
@@ -244,6 +265,10 @@ class SageMakerClient:
             return _failed(started, exc, rejected=sagemaker_overload(exc.response))
         except (BotoCoreError, StreamError, ValueError, OSError) as exc:
             return _failed(started, exc)
+
+    def server_info(self) -> ServerInfo:
+        # SageMaker Runtime reaches only the container's /invocations and /ping: no model list to ask.
+        return ServerInfo(None, source="sagemaker", detail="a SageMaker endpoint does not expose the engine's /v1/models")
 
     def close(self) -> None:
         self.runtime.close()

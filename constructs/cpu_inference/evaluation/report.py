@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .bench import REPORT_KIND
+from .server import engine_label, model_label
 
 
 def _fmt(v: Any, spec: str = ".1f", none: str = "—") -> str:
@@ -40,6 +41,7 @@ def bench_markdown(report: dict[str, Any]) -> str:
         "",
         f"**Result:** {report['verdict']}",
         "",
+        f"- engine: {_engine_line(report)}",
         f"- instance: {report['instance_type'] or 'not given'} x{report['instance_count']} in {report['region']}; price: {price_line}",
         f"- target: p95 {metric} latency <= {t['p95_ms']:g} ms, error rate (errors + overload rejections) <= {t['max_error_rate']:.0%}",
         f"- load: closed loop, {s['requests_per_level']} requests per level, max_tokens {s['max_tokens']}, stream {s['stream']}, ignore_eos {s['ignore_eos']}, prompts: {s['prompts']}",
@@ -64,6 +66,14 @@ def bench_markdown(report: dict[str, Any]) -> str:
     if report.get("plot"):
         out += ["", f"![latency and throughput vs concurrency]({report['plot']})"]
     return "\n".join(out) + "\n"
+
+
+def _engine_line(report: dict[str, Any]) -> str:
+    server = report.get("server") or {}
+    if not server.get("engine"):
+        return f"{engine_label(report)} ({server.get('detail') or 'not recorded'})"
+    extra = f", max_model_len {server['max_model_len']}" if server.get("max_model_len") else ""
+    return f"{server['engine']}, model {server.get('model') or '?'}{extra} (owned_by {server.get('owned_by')!r}, {server.get('source')})"
 
 
 def write_plot(report: dict[str, Any], path: Path) -> Path:
@@ -138,18 +148,22 @@ def _cost_key(report: dict[str, Any]) -> tuple[int, float]:
 
 
 def compare_rows(reports: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    header = ["run", "instance", "$/h", "p95 target ms", "selected concurrency", "p95 ms", "queries/s", "out tok/s", "$ per 1k queries"]
+    header = ["run", "engine", "model", "instance", "$/h", "p95 target ms", "selected concurrency", "p95 ms", "TTFT p95 ms", "queries/s", "out tok/s", "$ per 1k queries"]
     rows = []
     for r in sorted(reports, key=_cost_key):
         sel = r.get("selected")
         price = r["price"]["usd_per_hour"]
+        level = next((lv for lv in r.get("levels", []) if sel and lv["concurrency"] == sel["concurrency"]), None)
         rows.append([
             r.get("_path", r["endpoint"]),
+            engine_label(r),
+            model_label(r),
             f"{r['instance_type'] or '?'} x{r['instance_count']}",
             "unknown" if price is None else f"{price:g}",
             f"{r['target']['p95_ms']:g} ({r['target']['latency_metric']})",
             str(sel["concurrency"]) if sel else "none met",
             _fmt(sel["p95_ms"]) if sel else "—",
+            _fmt(level.get("ttft_p95_ms")) if level else "—",
             _fmt(sel["qps"], ".3f") if sel else "—",
             _fmt(sel["output_tok_s"]) if sel else "—",
             _usd(sel["cost_per_1k_queries_usd"]) if sel else "—",
