@@ -104,3 +104,14 @@ def test_validate_and_size_show_a_vllm_model_in_its_dtype(tmp_path: Path) -> Non
     assert size.returncode == 0, size.stdout + size.stderr
     row = next(line for line in size.stdout.splitlines() if "qwen3-0-6b" in line)
     assert "bfloat16 (vLLM)" in row and "ml.c7i.2xlarge" in row
+
+
+def test_validate_warns_where_vllm_costs_more_than_it_gives() -> None:
+    from cpu_inference.config.loader import warnings_for
+
+    small = {**VLLM_MODEL, "cpu": 2}
+    big = {**VLLM_MODEL, "name": "qwen3-8b", "source": {"hf_repo": "Qwen/Qwen3-8B"}, "parameters_billions": 8.2, "cpu": 15}
+    lines = [p.render("config.yaml") for p in warnings_for(parse(_farm(small, big)))]
+    assert any(line.startswith("config.yaml: warning: models[0].cpu: engine vllm keeps one CPU for its scheduler, so 2 vCPUs leave 1") for line in lines), lines
+    assert any(line.startswith("config.yaml: warning: models[1].engine: bfloat16 weights of a 8.2B model are 3.3× the bytes") for line in lines), lines
+    assert not any("models[0].engine" in line or "models[1].cpu" in line for line in lines)

@@ -7,6 +7,7 @@ import difflib
 import math
 
 from .. import pool_sizing, sizing
+from ..engines import DTYPE_BYTES
 from ..slm_context import RouterConfig, decision, slm_context_per_slot
 from .problems import Problem
 from .schema import Config, FarmPool, Model
@@ -306,10 +307,29 @@ def _decision_framework(config: Config) -> list[Problem]:
             out.append(Problem(p, f"{b:g}B on CPU suits batch/async use — for interactive p95 targets prefer ≤ 8B or a GPU", "warning"))
         if m.quantization in ("BF16", "F16", "F32") and b >= 7:
             out.append(Problem(config.key_path(i, "quantization"), f"{m.quantization} for a {b:g}B model is ~4–5× slower than Q4_K_M on CPU — use Q4_K_M (default), Q5_K_M or Q8_0", "warning"))
+        if m.engine == "vllm":
+            out += _vllm_advice(config, i, m)
     if config.slo.p95_latency_ms < 50:
         out.append(Problem("slo.p95_latency_ms", f"{config.slo.p95_latency_ms} ms p95 is below what CPU inference reaches (100–500 ms) — consider a GPU", "warning"))
     if config.slo.peak_requests_per_second > 100:
         out.append(Problem("slo.peak_requests_per_second", f"{config.slo.peak_requests_per_second:g} req/s sustained per endpoint exceeds the CPU sweet spot (< 100) — consider a GPU or sharding", "warning"))
+    return out
+
+
+def _vllm_advice(config: Config, i: int, m: Model) -> list[Problem]:
+    """Where vLLM's CPU backend costs more than it gives (benchmarks/README.md#engines has the measurement): its
+    scheduler's reserved CPU on a small pod, and BF16 weights on a model whose decode is bandwidth-bound."""
+    out: list[Problem] = []
+    cpus = m.cpu if m.cpu is not None else sizing.default_pod_cpu(model_spec(m))
+    if config.target == "eks" and cpus < 4:
+        out.append(Problem(config.key_path(i, "cpu"), f"engine vllm keeps one CPU for its scheduler, so {cpus:g} vCPUs leave {cpus - 1:g} "
+                           "for compute (on 2 vCPUs llama.cpp served the same model faster in far less memory: benchmarks/README.md#engines) — "
+                           "give cpu ≥ 4, or use engine llama.cpp for small pods", "warning"))
+    if m.parameters_billions >= 7:
+        ratio = DTYPE_BYTES[m.weights_dtype] * 8 / sizing.BITS_PER_WEIGHT["Q4_K_M"]
+        out.append(Problem(config.key_path(i, "engine"), f"{m.weights_dtype} weights of a {m.parameters_billions:g}B model are {ratio:.1f}× the bytes "
+                           "Q4_K_M reads per generated token, and CPU decode is memory-bandwidth bound — expect a fraction of llama.cpp "
+                           "Q4_K_M's tokens/s; keep vLLM where its scheduler or AMX/BF16 prefill matters", "warning"))
     return out
 
 
