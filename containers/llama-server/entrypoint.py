@@ -45,6 +45,7 @@ from sagemaker_adapter import (
     DEFAULT_GENERATION_BUDGET_SECONDS,
     INVOKE_ENDPOINT_TIMEOUT_SECONDS,
     SageMakerAdapter,
+    serve_engine,
 )
 
 DEFAULT_BIN = "/opt/llama/bin/llama-server"
@@ -265,31 +266,8 @@ async def serve(env: Mapping[str, str], plan: SageMakerPlan | None = None) -> in
         "127.0.0.1", plan.engine.port, max_in_flight=plan.max_in_flight, retry_after=plan.retry_after,
         pool_idle_seconds=plan.pool_idle_seconds, generation_budget=plan.generation_budget,
     )
-    # Bind first, so /ping answers 503 (not connection refused) while the model loads.
-    port = await adapter.start(plan.adapter_host, plan.adapter_port)
-    log.info("adapter on %s:%d, max in flight %d; engine: %s", plan.adapter_host, port, plan.max_in_flight, shlex.join(plan.command))
-    proc = await asyncio.create_subprocess_exec(*plan.command)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    engine_exit = asyncio.create_task(proc.wait())
-    stopping = asyncio.create_task(stop.wait())
-    await asyncio.wait({engine_exit, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    if engine_exit.done():
-        stopping.cancel()
-        log.error("llama-server exited with %s", proc.returncode)
-        await adapter.close(grace=0)
-        return proc.returncode or 1
-    log.info("stopping: draining requests in flight for up to %.0fs", plan.drain_seconds)
-    await adapter.close(grace=plan.drain_seconds)
-    proc.terminate()
-    try:
-        await asyncio.wait_for(engine_exit, ENGINE_STOP_SECONDS)
-    except TimeoutError:
-        proc.kill()
-        await engine_exit
-    return 0
+    return await serve_engine(adapter, plan.command, host=plan.adapter_host, port=plan.adapter_port,
+                              drain_seconds=plan.drain_seconds, engine_stop_seconds=ENGINE_STOP_SECONDS, engine="llama-server")
 
 
 def main(argv: list[str] | None = None) -> int:

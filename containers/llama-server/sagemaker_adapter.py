@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import signal
 import time
 from dataclasses import dataclass
 
@@ -408,3 +409,35 @@ class SageMakerAdapter(HttpFront):
                 return False
             raise
         return keep_alive
+
+
+async def serve_engine(adapter: SageMakerAdapter, command: list[str], *, host: str, port: int, drain_seconds: float,
+                    engine_stop_seconds: float, engine: str, env: dict[str, str] | None = None) -> int:
+    """SageMaker mode around one engine process (llama-server, or vLLM in its image): bind the adapter first, so
+    /ping answers 503 (not connection refused) while the engine loads; then run until SIGTERM (drain, stop the
+    engine, exit 0) or until the engine dies (its exit code, so the platform replaces the container instead of
+    answering 503 forever)."""
+    bound = await adapter.start(host, port)
+    log.info("adapter on %s:%d, max in flight %d; engine: %s", host, bound, adapter.max_in_flight, " ".join(command))
+    proc = await asyncio.create_subprocess_exec(*command, env=env)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    engine_exit = asyncio.create_task(proc.wait())
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({engine_exit, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if engine_exit.done():
+        stopping.cancel()
+        log.error("%s exited with %s", engine, proc.returncode)
+        await adapter.close(grace=0)
+        return proc.returncode or 1
+    log.info("stopping: draining requests in flight for up to %.0fs", drain_seconds)
+    await adapter.close(grace=drain_seconds)
+    proc.terminate()
+    try:
+        await asyncio.wait_for(engine_exit, engine_stop_seconds)
+    except TimeoutError:
+        proc.kill()
+        await engine_exit
+    return 0

@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import shlex
-import signal
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from sagemaker_adapter import (
     DEFAULT_GENERATION_BUDGET_SECONDS,
     INVOKE_ENDPOINT_TIMEOUT_SECONDS,
     SageMakerAdapter,
+    serve_engine,
 )
 
 EKS_MODEL_DIR = "/models"
@@ -267,32 +267,9 @@ def drop_root(env: Mapping[str, str], plan: SageMakerPlan) -> str:
 async def serve(plan: SageMakerPlan) -> int:
     """Run SageMaker mode until SIGTERM (exit 0) or until vLLM dies (its exit code, so the platform replaces the
     container instead of answering 503 forever)."""
-    adapter = make_adapter(plan)
-    # Bind first, so /ping answers 503 (not connection refused) while vLLM imports, compiles and loads.
-    port = await adapter.start(plan.adapter_host, plan.adapter_port)
-    log.info("adapter on %s:%d, max in flight %d; engine: %s", plan.adapter_host, port, plan.max_in_flight, shlex.join(plan.command))
-    proc = await asyncio.create_subprocess_exec(*plan.command, env=plan.env)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    engine_exit = asyncio.create_task(proc.wait())
-    stopping = asyncio.create_task(stop.wait())
-    await asyncio.wait({engine_exit, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    if engine_exit.done():
-        stopping.cancel()
-        log.error("vLLM exited with %s", proc.returncode)
-        await adapter.close(grace=0)
-        return proc.returncode or 1
-    log.info("stopping: draining requests in flight for up to %.0fs", plan.drain_seconds)
-    await adapter.close(grace=plan.drain_seconds)
-    proc.terminate()
-    try:
-        await asyncio.wait_for(engine_exit, ENGINE_STOP_SECONDS)
-    except TimeoutError:
-        proc.kill()
-        await engine_exit
-    return 0
+    return await serve_engine(make_adapter(plan), plan.command, host=plan.adapter_host, port=plan.adapter_port,
+                              drain_seconds=plan.drain_seconds, engine_stop_seconds=ENGINE_STOP_SECONDS, engine="vLLM",
+                              env=plan.env)
 
 
 def main(argv: list[str] | None = None) -> int:
