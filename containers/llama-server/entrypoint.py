@@ -43,9 +43,13 @@ from privileges import drop_privileges
 from sagemaker_adapter import (
     ABORT_SECONDS,
     DEFAULT_GENERATION_BUDGET_SECONDS,
-    INVOKE_ENDPOINT_TIMEOUT_SECONDS,
     SageMakerAdapter,
+    max_drain_seconds,
     serve_engine,
+    time_limits,
+)
+from sagemaker_adapter import (
+    SIGKILL_AFTER_SECONDS as SIGKILL_AFTER_SECONDS,  # re-exported: the lifecycle tests derive from it
 )
 
 DEFAULT_BIN = "/opt/llama/bin/llama-server"
@@ -54,14 +58,8 @@ SAGEMAKER_MODEL_DIR = "/opt/ml/model"
 
 log = logging.getLogger("entrypoint")
 
-# Stopping: SageMaker sends SIGTERM, then SIGKILL 30 s later ("This command sends the SIGTERM signal, then it
-# sends the SIGKILL signal 30 seconds later",
-# docs.aws.amazon.com/sagemaker/latest/dg/your-algorithms-inference-code.html).
-# Everything below is derived from that one figure: drain + abort + engine stop + margin = 30 s.
-SIGKILL_AFTER_SECONDS = 30.0
-SHUTDOWN_MARGIN_SECONDS = 5.0  # interpreter exit, signal delivery, a loaded host
 ENGINE_STOP_SECONDS = 5.0  # llama-server exits at once on SIGTERM when idle; SIGKILL after this
-MAX_DRAIN_SECONDS = SIGKILL_AFTER_SECONDS - SHUTDOWN_MARGIN_SECONDS - ENGINE_STOP_SECONDS - ABORT_SECONDS  # 19 s
+MAX_DRAIN_SECONDS = max_drain_seconds(ENGINE_STOP_SECONDS)  # 19 s of SageMaker's 30 (sagemaker_adapter.py)
 
 
 def engine_binary(env: Mapping[str, str]) -> str:
@@ -119,17 +117,10 @@ def adapter_settings(env: Mapping[str, str]) -> AdapterSettings:
     # SAGEMAKER_BIND_TO_PORT is set for containers in inference pipelines; 8080 otherwise.
     port = _int(env, "SAGEMAKER_BIND_TO_PORT", 8080)
     drain = _float(env, "ADAPTER_DRAIN_SECONDS", MAX_DRAIN_SECONDS)
-    if not 0 <= drain <= MAX_DRAIN_SECONDS:
-        raise EngineConfigError(
-            f"ADAPTER_DRAIN_SECONDS must be in 0..{MAX_DRAIN_SECONDS:.0f}, got {drain:g}: SageMaker kills the container "
-            f"{SIGKILL_AFTER_SECONDS:.0f} s after SIGTERM, and stopping the engine needs the rest"
-        )
     budget = _float(env, "ADAPTER_GENERATION_BUDGET_SECONDS", DEFAULT_GENERATION_BUDGET_SECONDS)
-    if not 0 < budget <= INVOKE_ENDPOINT_TIMEOUT_SECONDS:
-        raise EngineConfigError(
-            f"ADAPTER_GENERATION_BUDGET_SECONDS must be in (0, {INVOKE_ENDPOINT_TIMEOUT_SECONDS:.0f}], got {budget:g}: "
-            "InvokeEndpoint waits at most 60 s for an answer"
-        )
+    problem = time_limits(drain, budget, engine_stop_seconds=ENGINE_STOP_SECONDS)
+    if problem:
+        raise EngineConfigError(problem)
     return AdapterSettings(
         host=env.get("ADAPTER_HOST", "").strip() or "0.0.0.0",
         port=port,

@@ -441,3 +441,28 @@ async def serve_engine(adapter: SageMakerAdapter, command: list[str], *, host: s
         proc.kill()
         await engine_exit
     return 0
+
+
+# Stopping: SageMaker sends SIGTERM, then SIGKILL 30 s later ("This command sends the SIGTERM signal, then it
+# sends the SIGKILL signal 30 seconds later",
+# docs.aws.amazon.com/sagemaker/latest/dg/your-algorithms-inference-code.html).
+# Everything below is derived from that one figure: drain + abort + engine stop + margin = 30 s.
+SIGKILL_AFTER_SECONDS = 30.0
+SHUTDOWN_MARGIN_SECONDS = 5.0  # interpreter exit, signal delivery, a loaded host
+
+
+def max_drain_seconds(engine_stop_seconds: float) -> float:
+    """The longest drain that leaves the abort, the engine's stop and the margin inside SageMaker's 30 s."""
+    return SIGKILL_AFTER_SECONDS - SHUTDOWN_MARGIN_SECONDS - engine_stop_seconds - ABORT_SECONDS
+
+
+def time_limits(drain: float, budget: float, *, engine_stop_seconds: float) -> str | None:
+    """Why ADAPTER_DRAIN_SECONDS = `drain` or ADAPTER_GENERATION_BUDGET_SECONDS = `budget` cannot work, or None."""
+    most = max_drain_seconds(engine_stop_seconds)
+    if not 0 <= drain <= most:
+        return (f"ADAPTER_DRAIN_SECONDS must be in 0..{most:.0f}, got {drain:g}: SageMaker kills the container "
+                f"{SIGKILL_AFTER_SECONDS:.0f} s after SIGTERM, and stopping the engine needs the rest")
+    if not 0 < budget <= INVOKE_ENDPOINT_TIMEOUT_SECONDS:
+        return (f"ADAPTER_GENERATION_BUDGET_SECONDS must be in (0, {INVOKE_ENDPOINT_TIMEOUT_SECONDS:.0f}], got {budget:g}: "
+                "InvokeEndpoint waits at most 60 s for an answer")
+    return None

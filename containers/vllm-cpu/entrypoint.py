@@ -30,11 +30,11 @@ from pathlib import Path
 from engine_flags import EngineConfigError
 from privileges import drop_privileges, run_as, why_not_readable
 from sagemaker_adapter import (
-    ABORT_SECONDS,
     DEFAULT_GENERATION_BUDGET_SECONDS,
-    INVOKE_ENDPOINT_TIMEOUT_SECONDS,
     SageMakerAdapter,
+    max_drain_seconds,
     serve_engine,
+    time_limits,
 )
 
 EKS_MODEL_DIR = "/models"
@@ -47,15 +47,10 @@ SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 # keeps the two equal).
 DTYPES = ("bfloat16", "float16", "float32", "auto")
 
-# Stopping: SageMaker sends SIGTERM, then SIGKILL 30 s later ("This command sends the SIGTERM signal, then it
-# sends the SIGKILL signal 30 seconds later",
-# docs.aws.amazon.com/sagemaker/latest/dg/your-algorithms-inference-code.html).
-SIGKILL_AFTER_SECONDS = 30.0
-SHUTDOWN_MARGIN_SECONDS = 5.0  # interpreter exit, signal delivery, a loaded host
 # vLLM stops its API server, then its EngineCore and worker processes; on an idle engine that takes a few
 # seconds. SIGKILL after this: PID 1 exiting ends the container and everything in it anyway.
 ENGINE_STOP_SECONDS = 5.0
-MAX_DRAIN_SECONDS = SIGKILL_AFTER_SECONDS - SHUTDOWN_MARGIN_SECONDS - ENGINE_STOP_SECONDS - ABORT_SECONDS  # 19 s
+MAX_DRAIN_SECONDS = max_drain_seconds(ENGINE_STOP_SECONDS)  # 19 s of SageMaker's 30 (sagemaker_adapter.py)
 
 log = logging.getLogger("entrypoint")
 
@@ -195,17 +190,10 @@ def sagemaker_plan(env: Mapping[str, str]) -> SageMakerPlan:
                                 "SERVE_QUEUE_DEPTH requests and answers 429 beyond")
     queue_depth = _int(env, "SERVE_QUEUE_DEPTH", engine.max_num_seqs, minimum=0)
     drain = _float(env, "ADAPTER_DRAIN_SECONDS", MAX_DRAIN_SECONDS)
-    if not 0 <= drain <= MAX_DRAIN_SECONDS:
-        raise EngineConfigError(
-            f"ADAPTER_DRAIN_SECONDS must be in 0..{MAX_DRAIN_SECONDS:.0f}, got {drain:g}: SageMaker kills the container "
-            f"{SIGKILL_AFTER_SECONDS:.0f} s after SIGTERM, and stopping the engine needs the rest"
-        )
     budget = _float(env, "ADAPTER_GENERATION_BUDGET_SECONDS", DEFAULT_GENERATION_BUDGET_SECONDS)
-    if not 0 < budget <= INVOKE_ENDPOINT_TIMEOUT_SECONDS:
-        raise EngineConfigError(
-            f"ADAPTER_GENERATION_BUDGET_SECONDS must be in (0, {INVOKE_ENDPOINT_TIMEOUT_SECONDS:.0f}], got {budget:g}: "
-            "InvokeEndpoint waits at most 60 s for an answer"
-        )
+    problem = time_limits(drain, budget, engine_stop_seconds=ENGINE_STOP_SECONDS)
+    if problem:
+        raise EngineConfigError(problem)
     return SageMakerPlan(
         engine=engine,
         command=vllm_command(engine),
