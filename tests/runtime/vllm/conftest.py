@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes.util
 import importlib.util
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -79,13 +80,33 @@ def entrypoint_module() -> ModuleType:
     return load_entrypoint()
 
 
+def chart_engine_env() -> dict[str, str]:
+    """The vLLM container's environment exactly as LlamaServerChart renders it for this model (a 2-CPU pod planned on an
+    m7i.xlarge): the sizing env plus the chart's own keys (HOME, HF_HUB_OFFLINE, SERVE_*, usage stats off)."""
+    import cdk8s
+
+    from cpu_inference import sizing
+    from cpu_inference.k8s import LlamaServerChart, LlamaServerChartProps, ModelWorkload, ServingPolicy
+    from cpu_inference.k8s.llama_server_chart import rendered_engine_env as chart_env
+
+    spec = sizing.ModelSpec(parameters_billions=0.135, engine="vllm", task="chat", context_window=2048, layers=30,
+                            kv_heads=3, head_dim=64)
+    w = ModelWorkload(name=SERVED_NAME, image="vllm@sha256:" + "d" * 64, model_uri="s3://models/smollm2/abc/", spec=spec,
+                      cpu=2, node_type="m7i.xlarge")
+    chart = LlamaServerChart(cdk8s.App(), "Smol", props=LlamaServerChartProps(model=w, policy=ServingPolicy(aws_region="us-east-1")))
+    return chart_env(chart)
+
+
 @pytest.fixture(scope="session")
 def vllm_eks(vllm_env_python: Path, vllm_model: Path, tmp_path_factory: pytest.TempPathFactory) -> VllmServer:
-    """The entrypoint in EKS mode, from the rendered env plus the pod's MODEL_PATH/SERVE_* (loopback, a free port)."""
+    """The entrypoint in EKS mode, from the env the chart renders into the Deployment; only where the pod's paths and
+    address point changes (the local checkpoint, loopback and a free port, this user's cache, not the pod's /tmp)."""
     tmp = tmp_path_factory.mktemp("vllm-eks")
     port = free_port()
+    rendered = chart_engine_env()
+    assert {k: rendered[k] for k in rendered_engine_env()} == rendered_engine_env()  # the chart carries the sizing env
     env = entrypoint_env({
-        **rendered_engine_env(),
+        **rendered, "HOME": os.environ.get("HOME", str(tmp)),
         "MODEL_PATH": str(vllm_model), "SERVE_MODEL_NAME": SERVED_NAME, "SERVE_HOST": "127.0.0.1", "SERVE_PORT": str(port),
         "SERVE_PRELOAD_DIR": str(preload_dir(tmp, vllm_env_python)),
     })
