@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 import time
 from dataclasses import dataclass
@@ -419,7 +420,9 @@ async def serve_engine(adapter: SageMakerAdapter, command: list[str], *, host: s
     answering 503 forever)."""
     bound = await adapter.start(host, port)
     log.info("adapter on %s:%d, max in flight %d; engine: %s", host, bound, adapter.max_in_flight, " ".join(command))
-    proc = await asyncio.create_subprocess_exec(*command, env=env)
+    # Its own process group (setsid), so what the engine starts (vLLM's EngineCore and workers) can be killed with
+    # it; no other process can join that group, so its id stays the engine's until the last member is gone.
+    proc = await asyncio.create_subprocess_exec(*command, env=env, start_new_session=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -430,17 +433,25 @@ async def serve_engine(adapter: SageMakerAdapter, command: list[str], *, host: s
     if engine_exit.done():
         stopping.cancel()
         log.error("%s exited with %s", engine, proc.returncode)
+        _kill_group(proc.pid)  # whatever it started and left behind
         await adapter.close(grace=0)
         return proc.returncode or 1
     log.info("stopping: draining requests in flight for up to %.0fs", drain_seconds)
     await adapter.close(grace=drain_seconds)
     proc.terminate()
-    try:
-        await asyncio.wait_for(engine_exit, engine_stop_seconds)
-    except TimeoutError:
-        proc.kill()
-        await engine_exit
+    # asyncio.wait, not wait_for: wait_for cancels the task it times out on, and awaiting that task again
+    # raised CancelledError (the container exited 1 with a traceback instead of killing the engine).
+    await asyncio.wait({engine_exit}, timeout=engine_stop_seconds)
+    if not engine_exit.done():
+        log.warning("%s did not exit %.0fs after SIGTERM: SIGKILL to its process group", engine, engine_stop_seconds)
+    _kill_group(proc.pid)  # the engine if it is still running, and whatever of its group outlived it
+    await engine_exit  # reaped: no zombie is left behind
     return 0
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # no member left
+        os.killpg(pgid, signal.SIGKILL)
 
 
 # Stopping: SageMaker sends SIGTERM, then SIGKILL 30 s later ("This command sends the SIGTERM signal, then it
