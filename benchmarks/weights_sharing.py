@@ -41,6 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [str(ROOT), str(ROOT / "constructs")] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
 
+from cpu_inference._resources import cache_dir  # noqa: E402
 from tests.support.engine import free_port, llama_server_path, stop_process, wait_healthy  # noqa: E402
 
 SCENARIOS = {"shared-mmap": (True, "mmap"), "copies-mmap": (False, "mmap"), "shared-read": (True, "none")}
@@ -181,7 +182,8 @@ def main() -> int:
     binary = llama_server_path()
     runs: dict[str, list[Result]] = {s: [] for s in SCENARIOS}
     reads: dict[str, list[float]] = {"cold": [], "warm": []}
-    with tempfile.TemporaryDirectory(prefix="weights-sharing-", dir=Path.home() / ".cache") as tmp:  # a disk, not tmpfs
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="weights-sharing-", dir=cache_dir()) as tmp:  # a disk, not tmpfs
         probe = Path(tmp) / "read-probe.gguf"
         shutil.copyfile(a.model, probe)
         for _ in range(a.rounds):

@@ -11,9 +11,8 @@
 # A work tree left by an interrupted run is resumed (cmake builds incrementally), not wiped.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-# shellcheck source=/dev/null
-. "$here/containers/llama-server/engine-pin.env"
-cache=${CPU_INFERENCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cpu-inference}
+# shellcheck source=scripts/cache_lib.sh
+. "$here/scripts/cache_lib.sh"  # $cache, the pin's variables, pinned_sdist
 dest="$cache/llama-quantize-$LLAMA_CPP_PYTHON_VERSION"
 bin="$dest/bin/quantize-gguf"
 recipe="pin=$LLAMA_CPP_PYTHON_SHA256 native no-amx-on-x86 libllama-driver v2"
@@ -23,17 +22,11 @@ mkdir -p "$dest"
 exec 9>"$dest/.lock"
 flock 9
 if cached; then echo "$bin"; exit 0; fi
-python=${PYTHON:-python3}
 work="$dest/work"
 src="$work/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION/vendor/llama.cpp"
 if [ "$(cat "$work/pin" 2>/dev/null)" != "$LLAMA_CPP_PYTHON_SHA256" ] || [ ! -d "$src" ]; then
   rm -rf "$work"; mkdir -p "$work"
-  sdist="$work/$LLAMA_CPP_PYTHON_SDIST"
-  # Reuse the sdist cached by an earlier run when its checksum matches; otherwise download it from PyPI.
-  if [ -f "$cache/sdist/$LLAMA_CPP_PYTHON_SDIST" ]; then cp "$cache/sdist/$LLAMA_CPP_PYTHON_SDIST" "$sdist"; else
-    "$python" -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$work" >&2
-  fi
-  echo "$LLAMA_CPP_PYTHON_SHA256  $sdist" | sha256sum -c --quiet - >&2
+  sdist=$(pinned_sdist)
   tar -xzf "$sdist" -C "$work"
   echo "$LLAMA_CPP_PYTHON_SHA256" > "$work/pin"
 fi

@@ -3,10 +3,8 @@
 # into a cache, and prints the binary's path. The container image builds from the same sdist and sha256
 # (containers/llama-server/engine-pin.env), so what the tests run is what the image ships.
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
-# shellcheck source=/dev/null
-. "$here/containers/llama-server/engine-pin.env"
-cache=${CPU_INFERENCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cpu-inference}
+# shellcheck source=scripts/cache_lib.sh
+. "$(dirname "$0")/cache_lib.sh"  # $cache, the pin's variables, pinned_sdist
 dest="$cache/llama-server-$LLAMA_CPP_PYTHON_VERSION"
 bin="$dest/bin/llama-server"
 # The cached binary is reused only if it was built by this recipe (a changed flag set rebuilds it).
@@ -22,15 +20,10 @@ flock 9
 if [ -x "$bin" ] && [ "$(cat "$dest/recipe" 2>/dev/null)" = "$recipe" ] && "$bin" --version >/dev/null 2>&1; then
   echo "$bin"; exit 0
 fi
-python=${PYTHON:-python3}
 work="$dest/work"
 rm -rf "$work"; mkdir -p "$work" "$dest/bin"
-sdist="$work/$LLAMA_CPP_PYTHON_SDIST"
-echo "downloading llama-cpp-python $LLAMA_CPP_PYTHON_VERSION sdist" >&2
-"$python" -m pip download -q --no-deps --no-binary :all: --no-build-isolation \
-  "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$work" >&2 2>/dev/null \
-  || "$python" -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$work" >&2
-echo "$LLAMA_CPP_PYTHON_SHA256  $sdist" | sha256sum -c --quiet - >&2
+# Kept in $cache/sdist: the tests read upstream's own files (gguf-py, the cmake tree) from the same sdist.
+sdist=$(pinned_sdist)
 tar -xzf "$sdist" -C "$work"
 src="$work/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION/vendor/llama.cpp"
 # Native ISA is right for a local test binary; the image uses runtime dispatch instead (see Dockerfile).

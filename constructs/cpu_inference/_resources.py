@@ -17,12 +17,14 @@ directories into it), and setuptools' editable builds tell it so (`editable_mode
 
 The copy skips only byte-code (`__pycache__/`, `*.pyc`), which every asset excludes anyway, so an asset
 synthesized from a wheel has the same file set, and so the same hash, as one synthesized from a checkout.
+The local cache directory's one rule (cache_dir) lives here too.
 Stdlib only: setup.py imports this file by path before any dependency is installed."""
 
 from __future__ import annotations
 
 import fnmatch
 import importlib.resources
+import os
 import shutil
 from pathlib import Path
 
@@ -35,6 +37,16 @@ RUNTIME_DIRS = (LLAMA_SERVER, ROUTER, VLLM_CPU, MODEL_DOWNLOAD, IMAGE_BUILD)
 BUNDLED = "_bundled"
 # Written by Python whenever the code runs or installs; never part of an image or a Lambda bundle.
 BYTECODE = ("__pycache__", "*.pyc", "*.pyo")
+
+
+def cache_dir() -> Path:
+    """Where built engines, the vLLM test environment, the pinned sdist and local models are kept:
+    $CPU_INFERENCE_CACHE, else $XDG_CACHE_HOME/cpu-inference, else ~/.cache/cpu-inference. The build scripts
+    apply the same rule (scripts/cache_lib.sh); everything else asks here."""
+    explicit = os.environ.get("CPU_INFERENCE_CACHE")
+    if explicit:
+        return Path(explicit)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cpu-inference"
 
 
 def _package_root() -> Path:

@@ -20,7 +20,7 @@ from cpu_inference.eks.manifests import chunk
 from cpu_inference.k8s import llama_queue_scaled_object
 from tests.eks.conftest import imported_cluster
 from tests.support.cdk import apply_nag, cfn_lint_errors, nag_errors, synth, template_json
-from tests.support.k8s import SHARED_CRDS, helm_charts, is_custom, manifests, objects, validate_core, validate_custom
+from tests.support.k8s import helm_charts, is_custom, manifests, objects, validate_core, validate_custom
 
 ENV = cdk.Environment(account="123456789012", region="eu-west-1")
 BULK = 300  # ConfigMaps of ~2 KB: about 650 KB in total, so several bounded manifests
@@ -139,8 +139,6 @@ def test_every_object_validates(existing: Existing) -> None:
     core = [o for o in objs if not is_custom(o)]
     assert {o["kind"] for o in core} == {"Namespace", "ConfigMap"}
     assert [p for o in core[:5] + core[-5:] for p in validate_core(o, "1.35")] == []
-    if not SHARED_CRDS.is_dir():
-        pytest.skip(f"upstream CRDs not present at {SHARED_CRDS}")
     assert [p for o in objs if is_custom(o) for p in validate_custom(o)] == []
 
 

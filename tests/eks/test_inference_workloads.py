@@ -24,7 +24,7 @@ from cpu_inference.k8s.llama_server_chart import ModelWorkload, ServingPolicy
 from cpu_inference.k8s.pod_security import has_pod_spec, restricted_violations
 from cpu_inference.k8s.router_chart import RouterChartProps
 from tests.support.cdk import apply_nag, cfn_lint_errors, nag_errors, synth, template_json
-from tests.support.k8s import SHARED_CRDS, is_custom, manifests, objects, validate_core, validate_custom
+from tests.support.k8s import is_custom, manifests, objects, validate_core, validate_custom
 
 ENV = cdk.Environment(account="123456789012", region="us-east-1")
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/llama-server@sha256:" + "b" * 64
@@ -214,8 +214,7 @@ def test_every_object_validates_and_every_pod_is_restricted(built: Built) -> Non
     assert kinds == ["ConfigMap", "Deployment", "Namespace", "NetworkPolicy", "PodDisruptionBudget", "ScaledObject", "Service", "ServiceAccount", "TriggerAuthentication"]
     core = [o for o in objs if not is_custom(o)]
     assert [p for o in core for p in validate_core(o, "1.35")] == []
-    if SHARED_CRDS.is_dir():
-        assert [p for o in objs if is_custom(o) for p in validate_custom(o)] == []
+    assert [p for o in objs if is_custom(o) for p in validate_custom(o)] == []
     pods = [o for o in objs if has_pod_spec(o)]
     assert len(pods) == len(SPECS) + 1
     assert [v for o in pods for v in restricted_violations(o)] == []
@@ -335,8 +334,7 @@ def test_model_farm_behind_the_gateway_with_in_cluster_prometheus(in_cluster: Bu
         assert so["spec"]["advanced"]["scalingModifiers"]["formula"] == "running + (waiting * 10) + (demand * 10)"
         assert all(tr["metadata"]["serverAddress"] == "http://prometheus-server.monitoring.svc.cluster.local" for tr in triggers.values())
         assert all("authenticationRef" not in tr for tr in triggers.values())
-        if SHARED_CRDS.is_dir():
-            assert validate_custom(so) == []
+        assert validate_custom(so) == []
         pod = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == name)["spec"]["template"]["spec"]
         assert pod["tolerations"] == [MEMORY_TAINT.toleration()]
     assert not [o for o in objs if o["kind"] == "TriggerAuthentication"]

@@ -14,7 +14,7 @@ import aws_cdk as cdk
 import pytest
 import yaml
 from tests.support.cdk import apply_nag, cfn_lint_errors, nag_errors, synth, template_json
-from tests.support.k8s import SHARED_CRDS, is_custom, objects, validate_core, validate_custom
+from tests.support.k8s import is_custom, objects, validate_core, validate_custom
 
 from cpu_inference import sizing
 from cpu_inference.artifacts import ModelArtifact, ModelArtifactProps, ModelBucket
@@ -98,8 +98,7 @@ def test_scaled_objects_read_each_engines_queue(built: Built) -> None:
     queries = {n: " ".join(t["metadata"]["query"] for t in scaled[n]["spec"]["triggers"]) for n in ("chat", "classifier")}
     assert "vllm:num_requests_running" in queries["chat"] and "vllm:num_requests_waiting" in queries["chat"]
     assert "llamacpp:" not in queries["chat"] and "llamacpp:requests_processing" in queries["classifier"]
-    if SHARED_CRDS.is_dir():
-        assert [p for o in scaled.values() for p in validate_custom(o)] == []
+    assert [p for o in scaled.values() for p in validate_custom(o)] == []
 
 
 def test_vllm_role_reads_only_its_prefix(built: Built) -> None:

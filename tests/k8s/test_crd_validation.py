@@ -1,10 +1,10 @@
 """The user-reproducible validation path: `python -m cpu_inference.k8s.crd_validation` against a CRD
-directory (the pinned charts' CRDs fetched with `helm pull` into a cache, or the upstream copies beside
-the repo), run as a user would run it."""
+directory (the upstream copies beside the repo, and the same CRDs laid out as `helm pull --untar` leaves the
+pinned charts: one directory per chart, the CRDs under templates/ with template directives), run as a user
+would run it."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +17,8 @@ from cpu_inference.k8s.crd_validation import load_schemas, validate
 from tests.support.k8s import SHARED_CRDS
 
 ROOT = Path(__file__).resolve().parents[2]
-CACHE = Path(os.environ.get("CPU_INFERENCE_CRDS", Path.home() / ".cache" / "cpu-inference" / "crds"))
+# The charts whose CRDs the docstring of cpu_inference/testing/crd_validation.py tells users to `helm pull`.
+CHARTS = {"karpenter-crd": ("karpenter.sh_", "karpenter.k8s.aws_"), "keda": ("keda.sh_",)}
 
 
 def sample_objects() -> list[dict]:
@@ -35,13 +36,22 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "cpu_inference.k8s.crd_validation", *args], cwd=ROOT / "constructs", capture_output=True, text=True)
 
 
-@pytest.fixture(params=["shared", "cache"])
-def crd_dir(request: pytest.FixtureRequest) -> Path:
-    path = SHARED_CRDS if request.param == "shared" else CACHE
-    if not path.is_dir():
-        hint = "reference CRDs beside the repo" if request.param == "shared" else "run the helm pull commands in cpu_inference/testing/crd_validation.py"
-        pytest.skip(f"no CRD directory at {path} ({hint})")
-    return path
+def helm_pull_tree(dest: Path) -> Path:
+    """The shared CRDs as `helm pull --untar -d DEST` lays the charts out: DEST/<chart>/Chart.yaml and the CRDs
+    under DEST/<chart>/templates/, each wrapped in a chart conditional as chart templates are."""
+    for chart, prefixes in CHARTS.items():
+        (dest / chart / "templates").mkdir(parents=True)
+        (dest / chart / "Chart.yaml").write_text(f"apiVersion: v2\nname: {chart}\nversion: 0.0.0\n")
+        for crd in sorted(p for p in SHARED_CRDS.glob("*.yaml") if p.name.startswith(prefixes)):
+            text = crd.read_text()
+            (dest / chart / "templates" / crd.name).write_text("{{- if .Values.crds.install }}\n" + text + "{{- end }}\n")
+    return dest
+
+
+@pytest.fixture(params=["shared", "helm-pull-tree"])
+def crd_dir(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    assert SHARED_CRDS.is_dir(), f"the upstream CRDs belong beside the repo at {SHARED_CRDS}"
+    return SHARED_CRDS if request.param == "shared" else helm_pull_tree(tmp_path / "crds")
 
 
 def test_cli_accepts_the_rendered_objects(crd_dir: Path, tmp_path: Path) -> None:
@@ -79,8 +89,6 @@ def test_unknown_kinds_are_reported_not_skipped(tmp_path: Path) -> None:
 
 def test_chart_templates_with_helm_directives_still_load(tmp_path: Path) -> None:
     """The karpenter-crd chart's templates may carry {{ }} lines; the schema must still load."""
-    if not SHARED_CRDS.is_dir():
-        pytest.skip(f"upstream CRDs not present at {SHARED_CRDS}")
     text = (SHARED_CRDS / "karpenter.sh_nodepools.yaml").read_text()
     templated = text.replace("metadata:\n", "metadata:\n  {{- with .Values.additionalAnnotations }}\n  annotations: {{ toYaml . }}\n  {{- end }}\n", 1)
     (tmp_path / "templates").mkdir()

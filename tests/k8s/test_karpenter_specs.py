@@ -18,9 +18,8 @@ from cpu_inference.k8s.karpenter_specs import (
     default_node_pools,
     family_architecture,
 )
-from tests.support.k8s import SHARED_CRDS, validate_custom
+from tests.support.k8s import validate_custom
 
-needs_crds = pytest.mark.skipif(not SHARED_CRDS.is_dir(), reason=f"upstream CRDs not present at {SHARED_CRDS}")
 
 
 def node_class(**kw: object) -> EC2NodeClassSpec:
@@ -151,7 +150,6 @@ def test_node_class_rejects_what_the_crd_would(kwargs: dict[str, object], messag
         node_class(**kwargs).to_dict()
 
 
-@needs_crds
 def test_rendered_objects_validate_against_upstream_crds() -> None:
     objs = [p.to_dict() for p in default_node_pools("nc")]
     objs.append(
@@ -183,7 +181,6 @@ def test_rendered_objects_validate_against_upstream_crds() -> None:
     assert [p for o in objs for p in validate_custom(o)] == []
 
 
-@needs_crds
 def test_the_crd_check_is_not_vacuous() -> None:
     """A hand-broken object must fail the same validation the specs pass."""
     broken = NodePoolSpec("p", "nc").to_dict()

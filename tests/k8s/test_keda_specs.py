@@ -13,9 +13,8 @@ from cpu_inference.k8s.keda_specs import (
     amp_query_url,
     llama_queue_scaled_object,
 )
-from tests.support.k8s import SHARED_CRDS, validate_custom
+from tests.support.k8s import validate_custom
 
-needs_crds = pytest.mark.skipif(not SHARED_CRDS.is_dir(), reason=f"upstream CRDs not present at {SHARED_CRDS}")
 AMP = amp_query_url("eu-west-1", "ws-0123abcd")
 
 
@@ -61,7 +60,6 @@ def test_trigger_authentication_variants() -> None:
     assert AwsTriggerAuthentication("amp", "inference", identity_owner="keda").to_dict()["spec"]["podIdentity"]["identityOwner"] == "keda"
 
 
-@needs_crds
 def test_workload_identity_owner_is_refused_although_the_crd_accepts_it() -> None:
     """KEDA 2.20.2 resolves identityOwner: workload from the workload's `eks.amazonaws.com/role-arn` (IRSA)
     annotation, which EKS Pod Identity never sets: the CRD's enum lets it through, so synth must stop it."""
@@ -95,7 +93,6 @@ def test_mistakes_fail_with_a_precise_message(build: object, message: str) -> No
         build().to_dict()  # type: ignore[operator]
 
 
-@needs_crds
 def test_rendered_objects_validate_against_upstream_keda_crds() -> None:
     objs = [
         queue_object().to_dict(),
@@ -114,7 +111,6 @@ def test_rendered_objects_validate_against_upstream_keda_crds() -> None:
     assert [p for o in objs for p in validate_custom(o)] == []
 
 
-@needs_crds
 def test_the_keda_crd_check_is_not_vacuous() -> None:
     broken = queue_object().to_dict()
     broken["spec"]["advanced"]["scalingModifiers"]["metricType"] = "Average"

@@ -34,7 +34,7 @@ from cpu_inference.k8s.llama_server_chart import (
 )
 from cpu_inference.k8s.namespace_chart import ServingNamespaceChart, ServingNamespaceProps
 from cpu_inference.k8s.pod_security import restricted_violations
-from tests.support.k8s import SHARED_CRDS, validate_core, validate_custom
+from tests.support.k8s import validate_core, validate_custom
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE_DIR = ROOT / "containers" / "llama-server"
@@ -219,8 +219,7 @@ def test_keda_queue_depth_scaled_object(rendered, case) -> None:
     assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (1, 5)
     hold = spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"]
     assert hold >= MIN_SCALE_DOWN_STABILIZATION and hold >= 2 * (startup_budget_seconds(s.weights_bytes) + download_budget_seconds(s.weights_bytes))
-    if SHARED_CRDS.is_dir():
-        assert validate_custom(so) == []
+    assert validate_custom(so) == []
 
 
 def test_targets_can_be_given_and_cold_models_need_a_demand_signal() -> None:
@@ -233,8 +232,7 @@ def test_targets_can_be_given_and_cold_models_need_a_demand_signal() -> None:
     assert so["spec"]["minReplicaCount"] == 0
     assert [t["name"] for t in so["spec"]["triggers"]] == ["running", "waiting", "demand"]
     assert so["spec"]["advanced"]["scalingModifiers"]["formula"] == "running + (waiting * 10) + (demand * 10)"
-    if SHARED_CRDS.is_dir():
-        assert validate_custom(so) == []
+    assert validate_custom(so) == []
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{n}@{node}" for n, node in CASES])

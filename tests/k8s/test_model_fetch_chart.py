@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,7 +27,6 @@ from cpu_inference.k8s.llama_server_chart import LlamaServerChart, LlamaServerCh
 BUCKET = "fetch-test"
 KEY = "models/tiny/main/tiny-Q4_1.gguf"
 
-pytestmark = pytest.mark.skipif(shutil.which("aws", path=str(Path(sys.executable).parent)) is None, reason="the aws CLI (dev dependency) is not installed")
 
 
 @pytest.fixture(scope="module")

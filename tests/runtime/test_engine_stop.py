@@ -8,6 +8,7 @@ Deterministic: the engine is tests/support/stubborn_engine.py behind each image'
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import signal
@@ -97,3 +98,30 @@ def test_an_engine_that_ignores_sigterm_is_killed_with_its_children_and_the_cont
     for pid in (leader, child):
         status = Path(f"/proc/{pid}/status")
         assert not status.exists() or "zombie" in status.read_text(), f"{pid} outlived the container"
+
+
+def test_a_multi_model_child_that_ignores_sigterm_is_killed_and_the_load_answers(tmp_path: Path, smollm2_gguf: Path) -> None:
+    """The multi-model adapter's child stop (mme_adapter._stop_child, the same wait-then-kill) on a child that never
+    becomes healthy and ignores SIGTERM: the load gives up at MME_LOAD_TIMEOUT_SECONDS with a 500, the child is
+    SIGKILLed ENGINE_STOP_SECONDS later and reaped, and the container still stops with exit 0."""
+    from tests.runtime.engine.test_mme_contract import mme_container
+
+    stop_seconds = image_module("llama-server", "entrypoint").ENGINE_STOP_SECONDS
+    engine = tmp_path / "engine"
+    engine.write_text(f"#!/bin/sh\nexec {sys.executable} {STUBBORN} \"$@\"\n")
+    engine.chmod(0o755)
+    pids_file = tmp_path / "pids"
+    with mme_container(engine, tmp_path, MME_LOAD_TIMEOUT_SECONDS="1", STUBBORN_PIDS=str(pids_file)) as mme:
+        t0 = time.monotonic()
+        r = mme.load("m-0001", mme.arrive("m-0001", smollm2_gguf), timeout=60)
+        took = time.monotonic() - t0
+        assert r.status_code == 500 and "did not load within 1 s" in r.text, r.text
+        assert stop_seconds <= took <= 1 + stop_seconds + 5, took  # the load timeout, then the stop budget, then SIGKILL
+        leader, child = map(int, pids_file.read_text().split())
+        assert not Path(f"/proc/{leader}").exists() or "zombie" in Path(f"/proc/{leader}/status").read_text()
+        assert mme.children() == [], "the killed child is reaped"
+        log = mme.log_text()
+    assert mme.proc.returncode == 0 and "Traceback" not in log, log
+    # Not in the engine's group: llama-server starts no children, so the MME stops the process it started.
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(child, signal.SIGKILL)

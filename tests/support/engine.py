@@ -23,6 +23,13 @@ def llama_server_path() -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
+def pinned_sdist() -> Path:
+    """The pinned llama-cpp-python sdist (engine-pin.env) in the cache, sha256-checked: the same file the engine
+    build and the image start from (scripts/pinned_sdist.sh downloads it from PyPI once)."""
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "pinned_sdist.sh")], check=True, capture_output=True, text=True)
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
 def stop_process(proc: subprocess.Popen, timeout: float = 15) -> None:
     """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds; always reaped."""
     proc.terminate()

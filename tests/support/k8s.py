@@ -39,6 +39,8 @@ def helm_charts(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 @lru_cache(maxsize=None)
 def _crd_schemas(crd_dir: str) -> dict[tuple[str, str], dict[str, Any]]:
+    # A missing directory fails here, loudly: skipping the custom objects' validation would pass unchecked objects.
+    assert Path(crd_dir).is_dir(), f"no CRD directory at {crd_dir}: the upstream CRDs (../shared/crds) belong beside the repo"
     out: dict[tuple[str, str], dict[str, Any]] = {}
     for f in sorted(Path(crd_dir).glob("*.yaml")):
         crd = yaml.safe_load(f.read_text())

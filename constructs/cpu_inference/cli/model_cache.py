@@ -37,7 +37,7 @@ from urllib.parse import quote, urlsplit
 from model_download import DownloadError, FileInfo, FileRef, Hub, HubAuthError, read_token
 from model_download.hub import HubFile
 
-from .. import sizing
+from .. import _resources, sizing
 from ..config import Config, Model, model_spec, size_model
 from .main import UserError
 
@@ -52,9 +52,8 @@ FALLBACKS = "serve a local GGUF with --model-map NAME=PATH, or run the small sta
 
 
 def cache_root() -> Path:
-    """`${CPU_INFERENCE_CACHE:-~/.cache/cpu-inference}/models` (the stand-in Gemma and the engine build live there
-    too)."""
-    return Path(os.environ.get("CPU_INFERENCE_CACHE") or Path.home() / ".cache" / "cpu-inference") / "models"
+    """`models/` of the cache (`_resources.cache_dir`: the stand-in Gemma and the engine build live there too)."""
+    return _resources.cache_dir() / "models"
 
 
 @dataclass(frozen=True)

@@ -4,27 +4,19 @@ stand-in models."""
 
 from __future__ import annotations
 
-import os
 import sys
 import tarfile
 from pathlib import Path
 
 import pytest
-from tests.runtime.engine.serving import ENGINE_DIR
+from tests.support.engine import pinned_sdist
 
 from gguf_header import GgufError, kv_shape, read_metadata
 
 
-def _pin() -> dict[str, str]:
-    lines = (ENGINE_DIR / "engine-pin.env").read_text().splitlines()
-    return dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
-
-
 @pytest.fixture(scope="module")
 def upstream_reader(tmp_path_factory: pytest.TempPathFactory):
-    cache = Path(os.environ.get("CPU_INFERENCE_CACHE", Path.home() / ".cache" / "cpu-inference")) / "sdist"
-    sdist = cache / _pin()["LLAMA_CPP_PYTHON_SDIST"].strip()
-    assert sdist.is_file(), f"{sdist} missing: the engine build (make llama-server) caches it"
+    sdist = pinned_sdist()
     dest = tmp_path_factory.mktemp("gguf-py")
     with tarfile.open(sdist) as tar:
         members = [m for m in tar.getmembers() if "/vendor/llama.cpp/gguf-py/gguf/" in m.name]

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import shutil
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from tests.runtime.engine.serving import ENGINE_DIR
+from tests.support.engine import pinned_sdist
 
 DOCKERFILE = ENGINE_DIR / "Dockerfile"
 BUILD_SCRIPT = ENGINE_DIR / "build_engine.sh"
@@ -45,17 +43,10 @@ def _dropped_variants() -> set[str]:
 
 @pytest.fixture(scope="module")
 def pinned_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The llama.cpp tree vendored in the pinned sdist (cached; fetched once from the Dockerfile's URL)."""
+    """The llama.cpp tree vendored in the pinned sdist (the cached file the engine build uses)."""
     pin = _pin()
-    cache = Path(os.environ.get("CPU_INFERENCE_CACHE", Path.home() / ".cache" / "cpu-inference")) / "sdist"
-    sdist = cache / pin["LLAMA_CPP_PYTHON_SDIST"]
-    if not sdist.exists():
-        url = re.search(r"^\s+(https://\S+)", DOCKERFILE.read_text(), re.M).group(1)  # type: ignore[union-attr]
-        cache.mkdir(parents=True, exist_ok=True)
-        part = sdist.with_suffix(".part")
-        with urllib.request.urlopen(url, timeout=120) as r, open(part, "wb") as f:
-            shutil.copyfileobj(r, f)
-        part.rename(sdist)
+    sdist = pinned_sdist()
+    assert sdist.name == pin["LLAMA_CPP_PYTHON_SDIST"]
     digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
     assert digest == pin["LLAMA_CPP_PYTHON_SHA256"], f"{sdist}: sha256 {digest} is not the pin"
     dest = tmp_path_factory.mktemp("pinned-sdist")
