@@ -21,7 +21,8 @@ pinned_sdist() {
     echo "$LLAMA_CPP_PYTHON_SHA256  $part/$LLAMA_CPP_PYTHON_SDIST" | sha256sum -c --quiet - >&2
     mv "$part/$LLAMA_CPP_PYTHON_SDIST" "$sdist"  # same filesystem: atomic, so a reader never sees half a file
     rm -rf "$part"
+  else
+    echo "$LLAMA_CPP_PYTHON_SHA256  $sdist" | sha256sum -c --quiet - >&2  # a cached copy, checked at every use
   fi
-  echo "$LLAMA_CPP_PYTHON_SHA256  $sdist" | sha256sum -c --quiet - >&2
   echo "$sdist"
 }

@@ -21,7 +21,7 @@ from types import ModuleType
 import httpx
 import pytest
 
-from tests.support.engine import free_port
+from tests.support.engine import free_port, process_gone
 
 ROOT = Path(__file__).resolve().parents[2]
 STUBBORN = ROOT / "tests" / "support" / "stubborn_engine.py"
@@ -44,6 +44,14 @@ def image_module(image: str, name: str) -> ModuleType:
     return module
 
 
+def _stubborn_engine(tmp_path: Path) -> Path:
+    """An executable that runs the stand-in, whatever engine command line it is given."""
+    engine = tmp_path / "engine"
+    engine.write_text(f"#!/bin/sh\nexec {sys.executable} {STUBBORN} \"$@\"\n")
+    engine.chmod(0o755)
+    return engine
+
+
 def _engine_env(image: str, tmp_path: Path, engine: Path) -> dict[str, str]:
     """The image's serve-mode env with the stand-in as its engine and no drain (the stop budget is what is tested)."""
     if image == "llama-server":
@@ -62,9 +70,7 @@ def _engine_env(image: str, tmp_path: Path, engine: Path) -> dict[str, str]:
 def test_an_engine_that_ignores_sigterm_is_killed_with_its_children_and_the_container_exits_0_in_time(image: str, tmp_path: Path) -> None:
     stop_seconds = image_module(image, "entrypoint").ENGINE_STOP_SECONDS
     adapter = image_module(image, "sagemaker_adapter")
-    engine = tmp_path / "engine"
-    engine.write_text(f"#!/bin/sh\nexec {sys.executable} {STUBBORN} \"$@\"\n")
-    engine.chmod(0o755)
+    engine = _stubborn_engine(tmp_path)
     pids_file, port = tmp_path / "pids", free_port()
     keep = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "SERVE_", "SAGEMAKER_", "ADAPTER_", "MODEL_", "SM_"))}
     env = {**keep, **_engine_env(image, tmp_path, engine), "STUBBORN_PIDS": str(pids_file), "SAGEMAKER_BIND_TO_PORT": str(port),
@@ -95,9 +101,7 @@ def test_an_engine_that_ignores_sigterm_is_killed_with_its_children_and_the_cont
     assert "did not exit" in text and "SIGKILL" in text, text
     # Waited the whole stop budget for a clean exit, then killed at once, far inside SageMaker's window.
     assert stop_seconds <= took <= adapter.SIGKILL_AFTER_SECONDS - adapter.SHUTDOWN_MARGIN_SECONDS, took
-    for pid in (leader, child):
-        status = Path(f"/proc/{pid}/status")
-        assert not status.exists() or "zombie" in status.read_text(), f"{pid} outlived the container"
+    assert process_gone(leader) and process_gone(child), "the engine or its child outlived the container"
 
 
 def test_a_multi_model_child_that_ignores_sigterm_is_killed_and_the_load_answers(tmp_path: Path, smollm2_gguf: Path) -> None:
@@ -107,9 +111,7 @@ def test_a_multi_model_child_that_ignores_sigterm_is_killed_and_the_load_answers
     from tests.runtime.engine.test_mme_contract import mme_container
 
     stop_seconds = image_module("llama-server", "entrypoint").ENGINE_STOP_SECONDS
-    engine = tmp_path / "engine"
-    engine.write_text(f"#!/bin/sh\nexec {sys.executable} {STUBBORN} \"$@\"\n")
-    engine.chmod(0o755)
+    engine = _stubborn_engine(tmp_path)
     pids_file = tmp_path / "pids"
     with mme_container(engine, tmp_path, MME_LOAD_TIMEOUT_SECONDS="1", STUBBORN_PIDS=str(pids_file)) as mme:
         t0 = time.monotonic()
@@ -118,7 +120,7 @@ def test_a_multi_model_child_that_ignores_sigterm_is_killed_and_the_load_answers
         assert r.status_code == 500 and "did not load within 1 s" in r.text, r.text
         assert stop_seconds <= took <= 1 + stop_seconds + 5, took  # the load timeout, then the stop budget, then SIGKILL
         leader, child = map(int, pids_file.read_text().split())
-        assert not Path(f"/proc/{leader}").exists() or "zombie" in Path(f"/proc/{leader}/status").read_text()
+        assert process_gone(leader)
         assert mme.children() == [], "the killed child is reaped"
         log = mme.log_text()
     assert mme.proc.returncode == 0 and "Traceback" not in log, log

@@ -30,6 +30,14 @@ def pinned_sdist() -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
+def process_gone(pid: int) -> bool:
+    """No such process, or a zombie waiting for its reaper (it runs nothing)."""
+    try:
+        return "zombie" in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+
+
 def stop_process(proc: subprocess.Popen, timeout: float = 15) -> None:
     """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds; always reaped."""
     proc.terminate()

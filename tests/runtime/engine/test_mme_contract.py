@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 from tests.runtime.engine.serving import ENGINE_DIR, chat_body, serve_env
-from tests.support.engine import free_port, wait_healthy
+from tests.support.engine import free_port, process_gone, wait_healthy
 
 pytestmark = pytest.mark.engine
 
@@ -151,7 +151,7 @@ def test_load_invoke_list_get_409_and_unload_a_model_that_arrives_after_start(ll
         r = httpx.delete(f"{mme.url}/models/m-0001", timeout=30)
         assert r.status_code == 200
         # "The resources provisioned to model_name should be reclaimed by the container when this API returns"
-        assert not Path(f"/proc/{child}").exists() or "zombie" in Path(f"/proc/{child}/status").read_text()
+        assert process_gone(child)
         assert httpx.get(f"{mme.url}/models/m-0001", timeout=5).status_code == 404
         assert httpx.delete(f"{mme.url}/models/m-0001", timeout=5).status_code == 404
         assert httpx.post(f"{mme.url}/models/m-0001/invoke", json=chat_body(), timeout=10).status_code == 404

@@ -15,6 +15,7 @@ import pytest
 from entrypoint import MAX_DRAIN_SECONDS, SIGKILL_AFTER_SECONDS, sagemaker_plan
 from engine_flags import EngineConfigError
 from tests.runtime.engine.serving import chat_body, metric, sagemaker_endpoint, start_endpoint, stop_endpoint
+from tests.support.engine import process_gone
 
 pytestmark = pytest.mark.engine
 
@@ -42,7 +43,7 @@ def test_sigterm_finishes_the_request_in_flight_then_exits_0(llama_server_bin: P
         stop_endpoint(ep)
     t.join(timeout=60)
     assert result == {"status": 200, "tokens": 32}
-    assert not Path(f"/proc/{engine}").exists() or "zombie" in Path(f"/proc/{engine}/status").read_text()
+    assert process_gone(engine)
 
 
 def test_engine_death_exits_the_container_nonzero(llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path) -> None:
@@ -106,4 +107,4 @@ def test_sigterm_past_the_drain_answers_every_request_cleanly_and_exits_on_time(
     assert (status, retry_after) == (503, "1") and body["error"]["message"] == "endpoint shutting down: retry"
     events = results["stream"]
     assert events[0].startswith("data: {") and "endpoint shutting down" in events[-1]  # type: ignore[index]
-    assert not Path(f"/proc/{engine}").exists() or "zombie" in Path(f"/proc/{engine}/status").read_text()
+    assert process_gone(engine)
