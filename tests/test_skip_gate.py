@@ -1,7 +1,7 @@
 """The skip gate (tests/support/skip_gate.py) driven through its hooks with pytest's own report objects, shaped as
 pytest makes them for a skip (longrepr = (path, line, "Skipped: reason")) and an xfail (`wasxfail`): a skip that is
 not on the allowlist turns a passing session into a failed one and is named in the summary; an allowed one does not.
-(That `make test` then exits non-zero was shown on .ci/run; see the README's Tests section.)"""
+pytest's exit code is the session's exitstatus as it stands after pytest_sessionfinish, so `make test` fails too."""
 
 from __future__ import annotations
 
