@@ -126,7 +126,7 @@ def test_chunking_is_keyed_bounded_and_rejects_an_object_over_the_bound() -> Non
     assert sorted(o["metadata"]["name"] for p in parts for o in p) == sorted(o["metadata"]["name"] for o in objs)
     assert all(len(json.dumps(p)) < 20_000 for p in parts) and len(parts) > 1
     # Objects sharing a key stay in one chunk, in their order.
-    keyed = chunk(objs, max_bytes=20_000, key=lambda o: str(int(o["metadata"]["name"][-3:]) % 25))
+    keyed = chunk(objs, max_bytes=40_000, key=lambda o: str(int(o["metadata"]["name"][-3:]) % 25))
     for part in keyed:
         groups = {int(o["metadata"]["name"][-3:]) % 25 for o in part}
         assert all(sum(1 for o in q if int(o["metadata"]["name"][-3:]) % 25 in groups) == 0 for q in keyed if q is not part)

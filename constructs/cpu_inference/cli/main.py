@@ -8,7 +8,7 @@ import importlib
 import sys
 
 # name -> module under cpu_inference.cli; a module missing from an install simply does not register.
-SUBCOMMANDS = ("validate", "size", "stacks", "download", "bench", "eval", "local")
+SUBCOMMANDS = ("validate", "size", "stacks", "plan", "download", "bench", "eval", "local")
 
 
 class UserError(Exception):

@@ -1,22 +1,32 @@
 """Add many Kubernetes objects as several KubernetesManifest resources, each under a size bound, with
-stable membership.
+membership that never changes.
 
-Every KubernetesManifest travels to the kubectl Lambda inside one CloudFormation custom-resource
-request (Lambda's synchronous payload limit is ~256 KB and CloudFormation caps a resource's properties
-too), so large object sets are split into bounded chunks.
+Why a bound: a manifest travels inside the CloudFormation template (1 MB per template — CloudFormation quotas) and
+inside the custom-resource event CloudFormation sends the kubectl provider asynchronously (Lambda's asynchronous
+payload limit is 1 MB — botocore lambda Invoke: "For asynchronous invocations, the maximum payload size is 1 MB";
+an Update event carries the old and the new manifest); every object also gets client-side apply's
+last-applied-configuration annotation, and an object's annotations total at most 256 KiB (kubernetes
+apimachinery ValidateAnnotationsSize). 200,000 bytes per manifest keeps an Update event under 1 MB.
 
-Why membership must be stable: the aws-eks-v2 kubectl handler (aws-cdk-lib 2.275
+Why membership must never change: the aws-eks-v2 kubectl handler (aws-cdk-lib 2.275
 custom-resource-handlers/dist/aws-eks-v2/kubectl-handler/apply/__init__.py) runs `kubectl delete -f` on a
-manifest resource's objects when CloudFormation deletes that resource, and `kubectl apply --prune -l
-aws.cdk.eks/prune-<construct addr>` on update (KubernetesManifest.injectPruneLabel labels each object with its
-own resource's address). Chunks numbered by position (`Models0`, `Models1`) move objects between resources
-when a model is added or removed: the moved objects get deleted by the vanished chunk's Delete (which
-CloudFormation runs in its cleanup phase, after the new chunk applied them), or pruned by their old chunk
-racing the new one. So objects are grouped by a stable key (by default the object's identity; callers pass
-e.g. the model name) and each group lands in a hash bucket named by a prefix of sha256(key): adding or
-removing a group changes only its own bucket's contents, never which resource holds any other group's
-objects. A bucket over the size bound splits into 16 sub-buckets by the next hex digit (a rare event that
-only reshuffles that bucket's groups).
+manifest resource's objects when CloudFormation deletes that resource — in the update's cleanup phase, after the
+new resources applied them, and in a failed update's rollback for resources the update created — and
+`kubectl apply --prune -l aws.cdk.eks/prune-<construct addr>` on update. An object that moves from one resource
+to another is deleted by one of those (cpu_inference.testing.rehearsal reports each case). So objects are
+grouped by a stable key (by default the object's identity; callers pass e.g. the model name) and each group
+lands in the bucket named by the first hex digit of sha256(key), forever: adding or removing a group changes only
+its own bucket's contents. A bucket over the bound is a synth error naming its groups, never a split (a split
+renamed resources and deleted the moved objects — review finding F2).
+
+Removal: a group removed from a bucket that survives is pruned only if its kinds are on kubectl's default prune
+allowlist (k8s_object.PRUNED_KINDS); a ServiceAccount, PodDisruptionBudget, NetworkPolicy or ScaledObject stays
+behind, inert (it selects or serves nothing). `cpu-inference plan` lists those with the `kubectl delete` command
+that removes them.
+
+Order: a bucket whose objects need a Namespace, ServiceAccount, ConfigMap or Secret that another bucket of the
+same set creates depends on that bucket (k8s_object.needs/provides), so CloudFormation never applies them in
+parallel (review finding F1: a NetworkPolicy applied before its Namespace fails the stack).
 """
 
 from __future__ import annotations
@@ -30,21 +40,21 @@ from typing import Any
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IDependable
 
+from ..k8s_object import needs, object_key, provides
+
+__all__ = ["BUCKET_DIGITS", "DEFAULT_MAX_BYTES", "Bucket", "ManifestBoundError", "add_bounded_manifests", "bucketize", "chunk",
+           "object_key", "object_size"]
+
 DEFAULT_MAX_BYTES = 200_000
 # Room for the prune label CDK adds to every object and for tokens that render longer than they read.
 _PER_OBJECT_OVERHEAD = 160
-_MAX_DEPTH = 8  # 16**8 buckets: never reached by any real object set under the bound
+# The bucket name's width in hex digits: 16 buckets per set. Fixed forever — a different width renames every
+# bucket of every deployed stack (see the module docstring).
+BUCKET_DIGITS = 1
 
 
 def object_size(obj: dict[str, Any]) -> int:
     return len(json.dumps(obj, separators=(",", ":")).encode()) + _PER_OBJECT_OVERHEAD
-
-
-def object_key(obj: dict[str, Any]) -> str:
-    """An object's identity: API group, kind, namespace, name (what kubectl apply matches on)."""
-    group = str(obj.get("apiVersion", "")).rpartition("/")[0]
-    meta = obj.get("metadata", {})
-    return f"{group}/{obj.get('kind')}/{meta.get('namespace', '')}/{meta.get('name')}"
 
 
 def _digest(key: str) -> str:
@@ -57,38 +67,39 @@ class Bucket:
     objects: list[dict[str, Any]]
 
 
+class ManifestBoundError(ValueError):
+    """Objects that do not fit the manifest bound; the message names them and the fix."""
+
+
 def bucketize(
     objs: Sequence[dict[str, Any]], max_bytes: int = DEFAULT_MAX_BYTES, key: Callable[[dict[str, Any]], str] = object_key
 ) -> list[Bucket]:
-    """Group objects by `key`, then place each group in the bucket named by the shortest prefix of
-    sha256(key) (one hex digit at first) whose bucket stays under max_bytes. Within a bucket, groups are
-    sorted by key and keep their objects' order. Deterministic and independent of the other groups except
-    for a bucket split."""
+    """Group objects by `key`, then place each group in the bucket named by the first BUCKET_DIGITS hex digits of
+    sha256(key). Within a bucket, groups are sorted by key and keep their objects' order. A group's bucket depends
+    on its key only; a bucket over max_bytes raises ManifestBoundError."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for obj in objs:
         n = object_size(obj)
         if n + 2 > max_bytes:
             name = obj.get("metadata", {}).get("name")
-            raise ValueError(f"{obj.get('kind')}/{name} alone is {n} bytes, over the {max_bytes}-byte manifest bound — split the object")
+            raise ManifestBoundError(f"{obj.get('kind')}/{name} alone is {n} bytes, over the {max_bytes}-byte manifest bound — split the object")
         groups.setdefault(key(obj), []).append(obj)
     sizes = {k: 2 + sum(object_size(o) + 1 for o in g) for k, g in groups.items()}
-    for k, size in sizes.items():
-        if size > max_bytes:
-            raise ValueError(f"objects keyed {k!r} total {size} bytes, over the {max_bytes}-byte manifest bound — key them more finely")
+    by_prefix: dict[str, list[str]] = {}
+    for k in groups:
+        by_prefix.setdefault(_digest(k)[:BUCKET_DIGITS], []).append(k)
     out: list[Bucket] = []
-
-    def place(keys: list[str], depth: int) -> None:
-        by_prefix: dict[str, list[str]] = {}
-        for k in keys:
-            by_prefix.setdefault(_digest(k)[:depth], []).append(k)
-        for prefix in sorted(by_prefix):
-            members = sorted(by_prefix[prefix])
-            if sum(sizes[k] for k in members) - 2 * (len(members) - 1) > max_bytes and depth < _MAX_DEPTH and len(members) > 1:
-                place(members, depth + 1)
-            else:
-                out.append(Bucket(prefix, [o for k in members for o in groups[k]]))
-
-    place(list(groups), 1)
+    for prefix in sorted(by_prefix):
+        members = sorted(by_prefix[prefix])
+        total = sum(sizes[k] for k in members) - 2 * (len(members) - 1)
+        if total > max_bytes:
+            largest = sorted(members, key=lambda k: -sizes[k])[:5]
+            raise ManifestBoundError(
+                f"manifest bucket {prefix!r} would hold {total} bytes of Kubernetes objects, over the {max_bytes}-byte bound "
+                f"({len(members)} groups, largest: {', '.join(f'{k} ({sizes[k]} B)' for k in largest)}). Buckets never split "
+                "(a split would move deployed objects to a new resource, and the old one's delete removes them): serve some "
+                "of these models from a pool (about 100 bytes per model) or from a second stack")
+        out.append(Bucket(prefix, [o for k in members for o in groups[k]]))
     return out
 
 
@@ -111,11 +122,41 @@ def add_bounded_manifests(
     depending on `depends_on`. `key` groups objects that must stay together (default: each object alone).
     `scope` defaults to the cluster (pass your construct to keep cross-stack references out)."""
     deps = list(depends_on)
+    buckets = bucketize(objs, max_bytes, key)
     out: list[eks.KubernetesManifest] = []
-    for bucket in bucketize(objs, max_bytes, key):
+    for bucket in buckets:
         # The ignore: jsii types ICluster as an IConstruct, not a Construct; every cluster is a Construct.
         m = eks.KubernetesManifest(scope or cluster, f"{id}{bucket.prefix}", cluster=cluster, manifest=bucket.objects, overwrite=True)  # type: ignore[arg-type]
         for d in deps:
             m.node.add_dependency(d)
         out.append(m)
+    for i, j in _order(buckets):
+        out[i].node.add_dependency(out[j])
     return out
+
+
+def _order(buckets: Sequence[Bucket]) -> list[tuple[int, int]]:
+    """(i, j) pairs: bucket i applies objects that need what bucket j creates (a Namespace, ServiceAccount,
+    ConfigMap, Secret), so i must wait for j. Raises on a cycle (CloudFormation would reject the template)."""
+    made = {n: j for j, b in enumerate(buckets) for o in b.objects for n in provides(o)}
+    edges = sorted({(i, made[n]) for i, b in enumerate(buckets) for o in b.objects for n in needs(o) if made.get(n, i) != i})
+    after: dict[int, set[int]] = {}
+    for i, j in edges:
+        after.setdefault(i, set()).add(j)
+
+    def reaches(start: int, goal: int) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            n = todo.pop()
+            if n == goal:
+                return True
+            if n not in seen:
+                seen.add(n)
+                todo.extend(after.get(n, ()))
+        return False
+
+    for i, j in edges:
+        if reaches(j, i):
+            raise ManifestBoundError(f"manifest buckets {buckets[i].prefix!r} and {buckets[j].prefix!r} need each other's objects; "
+                                     "key those objects together so one kubectl apply creates them in order")
+    return edges

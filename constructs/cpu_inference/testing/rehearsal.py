@@ -1,0 +1,532 @@
+"""A deploy rehearsal: how CloudFormation and the aws-eks-v2 kubectl handler apply a synthesized cloud assembly,
+checked offline. Plain Python over the synthesized templates (no jsii, no AWS account).
+
+What it models, and from which source:
+
+- CloudFormation creates resources in any order consistent with the dependency graph (DependsOn, Ref, Fn::GetAtt,
+  Fn::Sub references), in parallel ("AWS CloudFormation creates … resources in parallel" unless a dependency says
+  otherwise — CloudFormation user guide, DependsOn attribute). So "A exists before B in every allowed order" holds
+  exactly when A is a transitive dependency of B, or A's stack is a dependency of B's stack (cdk deploys dependency
+  stacks first: the assembly manifest's `dependencies`).
+- An update creates new logical ids and updates changed ones in that order, then deletes the logical ids that left
+  the template in UPDATE_COMPLETE_CLEANUP_IN_PROGRESS, after every new resource exists (CloudFormation user guide,
+  "Update behaviors of stack resources" / stack status codes). A failed update rolls back: resources it created are
+  deleted, resources it updated get another Update with the old properties (custom resources included:
+  aws/aws-cdk#17040, #29581). A change to a createOnly property (the resource provider schema's
+  `createOnlyProperties`, bundled with cfn-lint) replaces the resource: new physical resource, old one deleted.
+- The kubectl handler (aws-cdk-lib 2.275 custom-resource-handlers/dist/aws-eks-v2/kubectl-handler/apply/__init__.py):
+  Create → `kubectl apply -f` (Overwrite) or `create`; Update → `kubectl apply -f <new> --prune -l <PruneLabel>`;
+  Delete → `kubectl delete -f <old manifest>` (by name, no label filter). It retries only `i/o timeout`; any other
+  error fails the resource. Objects in one manifest are applied in file order, so a Namespace earlier in the same
+  manifest exists for the objects after it — but a custom resource whose CRD is created by the same `kubectl apply`
+  fails (kubectl resolves every object's REST mapping first: "ensure CRDs are installed first",
+  kubernetes/kubectl#1117). `--prune` deletes only kinds on kubectl's default allowlist (k8s_object.PRUNED_KINDS).
+- The Helm handler (kubectl-handler/helm/__init__.py) installs a chart's CRDs with the release unless SkipCrds; a
+  chart's CreateNamespace creates its namespace.
+- The API server refuses changes to immutable fields (IMMUTABLE_FIELDS, each with its validation source).
+
+Checks: `create_order(assembly)` — every namespaced object's Namespace, every custom resource's CRD, every
+ServiceAccount and Pod Identity association a pod uses, every ConfigMap/Secret it mounts, every CSI driver add-on a
+PersistentVolume names, exist before it in every allowed order. `plan(before, after)` — the Kubernetes objects
+created/changed/deleted, the AWS resources replaced, and the hazards of the update and of its rollback.
+`cpu-inference plan` prints the same."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..k8s_object import BUILTIN_GROUPS, BUILTIN_NAMESPACES, Need, api_group, is_pruned, needs, object_key, provides
+
+MANIFEST = "Custom::AWSCDK-EKS-KubernetesResource"
+HELM_CHART = "Custom::AWSCDK-EKS-HelmChart"
+POD_IDENTITY = "AWS::EKS::PodIdentityAssociation"
+ADDON = "AWS::EKS::Addon"
+
+# The API groups whose CRDs each Helm chart we install ships in its crds/ directory (karpenter-crd 1.14.1 and
+# karpenter: karpenter.sh NodePool/NodeClaim + karpenter.k8s.aws EC2NodeClass; keda 2.20.2: keda.sh
+# ScaledObject/ScaledJob/TriggerAuthentication/ClusterTriggerAuthentication — the upstream CRDs in ../shared/crds).
+CHART_CRD_GROUPS: Mapping[str, tuple[str, ...]] = {
+    "karpenter-crd": ("karpenter.sh", "karpenter.k8s.aws"),
+    "karpenter": ("karpenter.sh", "karpenter.k8s.aws"),
+    "keda": ("keda.sh", "eventing.keda.sh"),
+}
+# EKS add-ons that register a CSI driver (EKS user guide, "Amazon EKS add-ons"; the driver name each add-on's chart
+# registers).
+ADDON_CSI_DRIVERS: Mapping[str, str] = {
+    "aws-mountpoint-s3-csi-driver": "s3.csi.aws.com",
+    "aws-ebs-csi-driver": "ebs.csi.aws.com",
+    "aws-efs-csi-driver": "efs.csi.aws.com",
+}
+
+# Fields the API server refuses to change on update, as (API group, kind) → JSON paths (dotted) that must stay equal.
+IMMUTABLE_FIELDS: Mapping[tuple[str, str], tuple[str, ...]] = {
+    # kubernetes pkg/apis/core/validation/validation.go ValidatePersistentVolumeUpdate: "spec.persistentvolumesource
+    # is immutable after creation", volumeMode and nodeAffinity immutable. The volume source is every key of spec
+    # other than the mutable ones (capacity, accessModes, claimRef, mountOptions, persistentVolumeReclaimPolicy,
+    # storageClassName, volumeAttributesClassName).
+    ("", "PersistentVolume"): ("spec.csi", "spec.hostPath", "spec.nfs", "spec.local", "spec.awsElasticBlockStore",
+                               "spec.volumeMode", "spec.nodeAffinity"),
+    # ValidatePersistentVolumeClaimUpdate: "spec is immutable after creation except resources.requests and
+    # volumeAttributesClassName for bound claims".
+    ("", "PersistentVolumeClaim"): ("spec.accessModes", "spec.selector", "spec.storageClassName", "spec.volumeName",
+                                    "spec.volumeMode", "spec.dataSource", "spec.dataSourceRef"),
+    # pkg/apis/apps/validation ValidateStatefulSetUpdate: "updates to statefulset spec for fields other than 'replicas',
+    # 'ordinals', 'template', 'updateStrategy', 'revisionHistoryLimit', 'persistentVolumeClaimRetentionPolicy' and
+    # 'minReadySeconds' are forbidden".
+    ("apps", "StatefulSet"): ("spec.selector", "spec.serviceName", "spec.volumeClaimTemplates", "spec.podManagementPolicy"),
+    # ValidateDeploymentUpdate / ValidateDaemonSetUpdate (apps/v1): "field is immutable" for spec.selector.
+    ("apps", "Deployment"): ("spec.selector",),
+    ("apps", "DaemonSet"): ("spec.selector",),
+    # pkg/apis/batch/validation ValidateJobSpecUpdate: selector and template immutable (outside suspend edits).
+    ("batch", "Job"): ("spec.selector", "spec.template", "spec.completionMode"),
+    # ValidateServiceUpdate: clusterIP/clusterIPs immutable once set ("field is immutable").
+    ("", "Service"): ("spec.clusterIP", "spec.clusterIPs"),
+    # pkg/apis/storage/validation ValidateStorageClassUpdate: parameters, provisioner, reclaimPolicy, volumeBindingMode.
+    ("storage.k8s.io", "StorageClass"): ("parameters", "provisioner", "reclaimPolicy", "volumeBindingMode"),
+}
+
+# AWS resources that hold state a replacement would lose or orphan.
+STATEFUL_TYPES = frozenset({
+    "AWS::S3::Bucket", "AWS::ECR::Repository", "AWS::KMS::Key", "AWS::Logs::LogGroup", "AWS::EKS::Cluster",
+    "AWS::DynamoDB::Table", "AWS::EFS::FileSystem", "AWS::SecretsManager::Secret", "AWS::APS::Workspace",
+})
+
+_TOKEN = re.compile(r"\$\{([^}!][^}]*)\}")
+
+
+# ----------------------------------------------------------------------------------------------------- the model
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One create-order problem or update hazard: `code` names the class, `where` the stack and logical id."""
+
+    code: str
+    where: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"[{self.code}] {self.where}: {self.message}"
+
+
+@dataclass
+class Manifest:
+    """One KubernetesManifest resource: its objects in file order."""
+
+    stack: str
+    logical_id: str
+    objects: list[dict[str, Any]]
+    prune_label: str | None
+    properties: dict[str, Any]
+
+    @property
+    def where(self) -> str:
+        return f"{self.stack}/{self.logical_id}"
+
+
+@dataclass
+class Stack:
+    name: str
+    template: dict[str, Any]
+    depends_on_stacks: tuple[str, ...] = ()
+    manifests: dict[str, Manifest] = field(default_factory=dict)
+    _deps: dict[str, set[str]] = field(default_factory=dict)
+    _ancestors: dict[str, frozenset[str]] = field(default_factory=dict)
+
+    @property
+    def resources(self) -> dict[str, dict[str, Any]]:
+        return dict(self.template.get("Resources", {}))
+
+    def ancestors(self, logical_id: str) -> frozenset[str]:
+        """Every logical id CloudFormation must finish before it starts `logical_id`."""
+        if logical_id not in self._ancestors:
+            out: set[str] = set()
+            stack = list(self._deps.get(logical_id, ()))
+            while stack:
+                d = stack.pop()
+                if d not in out:
+                    out.add(d)
+                    stack.extend(self._deps.get(d, ()))
+            self._ancestors[logical_id] = frozenset(out)
+        return self._ancestors[logical_id]
+
+
+@dataclass
+class Assembly:
+    stacks: dict[str, Stack]
+
+    def stack_ancestors(self, name: str) -> set[str]:
+        out: set[str] = set()
+        todo = list(self.stacks[name].depends_on_stacks)
+        while todo:
+            s = todo.pop()
+            if s not in out and s in self.stacks:
+                out.add(s)
+                todo.extend(self.stacks[s].depends_on_stacks)
+        return out
+
+
+def _refs(value: Any, out: set[str]) -> None:
+    """Logical ids a property value references (Ref, Fn::GetAtt, Fn::Sub); pseudo parameters excluded."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k == "Ref" and isinstance(v, str) and not v.startswith("AWS::"):
+                out.add(v)
+            elif k == "Fn::GetAtt":
+                out.add(v.split(".", 1)[0] if isinstance(v, str) else v[0])
+            elif k == "Fn::Sub":
+                text, variables = (v, {}) if isinstance(v, str) else (v[0], v[1])
+                for name in _TOKEN.findall(text):
+                    base = name.split(".", 1)[0]
+                    if base not in variables and not base.startswith("AWS::"):
+                        out.add(base)
+                _refs(variables, out)
+            else:
+                _refs(v, out)
+    elif isinstance(value, list):
+        for v in value:
+            _refs(v, out)
+
+
+def render(value: Any) -> str:
+    """A CloudFormation string expression as text: literals kept, each intrinsic replaced by a stable placeholder
+    (`TOKEN_<hash of the intrinsic>`), so a reference renders the same in two synths and a changed one differs."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and "Fn::Join" in value:
+        sep, parts = value["Fn::Join"]
+        return str(sep).join(render(p) for p in parts)
+    return "TOKEN_" + hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def stack_from_template(name: str, template: dict[str, Any], depends_on_stacks: Iterable[str] = ()) -> Stack:
+    st = Stack(name, template, tuple(depends_on_stacks))
+    resources = st.resources
+    for lid, res in resources.items():
+        deps: set[str] = set()
+        d = res.get("DependsOn", [])
+        deps.update([d] if isinstance(d, str) else d)
+        _refs(res.get("Properties", {}), deps)
+        st._deps[lid] = {x for x in deps if x in resources and x != lid}
+        if res.get("Type") == MANIFEST:
+            props = res.get("Properties", {})
+            objs = json.loads(render(props["Manifest"]))
+            st.manifests[lid] = Manifest(name, lid, [o for o in objs if isinstance(o, dict)], props.get("PruneLabel"), props)
+    return st
+
+
+def load_assembly(path: str | Path) -> Assembly:
+    """Every CloudFormation stack of a cloud assembly directory (cdk.out), with the stack order cdk deploys in."""
+    root = Path(path)
+    manifest = root / "manifest.json"
+    if not manifest.is_file():
+        raise FileNotFoundError(f"{manifest} not found — pass the output directory of `cdk synth` (cdk.out)")
+    artifacts = json.loads(manifest.read_text())["artifacts"]
+    stacks: dict[str, Stack] = {}
+    for name, art in artifacts.items():
+        if art.get("type") != "aws:cloudformation:stack":
+            continue
+        template = json.loads((root / art["properties"]["templateFile"]).read_text())
+        deps = [d for d in art.get("dependencies", ()) if artifacts.get(d, {}).get("type") == "aws:cloudformation:stack"]
+        display = art.get("displayName", name)
+        stacks[display] = stack_from_template(display, template, deps)
+    for st in stacks.values():  # dependencies are artifact ids; stacks are keyed by display name
+        st.depends_on_stacks = tuple(artifacts[d].get("displayName", d) for d in st.depends_on_stacks)
+    return Assembly(stacks)
+
+
+def assembly_from_templates(templates: Mapping[str, dict[str, Any]], stack_deps: Mapping[str, Iterable[str]] | None = None) -> Assembly:
+    deps = stack_deps or {}
+    return Assembly({n: stack_from_template(n, t, deps.get(n, ())) for n, t in templates.items()})
+
+
+# ------------------------------------------------------------------------------------- what resources provide
+
+
+def _resource_provides(res: dict[str, Any]) -> list[Need]:
+    props = res.get("Properties", {})
+    t = res.get("Type")
+    if t == HELM_CHART:
+        out = []
+        if str(props.get("CreateNamespace", "")).lower() == "true" and isinstance(props.get("Namespace"), str):
+            out.append(Need("namespace", props["Namespace"]))
+        if str(props.get("SkipCrds", "")).lower() != "true":
+            out += [Need("crd", g) for g in CHART_CRD_GROUPS.get(str(props.get("Chart", "")), ())]
+        return out
+    if t == POD_IDENTITY and isinstance(props.get("Namespace"), str) and isinstance(props.get("ServiceAccount"), str):
+        return [Need("podidentity", f"{props['Namespace']}/{props['ServiceAccount']}")]
+    if t == ADDON and props.get("AddonName") in ADDON_CSI_DRIVERS:
+        return [Need("csi", ADDON_CSI_DRIVERS[props["AddonName"]])]
+    return []
+
+
+# ---------------------------------------------------------------------------------------------- create order
+
+
+@dataclass
+class _Provider:
+    stack: str
+    logical_id: str
+    position: int | None  # index in the manifest for an object; None for a whole resource
+
+
+def _providers(asm: Assembly) -> dict[Need, list[_Provider]]:
+    out: dict[Need, list[_Provider]] = {}
+    for st in asm.stacks.values():
+        for lid, res in st.resources.items():
+            for n in _resource_provides(res):
+                out.setdefault(n, []).append(_Provider(st.name, lid, None))
+        for m in st.manifests.values():
+            for i, obj in enumerate(m.objects):
+                for n in provides(obj):
+                    out.setdefault(n, []).append(_Provider(st.name, m.logical_id, i))
+    return out
+
+
+_MISSING_IS_PROBLEM = frozenset({"namespace", "crd", "serviceaccount", "configmap", "secret"})
+
+
+def create_order(asm: Assembly, *, assume: Iterable[Need] = (), existing: Callable[[Need], bool] | None = None) -> list[Finding]:
+    """Objects whose prerequisites may not exist yet when their manifest is applied, in some allowed order.
+    `assume`: prerequisites that exist outside the assembly (e.g. a namespace made by hand). `existing(need)`: for an
+    update, what the deployed stack already has. A Pod Identity association or CSI driver add-on that the assembly
+    does not create at all is not a problem (the pod may use none; the driver may be installed already)."""
+    assumed = set(assume)
+    providers = _providers(asm)
+    problems: list[Finding] = []
+    for st in asm.stacks.values():
+        before_stacks = asm.stack_ancestors(st.name)
+        for m in st.manifests.values():
+            ancestors = st.ancestors(m.logical_id)
+            for i, obj in enumerate(m.objects):
+                for n in needs(obj):
+                    if (n.kind == "namespace" and n.name in BUILTIN_NAMESPACES) or n.kind == "crd" and n.name in BUILTIN_GROUPS:
+                        continue
+                    if n in assumed or (existing is not None and existing(n)):
+                        continue
+                    cands = providers.get(n, [])
+                    if not cands:
+                        if n.kind in _MISSING_IS_PROBLEM:
+                            problems.append(Finding("missing", m.where, f"{_describe(obj)} needs {n.kind} {n.name!r}, which nothing in the assembly creates"))
+                        continue
+
+                    if not any(_first(p, asm_stacks=before_stacks, manifest=m, position=i, need=n, ancestors=ancestors) for p in cands):
+                        where = ", ".join(sorted({f"{p.stack}/{p.logical_id}" for p in cands}))
+                        problems.append(Finding("create-order", m.where, f"{_describe(obj)} needs {n.kind} {n.name!r} from {where}, "
+                                                f"which may be applied after it (no dependency between them)"))
+    return problems
+
+
+def _first(p: _Provider, *, asm_stacks: set[str], manifest: Manifest, position: int, need: Need, ancestors: frozenset[str]) -> bool:
+    """Whether provider `p` exists before the object at `position` of `manifest` in every allowed order."""
+    if p.stack in asm_stacks:
+        return True
+    if p.stack != manifest.stack:
+        return False
+    if p.logical_id == manifest.logical_id:  # the same kubectl apply: file order, but never a CRD (kubectl#1117)
+        return p.position is not None and p.position < position and need.kind != "crd"
+    return p.logical_id in ancestors
+
+
+def _describe(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata", {})
+    ns = meta.get("namespace")
+    return f"{obj.get('kind')}/{meta.get('name')}" + (f" (namespace {ns})" if ns else "")
+
+
+# ---------------------------------------------------------------------------------------------------- update
+
+
+@dataclass
+class ObjectChange:
+    key: str
+    action: str  # create | change | delete
+    manifest: str  # where (stack/logical id) the object is (after) or was (before)
+
+
+@dataclass
+class Plan:
+    """objects: Kubernetes objects created/changed/deleted. replaced: AWS resources replaced or removed ("stack/logical
+    id (type): why"). hazards: what breaks the update, its rollback, or deletes what the new template still declares.
+    leftovers: objects the update stops declaring but nothing deletes (inert; `delete_commands` removes them)."""
+
+    objects: list[ObjectChange]
+    replaced: list[str]
+    hazards: list[Finding]
+    leftovers: list[dict[str, Any]] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)  # AWS resources updated in place: "stack/logical id (type)"
+
+    def delete_commands(self) -> list[str]:
+        return [f"kubectl delete {o.get('kind', '').lower()}{'.' + api_group(o) if api_group(o) else ''} {o['metadata']['name']}"
+                + (f" -n {o['metadata']['namespace']}" if o["metadata"].get("namespace") else "") for o in self.leftovers]
+
+    def text(self) -> str:
+        lines = []
+        for action in ("create", "change", "delete"):
+            items = [c for c in self.objects if c.action == action]
+            lines.append(f"Kubernetes objects to {action}: {len(items)}")
+            lines += [f"  {c.key}  ({c.manifest})" for c in items]
+        lines.append(f"AWS resources updated in place: {len(self.updated)}")
+        lines += [f"  {r}" for r in self.updated]
+        lines.append(f"AWS resources replaced or removed: {len(self.replaced)}")
+        lines += [f"  {r}" for r in self.replaced]
+        lines.append(f"left in the cluster (not on kubectl's prune allowlist; inert): {len(self.leftovers)}")
+        lines += [f"  {c}" for c in self.delete_commands()]
+        lines.append(f"hazards: {len(self.hazards)}")
+        lines += [f"  {h}" for h in self.hazards]
+        return "\n".join(lines)
+
+
+def _declared(asm: Assembly) -> dict[str, tuple[Manifest, dict[str, Any]]]:
+    out: dict[str, tuple[Manifest, dict[str, Any]]] = {}
+    for st in asm.stacks.values():
+        for m in st.manifests.values():
+            for o in m.objects:
+                out[object_key(o)] = (m, o)
+    return out
+
+
+def _at(obj: Any, path: str) -> Any:
+    for part in path.split("."):
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(part)
+    return obj
+
+
+CreateOnly = Callable[[str], tuple[str, ...]]
+
+
+def cfn_create_only(resource_type: str) -> tuple[str, ...]:
+    """The createOnlyProperties (top-level names) of a resource type, from the CloudFormation resource provider
+    schemas cfn-lint bundles (the registry's own schemas)."""
+    try:
+        from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
+    except ImportError as exc:  # pragma: no cover - the dev/plan extra provides it
+        raise RuntimeError("the update check needs cfn-lint's CloudFormation resource schemas: pip install 'cdk-cpu-inference[plan]'") from exc
+    if resource_type.startswith("Custom::") or resource_type == "AWS::CloudFormation::CustomResource":
+        return ()
+    try:
+        schema = PROVIDER_SCHEMA_MANAGER.get_resource_schema("us-east-1", resource_type).schema
+    except Exception:  # unknown type (a third-party or brand-new resource): no replacement facts
+        return ()
+    return tuple(p.split("/")[2] for p in schema.get("createOnlyProperties", []) if p.startswith("/properties/"))
+
+
+# A custom resource type → how to tell whether its rollback Update (new → old properties) is a no-op. Returns None
+# when it is, else why not. The kubectl handler's Update re-applies the old manifest: that restores, not a hazard.
+RollbackProbe = Callable[[dict[str, Any], dict[str, Any]], str | None]
+
+
+def plan(before: Assembly, after: Assembly, *, create_only: CreateOnly = cfn_create_only,
+         rollback_probes: Mapping[str, RollbackProbe] | None = None, assume: Iterable[Need] = ()) -> Plan:
+    """What an update from `before` to `after` does, and its hazards (see the module docstring)."""
+    probes = dict(rollback_probes or {})
+    hazards: list[Finding] = []
+    replaced: list[str] = []
+    leftovers: list[dict[str, Any]] = []
+    updated: list[str] = []
+    old_objs, new_objs = _declared(before), _declared(after)
+
+    changes: list[ObjectChange] = []
+    for k, (m, o) in new_objs.items():
+        if k not in old_objs:
+            changes.append(ObjectChange(k, "create", m.where))
+        elif old_objs[k][1] != o:
+            changes.append(ObjectChange(k, "change", m.where))
+    changes += [ObjectChange(k, "delete", m.where) for k, (m, _) in old_objs.items() if k not in new_objs]
+
+    for name, old_st in before.stacks.items():
+        new_st = after.stacks.get(name)
+        new_res = new_st.resources if new_st is not None else {}
+        new_manifests = new_st.manifests if new_st is not None else {}
+        added_types = {r.get("Type") for lid, r in new_res.items() if lid not in old_st.resources}
+        for lid, res in old_st.resources.items():
+            where = f"{name}/{lid}"
+            t = res.get("Type", "")
+            nr = new_res.get(lid)
+            if nr is None or nr.get("Type") != t:
+                retained = res.get("DeletionPolicy") in {"Retain", "RetainExceptOnCreate"}
+                replaced.append(f"{where} ({t}): removed" + (" (retained, orphaned)" if retained else ""))
+                # Removing what the user removed is the point of the update; a stateful resource that leaves while
+                # one of its type arrives under a new logical id is a rename: the new one starts empty.
+                if t in STATEFUL_TYPES and t in added_types:
+                    hazards.append(Finding("stateful-renamed", where, f"{t} leaves the template while a new {t} arrives: " +
+                                           ("the old one is retained and orphaned" if retained else "the old one is deleted with its data") +
+                                           ", the new one starts empty"))
+            else:
+                changed = [p for p in create_only(t) if res.get("Properties", {}).get(p) != nr.get("Properties", {}).get(p)]
+                if not changed and res.get("Properties") != nr.get("Properties"):
+                    updated.append(f"{where} ({t})")
+                if changed:
+                    replaced.append(f"{where} ({t}): replaced ({', '.join(changed)} changed)")
+                    if t in STATEFUL_TYPES:
+                        hazards.append(Finding("stateful-replaced", where, f"{t} is replaced ({', '.join(changed)} changed): "
+                                               "a new empty resource, the old one deleted or orphaned"))
+                if t in probes and res.get("Properties") != nr.get("Properties"):
+                    why = probes[t](nr.get("Properties", {}), res.get("Properties", {}))
+                    if why:
+                        hazards.append(Finding("rollback-not-noop", where, f"if this update fails, the rollback Update of {t} {why}"))
+
+        # Removed manifest resources: CloudFormation deletes them in cleanup, after the new template applied;
+        # the handler runs `kubectl delete -f` on their objects.
+        for lid, m in old_st.manifests.items():
+            if lid in new_manifests:
+                continue
+            for o in m.objects:
+                k = object_key(o)
+                if k in new_objs:
+                    hazards.append(Finding("deleted-while-declared", m.where,
+                                           f"{_describe(o)} moves to {new_objs[k][0].where}; CloudFormation's cleanup deletes this "
+                                           f"resource after the update and its `kubectl delete -f` deletes the object the new template declares"))
+        # Updated manifests: objects leaving a manifest that survives are pruned only if on the allowlist.
+        for lid, m in old_st.manifests.items():
+            nm = new_manifests.get(lid)
+            if nm is None:
+                continue
+            kept = {object_key(o) for o in nm.objects}
+            for o in m.objects:
+                k = object_key(o)
+                if k in kept:
+                    continue
+                if k in new_objs:
+                    if is_pruned(o) and m.prune_label:
+                        hazards.append(Finding("pruned-while-declared", m.where,
+                                               f"{_describe(o)} moves to {new_objs[k][0].where}; this resource's `apply --prune` may delete it "
+                                               f"after the other applied it (no order between the two updates)"))
+                elif not (is_pruned(o) and m.prune_label):
+                    leftovers.append(o)
+        # New manifest resources: a failed update's rollback deletes them → `kubectl delete -f` of objects the old
+        # template still declares.
+        for lid, nm in new_manifests.items():
+            if lid in old_st.manifests:
+                continue
+            for o in nm.objects:
+                k = object_key(o)
+                if k in old_objs and old_objs[k][0].logical_id != lid:
+                    hazards.append(Finding("rollback-deletes", nm.where,
+                                           f"{_describe(o)} is already deployed by {old_objs[k][0].where}; if the update fails, "
+                                           "the rollback deletes this new resource and its `kubectl delete -f` deletes the object"))
+
+    # Immutable fields on objects that keep their identity.
+    for k, (m, o) in new_objs.items():
+        if k not in old_objs:
+            continue
+        old = old_objs[k][1]
+        for path in IMMUTABLE_FIELDS.get((api_group(o), str(o.get("kind"))), ()):
+            if _at(old, path) != _at(o, path):
+                hazards.append(Finding("immutable-field", m.where, f"{_describe(o)}: {path} changes, which the API server refuses "
+                                       "on update (kubectl apply fails, the stack rolls back)"))
+
+    # New prerequisites must come first too (what the deployed stack already has exists).
+    had = _providers(before)
+    for f in create_order(after, assume=assume, existing=lambda n: n in had):
+        hazards.append(f)
+    return Plan(changes, replaced, hazards, leftovers, updated)
+
