@@ -33,6 +33,14 @@ CHILD_RUNTIME_BYTES = 50 * sizing.MIB
 # quarter for its proxy buffers under many concurrent streams (not measured here).
 ROUTER_RSS_BYTES = 16 * sizing.MIB
 
+# On EKS every pool replica also reserves room for its node's Mountpoint for S3 pod, which the scheduler and Karpenter
+# do not see (why this way: k8s/model_pool_chart.py, "Room on the node"). Size: one sequential reader's prefetch window
+# grows to 2 GiB (mountpoint-s3 1.22.3 mountpoint-s3-fs/src/prefetch.rs DEFAULT_READ_WINDOW_SIZE), and Mountpoint
+# before 1.23.0 sizes its memory limiter from the node, not a cgroup (cli.rs mem_limit: 95% of total memory; CSI driver
+# CHANGELOG, unreleased after v2.7.0: "Fix memory limiter ignoring container cgroup memory limits"): one cold load per
+# replica at a time. Not measured here (no FUSE): settle with the Mountpoint pod's RSS during a cold multi-GB load.
+MOUNTPOINT_MEMORY_BYTES = 2 * sizing.GIB
+
 FARM_SLOTS_SMALL_MODEL = 2  # < 2B parameters: two concurrent requests per loaded model
 FARM_SLOTS = 1  # larger farm models: one (a pool's CPUs are shared by every loaded model)
 
@@ -122,6 +130,11 @@ def pool_plan(specs: Mapping[str, sizing.ModelSpec], *, cpu: float, memory_bytes
         per_model=per_model, memory_request_bytes=router_bytes + sum(heaviest), memory_bytes=memory_bytes, cpu=cpu,
         largest_model=largest,
     )
+
+
+def replica_memory_bytes(plan_memory_bytes: int) -> int:
+    """An EKS pool replica's memory request = limit: the plan's memory_request_bytes + MOUNTPOINT_MEMORY_BYTES."""
+    return plan_memory_bytes + MOUNTPOINT_MEMORY_BYTES
 
 
 def memory_request_mib(plan: PoolPlan) -> int:

@@ -140,7 +140,8 @@ def test_preset_holds_every_per_model_setting_and_the_command_none(rendered) -> 
     assert not {"LLAMA_THREADS", "LLAMA_CTX_SIZE", "LLAMA_PARALLEL", "MODEL_PATH"} & set(env)
     mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
     assert mounts["/etc/llama"] == "preset"
-    assert c["resources"]["requests"]["cpu"] == "4000m" and c["resources"]["requests"]["memory"] == c["resources"]["limits"]["memory"] == "8192Mi"
+    # The plan's 8 GiB + the node's Mountpoint pod allowance (pool_sizing.MOUNTPOINT_MEMORY_BYTES, 2 GiB).
+    assert c["resources"]["requests"]["cpu"] == "4000m" and c["resources"]["requests"]["memory"] == c["resources"]["limits"]["memory"] == "10240Mi"
 
 
 def test_render_preset_puts_common_values_in_star_and_overrides_in_sections() -> None:

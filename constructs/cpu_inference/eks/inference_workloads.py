@@ -256,15 +256,19 @@ class InferenceWorkloads(Construct):
         router_app = props.router.name if props.router is not None else None
         router_mode = props.router.mode if props.router is not None else "router"
         slo = props.p95_latency_slo_ms / 1000 if props.p95_latency_slo_ms is not None and router_app else None
-        # The field-notes alerts read llama-server's per-model metrics; pools have none at the pod (router mode
-        # serves /metrics per loaded model only), so a pools-only farm gets no rule groups and no dashboard.
+        # Dedicated models are watched on their engine's metrics; pools have none at the pod (router mode serves
+        # /metrics per loaded model only), so they are watched through the gateway's series (k8s/alerts.py).
+        alert_pools = [pool.name for pool in props.pools] if router_mode == "gateway" else []
+        watched = bool(alert_models or alert_pools or slo is not None)
         self.alert_rules_yaml = (
-            rule_groups_yaml(p.namespace, alert_models, p95_latency_slo_seconds=slo, router_app=router_app, router_mode=router_mode)
-            if alert_models else ""
+            rule_groups_yaml(p.namespace, alert_models, pools=alert_pools, p95_latency_slo_seconds=slo, router_app=router_app,
+                             router_mode=router_mode)
+            if watched else ""
         )
         self.dashboard: dict[str, Any] | None = None
-        if props.dashboard and alert_models:
-            self.dashboard = dashboard(p.namespace, alert_models, router_app=router_app, router_mode=router_mode, title=f"CPU inference — {p.pattern}")
+        if props.dashboard and watched:
+            self.dashboard = dashboard(p.namespace, alert_models, pools=alert_pools, router_app=router_app, router_mode=router_mode,
+                                       title=f"CPU inference — {p.pattern}")
             model_objs += self._patched([{
                 "apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": f"{p.pattern}-dashboard", "namespace": p.namespace, "labels": {"grafana_dashboard": "1", "app.kubernetes.io/part-of": p.pattern}},

@@ -21,6 +21,15 @@ after the first), `vllm:generation_tokens_total` / `vllm:prompt_tokens_total`, t
 a real KV-cache ratio, `vllm:kv_cache_usage_perc` (1 = full), alerted at 85% (VllmKvCacheHigh). Their alerts are
 named `Vllm...`; the recording rules are shared (one expression per engine joined by `or`, so a llama.cpp-only
 namespace renders exactly as before).
+
+Multi-model pools (model farm) expose no engine metrics at the pod (llama-server's router mode serves /metrics per
+loaded model only), so their rules read the gateway's own series (containers/router/slm_router/metrics.py
+GatewayMetrics), emitted whether or not the namespace has dedicated models:
+| pool down            | `gateway_pool_replica_up{pool,replica}` (1 = live for that gateway pod) | no gateway pod sees a live replica for 5 m (critical) |
+| pool errors          | `gateway_pool_requests_total{pool,replica,code}`                         | 5xx ≥ 5% of the pool's answers for 10 m (warning) |
+| latency p95 vs SLO   | `gateway_request_seconds{model}` (pooled models included)              | as above                                         |
+A single replica at 0 is normal: the gateway tracks every ordinal up to replicas_max, and those KEDA scaled away
+do not resolve (pools.py), so only "no live replica at all" is an alert.
 """
 
 from __future__ import annotations
@@ -38,6 +47,10 @@ TOKENS = "llamacpp:tokens_predicted_total"
 DECODE_SECONDS = "llamacpp:tokens_predicted_seconds_total"
 PROMPT_TOKENS = "llamacpp:prompt_tokens_total"
 LATENCY = {"router": "router_request_seconds", "gateway": "gateway_request_seconds"}
+POOL_REPLICA_UP = "gateway_pool_replica_up"  # slm_router/metrics.py GatewayMetrics.pool_replica_up
+POOL_REQUESTS = "gateway_pool_requests_total"  # GatewayMetrics.pool_requests (a Counter: `_total` in the exposition)
+POOL_IN_FLIGHT = "gateway_pool_in_flight"  # GatewayMetrics.pool_in_flight (also the pool's KEDA query: keda_specs.py)
+LEGEND = "{{app}}{{pod}}{{route}}{{model}}"
 MEMORY = "container_memory_working_set_bytes"
 ENGINE_CONTAINER = "llama-server"
 KV_ALERT_RATIO = 0.85  # field notes: alert on KV-cache utilization at 85%
@@ -74,6 +87,7 @@ SERIES: dict[str, EngineSeries] = {
 SLOT_ALERT_RATIO = 0.85
 MEMORY_ALERT_RATIO = 0.85
 THROUGHPUT_ALERT_RATIO = 0.5
+POOL_ERROR_ALERT_RATIO = 0.05
 
 
 @dataclass(frozen=True)
@@ -121,17 +135,71 @@ def rule_groups(
     namespace: str,
     models: Sequence[ModelAlertSpec],
     *,
+    pools: Sequence[str] = (),
     p95_latency_slo_seconds: float | None = None,
     router_app: str | None = None,
     router_mode: str = "router",
 ) -> dict[str, Any]:
-    """A Prometheus rule file: one recording group and one alerting group for the models of `namespace`.
-    The latency SLO is checked on the router's histogram (`router_mode` router: overall; gateway: per model)."""
-    if not models:
-        raise ValueError("rule_groups: no models to alert on")
+    """A Prometheus rule file: one recording group and one alerting group for the models of `namespace` (dedicated
+    models: engine series) and its multi-model `pools` (names; the gateway's series, so they need router_app and
+    router_mode gateway). The latency SLO is checked on the router's histogram (router: overall; gateway: per model)."""
+    if not models and not pools and p95_latency_slo_seconds is None:
+        raise ValueError("rule_groups: no models, pools or latency SLO to alert on")
+    if router_mode not in LATENCY:
+        raise ValueError(f"rule_groups: router_mode must be one of {sorted(LATENCY)}")
+    if pools and (router_app is None or router_mode != "gateway"):
+        raise ValueError("rule_groups: pools are watched through the gateway's metrics: give router_app and router_mode='gateway'")
+    record: list[dict[str, Any]] = _model_records(namespace, models) if models else []
+    alerts: list[dict[str, Any]] = _model_alerts(namespace, models, record) if models else []
+    if pools:
+        assert router_app is not None
+        alerts += _pool_alerts(namespace, router_app, pools)
+    if p95_latency_slo_seconds is not None:
+        if router_app is None:
+            raise ValueError("rule_groups: a latency SLO needs router_app (the latency histogram is the router's)")
+        rsel = _sel(namespace, router_app)
+        per = "le, model" if router_mode == "gateway" else "le"
+        p95 = f"histogram_quantile(0.95, sum by ({per}) (rate({LATENCY[router_mode]}_bucket{{{rsel}}}[5m])))"
+        record.append({"record": "cpu_inference:router_latency_seconds:p95", "expr": p95})
+        alerts.append(_alert(
+            "InferenceLatencyP95AboveSlo", f"cpu_inference:router_latency_seconds:p95 > {p95_latency_slo_seconds:g}", "10m", "critical",
+            f"p95 latency{' of {{ $labels.model }}' if router_mode == 'gateway' else ''} above the {p95_latency_slo_seconds * 1000:.0f} ms SLO for 10 minutes",
+            "Check queued requests and slot saturation first; then the escalation upstream.",
+        ))
+    groups = []
+    if record:
+        groups.append({"name": f"cpu-inference-{namespace}-recording", "interval": "30s", "rules": record})
+    groups.append({"name": f"cpu-inference-{namespace}-alerts", "interval": "30s", "rules": alerts})
+    return {"groups": groups}
+
+
+def _pool_alerts(namespace: str, router_app: str, pools: Sequence[str]) -> list[dict[str, Any]]:
+    """Per pool, from the gateway's view of it (every gateway pod keeps its own)."""
+    sel = f'{_sel(namespace, router_app)},pool=~"{"|".join(sorted(pools))}"'
+    by = "namespace, pool"
+    return [
+        _alert(
+            "GatewayPoolDown", f"max by ({by}) ({POOL_REPLICA_UP}{{{sel}}}) == 0", "5m", "critical",
+            "pool {{ $labels.pool }}: no live replica for 5 minutes",
+            "Every model of the pool answers 503. Check the pool's StatefulSet pods (Pending: nodes; CrashLoop: the "
+            "preset or the model volume) and the gateway's DNS/health probes.",
+        ),
+        _alert(
+            "GatewayPoolErrors",
+            f'sum by ({by}) (rate({POOL_REQUESTS}{{{sel},code=~"5.."}}[5m])) / sum by ({by}) (rate({POOL_REQUESTS}{{{sel}}}[5m]))'
+            f" >= {POOL_ERROR_ALERT_RATIO}",
+            "10m", "warning",
+            f"pool {{{{ $labels.pool }}}}: ≥ {POOL_ERROR_ALERT_RATIO:.0%} of its answers are 5xx for 10 minutes",
+            "503s are cold loads beyond gateway.cold_load_timeout_s, replicas gone or too few: raise replicas or the "
+            "timeout; other 5xx come from the replicas themselves (their logs).",
+        ),
+    ]
+
+
+def _model_records(namespace: str, models: Sequence[ModelAlertSpec]) -> list[dict[str, Any]]:
     ns = _sel(namespace)
     by = "namespace, app"
-    record: list[dict[str, Any]] = [
+    return [
         {"record": "cpu_inference:requests_processing:sum", "expr": _any_engine(models, lambda e: f"sum by ({by}) ({e.running}{{{ns}}})")},
         {"record": "cpu_inference:requests_deferred:sum", "expr": _any_engine(models, lambda e: f"sum by ({by}) ({e.waiting}{{{ns}}})")},
         {"record": "cpu_inference:tokens_per_second:rate5m", "expr": _any_engine(models, lambda e: f"sum by ({by}) (rate({e.tokens}{{{ns}}}[5m]))")},
@@ -144,6 +212,11 @@ def rule_groups(
         {"record": "cpu_inference:decode_tokens_per_second:median1d",
          "expr": "quantile_over_time(0.5, cpu_inference:decode_tokens_per_second:ratio5m[1d] offset 1h)"},
     ]
+
+
+def _model_alerts(namespace: str, models: Sequence[ModelAlertSpec], record: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The dedicated models' alerts; their per-model recording rules are appended to `record`."""
+    by = "namespace, app"
     alerts: list[dict[str, Any]] = [
         _alert(f"{e.prefix}RequestsQueued", f"cpu_inference:requests_deferred:sum{{{_apps_of(models, e, namespace)}}} > 0", "5m", "warning",
                "{{ $labels.app }}: requests queued for 5 minutes",
@@ -194,24 +267,7 @@ def rule_groups(
                 f"{m.name}: no {e.label} metrics for 10 minutes",
                 "KEDA scales on these series; without them replicas stay where they are. Check the pods and the scraper.",
             ))
-    if p95_latency_slo_seconds is not None:
-        if router_app is None:
-            raise ValueError("rule_groups: a latency SLO needs router_app (the latency histogram is the router's)")
-        if router_mode not in LATENCY:
-            raise ValueError(f"rule_groups: router_mode must be one of {sorted(LATENCY)}")
-        rsel = _sel(namespace, router_app)
-        per = "le, model" if router_mode == "gateway" else "le"
-        p95 = f"histogram_quantile(0.95, sum by ({per}) (rate({LATENCY[router_mode]}_bucket{{{rsel}}}[5m])))"
-        record.append({"record": "cpu_inference:router_latency_seconds:p95", "expr": p95})
-        alerts.append(_alert(
-            "InferenceLatencyP95AboveSlo", f"cpu_inference:router_latency_seconds:p95 > {p95_latency_slo_seconds:g}", "10m", "critical",
-            f"p95 latency{' of {{ $labels.model }}' if router_mode == 'gateway' else ''} above the {p95_latency_slo_seconds * 1000:.0f} ms SLO for 10 minutes",
-            "Check queued requests and slot saturation first; then the escalation upstream.",
-        ))
-    return {"groups": [
-        {"name": f"cpu-inference-{namespace}-recording", "interval": "30s", "rules": record},
-        {"name": f"cpu-inference-{namespace}-alerts", "interval": "30s", "rules": alerts},
-    ]}
+    return alerts
 
 
 def _alert(name: str, expr: str, for_: str, severity: str, summary: str, description: str) -> dict[str, Any]:
@@ -223,35 +279,29 @@ def rule_groups_yaml(*args: Any, **kwargs: Any) -> str:
     return yaml.safe_dump(rule_groups(*args, **kwargs), sort_keys=False)
 
 
-def dashboard(namespace: str, models: Sequence[ModelAlertSpec], *, router_app: str | None = None, router_mode: str = "router",
-              title: str | None = None) -> dict[str, Any]:
-    """A Grafana dashboard (JSON model) over the same series: one row of panels for all models."""
-    ns = _sel(namespace)
-    containers = "|".join(e.container for e in _engines(models))
-    container = f'container="{containers}"' if "|" not in containers else f'container=~"{containers}"'
-    panels: list[tuple[str, str, str]] = [
-        ("Requests processing", _any_engine(models, lambda e: f"sum by (app) ({e.running}{{{ns}}})"), "short"),
-        ("Requests queued", _any_engine(models, lambda e: f"sum by (app) ({e.waiting}{{{ns}}})"), "short"),
-        ("Generated tokens/s", _any_engine(models, lambda e: f"sum by (app) (rate({e.tokens}{{{ns}}}[5m]))"), "short"),
-        ("Decode tok/s per sequence", _any_engine(models, lambda e: f"sum by (app) (rate({e.decode_tokens}{{{ns}}}[5m])) / "
-                                                                    f"sum by (app) (rate({e.decode_seconds}{{{ns}}}[5m]))"), "short"),
-        ("Prompt tokens/s", _any_engine(models, lambda e: f"sum by (app) (rate({e.prompt_tokens}{{{ns}}}[5m]))"), "short"),
-        ("Replicas scraped", _any_engine(models, lambda e: f"count by (app) ({e.running}{{{ns}}})"), "short"),
-        ("Memory working set (engine)", f'max by (pod) ({MEMORY}{{namespace="{namespace}",{container}}})', "bytes"),
-    ]
-    if SERIES[VLLM] in _engines(models):
-        panels.append(("KV cache usage (vLLM)", f"max by (app) ({SERIES[VLLM].kv_usage}{{{ns}}})", "percentunit"))
+def dashboard(namespace: str, models: Sequence[ModelAlertSpec], *, pools: Sequence[str] = (), router_app: str | None = None,
+              router_mode: str = "router", title: str | None = None) -> dict[str, Any]:
+    """A Grafana dashboard (JSON model) over the same series: one row of panels for all models, then the router's
+    (or gateway's) and, with `pools`, the gateway's view of each pool."""
+    panels = [(*p, LEGEND) for p in _model_panels(namespace, models)] if models else []
     if router_app and router_mode == "gateway":
         rsel = _sel(namespace, router_app)
         panels += [
-            ("Gateway p95 latency", f"histogram_quantile(0.95, sum by (le, model) (rate({LATENCY['gateway']}_bucket{{{rsel}}}[5m])))", "s"),
-            ("Refused: backend unavailable (cold/starting)", f"sum by (model) (rate(gateway_backend_unavailable_total{{{rsel}}}[5m]))", "reqps"),
+            ("Gateway p95 latency", f"histogram_quantile(0.95, sum by (le, model) (rate({LATENCY['gateway']}_bucket{{{rsel}}}[5m])))", "s", LEGEND),
+            ("Refused: backend unavailable (cold/starting)", f"sum by (model) (rate(gateway_backend_unavailable_total{{{rsel}}}[5m]))", "reqps", LEGEND),
         ]
+        if pools:
+            psel = f'{rsel},pool=~"{"|".join(sorted(pools))}"'
+            panels += [
+                ("Pool live replicas (gateway's view)", f"max by (pool) (sum by (pool, pod) ({POOL_REPLICA_UP}{{{psel}}}))", "short", "{{pool}}"),
+                ("Pool answers by status", f"sum by (pool, code) (rate({POOL_REQUESTS}{{{psel}}}[5m]))", "reqps", "{{pool}} {{code}}"),
+                ("Pool requests in flight", f"sum by (pool) ({POOL_IN_FLIGHT}{{{psel}}})", "short", "{{pool}}"),
+            ]
     elif router_app:
         rsel = _sel(namespace, router_app)
         panels += [
-            ("Router p95 latency", f"histogram_quantile(0.95, sum by (le, route) (rate({LATENCY['router']}_bucket{{{rsel}}}[5m])))", "s"),
-            ("Escalation ratio", f'sum(rate(router_requests_total{{{rsel},route="llm"}}[5m])) / sum(rate(router_requests_total{{{rsel}}}[5m]))', "percentunit"),
+            ("Router p95 latency", f"histogram_quantile(0.95, sum by (le, route) (rate({LATENCY['router']}_bucket{{{rsel}}}[5m])))", "s", LEGEND),
+            ("Escalation ratio", f'sum(rate(router_requests_total{{{rsel},route="llm"}}[5m])) / sum(rate(router_requests_total{{{rsel}}}[5m]))', "percentunit", LEGEND),
         ]
     return {
         "title": title or f"CPU inference — {namespace}",
@@ -269,12 +319,34 @@ def dashboard(namespace: str, models: Sequence[ModelAlertSpec], *, router_app: s
                 "datasource": {"type": "prometheus", "uid": "${datasource}"},
                 "gridPos": {"h": 8, "w": 12, "x": (i % 2) * 12, "y": (i // 2) * 8},
                 "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
-                "targets": [{"refId": "A", "expr": expr, "legendFormat": "{{app}}{{pod}}{{route}}{{model}}"}],
+                "targets": [{"refId": "A", "expr": expr, "legendFormat": legend}],
             }
-            for i, (t, expr, unit) in enumerate(panels)
+            for i, (t, expr, unit, legend) in enumerate(panels)
         ],
-        "description": f"Models: {', '.join(m.name for m in models)}",
+        "description": "; ".join(part for part in (
+            f"Models: {', '.join(m.name for m in models)}" if models else "",
+            f"Pools: {', '.join(pools)}" if pools else "",
+        ) if part),
     }
+
+
+def _model_panels(namespace: str, models: Sequence[ModelAlertSpec]) -> list[tuple[str, str, str]]:
+    ns = _sel(namespace)
+    containers = "|".join(e.container for e in _engines(models))
+    container = f'container="{containers}"' if "|" not in containers else f'container=~"{containers}"'
+    panels: list[tuple[str, str, str]] = [
+        ("Requests processing", _any_engine(models, lambda e: f"sum by (app) ({e.running}{{{ns}}})"), "short"),
+        ("Requests queued", _any_engine(models, lambda e: f"sum by (app) ({e.waiting}{{{ns}}})"), "short"),
+        ("Generated tokens/s", _any_engine(models, lambda e: f"sum by (app) (rate({e.tokens}{{{ns}}}[5m]))"), "short"),
+        ("Decode tok/s per sequence", _any_engine(models, lambda e: f"sum by (app) (rate({e.decode_tokens}{{{ns}}}[5m])) / "
+                                                                    f"sum by (app) (rate({e.decode_seconds}{{{ns}}}[5m]))"), "short"),
+        ("Prompt tokens/s", _any_engine(models, lambda e: f"sum by (app) (rate({e.prompt_tokens}{{{ns}}}[5m]))"), "short"),
+        ("Replicas scraped", _any_engine(models, lambda e: f"count by (app) ({e.running}{{{ns}}})"), "short"),
+        ("Memory working set (engine)", f'max by (pod) ({MEMORY}{{namespace="{namespace}",{container}}})', "bytes"),
+    ]
+    if SERIES[VLLM] in _engines(models):
+        panels.append(("KV cache usage (vLLM)", f"max by (app) ({SERIES[VLLM].kv_usage}{{{ns}}})", "percentunit"))
+    return panels
 
 
 # Amazon Managed Prometheus alert manager (AMP user guide, "Creating an alert manager configuration" and

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .. import sizing
-from ..pool_sizing import PoolPlan, memory_request_mib
+from ..pool_sizing import PoolPlan, replica_memory_bytes
 from .metrics_proxy import SIDECAR_CPU, SIDECAR_MEMORY_BYTES
 
 # Pods per node with the VPC CNI in its default mode (no prefix delegation): ENIs x (IPv4 per ENI - 1) + 2,
@@ -163,8 +163,8 @@ def model_pod(name: str, spec: sizing.ModelSpec, node_type: str, *, cpu: float |
 
 def pool_pod(name: str, plan: PoolPlan, *, cpu: float, replicas: int = 1) -> PodRequest:
     """A multi-model pool replica's requests exactly as ModelPoolChart renders them (request = limit: the plan's
-    memory for models_max loaded models and the router; `cpu` whole vCPUs; no sidecar)."""
-    return PodRequest(f"pool-{name}", float(math.ceil(cpu)), memory_request_mib(plan) * sizing.MIB, replicas)
+    memory for models_max loaded models and the router + the node's Mountpoint pod allowance; `cpu` whole vCPUs)."""
+    return PodRequest(f"pool-{name}", float(math.ceil(cpu)), math.ceil(replica_memory_bytes(plan.memory_request_bytes) / sizing.MIB) * sizing.MIB, replicas)
 
 
 def served_model_pods(models: Iterable[object], node_type: str, *, replicas: str = "min") -> list[PodRequest]:

@@ -38,6 +38,8 @@ node do not share them — benchmarks/weights_sharing.py measures what that shar
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
 from collections import Counter
@@ -49,9 +51,11 @@ import cdk8s
 import cdk8s_plus_27 as kplus
 from constructs import Construct
 
+from model_download.catalog import FARM_PREFIX  # where the catalog copies pooled models: one definition
+
 from ..engine_tasks import task_options
 from ..pool_preset import PRESET_VERSION, PoolModel, pool_preset, render_preset  # noqa: F401 - re-exported
-from ..pool_sizing import PoolPlan
+from ..pool_sizing import MOUNTPOINT_MEMORY_BYTES, PoolPlan, replica_memory_bytes  # noqa: F401 - MOUNTPOINT_MEMORY_BYTES re-exported
 from .engine_container import (
     COMPONENT,
     ENGINE_COMMAND,
@@ -88,18 +92,30 @@ PRESET_FILE = "preset.ini"
 PRESET_PATH = f"{PRESET_DIR}/{PRESET_FILE}"
 POOL_COMMAND = (*ENGINE_COMMAND, "pool")  # containers/llama-server/entrypoint.py pool (pool_mode.py)
 CSI_DRIVER = "s3.csi.aws.com"  # the Mountpoint CSI driver's name (CSIDriver object of the add-on / chart)
-FARM_PREFIX = "farm/"  # lambda/model_download/catalog.py FARM_PREFIX: where the catalog copies pooled models
 # "Ignored, required" (static_provisioning.yaml): the API needs a capacity/request; the driver never reads it.
 NOMINAL_CAPACITY = "1Ti"
 # Start-up: the router itself is ready in seconds, but the entrypoint first checks every preset section's file
-# (pool_mode.check_preset: one stat per model); on Mountpoint a first lookup is a HeadObject + ListObjectsV2
-# (mountpoint-s3 doc/CONFIGURATION.md, "When looking up files and directories ... concurrent HeadObject and
-# ListObjectV2 requests"), tens of milliseconds each.
+# (pool_mode.check_preset: one stat per model). The path /models/<name>/<idhash>/<file> (catalog.gguf_key) has
+# LOOKUPS_PER_MODEL components that a cold mount has never looked up, and on Mountpoint a first lookup is a
+# HeadObject + ListObjectsV2 (mountpoint-s3 doc/CONFIGURATION.md, "When looking up files and directories ...
+# concurrent HeadObject and ListObjectV2 requests"), tens of milliseconds each.
 STARTUP_FLOOR_SECONDS = 60
-LOOKUP_SECONDS_PER_MODEL = 0.05
+LOOKUPS_PER_MODEL = 3
+LOOKUP_SECONDS = 0.05
+# Room on the node for the pool's Mountpoint pod (pool_sizing.MOUNTPOINT_MEMORY_BYTES, reserved by every replica: one
+# such pod serves the pool's replicas on a node, MOUNTPOINT_POD_SHARING.md). The driver starts that pod only after a
+# replica is placed, so neither the scheduler nor Karpenter counts it (docs/HEADROOM_FOR_MPPOD.md, issues #534/#543),
+# and it cannot have requests of its own (volume attributes mountpointContainerResources*, pkg/driver/node/
+# volumecontext/volume_context.go): its priority class mount-s3-critical has preemptionPolicy Never (chart
+# templates/mount-s3-priority.yaml), so a request that finds no room leaves it Pending and the replica in
+# ContainerCreating (docs/CONFIGURATION.md: "Specifying `ResourcesRequests` is currently not recommended", #543, #778).
+# So the replica's memory request and limit carry it: Karpenter sizes nodes for it, and the engine leaves it unused
+# (the plan's figure); the Mountpoint pod, BestEffort, then finds it free. No memory limit on that pod either: a limit
+# alone becomes its request, and Mountpoint before 1.23.0 ignores its cgroup when sizing its buffers (pool_sizing).
 DRAIN_SECONDS = 60
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
+_TOKEN_TEXT = re.compile(r"\$\{Token\[[^\]]*\]\}")
 
 
 def _token(value: str) -> bool:
@@ -120,7 +136,8 @@ def pool_replica_urls(name: str, namespace: str, replicas_max: int) -> list[str]
 class ModelPoolChartProps:
     """name: the pool (DNS label; objects are `pool-<name>`). image: the llama-server image. models: its PoolModels.
     models_max: models loaded at once per pod (--models-max, from the pool plan). cpu: vCPUs per pod (request;
-    whole). memory_bytes: memory request = limit per pod (the pool plan's memory_request_bytes).
+    whole). memory_bytes: the pool plan's memory_request_bytes; the pod's request = limit adds the node's Mountpoint
+    pod allowance (pool_sizing.replica_memory_bytes).
     replicas_min / replicas_max: KEDA bounds (≥ 1: the gateway routes to stable replica URLs, no scale from zero).
     bucket_name / region: the model bucket (the Mountpoint volume). prefix: the farm prefix mounted at /models.
     namespace: defaults to policy.namespace. policy: the pattern's ServingPolicy (tolerations, node preferences,
@@ -214,14 +231,27 @@ def startup_budget_seconds(model_count: int) -> int:
     """Counted for the next power of two of models: the budget is in the pod template, and a model-list change
     must not roll the pool (the preset is applied in place) unless the pool's size class changes."""
     size_class = 1 << max(0, model_count - 1).bit_length()
-    return STARTUP_FLOOR_SECONDS + math.ceil(size_class * LOOKUP_SECONDS_PER_MODEL)
+    return STARTUP_FLOOR_SECONDS + math.ceil(size_class * LOOKUPS_PER_MODEL * LOOKUP_SECONDS)
+
+
+def volume_identity(pv_spec: Mapping[str, Any]) -> str:
+    """A short hash of everything the PV's mount is made of (the csi source, mount options, access modes): part of
+    the PV and claim names, so any change is a new PV/PVC pair and never an update of a field Kubernetes forbids to
+    change (kubernetes/kubernetes pkg/apis/core/validation/validation.go: ValidatePersistentVolumeUpdate
+    "spec.persistentvolumesource is immutable after creation" — csi.driver/volumeHandle/readOnly/volumeAttributes;
+    ValidatePersistentVolumeClaimUpdate "spec is immutable after creation except resources.requests and
+    volumeAttributesClassName", so the claim's volumeName cannot follow a renamed PV). Mount options may change on a
+    PV, but a running Mountpoint pod keeps the ones it started with: they are part of the identity too."""
+    text = json.dumps(pv_spec, sort_keys=True, separators=(",", ":"), default=str)
+    text = _TOKEN_TEXT.sub("<deploy-time>", text)  # a token's text names no value, and its number changes between synths
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
 class ModelPoolChart(cdk8s.Chart):
     """Attributes: props, name (pool-<name>), namespace, selector, pod_labels, preset (INI text), engine_env,
     command, service_account, config_map, service, stateful_set, persistent_volume, persistent_volume_claim,
     pdb, network_policy, scaled_object (ScaledObjectSpec | None), replica_urls, startup_probe_seconds,
-    slots_per_replica, gateway_pool (the gateway config's `pools` entry)."""
+    pod_memory_bytes (request = limit), slots_per_replica, gateway_pool (the gateway config's `pools` entry)."""
 
     def __init__(self, scope: Construct, id: str, *, props: ModelPoolChartProps) -> None:
         props.validate()
@@ -249,26 +279,34 @@ class ModelPoolChart(cdk8s.Chart):
         self.config_map = kplus.ConfigMap(self, "Preset", metadata=meta, data={PRESET_FILE: self.preset})
 
         # --- the model volume: Mountpoint for S3, static provisioning, read-only ---
-        pv_name = f"{ns}-{self.name}-models"  # cluster-scoped: unique per namespace and pool; also the volumeHandle
-        claim_name = f"{self.name}-models"
         attributes = {"bucketName": props.bucket_name}
         if props.cache_gib:
             attributes |= {"cache": "emptyDir", "cacheEmptyDirSizeLimit": f"{props.cache_gib}Gi"}
+        mount_options = [
+            f"region {props.region}",
+            f"prefix {props.prefix}",
+            # Keys are identity-hashed and never overwritten (catalog.py): cached metadata cannot go stale.
+            "metadata-ttl indefinite",
+        ]
+        access_modes = ["ReadOnlyMany"]  # node.go: MULTI_NODE_READER_ONLY -> mount-s3 --read-only
+        source = {"csi": {"driver": CSI_DRIVER, "readOnly": True, "volumeAttributes": attributes}, "mountOptions": mount_options,
+                  "accessModes": access_modes, "storageClassName": ""}
+        # Cluster-scoped: unique per namespace and pool; also the volumeHandle ("Kubernetes only processes a volume
+        # once per volumeHandle"). A bucket known at deploy time only (a CloudFormation reference) is in the name
+        # itself, so a replaced bucket renames the pair too; the hash covers everything known at synth.
+        suffix = f"{props.bucket_name}-{volume_identity(source)}"
+        pv_name = f"{ns}-{self.name}-{suffix}"
+        claim_name = f"{self.name}-{suffix}"
         k = kplus.k8s
         self.persistent_volume = k.KubePersistentVolume(
             self, "Volume", metadata=k.ObjectMeta(name=pv_name, labels=self.pod_labels),
             spec=k.PersistentVolumeSpec(
                 capacity={"storage": k.Quantity.from_string(NOMINAL_CAPACITY)},
-                access_modes=["ReadOnlyMany"],  # node.go: MULTI_NODE_READER_ONLY -> mount-s3 --read-only
+                access_modes=access_modes,
                 storage_class_name="",
                 persistent_volume_reclaim_policy="Retain",  # the bucket is never the volume's to delete
                 claim_ref=k.ObjectReference(namespace=ns, name=claim_name),
-                mount_options=[
-                    f"region {props.region}",
-                    f"prefix {props.prefix}",
-                    # Keys are identity-hashed and never overwritten (catalog.py): cached metadata cannot go stale.
-                    "metadata-ttl indefinite",
-                ],
+                mount_options=mount_options,
                 csi=k.CsiPersistentVolumeSource(driver=CSI_DRIVER, volume_handle=pv_name, read_only=True, volume_attributes=attributes),
             ),
         )
@@ -295,6 +333,7 @@ class ModelPoolChart(cdk8s.Chart):
             **dict(props.extra_env),
         }
         self.command = list(POOL_COMMAND)
+        self.pod_memory_bytes = replica_memory_bytes(props.memory_bytes)
         self.startup_probe_seconds = startup_budget_seconds(len(props.models))
         preset_volume = kplus.Volume.from_config_map(self, "PresetVolume", self.config_map, name="preset")
         claim = kplus.PersistentVolumeClaim.from_claim_name(self, "ClaimRef", claim_name)
@@ -308,7 +347,7 @@ class ModelPoolChart(cdk8s.Chart):
             env_variables={k: kplus.EnvValue.from_value(v) for k, v in sorted(self.engine_env.items())},
             ports=[kplus.ContainerPort(number=ENGINE_PORT, name="http")],
             lifecycle=pre_stop_sleep(PRE_STOP_SECONDS),
-            resources=engine_resources(cpu_millis=props.cpu * 1000, memory_mib=math.ceil(props.memory_bytes / (1024 * 1024)),
+            resources=engine_resources(cpu_millis=props.cpu * 1000, memory_mib=math.ceil(self.pod_memory_bytes / (1024 * 1024)),
                                        cpu_limit=p.cpu_limit, ephemeral_gib=1),
             security_context=container_security_context(),
             # The router answers /health itself (no model is loaded at start; a model loads on its first request).

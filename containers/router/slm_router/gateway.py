@@ -10,6 +10,8 @@ A pooled model (gateway.pools) is answered by one replica of its pool, chosen by
 body still carries the model's name, on which llama-server's router mode picks (and if needed loads) the model.
 Its response head may take a load: it must come within gateway.cold_load_timeout_s, else 503 + Retry-After. A
 replica that refuses the connection was sent nothing, so the next replica in the model's ranking is tried.
+A model just added to a pool reaches this config before the replicas' presets (the kubelet refreshes their
+ConfigMap volume later): a replica's "model '<name>' not found" for a model listed here is 503 + Retry-After too.
 """
 
 from __future__ import annotations
@@ -36,6 +38,20 @@ UNAVAILABLE_STATUSES = (502, 503, 504)
 FORWARDED_HEADERS = ("accept", "authorization")
 KNOWN_IN_MESSAGE = 20  # a 404 names at most this many models (a farm has hundreds: GET /v1/models lists them all)
 POOL_ATTEMPTS = 3  # replicas tried for one pooled request when connections are refused (nothing was sent to them)
+
+
+def missing_from_preset(status: int, raw: bytes, model: str) -> bool:
+    """The pool replica's router does not know `model` (yet): llama.cpp tools/server/server-models.cpp
+    router_validate_model answers format_error_response("model '%s' not found", ERROR_TYPE_INVALID_REQUEST), i.e.
+    400 {"error": {"code": 400, "message": "model '<name>' not found", "type": "invalid_request_error"}}
+    (server-common.cpp format_error_response; tests/runtime/router/test_gateway_pool_errors.py pins it)."""
+    if status != 400:
+        return False
+    try:
+        error = json.loads(raw).get("error")
+    except (ValueError, UnicodeDecodeError, AttributeError):
+        return False
+    return isinstance(error, dict) and error.get("message") == f"model '{model}' not found"
 
 
 class GatewayServer(Front):
@@ -170,14 +186,15 @@ class GatewayServer(Front):
                     await writer.drain()
                     return ka
                 self.metrics.request_seconds.labels(model).observe(time.perf_counter() - start)
-                return await self._relay(model, resp, writer, ka, pool.counter(replica))
+                return await self._relay(model, resp, writer, ka, pool.counter(replica), pool=pool.name)
             finally:
                 pool.affinity.finished(model, replica)
         raise AssertionError("unreachable: the last candidate always answers or returns")
 
     async def _relay(self, model: str, resp: Response, writer: asyncio.StreamWriter, ka: bool,
-                     count: Callable[[str], None] = lambda code: None) -> bool:
-        """Send the backend's answer to the client: SSE piece by piece, JSON whole; 502/503/504 become our 503."""
+                     count: Callable[[str], None] = lambda code: None, pool: str | None = None) -> bool:
+        """Send the backend's answer to the client: SSE piece by piece, JSON whole; 502/503/504 become our 503, and so
+        does a `pool` replica's "model not found" for this listed model (its preset update has not arrived yet)."""
         t = self.cfg.timeouts
         content_type = resp.header("content-type", "application/json")
         out = [("x-gateway-model", model)]
@@ -192,6 +209,12 @@ class GatewayServer(Front):
             resp.close()
             count("503")
             writer.write(self._unavailable(model, f"body not complete ({type(e).__name__})", ka))
+            await writer.drain()
+            return ka
+        if pool is not None and missing_from_preset(resp.status, raw, model):
+            count("503")
+            writer.write(self._unavailable(model, f"a replica of pool {pool!r} has not loaded its preset with this model yet "
+                                                  "(just added: replicas apply a new preset within about a minute)", ka))
             await writer.drain()
             return ka
         if resp.status in UNAVAILABLE_STATUSES:  # e.g. llama-server answers 503 while it loads the model
