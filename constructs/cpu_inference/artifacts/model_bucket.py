@@ -1,7 +1,22 @@
 """ModelBucket: the S3 store for model files — KMS-encrypted, versioned, TLS-only, private, access-logged.
 
 Objects live under `models/<name>/<revision>/<file>`; `grant_read(grantee, prefix)` hands a serving role one
-model's prefix and nothing else."""
+model's prefix and nothing else.
+
+A failed FIRST deploy (review artifacts.md #2). CloudFormation rolls a failed create back by deleting what it
+created, except `Retain` resources ("If resources are retained during rollback, they interfere with retries of the
+stack operation" — AWS, RetainExceptOnCreate announcement, 2023-07); `RetainExceptOnCreate` is deleted then, and
+"For Amazon S3 buckets, you must delete all objects in the bucket for deletion to succeed" (DeletionPolicy
+attribute doc) — a non-empty bucket ends the rollback in ROLLBACK_FAILED, which `cdk deploy` answers by deleting
+the stack first, and that delete fails the same way. So:
+- bucket and key: `RetainExceptOnCreate` while no copy job of their own stack writes into the bucket (nothing can
+  be in it when that stack's create rolls back); `Retain` as soon as one does (a failed copy may have written GBs:
+  they are kept, and the key that encrypts them with them). `grant_write` decides.
+- the access-log bucket: always `Retain` — the create's own requests are logged and delivery is best effort, so it
+  is not provably empty.
+- a fixed `bucket_name` with a copy job in the same stack is refused: the retained bucket would keep the name and
+  every retry would fail with "already exists". Create the ModelBucket in a stack of its own (its create copies
+  nothing, so it never strands a name) and pass it to the stacks that copy into it."""
 
 from __future__ import annotations
 
@@ -25,7 +40,11 @@ class ModelBucketProps:
     """Defaults: a new bucket encrypted with a new rotating KMS key (S3 bucket keys on), versioned, TLS-only,
     all public access blocked, server access logs into a new log bucket kept 365 days; noncurrent model
     versions expire after 30 days (the 2 newest kept); incomplete multipart uploads are aborted after 1 day
-    (the backstop if a copy job dies without aborting its own); RETAIN on stack deletion.
+    (the backstop if a copy job dies without aborting its own); retained on stack deletion and on updates
+    (removal_policy RETAIN; see the module docstring for what a failed first create does).
+    removal_policy: RETAIN (default) or DESTROY — DESTROY only with auto_delete_objects=True (CDK's auto-delete
+    custom resource empties the versioned bucket and its log bucket first: CloudFormation deletes only an empty
+    bucket); every object version is then deleted with the stack.
 
     Bring your own: `existing_bucket` (then `existing_key` names the key that encrypts it, if any; the bucket's
     own settings apply and nothing else is created) or, for a new bucket, `existing_key` and/or
@@ -40,17 +59,39 @@ class ModelBucketProps:
     abort_incomplete_uploads_after_days: int = 1
     access_log_retention_days: int = 365
     removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN
+    auto_delete_objects: bool = False
 
     def validate(self) -> None:
         if self.existing_bucket is not None:
             for name in ("existing_log_bucket", "bucket_name"):
                 if getattr(self, name) is not None:
                     raise ValueError(f"ModelBucketProps.{name} applies only to a bucket this construct creates, not with existing_bucket")
+            if self.auto_delete_objects:
+                raise ValueError("ModelBucketProps.auto_delete_objects applies only to a bucket this construct creates, not with existing_bucket")
+        if self.removal_policy not in (cdk.RemovalPolicy.RETAIN, cdk.RemovalPolicy.DESTROY):
+            raise ValueError(
+                f"ModelBucketProps.removal_policy must be RETAIN (default; RetainExceptOnCreate is chosen by the construct "
+                f"where it is safe) or DESTROY, got {self.removal_policy}"
+            )
+        if self.removal_policy == cdk.RemovalPolicy.DESTROY and not self.auto_delete_objects:
+            raise ValueError(
+                "ModelBucketProps.removal_policy=DESTROY needs auto_delete_objects=True: the bucket is versioned and "
+                "CloudFormation deletes only an empty bucket, so the stack's deletion would end in DELETE_FAILED (or keep RETAIN)"
+            )
+        if self.auto_delete_objects and self.removal_policy != cdk.RemovalPolicy.DESTROY:
+            raise ValueError("ModelBucketProps.auto_delete_objects=True applies only with removal_policy=DESTROY")
         for name in ("noncurrent_version_expiration_days", "abort_incomplete_uploads_after_days", "access_log_retention_days"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ModelBucketProps.{name} must be at least 1, got {getattr(self, name)}")
         if not 0 <= self.noncurrent_versions_to_retain <= 100:
             raise ValueError(f"ModelBucketProps.noncurrent_versions_to_retain must be 0..100, got {self.noncurrent_versions_to_retain}")
+
+
+def _deployed_with(stack: cdk.Stack) -> cdk.Stack:
+    """The top-level stack whose CloudFormation operation creates `stack` (a nested stack rolls back with it)."""
+    while stack.nested_stack_parent is not None:
+        stack = stack.nested_stack_parent
+    return stack
 
 
 def normalized_prefix(prefix: str) -> str:
@@ -71,6 +112,8 @@ class ModelBucket(Construct):
         self.props = props
         self.key: kms.IKey | None = props.existing_key
         self.log_bucket: s3.IBucket | None = None
+        self._copied_by_own_stack = False
+        destroy = props.removal_policy == cdk.RemovalPolicy.DESTROY
         if props.existing_bucket is not None:
             self.bucket: s3.IBucket = props.existing_bucket
             return
@@ -101,8 +144,46 @@ class ModelBucket(Construct):
                 )
             ],
             removal_policy=props.removal_policy,
+            auto_delete_objects=destroy,
         )
         self._log_into(self.log_bucket)
+        if not destroy:
+            self._retain(on_create=False)  # until a copy job of this stack writes into the bucket (grant_write)
+
+    def _owned(self) -> list[cdk.Resource]:
+        """The resources whose lifetime follows the bucket's data: the bucket and the key this construct created."""
+        owned: list[cdk.Resource] = [self.bucket] if isinstance(self.bucket, s3.Bucket) else []
+        if isinstance(self.key, kms.Key) and self.props.existing_key is None:
+            owned.append(self.key)
+        return owned
+
+    def _retain(self, *, on_create: bool) -> None:
+        """RETAIN (DeletionPolicy Retain) or RETAIN_ON_UPDATE_OR_DELETE (RetainExceptOnCreate; UpdateReplacePolicy
+        Retain either way) on the bucket and its key."""
+        policy = cdk.RemovalPolicy.RETAIN if on_create else cdk.RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE
+        for resource in self._owned():
+            resource.apply_removal_policy(policy)
+
+    def _note_writer(self, grantee: iam.IGrantable) -> None:
+        """A writer deployed by the bucket's own stack may fill it during that stack's first create: keep the
+        bucket and key through a rollback, and refuse a fixed name that the kept bucket would strand."""
+        if self.props.existing_bucket is not None or self.props.removal_policy != cdk.RemovalPolicy.RETAIN:
+            return
+        principal = grantee.grant_principal
+        writer_stack = _deployed_with(cdk.Stack.of(principal)) if isinstance(principal, Construct) else None
+        if writer_stack is not None and writer_stack is not _deployed_with(cdk.Stack.of(self)):
+            return  # another stack's operation: this stack's create never holds its data
+        if self.props.bucket_name is not None:
+            where = principal.node.path if isinstance(principal, Construct) else str(principal)
+            raise ValueError(
+                f"ModelBucketProps.bucket_name {self.props.bucket_name!r}: {where} writes into the bucket from the bucket's own "
+                "stack; if that stack's first deploy fails after a copy wrote, CloudFormation keeps the bucket and every retry "
+                "fails with 'already exists'. Create the ModelBucket in a stack of its own and pass it to this stack, or leave "
+                "bucket_name unset"
+            )
+        if not self._copied_by_own_stack:
+            self._copied_by_own_stack = True
+            self._retain(on_create=True)
 
     def _log_into(self, log_bucket: s3.IBucket) -> None:
         """Server access logs with bucket-policy delivery (what S3 recommends, and what BUCKET_OWNER_ENFORCED
@@ -138,7 +219,9 @@ class ModelBucket(Construct):
             lifecycle_rules=[
                 s3.LifecycleRule(id="expire-access-logs", expiration=cdk.Duration.days(self.props.access_log_retention_days))
             ],
+            # RETAIN even on a failed create: access logs of the create's own requests may already be in it.
             removal_policy=self.props.removal_policy,
+            auto_delete_objects=self.props.removal_policy == cdk.RemovalPolicy.DESTROY,
         )
         nag.acknowledge(
             bucket, "AwsSolutions-S1",
@@ -160,11 +243,16 @@ class ModelBucket(Construct):
 
     def grant_write(self, grantee: iam.IGrantable, prefix: str) -> iam.Grant:
         """What the copy job needs under `<prefix>*`: multipart upload (+ abort), HEAD for the no-op check,
-        s3:ListBucket limited to the prefix (so a missing key is a 404), kms:GenerateDataKey + kms:Decrypt."""
+        s3:ListBucket limited to the prefix (so a missing key is a 404), kms:GenerateDataKey + kms:Decrypt.
+        A grantee of the bucket's own stack makes the bucket and key Retain even on a failed create (module doc).
+        Object actions: exactly what model_download calls (PutObject, Create/UploadPart/CompleteMultipartUpload →
+        s3:PutObject; HeadObject → s3:GetObject; AbortMultipartUpload) — no ListParts, so no
+        s3:ListMultipartUploadParts (Service Authorization Reference, Amazon S3)."""
         p = normalized_prefix(prefix)
+        self._note_writer(grantee)
         grant = iam.Grant.add_to_principal(
             grantee=grantee,
-            actions=["s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"],
+            actions=["s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload"],
             resource_arns=[self.bucket.arn_for_objects(f"{p}*")],
         )
         self._list(grantee, p)
@@ -173,13 +261,20 @@ class ModelBucket(Construct):
         self._acknowledge_prefix(grantee, p, "The copy job writes under one model's prefix only: object keys under it (revision, file) vary by design")
         return grant
 
-    @staticmethod
-    def _acknowledge_prefix(grantee: iam.IGrantable, prefix: str, reason: str) -> None:
+    def _acknowledge_prefix(self, grantee: iam.IGrantable, prefix: str, reason: str) -> None:
         """The `<bucket>/<prefix>*` wildcard is the point of a prefix grant: acknowledge exactly that finding."""
         principal = grantee.grant_principal
-        if isinstance(principal, Construct):
-            pattern = rf"Resource::(<[^>]+\.Arn>|arn:[^*]+)/{re.escape(prefix)}\*"
-            nag.acknowledge_wildcards(principal, {pattern: reason})
+        if not isinstance(principal, Construct):
+            return
+        pattern = rf"Resource::(<[^>]+\.Arn>|arn:[^*]+)/{re.escape(prefix)}\*"
+        nag.acknowledge_wildcards(principal, {pattern: reason})
+        own, theirs = cdk.Stack.of(self), cdk.Stack.of(principal)
+        if isinstance(self.bucket, s3.Bucket) and theirs is not own and not (own.nested or theirs.nested):
+            # A ModelBucket in a stack of its own: the grantee's policy reads the ARN through CDK's export, which
+            # cdk-nag names `<stack>:ExportsOutput…` — only known once the reference is resolved; export_value
+            # gives the same export CDK makes for the reference (Stack.exportValue).
+            imported = theirs.resolve(own.export_value(self.bucket.bucket_arn))
+            nag.acknowledge(principal, f"AwsSolutions-IAM5[Resource::{nag.flatten(imported)}/{prefix}*]", reason)
 
     def _list(self, grantee: iam.IGrantable, prefix: str) -> None:
         grantee.grant_principal.add_to_principal_policy(
