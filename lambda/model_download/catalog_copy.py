@@ -3,9 +3,11 @@
 Per entry, for each layout of the catalog (catalog.KEY_OF): HEAD the key; a key that holds the job's object
 (metadata `sha256`, equal to the entry's pinned sha256 if it has one) is kept as it is — no Hub request, never
 overwritten; a key that holds anything else fails that entry. Missing keys are copied from the revision
-resolved ONCE per entry (or from the commit an existing key of the entry already holds, so the gguf and the mme
-object of one model always carry the same bytes): `gguf` by the copy engine (copy.copy_model), `mme` by
-tarball.write_mme_tarball. A bounded number of entries run in parallel; a failed entry does not stop the others.
+resolved ONCE per entry — one Hub HEAD, whose FileInfo the copy engine reuses — (or from the commit an existing
+key of the entry already holds, so the gguf and the mme object of one model always carry the same bytes): `gguf`
+first, by the copy engine (copy.copy_model), then `mme` by tarball.write_mme_tarball, reading the GGUF back from
+its `gguf` key in S3 when the catalog has that layout (same-region ranged GETs: each model leaves the Hub once),
+else from the Hub. A bounded number of entries run in parallel; a failed entry does not stop the others.
 
 When every entry is in place the receipt `farm/_receipts/<fingerprint>.json` is written (If-None-Match: *;
 per model: commit, sha256, size, keys). When any entry failed there is no receipt and the run's error line
@@ -24,11 +26,21 @@ from urllib.parse import unquote
 
 from .args import one_line
 from .catalog import Catalog, CatalogEntry, engine_json, receipt_key
-from .copy import _HEX64, COMMIT, CopyRequest, _client_error_code, copy_model, existing_object
+from .copy import (
+    _HEX64,
+    COMMIT,
+    CopyRequest,
+    _client_error_code,
+    copy_model,
+    existing_object,
+    hf_source,
+    put_if_absent,
+    require_object,
+)
 from .credentials import read_token as _read_token
 from .errors import ChecksumMismatchError, DownloadError, ImmutableKeyError
-from .hub import FileRef, Hub, RetryPolicy
-from .tarball import write_mme_tarball
+from .hub import FileRef, Hub, RangeSource, RetryPolicy
+from .tarball import S3Object, write_mme_tarball
 
 DEFAULT_PARALLEL_MODELS = 4
 DEFAULT_CONCURRENCY = 4  # ranged GETs per model: parallel models × this ≈ the single copy's 8 × 2
@@ -179,29 +191,39 @@ class CatalogCopy:
         if info.sha256 and info.sha256 != expected:
             raise ChecksumMismatchError(f"sha256 mismatch for {info.ref}: expected {expected}, the Hub reports {info.sha256}; nothing was copied")
         copied: list[str] = []
-        for layout, key in keys.items():
+        for layout, key in sorted(keys.items(), key=lambda item: item[0] != "gguf"):  # gguf first: mme reads it back
             if layout in held:
                 continue
             if layout == "gguf":
                 request = CopyRequest(repo=entry.hf_repo, file=entry.file, revision=info.commit, bucket=self.bucket,
                                       key_prefix="", sha256=expected, concurrency=self.concurrency,
                                       part_size=self.part_size, dest_key=key)
-                result = copy_model(request, hub=hub, s3=self.s3, progress=self._stop_check)
+                result = copy_model(request, hub=hub, s3=self.s3, progress=self._stop_check, info=info)
                 if result.copied:
                     copied.append(layout)
             else:
-                written = write_mme_tarball(  # info's download URL is already pinned to info.commit
-                    self.s3, bucket=self.bucket, key=key, source=hub.open(info), member=entry.basename,
-                    engine_json=engine_json(entry), expected_sha256=expected, concurrency=self.concurrency,
+                source: RangeSource = self._gguf_in_s3(keys, entry, expected, info.size) or hub.open(info)  # pinned to info.commit
+                written = write_mme_tarball(
+                    self.s3, bucket=self.bucket, key=key, source=source, member=entry.basename,
+                    engine_json=engine_json(entry), expected_sha256=expected,
+                    hf_source=hf_source(entry.hf_repo, entry.file, info.commit), concurrency=self.concurrency,
                     part_size=self.part_size, stop=self.stop,
                 )
-                if written is None:  # another run completed it first: it must hold these bytes
-                    head = existing_object(self.s3, self.bucket, key)
-                    if head is None or _held(head, entry, self.bucket, key).sha256 != expected:
-                        raise ImmutableKeyError(f"s3://{self.bucket}/{key} was written by another run with other bytes")
+                if written is None:  # another run completed (or was completing) it: it must hold these bytes
+                    require_object(self.s3, self.bucket, key, expected, None, source=f"hf://{info.ref}")
                 else:
                     copied.append(layout)
         return EntryReceipt(entry.name, info.commit, expected, info.size, keys, tuple(copied))
+
+    def _gguf_in_s3(self, keys: dict[str, str], entry: CatalogEntry, expected: str, size: int) -> S3Object | None:
+        """The entry's `gguf` object when the catalog writes that layout and it holds these bytes (just copied, or
+        kept from an earlier run): the tarball then reads it in-region instead of downloading the model again."""
+        if "gguf" not in keys:
+            return None
+        head = existing_object(self.s3, self.bucket, keys["gguf"])
+        if head is None or _held(head, entry, self.bucket, keys["gguf"]).sha256 != expected or head.get("ContentLength") != size:
+            return None
+        return S3Object(self.s3, self.bucket, keys["gguf"], head)
 
     # -- the catalog ----------------------------------------------------------------------------------
 
@@ -249,13 +271,8 @@ class CatalogCopy:
             "version": 1, "fingerprint": run.fingerprint, "bucket": self.bucket, "layouts": list(self.catalog.layouts),
             "models": {r.name: r.as_receipt() for r in sorted(run.receipts, key=lambda r: r.name)},
         }, sort_keys=True, indent=1).encode()
-        from botocore.exceptions import ClientError
-
-        try:
-            self.s3.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="application/json", IfNoneMatch="*")
-        except ClientError as exc:
-            if _client_error_code(exc) not in ("PreconditionFailed", "412"):
-                raise
+        # Already there (412): the same catalog's receipt — its name is the catalog's fingerprint.
+        put_if_absent(self.s3, bucket=self.bucket, key=key, Body=body, ContentType="application/json")
         return key
 
 

@@ -21,7 +21,8 @@ from typing import Any
 from urllib.parse import quote
 
 from .errors import ChecksumMismatchError, DownloadError, ImmutableKeyError
-from .hub import Cancelled, FileRef, Hub, HubFile
+from .hub import COMMIT as COMMIT  # re-exported: the one definition lives with the Hub client
+from .hub import Cancelled, FileInfo, FileRef, Hub, HubFile
 
 MIB = 1024 * 1024
 MIN_PART_SIZE = 5 * MIB  # S3's minimum for every part but the last
@@ -31,8 +32,11 @@ DEFAULT_PART_SIZE = 16 * MIB
 DEFAULT_CONCURRENCY = 8
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
-# A git commit id as the Hub's X-Repo-Commit reports it (sha1 today; sha256 repositories would give 64).
-COMMIT = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+# S3 conditional writes (botocore s3 PutObject/CompleteMultipartUpload IfNoneMatch): 412 = the key exists,
+# 409 = a conflicting write of the same key was in progress.
+_TAKEN = ("PreconditionFailed", "412")
+_CONFLICT = ("ConditionalRequestConflict", "409")
+_DENIED = ("403", "AccessDenied", "Forbidden")
 
 
 @dataclass(frozen=True)
@@ -153,16 +157,73 @@ def _client_error_code(exc: Exception) -> str:
     return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
 
 
+def hf_source(repo: str, file: str, revision: str) -> str:
+    """The `hf-source` metadata every copied object carries: `<repo>/<file>@<commit>` (what a re-run reads back)."""
+    return quote(f"{repo}/{file}@{revision}", safe="/@")
+
+
 def existing_object(s3, bucket: str, key: str) -> dict[str, Any] | None:  # noqa: ANN001
-    """HEAD the final key; None when absent (403 too: a role without s3:ListBucket sees 403 for a missing key)."""
+    """HEAD the final key; None when absent. A 403 is not "absent": S3 answers 403 for a missing key when the caller
+    lacks s3:ListBucket (botocore s3 HeadObject doc), so a listing of exactly that key decides — absent if it does
+    not list it; otherwise (listed, or the listing is refused too) access is denied and this says so."""
     from botocore.exceptions import ClientError
 
     try:
         return s3.head_object(Bucket=bucket, Key=key)
     except ClientError as exc:
-        if _client_error_code(exc) in ("404", "NoSuchKey", "NotFound", "403", "AccessDenied", "Forbidden"):
+        code = _client_error_code(exc)
+        if code in ("404", "NoSuchKey", "NotFound"):
             return None
-        raise
+        if code not in _DENIED:
+            raise
+    try:
+        listed = s3.list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1).get("Contents", [])
+    except ClientError as exc:
+        raise DownloadError(
+            f"access denied reading s3://{bucket}/{key} (HTTP 403 on HeadObject, {_client_error_code(exc)} on "
+            "ListObjectsV2): the job role needs s3:GetObject on the key, s3:ListBucket on its prefix and kms:Decrypt "
+            "on the bucket key"
+        ) from None
+    if not listed or listed[0].get("Key") != key:  # the first key under an exact-key prefix is the key itself
+        return None
+    raise DownloadError(
+        f"access denied reading s3://{bucket}/{key} (HTTP 403 on HeadObject, though the key exists): the job role "
+        "needs s3:GetObject on it and kms:Decrypt on the bucket key; nothing was copied"
+    )
+
+
+def require_object(s3, bucket: str, key: str, sha256: str, size: int | None, *, source: str) -> dict[str, Any]:  # noqa: ANN001
+    """After S3 refused our write because the key was taken (412) or being written (409): the key must now hold
+    exactly these bytes; absent is a failure (never a receipt for an object that is not there), other bytes too."""
+    head = existing_object(s3, bucket, key)
+    if head is None:
+        raise DownloadError(
+            f"s3://{bucket}/{key} was being written by another run at the same time, and does not hold a complete "
+            "object now; nothing was overwritten — run again"
+        )
+    _already_there(head, sha256, size, bucket=bucket, key=key, source=source)
+    return head
+
+
+def put_if_absent(s3, *, bucket: str, key: str, **kwargs: Any) -> bool:  # noqa: ANN001
+    """PutObject with `If-None-Match: *`: True when written, False when the key already exists (412). A 409
+    ConditionalRequestConflict is retried once — botocore s3 PutObject.IfNoneMatch: "On a 409 failure you should
+    retry the upload"."""
+    from botocore.exceptions import ClientError
+
+    for attempt in (1, 2):
+        try:
+            s3.put_object(Bucket=bucket, Key=key, IfNoneMatch="*", **kwargs)
+            return True
+        except ClientError as exc:
+            code = _client_error_code(exc)
+            if code in _TAKEN:
+                return False
+            if code not in _CONFLICT:
+                raise
+            if attempt == 2:
+                raise DownloadError(f"s3://{bucket}/{key} was being written by another run at the same time (HTTP 409 twice); run again") from None
+    raise AssertionError("unreachable")
 
 
 def _already_there(head: dict[str, Any] | None, sha256: str, size: int | None, *, bucket: str, key: str, source: str) -> bool:
@@ -198,11 +259,7 @@ class _Copy:
         self.upload_id: str | None = None
 
     def _metadata(self) -> dict[str, str]:
-        info = self.source.info
-        return {
-            "sha256": self.expected,
-            "hf-source": quote(f"{self.req.repo}/{self.req.file}@{info.commit or self.req.revision}", safe="/@"),
-        }
+        return {"sha256": self.expected, "hf-source": hf_source(self.req.repo, self.req.file, self.source.info.commit or self.req.revision)}
 
     def _part(self, index: int) -> tuple[bytearray, dict[str, Any]]:
         try:
@@ -269,13 +326,17 @@ def copy_model(
     s3=None,  # noqa: ANN001
     progress: Callable[[int], None] | None = None,
     on_start: Callable[[int, str], None] | None = None,
+    info: FileInfo | None = None,
 ) -> CopyResult:
     """Copy one Hub file to S3, verified. No-op when the object is already there with the same sha256; refuses
     when its key holds other bytes.
 
     progress(n) is called from worker threads with each chunk's byte count; on_start(size, sha256) once the
-    copy is about to begin."""
+    copy is about to begin. info: what `hub.info` already said about this file (a catalog entry resolves once),
+    so the Hub is not asked again."""
     req.validate()
+    if info is not None and (info.ref.repo, info.ref.file) != (req.repo, req.file):
+        raise ValueError(f"copy_model: info is for {info.ref}, not {req.ref}")
     began = time.monotonic()
     s3 = s3 or s3_client(req.concurrency)
     given = req.sha256.lower() if req.sha256 else None
@@ -291,7 +352,7 @@ def copy_model(
         if head is not None and _already_there(head, given, None, bucket=req.bucket, key=key, source=source):
             return present(key, int(head["ContentLength"]), given, req.revision if req.pins_a_commit else None)
 
-    info = hub.info(req.ref)
+    info = info or hub.info(req.ref)
     if req.pin_commit and not (info.commit and COMMIT.match(info.commit)):
         raise DownloadError(
             f"{req.ref}: {hub.endpoint} reported no commit (X-Repo-Commit: {info.commit!r}) to pin the key to; "
@@ -328,8 +389,8 @@ def copy_model(
     except BaseException:
         _abort(s3, req.bucket, key, job.upload_id)
         raise
-    if done is None:  # another run completed the same key first: fine if it holds these bytes
-        _already_there(existing_object(s3, req.bucket, key), expected, info.size, bucket=req.bucket, key=key, source=source)
+    if done is None:  # another run completed (or was completing) the same key: fine only if it holds these bytes
+        require_object(s3, req.bucket, key, expected, info.size, source=source)
         return present(key, info.size, expected, info.commit)
     return CopyResult(
         req.bucket, key, info.size, expected, True, time.monotonic() - began,
@@ -340,7 +401,9 @@ def copy_model(
 def _complete_if_absent(s3, bucket: str, key: str, upload_id: str, parts: list[dict[str, Any]]) -> dict[str, Any] | None:  # noqa: ANN001
     """CompleteMultipartUpload with `If-None-Match: *`: S3 itself refuses to replace an existing key (412
     PreconditionFailed; 409 ConditionalRequestConflict for a concurrent write), so two runs racing on one key
-    can never overwrite each other. None when the key was taken (the caller aborts the upload and checks it)."""
+    can never overwrite each other. None when the key was taken or being written: this upload is aborted (after a
+    409 botocore's CompleteMultipartUpload.IfNoneMatch doc says to re-initiate it, i.e. this one is spent) and the
+    caller checks with require_object that the key holds these bytes — normally the other run was the same copy."""
     from botocore.exceptions import ClientError
 
     try:
@@ -348,9 +411,7 @@ def _complete_if_absent(s3, bucket: str, key: str, upload_id: str, parts: list[d
             Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}, IfNoneMatch="*",
         )
     except ClientError as exc:
-        if _client_error_code(exc) in ("PreconditionFailed", "412"):
+        if _client_error_code(exc) in (*_TAKEN, *_CONFLICT):
             _abort(s3, bucket, key, upload_id)
             return None
-        if _client_error_code(exc) in ("ConditionalRequestConflict", "409"):
-            raise DownloadError(f"s3://{bucket}/{key} was being written by another run at the same time; run again") from None
         raise

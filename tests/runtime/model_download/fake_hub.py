@@ -16,10 +16,12 @@ Branches move: `push(repo, name, path, commit)` makes `main` of that repo resolv
 bytes; the earlier commits keep resolving to what they held (as the Hub serves any past commit).
 
 Fault injection: `drop_once(offset, after)` cuts the connection after `after` bytes of the first GET whose
-range starts at `offset`; `fail(offset, status, times)` answers such GETs with an error status;
-`corrupt(offset)` flips one served byte; `per_connection_rate` throttles each
-response like a CDN's per-connection limit. Counters: GETs and bytes served per path kind, and whether an
-Authorization header ever reached the CDN.
+range starts at `offset`; `fail(offset, status, times[, headers])` answers such GETs with an error status;
+`corrupt(offset)` flips one served byte; `per_connection_rate` throttles each response like a CDN's
+per-connection limit; `throttle(kind, *headers)` answers the next Hub requests of that kind (`resolve` or `api`,
+two of the Hub's rate-limit buckets) with 429 and the given headers (`RateLimit`, `Retry-After`); `omit_headers`
+drops Hub response headers a mirror may not send (`X-Repo-Commit`, `X-Linked-Size`). Counters: GETs and bytes
+served per path kind, 429s, and whether an Authorization header ever reached the CDN.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ class Stats:
     gets: int = 0  # GETs that returned file bytes (resolve 200/206 + CDN)
     bytes_served: int = 0
     drops: int = 0
+    throttled: int = 0  # 429s answered by throttle()
     auth_seen_by_cdn: int = 0
     ranges: list[str] = field(default_factory=list)
 
@@ -90,7 +93,9 @@ class FakeHub:
         self.stats = Stats()
         self.per_connection_rate: float | None = None  # bytes/s per response, None = unthrottled
         self._drops: dict[int, int] = {}
-        self._fails: dict[int, tuple[int, int]] = {}
+        self._fails: dict[int, tuple[int, int, dict[str, str]]] = {}
+        self._throttles: dict[str, list[dict[str, str]]] = {"resolve": [], "api": []}
+        self.omit_headers: set[str] = set()
         self._corrupt: set[int] = set()
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -122,9 +127,15 @@ class FakeHub:
         with self._lock:
             self._drops[offset] = after
 
-    def fail(self, offset: int, status: int, times: int) -> None:
+    def fail(self, offset: int, status: int, times: int, headers: dict[str, str] | None = None) -> None:
         with self._lock:
-            self._fails[offset] = (status, times)
+            self._fails[offset] = (status, times, dict(headers or {}))
+
+    def throttle(self, kind: str, *answers: dict[str, str]) -> None:
+        """The next len(answers) Hub requests of `kind` ("resolve": /resolve/ HEAD|GET; "api": model info) get
+        HTTP 429 with those headers, one answer each, in order."""
+        with self._lock:
+            self._throttles[kind].extend(dict(a) for a in answers)
 
     def corrupt(self, offset: int | None) -> None:
         with self._lock:
@@ -135,6 +146,8 @@ class FakeHub:
             self.stats = Stats()
             self._drops.clear()
             self._fails.clear()
+            self._throttles = {"resolve": [], "api": []}
+            self.omit_headers = set()
             self._corrupt.clear()
             self.per_connection_rate = None
 
@@ -142,7 +155,7 @@ class FakeHub:
     def url(self) -> str:
         assert self._server is not None
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     def start(self) -> FakeHub:
         hub = self
@@ -164,7 +177,7 @@ class FakeHub:
     def cdn_url(self) -> str:
         assert self._cdn is not None
         host, port = self._cdn.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     def stop(self) -> None:
         for server, thread in self._servers:
@@ -185,13 +198,20 @@ class FakeHub:
         with self._lock:
             return self._drops.pop(offset, None)
 
-    def _take_fail(self, offset: int) -> int | None:
+    def _take_fail(self, offset: int) -> tuple[int, dict[str, str]] | None:
         with self._lock:
-            status, times = self._fails.get(offset, (0, 0))
+            status, times, headers = self._fails.get(offset, (0, 0, {}))
             if times <= 0:
                 return None
-            self._fails[offset] = (status, times - 1)
-            return status
+            self._fails[offset] = (status, times - 1, headers)
+            return status, headers
+
+    def _take_throttle(self, kind: str) -> dict[str, str] | None:
+        with self._lock:
+            if not self._throttles[kind]:
+                return None
+            self.stats.throttled += 1
+            return self._throttles[kind].pop(0)
 
     def model_info(self, repo: str, revision: str) -> tuple[str, list[ServedFile]] | None:
         """(commit, files) of repo at a branch (`main`) or past commit; None for an unknown revision."""
@@ -242,12 +262,16 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._simple(404, "Not Found", head=head)
             return self._serve(served, head)
         if path.startswith("/api/models/"):
+            if (limited := self.fake._take_throttle("api")) is not None:
+                return self._simple(429, "Too Many Requests", limited, head)
             return self._model_info(path, head)
         m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
         if not m:
             return self._simple(404, "Not Found", {"X-Error-Code": "RepoNotFound"}, head)
         if m.group(1) in self.fake.renamed:
             return self._simple(307, "", {"Location": path.replace(m.group(1), self.fake.renamed[m.group(1)], 1)}, head)
+        if (limited := self.fake._take_throttle("resolve")) is not None:
+            return self._simple(429, "Too Many Requests", limited, head)
         repo, revision, name = m.group(1), unquote(m.group(2)), unquote(m.group(3))
         if not any(r == repo for r, _ in self.fake.files):
             return self._simple(404, "Repository Not Found", {"X-Error-Code": "RepoNotFound"}, head)
@@ -271,10 +295,10 @@ class _Handler(BaseHTTPRequestHandler):
         common = {"X-Repo-Commit": commit, "ETag": f'"{served.git_sha1}"'}
         if served.lfs:
             location = f"{self.fake.cdn_url}/cdn/{served.sha256}?Expires={int(time.time()) + 3600}&Signature=fake"
-            return self._simple(302, f"Found. Redirecting to {location}", {
-                **common, "Location": location, "X-Linked-Etag": f'"{served.sha256}"', "X-Linked-Size": str(served.size),
-            }, head)
-        return self._serve(served, head, common)
+            redirect = {**common, "Location": location, "X-Linked-Etag": f'"{served.sha256}"', "X-Linked-Size": str(served.size)}
+            return self._simple(302, f"Found. Redirecting to {location}",
+                                {k: v for k, v in redirect.items() if k not in self.fake.omit_headers}, head)
+        return self._serve(served, head, {k: v for k, v in common.items() if k not in self.fake.omit_headers})
 
     def _model_info(self, path: str, head: bool) -> None:
         from tests.runtime.model_download.fake_hub_api import model_info
@@ -309,7 +333,7 @@ class _Handler(BaseHTTPRequestHandler):
             status = 206
             failure = None if head else self.fake._take_fail(start)
             if failure:
-                return self._simple(failure, "injected failure", head=head)
+                return self._simple(failure[0], "injected failure", failure[1], head=head)
         self.send_response(status)
         for k, v in (extra or {}).items():
             self.send_header(k, v)
