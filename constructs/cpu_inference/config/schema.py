@@ -338,6 +338,10 @@ class Eks(_Strict):
     prometheus: Annotated[Literal["amp", "in-cluster"], Field(description="amp (Amazon Managed Prometheus + managed scraper) or in-cluster")] = "amp"
     max_node_cpu: Annotated[int, Field(gt=0, description="Karpenter NodePool CPU limit across all nodes")] = 256
     consolidation_budget: Annotated[str, Field(pattern=r"^(\d+%|\d+)$", description="max nodes disrupted at once, e.g. 20% or 2")] = "20%"
+    # The Mountpoint for S3 CSI driver of a model farm's cluster (eks/mountpoint.py checks the values at synth).
+    install_mountpoint_addon: Annotated[bool, Field(description="model-farm: install the Mountpoint for S3 CSI driver add-on (pools read models through it); false when the cluster already runs the driver — then set mountpoint_driver_role_arn")] = True
+    mountpoint_version: Annotated[str | None, Field(description="aws-mountpoint-s3-csi-driver add-on build, v2.5.0 or later, e.g. v2.7.0-eksbuild.1; default: the library's pinned build")] = None
+    mountpoint_driver_role_arn: Annotated[str | None, Field(description="with install_mountpoint_addon false: the IAM role ARN the installed driver reads S3 with; the farm grants it read of its model prefix")] = None
 
 
 class SageMaker(_Strict):

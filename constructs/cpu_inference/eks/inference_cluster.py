@@ -36,6 +36,14 @@ ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
 # major.minor.patch-eksbuild.build. Re-check them with that command whenever kubernetes_version changes.
 VPC_CNI_VERSION = "v1.21.1-eksbuild.8"
 POD_IDENTITY_AGENT_VERSION = "v1.3.10-eksbuild.3"
+# aws-mountpoint-s3-csi-driver (installed by EksPlatform for model-farm pools, eks/mountpoint.py): driver v2.7.0
+# (awslabs/mountpoint-s3-csi-driver CHANGELOG.md "v2.7.0": controller leader election; ≥ v2.5.0 for graceful
+# Mountpoint-pod eviction #693 and cacheEmptyDirSizeLimit → --max-cache-size #743). Build -eksbuild.1 as pinned in
+# public IaC for EKS 1.35 (2026): an EKS 1.35 security write-up calling v2.7.0-eksbuild.1 "Already the newest build",
+# and Terraform recommending it for `aws_eks_addon` with the add-on's own pod_identity_association for
+# s3-csi-driver-sa (v1 builds refused Pod Identity: mountpoint-s3-csi-driver#215). Re-check with
+# `aws eks describe-addon-versions --addon-name aws-mountpoint-s3-csi-driver --kubernetes-version <minor>`.
+MOUNTPOINT_VERSION = "v2.7.0-eksbuild.1"
 _ADDON_VERSION = re.compile(r"^v\d+\.\d+\.\d+-eksbuild\.\d+$")
 
 

@@ -26,7 +26,7 @@ from .. import nag
 from ..k8s.bottlerocket import BottlerocketNodeClass
 from ..k8s.default_node_pools import default_node_pools
 from ..k8s.karpenter_node_class import EC2NodeClassSpec
-from ..k8s.karpenter_node_pool import NodePoolSpec
+from ..k8s.karpenter_node_pool import NodePoolSpec, Taint
 from . import karpenter_policy as policy
 from .inference_cluster import DISCOVERY_TAG, InferenceCluster
 from .manifests import add_bounded_manifests
@@ -285,6 +285,7 @@ class Karpenter(Construct):
         consolidation_budget: str = "20%",
         memory_pool: bool = True,
         node_class: BottlerocketNodeClass | EC2NodeClassSpec | None = None,
+        startup_taints: Iterable[Taint] = (),
     ) -> list[NodePoolSpec]:
         """The Bottlerocket/SOCI node class and the CPU-inference pools (arguments mirror config.yaml `eks`)."""
         nc = node_class or self.bottlerocket_node_class()
@@ -297,6 +298,7 @@ class Karpenter(Construct):
             max_node_cpu=max_node_cpu,
             consolidation_budget=consolidation_budget,
             memory_pool=memory_pool,
+            startup_taints=tuple(startup_taints),
         )
         self.add_ec2_node_class(nc)
         self.add_node_pools(pools, id="DefaultNodePools")

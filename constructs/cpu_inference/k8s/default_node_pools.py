@@ -11,6 +11,12 @@ from .karpenter_rules import family_architecture, family_parts
 POOL_LABEL = "cpu-inference/pool"
 MEMORY_TAINT = Taint("cpu-inference/memory-optimized", "true", "NoSchedule")
 MEMORY_POOL = "memory-optimized"  # the model farm's pool: its name and its POOL_LABEL value
+# The Mountpoint for S3 CSI driver's startup taint (mountpoint-s3-csi-driver docs/CONFIGURATION.md "Configure node
+# startup taint": use `s3.csi.aws.com/agent-not-ready:NoExecute`, "NoExecute is recommended"): the driver's node plugin
+# removes it once it has registered on the node (pkg/driver/node/taint.go, AgentNotReadyNodeTaintKey; since v2.1.0),
+# so no pod that mounts an S3 volume lands on a fresh node before the driver can serve the mount. Karpenter treats
+# startupTaints as temporary (it does not wait for them when it simulates scheduling).
+MOUNTPOINT_STARTUP_TAINT = Taint("s3.csi.aws.com/agent-not-ready", None, "NoExecute")
 DEFAULT_CATEGORIES = ("c", "m", "r")
 DEFAULT_MIN_GENERATION = 7
 
@@ -25,12 +31,15 @@ def default_node_pools(
     max_node_cpu: int = 256,
     consolidation_budget: str = "20%",
     memory_pool: bool = True,
+    startup_taints: tuple[Taint, ...] = (),
 ) -> list[NodePoolSpec]:
     """The CPU-inference pools: one per architecture over c/m/r families of generation ≥ 7, Spot preferred
     with On-Demand fallback, plus a tainted memory-optimized (r) pool for the model farm.
 
     Arguments mirror config.yaml's `eks` section (schema `Eks`). Each family must match one of the
     architectures, and every architecture needs at least one family, so a typo fails here.
+    startup_taints go on every pool: each can host a farm's pool pods (the farm tolerates the memory pool's taint),
+    e.g. (MOUNTPOINT_STARTUP_TAINT,) when the platform installs the Mountpoint for S3 CSI driver.
     """
     archs = tuple(dict.fromkeys(architectures))
     fams = tuple(dict.fromkeys(instance_families))
@@ -68,6 +77,7 @@ def default_node_pools(
             disruption=disruption,
             limit_cpu=max_node_cpu,
             weight=weights[arch] if len(archs) > 1 else None,
+            startup_taints=startup_taints,
         )
         for arch in archs
     ]
@@ -84,6 +94,7 @@ def default_node_pools(
                 min_generation=DEFAULT_MIN_GENERATION,
                 labels={POOL_LABEL: MEMORY_POOL},
                 taints=(MEMORY_TAINT,),
+                startup_taints=startup_taints,
                 disruption=disruption,
                 limit_cpu=max_node_cpu,
             )

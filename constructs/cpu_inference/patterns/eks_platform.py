@@ -16,7 +16,10 @@ from ..eks import (
     KedaProps,
     Metrics,
     MetricsProps,
+    MountpointS3Csi,
+    MountpointS3CsiProps,
 )
+from ..eks.mountpoint import MountpointSettings
 
 
 @dataclass(frozen=True)
@@ -36,14 +39,21 @@ class NodePoolSettings:
 @dataclass(frozen=True)
 class EksPlatformProps:
     """cluster: the InferenceCluster's props (bring `existing_cluster`/`existing_vpc` there).
-    node_pools: Karpenter pool settings. prometheus: `amp` (managed workspace + scraper) or `in-cluster`."""
+    node_pools: Karpenter pool settings. prometheus: `amp` (managed workspace + scraper) or `in-cluster`.
+    mountpoint: the Mountpoint for S3 CSI driver that model-farm pools read their models through — installed once
+    per cluster here, shared by every farm on the platform (MountpointSettings; install_mountpoint_addon=False +
+    driver_role_arn when the cluster already runs the driver). None: no driver (a ModelFarm building its own
+    platform sets it; one given an existing_platform needs it set there)."""
 
     cluster: InferenceClusterProps = InferenceClusterProps()
     node_pools: NodePoolSettings = field(default_factory=NodePoolSettings)
     prometheus: Literal["amp", "in-cluster"] = "amp"
+    mountpoint: MountpointSettings | None = None
 
     def validate(self) -> None:
         self.cluster.validate()
+        if self.mountpoint is not None:
+            self.mountpoint.validate()
         if self.prometheus not in ("amp", "in-cluster"):
             raise ValueError(f"prometheus must be 'amp' or 'in-cluster', got {self.prometheus!r}")
 
@@ -51,7 +61,8 @@ class EksPlatformProps:
 class EksPlatform(Construct):
     """InferenceCluster + Karpenter (Bottlerocket/SOCI node class and default pools) + Metrics + KEDA.
 
-    Attributes: `cluster` (InferenceCluster), `karpenter`, `metrics`, `keda`, `node_pools` (the NodePoolSpecs)."""
+    Attributes: `cluster` (InferenceCluster), `karpenter`, `metrics`, `keda`, `node_pools` (the NodePoolSpecs),
+    `mountpoint` (MountpointS3Csi, or None)."""
 
     def __init__(self, scope: Construct, id: str, *, props: EksPlatformProps = EksPlatformProps()) -> None:
         super().__init__(scope, id)
@@ -59,6 +70,9 @@ class EksPlatform(Construct):
         self.props = props
         self.cluster = InferenceCluster(self, "Cluster", props=props.cluster)
         self.karpenter = Karpenter(self, "Karpenter", props=KarpenterProps.for_cluster(self.cluster))
+        self.mountpoint: MountpointS3Csi | None = None
+        if props.mountpoint is not None:
+            self.mountpoint = MountpointS3Csi(self, "Mountpoint", props=MountpointS3CsiProps.for_cluster(self.cluster, props.mountpoint))
         pools = props.node_pools
         self.node_pools = self.karpenter.add_default_node_pools(
             architectures=pools.architectures,
@@ -68,6 +82,7 @@ class EksPlatform(Construct):
             max_node_cpu=pools.max_node_cpu,
             consolidation_budget=pools.consolidation_budget,
             memory_pool=pools.memory_pool,
+            startup_taints=self.mountpoint.startup_taints if self.mountpoint is not None else (),
         )
         self.metrics = Metrics(self, "Metrics", props=MetricsProps.for_cluster(self.cluster, mode=props.prometheus))
         self.keda = Keda(self, "Keda", props=KedaProps.for_cluster(self.cluster, metrics=self.metrics))

@@ -9,6 +9,7 @@ from .. import sizing
 from ..config import Config, model_spec
 from ..config.rules import pool_budget, pool_instance_of
 from ..eks import InferenceClusterProps
+from ..eks.mountpoint import MountpointSettings
 from .deployment import DeploymentProps, SageMakerSettings
 from .eks_platform import EksPlatformProps, NodePoolSettings
 from .escalation import EscalationTarget
@@ -46,6 +47,15 @@ def farm_pools(config: Config) -> tuple[FarmPoolSettings, ...]:
     return tuple(out)
 
 
+def mountpoint_settings(config: Config) -> MountpointSettings | None:
+    """The Mountpoint for S3 CSI driver of a model farm's platform (its pools read the models through it); None else."""
+    if config.pattern != "model-farm":
+        return None
+    e = config.eks
+    version = {"addon_version": e.mountpoint_version} if e.mountpoint_version is not None else {}
+    return MountpointSettings(install_mountpoint_addon=e.install_mountpoint_addon, driver_role_arn=e.mountpoint_driver_role_arn, **version)
+
+
 def platform_props(config: Config) -> EksPlatformProps:
     e = config.eks
     return EksPlatformProps(
@@ -66,6 +76,7 @@ def platform_props(config: Config) -> EksPlatformProps:
             memory_pool=config.pattern == "model-farm",
         ),
         prometheus=e.prometheus,
+        mountpoint=mountpoint_settings(config),
     )
 
 

@@ -18,13 +18,14 @@ import math
 from dataclasses import dataclass, replace
 
 import aws_cdk as cdk
-from constructs import Construct
+from aws_cdk import aws_iam as iam
+from constructs import Construct, IDependable
 
 from model_download.catalog import FARM_PREFIX, CatalogEntry
 
 from .. import sizing
 from ..artifacts import ModelCatalog, ModelCatalogProps
-from ..eks.mountpoint import MountpointS3Csi, MountpointS3CsiProps
+from ..eks.mountpoint import MountpointS3Csi, MountpointSettings
 from ..k8s.model_pool_chart import ModelPoolChartProps
 from ..k8s.router_chart import RouterChartProps
 from ..pool_sizing import PoolPlan, pool_plan
@@ -109,9 +110,14 @@ def catalog_entry(m: ServedModel, plan: PoolPlan) -> CatalogEntry:
 
 class ModelFarm(Construct):
     """Attributes: foundation (bucket, dedicated models' artifacts, images); catalog (the pooled models' one copy
-    job, or None); plans (pool name → PoolPlan); on EKS `platform`, `mountpoint`, `workloads` (dedicated model
-    charts, pool charts and the gateway); on SageMaker `endpoints` (dedicated model name → GravitonEndpoint) and
-    `pool_endpoints` (pool name → MultiModelEndpoint)."""
+    job, or None); plans (pool name → PoolPlan); on EKS `platform`, `mountpoint` (the platform's Mountpoint for S3
+    CSI driver, when the farm has pools), `mountpoint_grant` (this farm's prefix read, granted to the driver's role),
+    `workloads` (dedicated model charts, pool charts and the gateway); on SageMaker `endpoints` (dedicated model name
+    → GravitonEndpoint) and `pool_endpoints` (pool name → MultiModelEndpoint).
+
+    The Mountpoint driver is the platform's (one add-on per cluster: a second farm on the same existing_platform
+    reuses it). A farm that builds its own platform turns it on (d.platform.mountpoint, default MountpointSettings());
+    an existing_platform must have been built with one."""
 
     def __init__(self, scope: Construct, id: str, *, props: ModelFarmProps) -> None:
         super().__init__(scope, id)
@@ -136,6 +142,7 @@ class ModelFarm(Construct):
             )
         self.platform: EksPlatform | None = None
         self.mountpoint: MountpointS3Csi | None = None
+        self.mountpoint_grant: iam.Grant | None = None
         self.workloads = None
         self.endpoints = {}
         self.pool_endpoints: dict[str, MultiModelEndpoint] = {}
@@ -159,7 +166,8 @@ class ModelFarm(Construct):
                     ),
                 )
             return
-        self.platform = d.existing_platform or EksPlatform(self, "Platform", props=d.platform)
+        platform_props = d.platform if not pools or d.platform.mountpoint is not None else replace(d.platform, mountpoint=MountpointSettings())
+        self.platform = d.existing_platform or EksPlatform(self, "Platform", props=platform_props)
         assert self.foundation.router_image is not None
         gateway = RouterChartProps(
             image=self.foundation.router_image.image_uri,
@@ -172,25 +180,34 @@ class ModelFarm(Construct):
             architectures=tuple(d.platform.node_pools.architectures),
         )
         pool_props: tuple[ModelPoolChartProps, ...] = ()
+        pool_deps: tuple[IDependable, ...] = ()
         if pools:
             assert self.catalog is not None
-            self.mountpoint = MountpointS3Csi(
-                self, "Mountpoint",
-                props=MountpointS3CsiProps(cluster=self.platform.cluster, model_bucket=self.foundation.model_bucket, prefix=FARM_PREFIX),
-            )
+            self.mountpoint = self.platform.mountpoint
+            if self.mountpoint is None:
+                raise ValueError(
+                    "ModelFarm: existing_platform has no Mountpoint for S3 CSI driver, which the pools read their models through — "
+                    "build that platform with EksPlatformProps(mountpoint=MountpointSettings()) (or MountpointSettings(install_mountpoint_addon=False, "
+                    "driver_role_arn=<the installed driver's IAM role>) when the cluster already runs the driver)"
+                )
+            # Driver-level credentials are cluster-wide: this farm's prefix goes to the one driver role.
+            self.mountpoint_grant = self.mountpoint.grant_read(self, self.foundation.model_bucket, FARM_PREFIX)
+            pool_deps = (self.catalog.resource, self.mountpoint_grant)
             pool_props = tuple(self._pool_chart_props(p, props.members(p.name)) for p in pools)
         policy = served_policy(d, namespace=NAMESPACE, pattern="model-farm", farm=True)
         self.workloads = eks_workloads(
             self, dedicated_props, self.foundation, self.platform, policy=policy, router=gateway,
-            pools=pool_props, mountpoint=self.mountpoint,
-            extra_depends_on=(self.catalog.resource,) if self.catalog is not None else (),
+            pools=pool_props,
+            # The pools wait for the add-on this platform installed (a pre-installed driver: nothing to wait for).
+            mountpoint=self.mountpoint if self.mountpoint is not None and self.mountpoint.addon is not None else None,
+            extra_depends_on=pool_deps,
         )
 
     def _pool_chart_props(self, pool: FarmPoolSettings, members: tuple[ServedModel, ...]) -> ModelPoolChartProps:
-        assert self.catalog is not None and self.mountpoint is not None
+        assert self.catalog is not None
         return ModelPoolChartProps.from_plan(
             name=pool.name, image=self.foundation.engine_image.image_uri, plan=self.plans[pool.name],
             paths={m.name: self.catalog.gguf_key(m.name).removeprefix(FARM_PREFIX) for m in members},
-            bucket_name=self.mountpoint.bucket_name, region=cdk.Stack.of(self).region,
+            bucket_name=self.foundation.model_bucket.bucket.bucket_name, region=cdk.Stack.of(self).region,
             replicas_min=pool.replicas_min, replicas_max=pool.replicas_max, replication=pool.replication,
         )
