@@ -134,8 +134,9 @@ def test_a_replaced_or_removed_bucket_is_a_hazard_from_cloudformations_own_schem
     assert plan(asm(B=b1), asm(B=tagged)).hazards == []  # an in-place update
     gone = plan(asm(B=b1), asm())  # the user removed the bucket: listed, retained, not a hazard
     assert gone.hazards == [] and gone.replaced == ["S/B (AWS::S3::Bucket): removed (retained, orphaned)"]
-    renamed = plan(asm(B=b1), asm(B2=b1))
-    assert codes(renamed.hazards) == ["stateful-renamed"] and "starts empty" in renamed.hazards[0].message
+    renamed = plan(asm(B=b1), asm(B2=b1))  # the same fixed name under a new id: empty, and the create collides too
+    assert codes(renamed.hazards) == ["identity-collision", "stateful-renamed"]
+    assert any("starts empty" in h.message for h in renamed.hazards)
 
 
 def test_a_custom_resource_whose_rollback_update_is_not_a_noop_is_reported() -> None:
@@ -149,3 +150,14 @@ def test_a_custom_resource_whose_rollback_update_is_not_a_noop_is_reported() -> 
     p = plan(asm(C=cr("main")), asm(C=cr("v2")), create_only=lambda t: (), rollback_probes={"Custom::ModelArtifact": probe})
     assert codes(p.hazards) == ["rollback-not-noop"] and calls == [({"Revision": "v2"}, {"Revision": "main"})]
     assert plan(asm(C=cr("abc")), asm(C=cr("v2")), create_only=lambda t: (), rollback_probes={"Custom::ModelArtifact": probe}).hazards == []
+
+
+def test_a_named_resource_under_a_new_logical_id_collides_with_the_old_one_still_there() -> None:
+    addon = {"Type": "AWS::EKS::Addon", "Properties": {"ClusterName": {"Ref": "Cluster"}, "AddonName": "aws-mountpoint-s3-csi-driver"}}
+    moved = plan(asm(Old=addon), asm(New=addon))
+    assert codes(moved.hazards) == ["identity-collision"] and "the create fails" in moved.hazards[0].message
+    assert plan(asm(Old=addon), asm(Old=addon)).hazards == []
+    other = {"Type": "AWS::EKS::Addon", "Properties": {"ClusterName": {"Ref": "Cluster"}, "AddonName": "vpc-cni"}}
+    assert plan(asm(Old=addon), asm(New=other)).hazards == []
+    generated = {"Type": "AWS::S3::Bucket", "Properties": {}}
+    assert codes(plan(asm(A=generated), asm(B=generated)).hazards) == ["stateful-renamed"]  # no fixed name: no collision

@@ -64,7 +64,11 @@ class EksPlatform(Construct):
     Attributes: `cluster` (InferenceCluster), `karpenter`, `metrics`, `keda`, `node_pools` (the NodePoolSpecs),
     `mountpoint` (MountpointS3Csi, or None)."""
 
-    def __init__(self, scope: Construct, id: str, *, props: EksPlatformProps = EksPlatformProps()) -> None:
+    def __init__(self, scope: Construct, id: str, *, props: EksPlatformProps = EksPlatformProps(), mountpoint_scope: Construct | None = None) -> None:
+        """mountpoint_scope: where the Mountpoint driver's constructs live (default: this platform). ModelFarm passes
+        itself, where the add-on lived before it moved to the platform, so a deployed farm keeps the add-on's logical
+        id: under a new id CloudFormation would create it while the old one still exists, and CreateAddon fails
+        (ResourceInUseException: one add-on of a name per cluster)."""
         super().__init__(scope, id)
         props.validate()
         self.props = props
@@ -72,7 +76,7 @@ class EksPlatform(Construct):
         self.karpenter = Karpenter(self, "Karpenter", props=KarpenterProps.for_cluster(self.cluster))
         self.mountpoint: MountpointS3Csi | None = None
         if props.mountpoint is not None:
-            self.mountpoint = MountpointS3Csi(self, "Mountpoint", props=MountpointS3CsiProps.for_cluster(self.cluster, props.mountpoint))
+            self.mountpoint = MountpointS3Csi(mountpoint_scope or self, "Mountpoint", props=MountpointS3CsiProps.for_cluster(self.cluster, props.mountpoint))
         pools = props.node_pools
         self.node_pools = self.karpenter.add_default_node_pools(
             architectures=pools.architectures,

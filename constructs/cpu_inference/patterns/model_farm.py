@@ -167,7 +167,7 @@ class ModelFarm(Construct):
                 )
             return
         platform_props = d.platform if not pools or d.platform.mountpoint is not None else replace(d.platform, mountpoint=MountpointSettings())
-        self.platform = d.existing_platform or EksPlatform(self, "Platform", props=platform_props)
+        self.platform = d.existing_platform or EksPlatform(self, "Platform", props=platform_props, mountpoint_scope=self)
         assert self.foundation.router_image is not None
         gateway = RouterChartProps(
             image=self.foundation.router_image.image_uri,

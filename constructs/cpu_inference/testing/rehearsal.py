@@ -467,12 +467,29 @@ def plan(before: Assembly, after: Assembly, *, create_only: CreateOnly = cfn_cre
                 if changed:
                     replaced.append(f"{where} ({t}): replaced ({', '.join(changed)} changed)")
                     if t in STATEFUL_TYPES:
+                        kept = res.get("UpdateReplacePolicy") in {"Retain", "Snapshot"}
                         hazards.append(Finding("stateful-replaced", where, f"{t} is replaced ({', '.join(changed)} changed): "
-                                               "a new empty resource, the old one deleted or orphaned"))
+                                               "a new empty resource; the old one is " + ("retained, orphaned" if kept else "deleted with its data")))
                 if t in probes and res.get("Properties") != nr.get("Properties"):
                     why = probes[t](nr.get("Properties", {}), res.get("Properties", {}))
                     if why:
                         hazards.append(Finding("rollback-not-noop", where, f"if this update fails, the rollback Update of {t} {why}"))
+
+        # A resource created under a new logical id while the old one (same type, same createOnly identity, e.g. an
+        # EKS add-on's ClusterName + AddonName) still exists: CloudFormation creates the new one first and deletes the
+        # old one only in cleanup, so the create fails ("already exists", e.g. CreateAddon ResourceInUseException).
+        removed = {lid: r for lid, r in old_st.resources.items() if lid not in new_res}
+        for lid, r in new_res.items():
+            if lid in old_st.resources:
+                continue
+            keys = create_only(str(r.get("Type", "")))
+            ident = {k: r.get("Properties", {}).get(k) for k in keys}
+            if all(v is None for v in ident.values()):
+                continue  # a generated name (e.g. no BucketName) cannot collide
+            for olid, o in removed.items():
+                if o.get("Type") == r.get("Type") and all(o.get("Properties", {}).get(k) == v for k, v in ident.items()):
+                    hazards.append(Finding("identity-collision", f"{name}/{lid}", f"{r.get('Type')} with the same {', '.join(keys)} "
+                                           f"as {name}/{olid}, which is deleted only after this one is created: the create fails"))
 
         # Removed manifest resources: CloudFormation deletes them in cleanup, after the new template applied;
         # the handler runs `kubectl delete -f` on their objects.
