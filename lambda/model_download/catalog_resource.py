@@ -7,17 +7,29 @@ job), Layouts. On success the attributes are the job's exported receipt — Rece
 (`farm/_receipts/<fingerprint>.json`), Fingerprint, Models, Copied — checked against the request. On failure
 the deployment fails with the job's own error line, which names every failed model first; CloudFormation keeps
 at most 4096 bytes of a custom resource's response (docs: "Custom resource response objects"), so the reason
-is cut at REASON_BUDGET characters and the build log holds the rest. Delete keeps every object."""
+is cut at build_job.REASON_BUDGET_BYTES (UTF-8, as JSON) and the build log holds the rest. Delete keeps every
+object. An Update to the catalog already deployed (or the one before it: a rollback) starts nothing
+(build_job.Receipts)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from .build_job import FAILED, failure_detail, only, plaintext_environment, poll, receipt, start_build
+from .build_job import (
+    FAILED,
+    Receipts,
+    failure_detail,
+    failure_reason,
+    only,
+    plaintext_environment,
+    poll,
+    receipt,
+    start_build,
+)
 from .buildspec import CATALOG_RECEIPT
 from .catalog import receipt_key
 
-REASON_BUDGET = 2000  # of CloudFormation's 4096-byte response; the framework adds ids and the handler's trace
 # What is copied (the overrides each build gets); how — endpoint, parallelism — is only the project's environment.
 IDENTITY = ("MODEL_BUCKET", "CATALOG_BUCKET", "CATALOG_KEY", "CATALOG_FINGERPRINT")
 IDENTITY_PROPERTIES = ("Bucket", "CatalogBucket", "CatalogKey", "Fingerprint", "Layouts")
@@ -41,17 +53,33 @@ def identity_environment(props: dict[str, Any]) -> list[dict[str, str]]:
     return only(build_environment(props), IDENTITY)
 
 
-def _physical_id(props: dict[str, Any]) -> str:
+def _location(props: Mapping[str, Any]) -> str:
     return f"s3://{props['Bucket']}/{receipt_key(props['Fingerprint'])}"
+
+
+def attributes(props: Mapping[str, Any], stored: Mapping[str, str]) -> dict[str, str]:
+    """Every attribute from the receipt's counts and build (the receipt's key follows from the fingerprint)."""
+    return {"ReceiptKey": receipt_key(props["Fingerprint"]), "Fingerprint": props["Fingerprint"],
+            "Models": stored["Models"], "Copied": stored["Copied"], "BuildId": stored["BuildId"]}
+
+
+RECEIPTS = Receipts(
+    identity=IDENTITY_PROPERTIES, stored=("Models", "Copied", "BuildId"), attributes=attributes,
+    location=lambda props, data: _location(props),
+)
 
 
 def on_event(event: dict[str, Any], codebuild=None) -> dict[str, Any]:  # noqa: ANN001
     props = event["ResourceProperties"]
     if event["RequestType"] == "Delete":
         return {"PhysicalResourceId": event["PhysicalResourceId"]}
-    build = start_build(props, identity_environment(props), codebuild)
+    unchanged = RECEIPTS.redeploy(event)
+    if unchanged is not None:
+        return unchanged
+    build = start_build(props, identity_environment(props), codebuild, event.get("RequestId"))
     print(f"started {build['id']} for catalog {props['Fingerprint']} -> s3://{props['Bucket']}/farm/")
-    return {"PhysicalResourceId": _physical_id(props), "Data": {"BuildId": build["id"]}}
+    # An Update keeps the deployed id until the build succeeds (a failure reports it; the rollback finds it).
+    return {"PhysicalResourceId": event.get("PhysicalResourceId") or _location(props), "Data": {"BuildId": build["id"]}}
 
 
 def resolved(build: dict[str, Any], props: dict[str, Any]) -> dict[str, str]:
@@ -59,20 +87,18 @@ def resolved(build: dict[str, Any], props: dict[str, Any]) -> dict[str, str]:
     if data["Fingerprint"] != props["Fingerprint"] or data["ReceiptKey"] != receipt_key(props["Fingerprint"]) \
             or not data["Models"].isdigit() or not data["Copied"].isdigit():
         raise RuntimeError(f"model catalog build {build.get('id')} reported an unexpected receipt {data}; expected catalog {props['Fingerprint']}")
-    return {**data, "BuildId": str(build.get("id"))}
+    return attributes(props, {**data, "BuildId": str(build.get("id"))})
 
 
-def completion(build: dict[str, Any], props: dict[str, Any], logs) -> dict[str, Any]:  # noqa: ANN001
+def completion(build: dict[str, Any], props: dict[str, Any], logs, event: dict[str, Any] | None = None) -> dict[str, Any]:  # noqa: ANN001
     status = build.get("buildStatus", "IN_PROGRESS")
     if status == "SUCCEEDED":
-        return {"IsComplete": True, "PhysicalResourceId": _physical_id(props), "Data": resolved(build, props)}
+        return RECEIPTS.succeeded(event or {"RequestType": "Create", "ResourceProperties": props}, resolved(build, props))
     if status not in FAILED:
         return {"IsComplete": False}
-    detail = failure_detail(build, logs)
-    if len(detail) > REASON_BUDGET:
-        detail = detail[: REASON_BUDGET - 30].rstrip() + " … (the rest in the build log)"
-    raise RuntimeError(f"model catalog copy {status}: {detail} (build {build.get('id')})")
+    raise RuntimeError(failure_reason(f"model catalog copy {status}", failure_detail(build, logs), build))
 
 
 def is_complete(event: dict[str, Any], codebuild=None, logs=None) -> dict[str, Any]:  # noqa: ANN001
-    return poll(event, "model catalog", completion, codebuild, logs)
+    return RECEIPTS.already_complete(event) or poll(
+        event, "model catalog", lambda build, props, logs: completion(build, props, logs, event), codebuild, logs)

@@ -2,7 +2,9 @@
 
 Create/Update start one CodeBuild build with the model's identity as environment overrides; isComplete returns
 False while it runs, True when it succeeded, and raises — failing the deployment — when it did not, quoting
-the job's own error line. Delete keeps the object (the bucket is versioned and retained).
+the job's own error line. Delete keeps the object (the bucket is versioned and retained). An Update to the identity
+already deployed, or to the one before it (CloudFormation's rollback of an update), starts nothing and answers with
+the attributes it had (build_job.Receipts: the PhysicalResourceId carries them).
 
 The job pins the object to a commit (`<KeyPrefix>/<commit>/<File>`, never overwritten) and exports where it
 landed (buildspec.RECEIPT); isComplete returns that as the resource's attributes — Commit, Sha256, Key, Prefix
@@ -21,10 +23,21 @@ Revision, Sha256 ("" = the Hub's). The token secret, Hub endpoint and concurrenc
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from .build_job import ERROR_PREFIX as ERROR_PREFIX  # re-exported: the job's error line starts with it
-from .build_job import FAILED, failure_detail, only, plaintext_environment, poll, receipt, start_build
+from .build_job import (
+    FAILED,
+    Receipts,
+    failure_detail,
+    failure_reason,
+    only,
+    plaintext_environment,
+    poll,
+    receipt,
+    start_build,
+)
 from .buildspec import RECEIPT
 from .copy import COMMIT
 
@@ -75,6 +88,19 @@ def _is_snapshot(event: dict[str, Any]) -> bool:
     return "Snapshot" in (event.get("ResourceProperties") or {})
 
 
+def attributes(props: Mapping[str, Any], stored: Mapping[str, str]) -> dict[str, str]:
+    """Every attribute from the receipt's commit, sha256, size and build (Key and Prefix follow from the properties)."""
+    prefix = f"{props['KeyPrefix'].strip('/')}/{stored['Commit']}/"
+    return {"Commit": stored["Commit"], "Sha256": stored["Sha256"], "Key": prefix + props["File"], "Size": stored["Size"],
+            "Prefix": prefix, "BuildId": stored["BuildId"]}
+
+
+RECEIPTS = Receipts(
+    identity=IDENTITY_PROPERTIES, stored=("Commit", "Sha256", "Size", "BuildId"), attributes=attributes,
+    location=lambda props, data: f"s3://{props['Bucket']}/{data['Key']}",
+)
+
+
 def on_event(event: dict[str, Any], _context: Any = None, *, codebuild=None) -> dict[str, Any]:  # noqa: ANN001
     if _is_catalog(event):
         from . import catalog_resource
@@ -87,8 +113,13 @@ def on_event(event: dict[str, Any], _context: Any = None, *, codebuild=None) -> 
     props = event["ResourceProperties"]
     if event["RequestType"] == "Delete":
         return {"PhysicalResourceId": event["PhysicalResourceId"]}
-    build = start_build(props, identity_environment(props), codebuild)
+    unchanged = RECEIPTS.redeploy(event)
+    if unchanged is not None:
+        return unchanged
+    build = start_build(props, identity_environment(props), codebuild, event.get("RequestId"))
     print(f"started {build['id']} for hf://{props['HfRepo']}/{props['File']}@{props.get('Revision')} -> s3://{props['Bucket']}/{props['KeyPrefix']}/")
+    # An Update keeps the deployed id until the build succeeds: a failure then reports it, and the rollback's
+    # Update finds the deployed receipt in it.
     return {
         "PhysicalResourceId": event.get("PhysicalResourceId") or _request_id(props),
         "Data": {"BuildId": build["id"]},
@@ -102,23 +133,20 @@ def resolved(build: dict[str, Any], props: dict[str, Any]) -> dict[str, str]:
     if not COMMIT.match(data["Commit"]) or not _SHA256.match(data["Sha256"]) or data["Key"] != prefix + props["File"] \
             or not data["Size"].isdigit() or (props.get("Sha256") and props["Sha256"] != data["Sha256"]):
         raise RuntimeError(f"model copy build {build.get('id')} reported an unexpected receipt {data}; expected key {prefix}{props['File']}")
-    return {**data, "Prefix": prefix, "BuildId": str(build.get("id"))}
+    return attributes(props, {**data, "BuildId": str(build.get("id"))})
 
 
-def completion(build: dict[str, Any], props: dict[str, Any], logs) -> dict[str, Any]:  # noqa: ANN001
-    """isComplete's answer for one BatchGetBuilds record; raises (failing the deployment) for a failed build."""
+def completion(build: dict[str, Any], props: dict[str, Any], logs, event: dict[str, Any] | None = None) -> dict[str, Any]:  # noqa: ANN001
+    """isComplete's answer for one BatchGetBuilds record; raises (failing the deployment) for a failed build.
+    event: the isComplete event (its PhysicalResourceId names what this build replaces); default a Create."""
     status = build.get("buildStatus", "IN_PROGRESS")
     if status == "SUCCEEDED":
-        data = resolved(build, props)
-        return {"IsComplete": True, "PhysicalResourceId": f"s3://{props['Bucket']}/{data['Key']}", "Data": data}
+        return RECEIPTS.succeeded(event or {"RequestType": "Create", "ResourceProperties": props}, resolved(build, props))
     if status not in FAILED:
         return {"IsComplete": False}
-    detail = failure_detail(build, logs)
     # Kept short: CloudFormation shows this as the resource's status reason.
-    raise RuntimeError(
-        f"model copy of {props['HfRepo']}/{props['File']}@{props.get('Revision')} {status}: {detail[:600]} "
-        f"(build {build.get('id')})"
-    )
+    raise RuntimeError(failure_reason(
+        f"model copy of {props['HfRepo']}/{props['File']}@{props.get('Revision')} {status}", failure_detail(build, logs), build))
 
 
 def is_complete(event: dict[str, Any], _context: Any = None, *, codebuild=None, logs=None) -> dict[str, Any]:  # noqa: ANN001
@@ -130,4 +158,5 @@ def is_complete(event: dict[str, Any], _context: Any = None, *, codebuild=None, 
         from . import snapshot_resource
 
         return snapshot_resource.is_complete(event, codebuild, logs)
-    return poll(event, "model copy", completion, codebuild, logs)
+    return RECEIPTS.already_complete(event) or poll(
+        event, "model copy", lambda build, props, logs: completion(build, props, logs, event), codebuild, logs)

@@ -6,14 +6,26 @@ Resource properties (the copy's identity): ProjectName, Bucket, KeyPrefix (`mode
 Snapshot (`safetensors`: what is selected — snapshot_select). The token secret, Hub endpoint and concurrency are
 the project's environment only. Attributes on success, from the job's exported receipt (buildspec.SNAPSHOT_RECEIPT),
 checked against the request: Commit, Sha256 (the manifest's digest), Key and Prefix (both `models/<name>/<commit>/`),
-Manifest (`<Prefix>cpu-inference.manifest`), Size (bytes of every file), Files, BuildId."""
+Manifest (`<Prefix>cpu-inference.manifest`), Size (bytes of every file), Files, BuildId. An Update to the identity
+already deployed (or the one before it: a rollback) starts nothing (build_job.Receipts)."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
-from .build_job import FAILED, failure_detail, only, plaintext_environment, poll, receipt, start_build
+from .build_job import (
+    FAILED,
+    Receipts,
+    failure_detail,
+    failure_reason,
+    only,
+    plaintext_environment,
+    poll,
+    receipt,
+    start_build,
+)
 from .buildspec import SNAPSHOT_RECEIPT
 from .copy import COMMIT
 from .snapshot import MANIFEST_NAME
@@ -42,13 +54,29 @@ def identity_environment(props: dict[str, Any]) -> list[dict[str, str]]:
     return only(build_environment(props), IDENTITY)
 
 
+def attributes(props: Mapping[str, Any], stored: Mapping[str, str]) -> dict[str, str]:
+    """Every attribute from the receipt's commit, manifest sha256, size, file count and build."""
+    prefix = f"{props['KeyPrefix'].strip('/')}/{stored['Commit']}/"
+    return {"Commit": stored["Commit"], "Sha256": stored["Sha256"], "Key": prefix, "Size": stored["Size"],
+            "Files": stored["Files"], "Prefix": prefix, "Manifest": prefix + MANIFEST_NAME, "BuildId": stored["BuildId"]}
+
+
+RECEIPTS = Receipts(
+    identity=IDENTITY_PROPERTIES, stored=("Commit", "Sha256", "Size", "Files", "BuildId"), attributes=attributes,
+    location=lambda props, data: f"s3://{props['Bucket']}/{data['Key']}",
+)
+
+
 def on_event(event: dict[str, Any], codebuild=None) -> dict[str, Any]:  # noqa: ANN001
     props = event["ResourceProperties"]
     if props.get("Snapshot") != SNAPSHOT_LAYOUT:
         raise RuntimeError(f"unknown snapshot layout {props.get('Snapshot')!r}; expected {SNAPSHOT_LAYOUT!r}")
     if event["RequestType"] == "Delete":
         return {"PhysicalResourceId": event["PhysicalResourceId"]}
-    build = start_build(props, identity_environment(props), codebuild)
+    unchanged = RECEIPTS.redeploy(event)
+    if unchanged is not None:
+        return unchanged
+    build = start_build(props, identity_environment(props), codebuild, event.get("RequestId"))
     print(f"started {build['id']} for the snapshot of hf://{props['HfRepo']}@{props.get('Revision')} -> s3://{props['Bucket']}/{props['KeyPrefix']}/")
     requested = f"s3://{props['Bucket']}/{props['KeyPrefix'].strip('/')}/@{props.get('Revision') or 'main'}/"
     return {"PhysicalResourceId": event.get("PhysicalResourceId") or requested, "Data": {"BuildId": build["id"]}}
@@ -60,21 +88,19 @@ def resolved(build: dict[str, Any], props: dict[str, Any]) -> dict[str, str]:
     if not COMMIT.match(data["Commit"]) or not _SHA256.match(data["Sha256"]) or data["Key"] != prefix \
             or not data["Size"].isdigit() or not data["Files"].isdigit() or int(data["Files"]) < 2:
         raise RuntimeError(f"model snapshot build {build.get('id')} reported an unexpected receipt {data}; expected prefix {prefix}")
-    return {**data, "Prefix": prefix, "Manifest": prefix + MANIFEST_NAME, "BuildId": str(build.get("id"))}
+    return attributes(props, {**data, "BuildId": str(build.get("id"))})
 
 
-def completion(build: dict[str, Any], props: dict[str, Any], logs) -> dict[str, Any]:  # noqa: ANN001
+def completion(build: dict[str, Any], props: dict[str, Any], logs, event: dict[str, Any] | None = None) -> dict[str, Any]:  # noqa: ANN001
     status = build.get("buildStatus", "IN_PROGRESS")
     if status == "SUCCEEDED":
-        data = resolved(build, props)
-        return {"IsComplete": True, "PhysicalResourceId": f"s3://{props['Bucket']}/{data['Key']}", "Data": data}
+        return RECEIPTS.succeeded(event or {"RequestType": "Create", "ResourceProperties": props}, resolved(build, props))
     if status not in FAILED:
         return {"IsComplete": False}
-    detail = failure_detail(build, logs)
-    raise RuntimeError(
-        f"model snapshot copy of {props['HfRepo']}@{props.get('Revision')} {status}: {detail[:600]} (build {build.get('id')})"
-    )
+    raise RuntimeError(failure_reason(
+        f"model snapshot copy of {props['HfRepo']}@{props.get('Revision')} {status}", failure_detail(build, logs), build))
 
 
 def is_complete(event: dict[str, Any], codebuild=None, logs=None) -> dict[str, Any]:  # noqa: ANN001
-    return poll(event, "model snapshot copy", completion, codebuild, logs)
+    return RECEIPTS.already_complete(event) or poll(
+        event, "model snapshot copy", lambda build, props, logs: completion(build, props, logs, event), codebuild, logs)

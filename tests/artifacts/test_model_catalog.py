@@ -187,7 +187,7 @@ def test_cdk_nag_and_cfn_lint_are_clean(farms: dict[int, Farm], count: int) -> N
     ({"layouts": ("gguf", "zip")}, "layouts must be"),
     ({"entries": (CatalogEntry("Bad_Name", "acme/a", "a.gguf"),)}, "'Bad_Name': name must be a DNS label"),
     ({"parallel_models": 0}, "parallel_models must be 1..64"),
-    ({"copy_timeout_minutes": 90}, r"copy_timeout_minutes must be 5\.\.60"),
+    ({"copy_timeout_minutes": 90}, r"copy_timeout_minutes must be 5\.\.55"),
 ])
 def test_catalog_props_are_validated(change: dict[str, Any], message: str) -> None:
     base: dict[str, Any] = {"model_bucket": None, "entries": entries(2)}

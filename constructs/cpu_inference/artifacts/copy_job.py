@@ -15,8 +15,10 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from model_download.build_job import QUEUED_TIMEOUT_MINUTES, SERVICE_TIMEOUT_SECONDS
+
 from .. import nag
-from .copy_provider import MAX_WAIT_MINUTES, ModelCopyProvider
+from .copy_provider import ModelCopyProvider
 
 # A region/account as cdk-nag prints them: a literal for env-bound stacks, a pseudo parameter otherwise.
 _REGION = r"(?:<AWS::Region>|[a-z0-9-]+)"
@@ -70,7 +72,9 @@ def copy_job_project(
         environment_variables={e["name"]: codebuild.BuildEnvironmentVariable(value=e["value"]) for e in environment},
         role=role,
         timeout=cdk.Duration.minutes(settings.copy_timeout_minutes),
-        queued_timeout=cdk.Duration.minutes(MAX_WAIT_MINUTES),
+        # Waiting for capacity (the account's concurrent-build quota) fails in minutes, naming the queue, instead
+        # of eating the deployment's hour.
+        queued_timeout=cdk.Duration.minutes(QUEUED_TIMEOUT_MINUTES),
         logging=codebuild.LoggingOptions(cloud_watch=codebuild.CloudWatchLoggingOptions(log_group=log_group)),
     )
     provider.allow(project, log_group)
@@ -96,7 +100,7 @@ def copy_job_resource(
         service_token=provider.service_token,
         resource_type=resource_type,
         properties={"ProjectName": project.project_name, **{k: properties[k] for k in identity}},
-        service_timeout=cdk.Duration.seconds(MAX_WAIT_MINUTES * 60),
+        service_timeout=cdk.Duration.seconds(SERVICE_TIMEOUT_SECONDS),
     )
     resource.node.add_dependency(role)  # the job must find its permissions in place before it starts
     return resource
@@ -113,7 +117,8 @@ def acknowledge_copy_job(role: iam.IRole, project: codebuild.Project, *, encrypt
             "CodeBuild's default test-report permissions, limited to report groups named after this project"
         ),
         r"Action::s3:(GetObject|GetBucket|List)\*": (
-            "CodeBuild's S3 source grant, limited to the CDK asset bucket and the one object holding the job's code"
+            "CodeBuild's S3 source grant (Source.s3 -> bucket.grantRead): GetObject* on the one asset object holding the "
+            "job's code; GetBucket*/List* on the whole CDK asset bucket, read-only"
         ),
     })
     nag.acknowledge(

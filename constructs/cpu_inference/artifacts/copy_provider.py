@@ -4,9 +4,11 @@ the one S3 asset of the model_download package their copy jobs run (`runner_asse
 CDK's Provider framework with an isComplete waiter (Step Functions): onEvent starts the artifact's CodeBuild
 copy job, isComplete polls it every 30 s, fails the deployment when the job fails and, when it succeeds, returns
 the job's receipt (the commit the revision resolved to, sha256, key) as the resource's attributes — the framework
-merges isComplete's `Data` into the response (provider-framework/runtime/framework.js). The waiter runs for at
-most 60 minutes: CloudFormation gives a custom resource no more than one hour (ServiceTimeout ≤ 3600 s), so a
-copy that needs longer is pre-seeded with `cpu-inference download` (the artifact then finds it in place)."""
+merges isComplete's `Data` into the response (provider-framework/runtime/framework.js). CloudFormation gives a
+custom resource no more than one hour (ServiceTimeout ≤ 3600 s); the budgets inside it are model_download.build_job's
+(one owner): the waiter gives up at WAITER_TOTAL_SECONDS, isComplete stops a build still running at
+BUILD_DEADLINE_SECONDS. A copy that needs longer is pre-seeded with `cpu-inference download` (the artifact then
+finds it in place)."""
 
 from __future__ import annotations
 
@@ -20,13 +22,20 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
+from model_download.build_job import (
+    MAX_COPY_TIMEOUT_MINUTES as MAX_COPY_TIMEOUT_MINUTES,  # re-exported for the props' validation
+)
+from model_download.build_job import QUERY_INTERVAL_SECONDS, WAITER_TOTAL_SECONDS
+
 from .. import nag
 from .runtime_package import staged_root
 
 PROVIDER_ID = "CpuInferenceModelCopyProvider"
-MAX_WAIT_MINUTES = 60  # CloudFormation's ceiling for one custom-resource operation
-QUERY_INTERVAL_SECONDS = 30
 RUNTIME = lambda_.Runtime.PYTHON_3_14
+# Step Functions updates the account's CloudWatch Logs resource policy (5,120 characters) for every state machine
+# that logs to a group outside this prefix; under it, log delivery needs no policy entry
+# (https://docs.aws.amazon.com/step-functions/latest/dg/bp-cwl.html).
+VENDED_LOGS_PREFIX = "/aws/vendedlogs/states/"
 
 _FRAMEWORK_WILDCARDS = {
     r"Resource::<.*framework(onEvent|isComplete|onTimeout)[0-9A-F]{8}\.Arn>:\*": (
@@ -53,14 +62,18 @@ class ModelCopyProvider(Construct):
         code = lambda_.Code.from_asset(str(staged_root()))
         self.on_event = self._function("OnEvent", "model_download.custom_resource.on_event", code, "starts a model copy job")
         self.is_complete = self._function("IsComplete", "model_download.custom_resource.is_complete", code, "polls a model copy job")
-        self.waiter_log_group = logs.LogGroup(self, "WaiterLogs", retention=logs.RetentionDays.ONE_YEAR, removal_policy=cdk.RemovalPolicy.DESTROY)
+        # One provider per stack (of()), and stack names are unique in an account and region.
+        self.waiter_log_group = logs.LogGroup(
+            self, "WaiterLogs", log_group_name=f"{VENDED_LOGS_PREFIX}{cdk.Stack.of(self).stack_name}-model-copy-waiter",
+            retention=logs.RetentionDays.ONE_YEAR, removal_policy=cdk.RemovalPolicy.DESTROY,
+        )
         self.provider = cr.Provider(
             self,
             "Provider",
             on_event_handler=self.on_event,
             is_complete_handler=self.is_complete,
             query_interval=cdk.Duration.seconds(QUERY_INTERVAL_SECONDS),
-            total_timeout=cdk.Duration.minutes(MAX_WAIT_MINUTES),
+            total_timeout=cdk.Duration.seconds(WAITER_TOTAL_SECONDS),
             disable_waiter_state_machine_logging=False,
             waiter_state_machine_log_options=cr.LogOptions(destination=self.waiter_log_group, level=sfn.LogLevel.ALL),
         )
@@ -86,9 +99,12 @@ class ModelCopyProvider(Construct):
         return s3_assets.Asset(self, "Runner", path=str(staged_root()))
 
     def allow(self, project: codebuild.IProject, job_logs: logs.ILogGroup) -> None:
-        """Let the handlers start and watch one copy job (and read its log for the error line)."""
+        """Let the handlers start, watch and (past the deadline) stop one copy job, and read its log for the error
+        line. StartBuild, BatchGetBuilds and StopBuild all take the project's ARN as their resource (CodeBuild
+        permissions reference: https://docs.aws.amazon.com/codebuild/latest/userguide/auth-and-access-control-permissions-reference.html)."""
         self.on_event.add_to_role_policy(iam.PolicyStatement(actions=["codebuild:StartBuild"], resources=[project.project_arn]))
-        self.is_complete.add_to_role_policy(iam.PolicyStatement(actions=["codebuild:BatchGetBuilds"], resources=[project.project_arn]))
+        self.is_complete.add_to_role_policy(iam.PolicyStatement(
+            actions=["codebuild:BatchGetBuilds", "codebuild:StopBuild"], resources=[project.project_arn]))
         self.is_complete.add_to_role_policy(iam.PolicyStatement(actions=["logs:GetLogEvents"], resources=[job_logs.log_group_arn]))
         nag.acknowledge_wildcards(self, _FRAMEWORK_WILDCARDS, self._acknowledged)
 

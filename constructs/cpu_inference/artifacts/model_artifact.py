@@ -19,8 +19,10 @@ pod spec.
 Why CodeBuild: a 40 GB 70B Q4 file does not fit Lambda's 15 minutes or its 10 GB of ephemeral storage; CodeBuild
 runs up to hours on managed images (no Docker at synth, no VPC or cluster to provide), bills per minute only
 while copying, logs to CloudWatch, and reports its state through BatchGetBuilds — exactly what an isComplete
-waiter polls. The project can also be started by hand (`aws codebuild start-build`): its environment holds the
-same inputs, which is how a copy longer than CloudFormation's one-hour custom-resource limit is pre-seeded.
+waiter polls. The project's environment holds the same inputs, so a copy longer than CloudFormation's one-hour
+custom-resource limit is seeded by the project itself: `cdk deploy --no-rollback` (a rollback would delete the
+project or restore its old inputs), `aws codebuild start-build --timeout-in-minutes-override …`, `cdk deploy
+--no-rollback` again (README, "A copy longer than the hour").
 
 Snapshot (`snapshot=True`, a vLLM model): every file vLLM loads from the repo (safetensors shards + index, config,
 generation config, tokenizer files — model_download.snapshot_select) lands at `models/<name>/<commit>/`, each
@@ -36,6 +38,7 @@ from dataclasses import dataclass
 import aws_cdk as cdk
 from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
@@ -50,8 +53,51 @@ from model_download.snapshot_resource import SNAPSHOT_LAYOUT
 from model_download.snapshot_resource import build_environment as snapshot_environment
 
 from .copy_job import acknowledge_copy_job, copy_job_project, copy_job_resource, copy_job_role
-from .copy_provider import MAX_WAIT_MINUTES, ModelCopyProvider
+from .copy_provider import MAX_COPY_TIMEOUT_MINUTES, ModelCopyProvider
 from .model_bucket import MODELS_PREFIX, ModelBucket
+
+# CodeBuild CreateProject `description`: botocore codebuild ProjectDescription, max 255 characters.
+PROJECT_DESCRIPTION_MAX = 255
+
+# A complete secret ARN, as DescribeSecret returns it: `…:secret:<name>-<6 random characters>` (Secrets Manager
+# user guide, https://docs.aws.amazon.com/secretsmanager/latest/userguide/troubleshoot.html#ARN_secretnamehyphen,
+# linked from botocore's SecretId doc). GetSecretValue's SecretId: "To retrieve a secret from another
+# account, you must use an ARN" (botocore secretsmanager) — so the job is handed the ARN itself.
+SECRET_ARN = re.compile(r"^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:.+-[A-Za-z0-9]{6}$")
+
+
+def project_description(text: str) -> str:
+    """`text` cut to CodeBuild's limit (a repo, file path and 128-character revision can exceed it)."""
+    return text if len(text) <= PROJECT_DESCRIPTION_MAX else text[: PROJECT_DESCRIPTION_MAX - 1] + "…"
+
+
+def check_token_secret(where: str, value: str | None) -> None:
+    """A token secret is a name or a complete ARN (a partial ARN would make the grant and the job disagree)."""
+    if value is not None and not cdk.Token.is_unresolved(value) and value.startswith("arn:") and not SECRET_ARN.match(value):
+        raise ValueError(
+            f"{where} {value!r}: give the secret's name, or its complete ARN (arn:…:secretsmanager:<region>:<account>:"
+            "secret:<name>-<6 characters>, as `aws secretsmanager describe-secret` prints it)"
+        )
+
+
+def import_token_secret(scope: Construct, id: str, name_or_arn: str) -> secretsmanager.ISecret:
+    """The token secret by name or by complete ARN."""
+    if name_or_arn.startswith("arn:"):
+        return secretsmanager.Secret.from_secret_complete_arn(scope, id, name_or_arn)
+    return secretsmanager.Secret.from_secret_name_v2(scope, id, name_or_arn)
+
+
+def grant_token_secret(secret: secretsmanager.ISecret, key: kms.IKey | None, grantee: iam.IGrantable) -> None:
+    """GetSecretValue/DescribeSecret on the secret and, with `key` (the customer-managed KMS key that encrypts it),
+    kms:Decrypt on that key through Secrets Manager only — the condition CDK's SecretBase.grantRead uses
+    (kms:ViaService secretsmanager.<region>.amazonaws.com; KMS developer guide, services-secrets-manager). Stated
+    on the role, so it holds for an imported or other-account key too (whose key policy must admit the role)."""
+    secret.grant_read(grantee)
+    if key is not None:
+        grantee.grant_principal.add_to_principal_policy(iam.PolicyStatement(
+            actions=["kms:Decrypt"], resources=[key.key_arn],
+            conditions={"StringEquals": {"kms:ViaService": f"secretsmanager.{cdk.Stack.of(secret).region}.amazonaws.com"}},
+        ))
 
 
 @dataclass(frozen=True)
@@ -69,7 +115,12 @@ class ModelArtifactProps:
     the Hub's listing at that commit).
     token_secret_name / existing_token_secret: a Secrets Manager secret holding a Hugging Face token (the raw
     token, or JSON with a `token` key) for gated models; the job reads it at run time, it never enters the template.
-    copy_timeout_minutes: the job's timeout, 5..60 (default 55) — inside CloudFormation's one-hour ceiling for a
+    token_secret_name is a name or a complete ARN (required for a secret in another account; the job then reads
+    it by ARN). token_secret_key: the customer-managed KMS key that encrypts that secret, if any — the job role
+    gets kms:Decrypt on it through Secrets Manager only (a secret in another account needs a CMK whose key policy,
+    like the secret's resource policy, admits the job role). An existing_token_secret carries its own key
+    (`Secret.from_secret_attributes(..., encryption_key=...)`).
+    copy_timeout_minutes: the job's timeout, 5..55 (default 55) — inside CloudFormation's one-hour ceiling for a
     custom resource, so a slow copy fails with the job's own TIMED_OUT rather than a bare CloudFormation timeout.
     At 55 minutes a 40 GB file needs ≥ 13 MB/s; a LARGE CodeBuild host with 8 parallel ranges does far more.
     compute_type: default LARGE (8 vCPU, 15 GB): network bandwidth grows with the host size, and the job hashes
@@ -86,6 +137,7 @@ class ModelArtifactProps:
     sha256: str | None = None
     token_secret_name: str | None = None
     existing_token_secret: secretsmanager.ISecret | None = None
+    token_secret_key: kms.IKey | None = None
     hf_endpoint: str = "https://huggingface.co"
     copy_timeout_minutes: int = 55
     compute_type: codebuild.ComputeType = codebuild.ComputeType.LARGE
@@ -114,12 +166,18 @@ class ModelArtifactProps:
             raise ValueError(f"ModelArtifactProps.file must be a path inside the repo (no leading '/', '..' or '*'), got {self.file!r}")
         if self.token_secret_name is not None and self.existing_token_secret is not None:
             raise ValueError("ModelArtifactProps: give token_secret_name or existing_token_secret, not both")
+        check_token_secret("ModelArtifactProps.token_secret_name", self.token_secret_name)
+        if self.token_secret_key is not None and not self.token_secret_name:
+            raise ValueError(
+                "ModelArtifactProps.token_secret_key applies only with token_secret_name (an existing_token_secret "
+                "carries its own encryption_key)"
+            )
         if not self.hf_endpoint.startswith(("https://", "http://")):
             raise ValueError(f"ModelArtifactProps.hf_endpoint must be an http(s) URL, got {self.hf_endpoint!r}")
-        if not 5 <= self.copy_timeout_minutes <= MAX_WAIT_MINUTES:
+        if not 5 <= self.copy_timeout_minutes <= MAX_COPY_TIMEOUT_MINUTES:
             raise ValueError(
-                f"ModelArtifactProps.copy_timeout_minutes must be 5..{MAX_WAIT_MINUTES} (CloudFormation waits at most one hour "
-                f"for a custom resource; pre-seed bigger copies with `cpu-inference download`), got {self.copy_timeout_minutes}"
+                f"ModelArtifactProps.copy_timeout_minutes must be 5..{MAX_COPY_TIMEOUT_MINUTES} (CloudFormation waits at most one hour "
+                f"for a custom resource and the deployment stops the job before that; pre-seed bigger copies with `cpu-inference download`), got {self.copy_timeout_minutes}"
             )
         if not 1 <= self.concurrency <= 64:
             raise ValueError(f"ModelArtifactProps.concurrency must be 1..64, got {self.concurrency}")
@@ -152,14 +210,14 @@ class ModelArtifact(Construct):
 
         self.token_secret: secretsmanager.ISecret | None = props.existing_token_secret
         if self.token_secret is None and props.token_secret_name:
-            self.token_secret = secretsmanager.Secret.from_secret_name_v2(self, "TokenSecret", props.token_secret_name)
+            self.token_secret = import_token_secret(self, "TokenSecret", props.token_secret_name)
 
         self.role = copy_job_role(
             self, f"Model copy job for {props.name}: writes only {MODELS_PREFIX}{props.name}/ of the model bucket",
         )
         props.model_bucket.grant_write(self.role, f"{MODELS_PREFIX}{props.name}/")
         if self.token_secret is not None:
-            self.token_secret.grant_read(self.role)
+            grant_token_secret(self.token_secret, props.token_secret_key, self.role)
 
         self.is_snapshot = props.snapshot
         # A file artifact's properties stay exactly what they were (a new property would re-run every existing copy).
@@ -170,7 +228,8 @@ class ModelArtifact(Construct):
             "HfRepo": props.hf_repo,
             **what,
             "Revision": props.revision,
-            "TokenSecretName": self.token_secret.secret_name if self.token_secret is not None else "",
+            # What the job passes to GetSecretValue: the name or ARN as given (an ARN reaches another account).
+            "TokenSecretName": props.token_secret_name or (self.token_secret.secret_name if self.token_secret is not None else ""),
             "HfEndpoint": props.hf_endpoint,
             "Concurrency": str(props.concurrency),
         }
@@ -180,7 +239,7 @@ class ModelArtifact(Construct):
             self,
             provider=self.provider,
             role=self.role,
-            description=f"Copies {source} into the model bucket",
+            description=project_description(f"Copies {source} into the model bucket"),
             build_spec=SNAPSHOT_BUILD_SPEC if props.snapshot else BUILD_SPEC,
             environment=(snapshot_environment if props.snapshot else build_environment)(properties),
             settings=props,

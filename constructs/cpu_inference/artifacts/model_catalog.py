@@ -22,6 +22,7 @@ from pathlib import Path
 
 from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_secretsmanager as secretsmanager
@@ -41,7 +42,8 @@ from model_download.catalog import (
 from model_download.catalog_resource import IDENTITY_PROPERTIES, build_environment
 
 from .copy_job import acknowledge_copy_job, copy_job_project, copy_job_resource, copy_job_role
-from .copy_provider import MAX_WAIT_MINUTES, ModelCopyProvider
+from .copy_provider import MAX_COPY_TIMEOUT_MINUTES, ModelCopyProvider
+from .model_artifact import check_token_secret, grant_token_secret, import_token_secret, project_description
 from .model_bucket import ModelBucket
 
 RESOURCE_TYPE = "Custom::ModelCatalog"
@@ -56,10 +58,13 @@ class ModelCatalogProps:
     layouts: ⊆ ("gguf", "mme"): `gguf` writes `farm/<name>/<idhash>/<file>` (the EKS pools' Mountpoint volume),
     `mme` a `.tar.gz` of the GGUF + engine.json (a SageMaker multi-model endpoint's TargetModel).
     parallel_models: models copied at once (default 4); concurrency: ranged GETs per model (default 4; memory ≈
-    parallel_models × (concurrency + 2) × 16 MiB). copy_timeout_minutes: 5..60 (default 55, inside CloudFormation's
-    one hour for a custom resource): a first copy of a very large farm that needs longer is seeded by starting the
-    project by hand (`aws codebuild start-build`: its environment holds the same inputs) — a re-run skips every
-    model already in place. compute_type / build_image / log_retention / hf_endpoint: as ModelArtifactProps."""
+    parallel_models × (concurrency + 2) × 16 MiB). copy_timeout_minutes: 5..55 (default 55, inside CloudFormation's
+    one hour for a custom resource): a first copy of a very large farm that needs longer is seeded by the project
+    itself after `cdk deploy --no-rollback` (`aws codebuild start-build --timeout-in-minutes-override …`; README, "A
+    copy longer than the hour") — a re-run skips every model already in place. compute_type / build_image /
+    log_retention / hf_endpoint: as ModelArtifactProps. Entries name their token secret by name or complete ARN;
+    token_secret_key: the customer-managed KMS key that encrypts those secrets, if any (kms:Decrypt through Secrets
+    Manager only, as ModelArtifactProps)."""
 
     model_bucket: ModelBucket
     entries: tuple[CatalogEntry, ...]
@@ -71,6 +76,7 @@ class ModelCatalogProps:
     compute_type: codebuild.ComputeType = codebuild.ComputeType.LARGE
     build_image: codebuild.IBuildImage | None = None
     log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS
+    token_secret_key: kms.IKey | None = None
     catalog: Catalog = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -83,14 +89,18 @@ class ModelCatalogProps:
             raise ValueError(f"ModelCatalogProps: {exc}") from None
         if not self.hf_endpoint.startswith(("https://", "http://")):
             raise ValueError(f"ModelCatalogProps.hf_endpoint must be an http(s) URL, got {self.hf_endpoint!r}")
+        for entry in self.catalog.entries:
+            check_token_secret(f"ModelCatalogProps.entries[{entry.name}].token_secret_name", entry.token_secret_name)
+        if self.token_secret_key is not None and not any(e.token_secret_name for e in self.catalog.entries):
+            raise ValueError("ModelCatalogProps.token_secret_key applies only when an entry names a token_secret_name")
         if not 1 <= self.parallel_models <= 64:
             raise ValueError(f"ModelCatalogProps.parallel_models must be 1..64, got {self.parallel_models}")
         if not 1 <= self.concurrency <= 64:
             raise ValueError(f"ModelCatalogProps.concurrency must be 1..64, got {self.concurrency}")
-        if not 5 <= self.copy_timeout_minutes <= MAX_WAIT_MINUTES:
+        if not 5 <= self.copy_timeout_minutes <= MAX_COPY_TIMEOUT_MINUTES:
             raise ValueError(
-                f"ModelCatalogProps.copy_timeout_minutes must be 5..{MAX_WAIT_MINUTES} (CloudFormation waits at most one hour "
-                f"for a custom resource; seed a larger first copy by starting the project by hand), got {self.copy_timeout_minutes}"
+                f"ModelCatalogProps.copy_timeout_minutes must be 5..{MAX_COPY_TIMEOUT_MINUTES} (CloudFormation waits at most one hour "
+                f"for a custom resource and the deployment stops the job before that; seed a larger first copy by starting the project by hand), got {self.copy_timeout_minutes}"
             )
 
 
@@ -135,8 +145,8 @@ class ModelCatalog(Construct):
         self.token_secrets: dict[str, secretsmanager.ISecret] = {}
         names = sorted({e.token_secret_name for e in self.catalog.entries if e.token_secret_name})
         for index, name in enumerate(names):
-            secret = secretsmanager.Secret.from_secret_name_v2(self, f"TokenSecret{index}", name)
-            secret.grant_read(self.role)
+            secret = import_token_secret(self, f"TokenSecret{index}", name)
+            grant_token_secret(secret, props.token_secret_key, self.role)
             self.token_secrets[name] = secret
 
         properties = {
@@ -153,7 +163,9 @@ class ModelCatalog(Construct):
             self,
             provider=self.provider,
             role=self.role,
-            description=f"Copies the {len(self.catalog.entries)} pooled models of the catalog into {FARM_PREFIX} of the model bucket",
+            description=project_description(
+                f"Copies the {len(self.catalog.entries)} pooled models of the catalog into {FARM_PREFIX} of the model bucket"
+            ),
             build_spec=CATALOG_BUILD_SPEC,
             environment=build_environment(properties),
             settings=props,

@@ -416,8 +416,11 @@ def test_the_catalog_resource_starts_the_job_and_its_receipt_becomes_the_attribu
     wrong = {**exported, "CATALOG_FINGERPRINT": "0" * 64}
     with pytest.raises(RuntimeError, match="unexpected receipt"):
         completion({**build, "exportedEnvironmentVariables": [{"name": k, "value": v} for k, v in wrong.items()]}, props, None)
+    assert answer["PhysicalResourceId"].startswith(f"s3://{bucket}/{receipt_key(catalog.fingerprint())}#v=1&")
+    # moto never marks its build complete (isComplete waits); complete, it exported nothing: refused, by name.
+    assert is_complete({"RequestType": "Create", "ResourceProperties": props, **started}) == {"IsComplete": False}
     with pytest.raises(RuntimeError, match="exported no CATALOG_RECEIPT_KEY"):
-        is_complete({"RequestType": "Create", "ResourceProperties": props, **started})
+        completion({**build, "exportedEnvironmentVariables": [], "buildComplete": True}, props, None)
     assert on_event({"RequestType": "Delete", "ResourceProperties": props, "PhysicalResourceId": "x"}) == {"PhysicalResourceId": "x"}
 
 

@@ -14,7 +14,9 @@ from pathlib import Path
 import boto3
 import botocore.session
 import pytest
+from tests.runtime.model_download.constants import FILE, PUBLIC_REPO
 
+from model_download.build_job import deployed
 from model_download.build_job import job_error_line as _job_error_line
 from model_download.buildspec import BUILD_SPEC, RECEIPT
 from model_download.custom_resource import (
@@ -26,7 +28,6 @@ from model_download.custom_resource import (
     is_complete,
     on_event,
 )
-from tests.runtime.model_download.constants import FILE, PUBLIC_REPO
 
 PROPS = {
     "ServiceToken": "arn:aws:lambda:us-east-1:123456789012:function:provider",
@@ -62,7 +63,7 @@ def _event(request_type: str, project: str, **extra) -> dict:  # noqa: ANN003
 def test_environment_carries_identity_and_only_the_secret_name() -> None:
     env = {e["name"]: e["value"] for e in build_environment(PROPS)}
     assert env["MODEL_REPO"] == PROPS["HfRepo"] and env["MODEL_FILE"] == PROPS["File"]
-    assert env["MODEL_REVISION"] == "0123abc" and env["MODEL_SHA256"] == ""
+    assert env["MODEL_REVISION"] == "0123abc" and "MODEL_SHA256" not in env  # empty: left out (buildspec `${VAR:+…}`)
     assert env["MODEL_KEY_PREFIX"] == PROPS["KeyPrefix"] and env["HF_TOKEN_SECRET_NAME"] == "hf/token"
     assert {e["type"] for e in build_environment(PROPS)} == {"PLAINTEXT"}
 
@@ -73,7 +74,8 @@ def test_start_build_overrides_only_the_identity(project) -> None:  # noqa: ANN0
     started = on_event({"RequestType": "Create", "ResourceProperties": {**identity, "ProjectName": project}})
     build = boto3.client("codebuild").batch_get_builds(ids=[started["Data"]["BuildId"]])["builds"][0]
     assert build["buildStatus"]  # moto recorded the build
-    assert [e["name"] for e in identity_environment(identity)] == list(IDENTITY)
+    assert [e["name"] for e in identity_environment({**identity, "Sha256": "ab" * 32})] == list(IDENTITY)
+    assert [e["name"] for e in identity_environment(identity)] == [n for n in IDENTITY if n != "MODEL_SHA256"]
 
 
 def test_create_starts_a_build_and_a_success_without_a_receipt_fails(project) -> None:  # noqa: ANN001
@@ -82,10 +84,13 @@ def test_create_starts_a_build_and_a_success_without_a_receipt_fails(project) ->
     build_id = started["Data"]["BuildId"]
     assert boto3.client("codebuild").list_builds_for_project(projectName=project)["ids"] == [build_id]
 
-    # moto reports a started build as SUCCEEDED on the first poll, but runs no buildspec: nothing was exported,
-    # and a copy that cannot say which commit it pinned must not let consumers guess.
+    # moto reports a started build as SUCCEEDED but never buildComplete: isComplete waits for CodeBuild to finish.
+    assert is_complete({**_event("Create", project), **started}) == {"IsComplete": False}
+    # Complete, it ran no buildspec: nothing was exported, and a copy that cannot say which commit it pinned must
+    # not let consumers guess.
+    build = {**boto3.client("codebuild").batch_get_builds(ids=[build_id])["builds"][0], "buildComplete": True}
     with pytest.raises(RuntimeError, match=f"build {build_id} succeeded but exported no MODEL_RESOLVED_COMMIT"):
-        is_complete({**_event("Create", project), **started})
+        completion(build, _event("Create", project)["ResourceProperties"], None)
 
 
 def _run_buildspec(env: dict[str, str], workdir: Path) -> dict[str, str]:
@@ -121,7 +126,10 @@ def test_the_jobs_receipt_becomes_the_resources_attributes(hub, served, aws_env,
 
     answer = completion(build, props, None)
 
-    assert answer["IsComplete"] and answer["PhysicalResourceId"] == f"s3://{bucket}/{key}"
+    # The id: where it landed, then what was deployed (identity digest + receipt) for a later no-op Update.
+    assert answer["IsComplete"] and answer["PhysicalResourceId"].startswith(f"s3://{bucket}/{key}#v=1&")
+    assert deployed(answer["PhysicalResourceId"])[0].stored == {"Commit": commit, "Sha256": served.sha256,
+                                                                 "Size": str(served.size), "BuildId": build["id"]}
     assert answer["Data"] == {"Commit": commit, "Sha256": served.sha256, "Key": key, "Prefix": f"models/smollm2/{commit}/",
                               "Size": str(served.size), "BuildId": build["id"]}
     head = boto3.client("s3").head_object(Bucket=bucket, Key=key)

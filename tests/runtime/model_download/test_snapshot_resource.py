@@ -13,12 +13,19 @@ from pathlib import Path
 
 import boto3
 import pytest
+from tests.runtime.model_download.snapshot_repo import CORRUPT, REPO, SELECTED, SHARD_2
 
+from model_download.build_job import deployed
 from model_download.buildspec import SNAPSHOT_BUILD_SPEC, SNAPSHOT_RECEIPT
 from model_download.custom_resource import is_complete, on_event
 from model_download.snapshot import MANIFEST_NAME
-from model_download.snapshot_resource import IDENTITY, IDENTITY_PROPERTIES, build_environment, completion, identity_environment
-from tests.runtime.model_download.snapshot_repo import CORRUPT, REPO, SELECTED, SHARD_2
+from model_download.snapshot_resource import (
+    IDENTITY,
+    IDENTITY_PROPERTIES,
+    build_environment,
+    completion,
+    identity_environment,
+)
 
 
 @pytest.fixture
@@ -71,12 +78,17 @@ def test_the_snapshot_jobs_receipt_becomes_the_resources_attributes(snap_hub, aw
     answer = completion(build, props, None)
 
     size = sum(int(line.split()[2]) for line in manifest.decode().splitlines())
-    assert answer == {"IsComplete": True, "PhysicalResourceId": f"s3://{bucket}/{prefix}", "Data": {
+    assert answer["IsComplete"] and answer["Data"] == {
         "Commit": commit, "Sha256": hashlib.sha256(manifest).hexdigest(), "Key": prefix, "Prefix": prefix,
-        "Manifest": prefix + MANIFEST_NAME, "Size": str(size), "Files": str(len(SELECTED)), "BuildId": build["id"]}}
-    # The provider's isComplete routes the event the same way (moto's build exported nothing: refused, by name).
+        "Manifest": prefix + MANIFEST_NAME, "Size": str(size), "Files": str(len(SELECTED)), "BuildId": build["id"]}
+    # The id: where it landed, then what was deployed (identity digest + receipt) for a later no-op Update.
+    assert answer["PhysicalResourceId"].startswith(f"s3://{bucket}/{prefix}#v=1&")
+    assert deployed(answer["PhysicalResourceId"])[0].stored["Commit"] == commit
+    # The provider's isComplete routes the event the same way: moto never marks its build complete (wait), and
+    # complete, that build exported nothing: refused, by name.
+    assert is_complete({"RequestType": "Create", "ResourceProperties": props, **started}) == {"IsComplete": False}
     with pytest.raises(RuntimeError, match="must be model_download.buildspec.SNAPSHOT_BUILD_SPEC"):
-        is_complete({"RequestType": "Create", "ResourceProperties": props, **started})
+        completion({**build, "exportedEnvironmentVariables": [], "buildComplete": True}, props, None)
     # Started again by hand (`aws codebuild start-build`): same commit, same receipt, no bytes.
     snap_hub.reset()
     again = _run_buildspec(env, tmp_path)
