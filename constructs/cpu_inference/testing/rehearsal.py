@@ -507,10 +507,10 @@ def plan(before: Assembly, after: Assembly, *, create_only: CreateOnly = cfn_cre
             nm = new_manifests.get(lid)
             if nm is None:
                 continue
-            kept = {object_key(o) for o in nm.objects}
+            staying = {object_key(o) for o in nm.objects}
             for o in m.objects:
                 k = object_key(o)
-                if k in kept:
+                if k in staying:
                     continue
                 if k in new_objs:
                     if is_pruned(o) and m.prune_label:
