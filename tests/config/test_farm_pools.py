@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import botocore.session
@@ -23,7 +24,7 @@ def _model(name: str, **kw) -> dict:
 
 
 def _doc(target: str = "eks", pools: list | None = None, models: list | None = None, **over) -> dict:
-    doc = {"target": target, "pattern": "model-farm", "models": models or [_model("a"), _model("b"), _model("hot", serving="dedicated")]}
+    doc: dict = {"target": target, "pattern": "model-farm", "models": models or [_model("a"), _model("b"), _model("hot", serving="dedicated")]}
     if pools is not None:
         doc["farm"] = {"pools": pools}
     doc.update(over)
@@ -94,8 +95,22 @@ def test_a_pool_replica_must_fit_an_allowed_node() -> None:
     doc = _doc(pools=[{"name": "small", "cpu": 96, "memory_gib": 1000}], eks={"instance_families": ["c7g"]})
     assert _errors(doc) == [
         "config.yaml: farm.pools[0].cpu: 96 vCPUs per pool replica is more than the largest allowed node can give (63.5) — lower cpu or allow larger instance types",
-        "config.yaml: farm.pools[0].memory_gib: 1000 GiB per pool replica is more than the largest allowed node (c7g.16xlarge, 116.4 GiB allocatable) — lower memory_gib or allow larger (r-family) instance types",
+        "config.yaml: farm.pools[0].memory_gib: 1000 GiB per pool replica + 2.0 GiB it reserves for the node's Mountpoint pod is more than the largest allowed node (c7g.16xlarge, 116.4 GiB allocatable) — set farm.pools[0].memory_gib to 114.3 or less, or allow larger (r-family) instance types",
     ]
+
+
+def test_a_pool_replica_counts_the_mountpoint_allowance_against_the_node() -> None:
+    # The pod requests memory_gib's plan + pool_sizing.MOUNTPOINT_MEMORY_BYTES (request = limit): 116 GiB is under
+    # c7g.16xlarge's 116.4 GiB allocatable, 118 GiB is not, so Karpenter has no node for the replica.
+    largest = sizing.usable_memory_bytes(sizing.instance("c7g.16xlarge"), target="eks")
+    assert 116 * sizing.GIB <= largest < 116 * sizing.GIB + pool_sizing.MOUNTPOINT_MEMORY_BYTES
+    doc = _doc(pools=[{"name": "small", "memory_gib": 116}], eks={"instance_families": ["c7g"]})
+    assert _errors(doc) == [
+        "config.yaml: farm.pools[0].memory_gib: 116 GiB per pool replica + 2.0 GiB it reserves for the node's Mountpoint pod is more than the largest allowed node (c7g.16xlarge, 116.4 GiB allocatable) — set farm.pools[0].memory_gib to 114.3 or less, or allow larger (r-family) instance types",
+    ]
+    doc["farm"]["pools"][0]["memory_gib"] = 114.3  # the fix the message names fits, to the MiB the chart renders
+    parse(yaml.safe_dump(doc))
+    assert math.ceil((int(114.3 * sizing.GIB) + pool_sizing.MOUNTPOINT_MEMORY_BYTES) / sizing.MIB) * sizing.MIB <= largest
 
 
 def test_sagemaker_pooled_models_take_the_pools_endpoint_instance() -> None:

@@ -6,6 +6,7 @@ pods-per-node table."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import cdk8s
@@ -14,7 +15,18 @@ import pytest
 from cpu_inference import sizing
 from cpu_inference.config import load
 from cpu_inference.config.rules import plan_pool
-from cpu_inference.k8s.bin_packing import PodRequest, choose, max_pods, model_pod, pack, pool_pod, served_model_pods, table
+from cpu_inference.k8s.bin_packing import (
+    NodeLoad,
+    PodRequest,
+    choose,
+    expand,
+    max_pods,
+    model_pod,
+    pack,
+    pool_pod,
+    served_model_pods,
+    table,
+)
 from cpu_inference.k8s.llama_server_chart import LlamaServerChart, LlamaServerChartProps, ModelWorkload, ServingPolicy
 from cpu_inference.k8s.model_pool_chart import ModelPoolChart, ModelPoolChartProps
 from cpu_inference.patterns.from_config import served_models
@@ -59,14 +71,38 @@ def test_pool_pod_requests_are_what_the_pool_chart_renders() -> None:
         assert (cpu, mem) == (pod.cpu, pod.memory_bytes)
 
 
-def check(plan) -> None:
+def fits_together(a: tuple[str, float, int], b: tuple[str, float, int], plan) -> bool:
+    return a[1] + b[1] <= plan.cpu_allocatable + 1e-9 and a[2] + b[2] <= plan.memory_allocatable and plan.max_pods >= 2
+
+
+def nodes_needed(pods: list[PodRequest], plan) -> int:
+    """A lower bound on the nodes of `plan`'s type any packing of `pods` needs, counting CPU and memory together:
+    a pod that fits beside no other pod (e.g. a 12.4 GiB pool replica on a 12.8 GiB-allocatable node) takes a node
+    alone, whatever CPU that node has left, and the other pods need at least the larger of their CPU, memory and
+    pod-count bounds on top. Never below plan.lower_bound (the same bounds over all pods), never above the optimum."""
+    items = expand(pods)
+    alone = [p for i, p in enumerate(items) if not any(fits_together(p, q, plan) for j, q in enumerate(items) if j != i)]
+    rest = [p for p in items if p not in alone]
+    return len(alone) + max(
+        math.ceil(round(sum(p[1] for p in rest) / plan.cpu_allocatable, 9)),
+        math.ceil(sum(p[2] for p in rest) / plan.memory_allocatable),
+        math.ceil(len(rest) / plan.max_pods),
+    )
+
+
+def within_one_node_of_optimal(plan, pods: list[PodRequest]) -> bool:
+    bound = nodes_needed(pods, plan)
+    return plan.lower_bound <= bound <= plan.node_count <= bound + 1
+
+
+def check(plan, pods: list[PodRequest]) -> None:
     """Every pod placed, no node over its allocatable CPU, memory or pod limit, and within one node of optimal."""
     assert not plan.unplaced
     for node in plan.nodes:
         assert node.cpu <= plan.cpu_allocatable + 1e-9
         assert node.memory_bytes <= plan.memory_allocatable
         assert len(node.pods) <= plan.max_pods
-    assert plan.lower_bound <= plan.node_count <= plan.lower_bound + 1
+    assert within_one_node_of_optimal(plan, pods), (plan.node_count, nodes_needed(pods, plan))
 
 
 def test_farm_has_at_least_20_small_models(farm) -> None:
@@ -94,7 +130,7 @@ def test_farm_fits_the_chosen_node_sizes(farm, replicas: str) -> None:
     compare = [pack(farm_pods(farm, node, replicas), node) for node in COMPARISON]
     print(f"\nmodel farm ({FARM.name}), {replicas} replicas:\n{table(plans + compare)}")
     for plan in plans + compare:
-        check(plan)
+        check(plan, farm_pods(farm, plan.instance.name, replicas))
     pods = farm_pods(farm, CANDIDATES[0], replicas)
     chosen = choose(pods, CANDIDATES)
     print(f"chosen: {chosen.instance.name} x {chosen.node_count} ({chosen.node_vcpus} vCPUs, pods per node {chosen.pods_per_node})")
@@ -124,4 +160,19 @@ def test_the_pod_limit_binds_for_tiny_pods() -> None:
     tiny = [PodRequest("t", 0.1, 64 * sizing.MIB, replicas=300)]
     plan = pack(tiny, it.name)
     assert max(plan.pods_per_node) == max_pods(it) and plan.node_count == math.ceil(300 / max_pods(it))
-    check(plan)
+    check(plan, tiny)
+
+
+def test_the_bound_counts_a_pod_that_fills_a_nodes_memory_as_a_whole_node(farm) -> None:
+    # c7g.2xlarge at max replicas: each pool-medium replica (5 vCPUs, 12.4 GiB with the Mountpoint allowance) leaves
+    # 2.66 vCPUs but 0.4 GiB, less than any other pod asks: 4 nodes alone + 7 by CPU for the rest, where CPU over
+    # all pods alone says 10.
+    pods = farm_pods(farm, "c7g.2xlarge", "max")
+    plan = pack(pods, "c7g.2xlarge")
+    assert (plan.lower_bound, nodes_needed(pods, plan), plan.node_count) == (10, 11, 12)
+    # A packing that wastes a node per pod is still refused, here and on a node type where memory does not bind.
+    for node in ("c7g.2xlarge", "r7g.2xlarge"):
+        pods = farm_pods(farm, node, "max")
+        plan = pack(pods, node)
+        one_per_node = replace(plan, nodes=tuple(NodeLoad((name,), cpu, mem) for name, cpu, mem in expand(pods)))
+        assert within_one_node_of_optimal(plan, pods) and not within_one_node_of_optimal(one_per_node, pods)

@@ -113,6 +113,10 @@ def _gib(n: int) -> str:
     return f"{n / sizing.GIB:.1f} GiB"
 
 
+def _mib_ceil(n: int) -> int:
+    return math.ceil(n / sizing.MIB) * sizing.MIB
+
+
 def check(config: Config) -> list[Problem]:
     problems: list[Problem] = []
     problems += _check_instances(config)
@@ -423,8 +427,17 @@ def _pool_fits_a_node(config: Config, k: int, pool: FarmPool) -> list[Problem]:
     out: list[Problem] = []
     if pool.cpu > largest_cpu:
         out.append(Problem(f"farm.pools[{k}].cpu", f"{pool.cpu:g} vCPUs per pool replica is more than the largest allowed node can give ({largest_cpu:.1f}) — lower cpu or allow larger instance types"))
-    if pool.memory_gib * sizing.GIB > largest_memory:
-        out.append(Problem(f"farm.pools[{k}].memory_gib", f"{pool.memory_gib:g} GiB per pool replica is more than the largest allowed node ({biggest.name}, {_gib(largest_memory)} allocatable) — lower memory_gib or allow larger (r-family) instance types"))
+    # The replica's pod asks memory_gib's plan + the node's Mountpoint pod allowance (request = limit, whole MiB:
+    # ModelPoolChart), and a pod lands only where its requests fit the node's allocatable ("the sum of the resource
+    # requests of the scheduled containers is less than the capacity of the node": kubernetes.io/docs/concepts/
+    # configuration/manage-resources-containers/, "How Pods with resource requests are scheduled").
+    if _mib_ceil(pool_sizing.replica_memory_bytes(int(pool.memory_gib * sizing.GIB))) > largest_memory:
+        most = math.floor((largest_memory - pool_sizing.MOUNTPOINT_MEMORY_BYTES) // sizing.MIB * sizing.MIB / sizing.GIB * 10) / 10
+        out.append(Problem(
+            f"farm.pools[{k}].memory_gib",
+            f"{pool.memory_gib:g} GiB per pool replica + {_gib(pool_sizing.MOUNTPOINT_MEMORY_BYTES)} it reserves for the node's Mountpoint pod is more than the largest allowed node "
+            f"({biggest.name}, {_gib(largest_memory)} allocatable) — " + (f"set farm.pools[{k}].memory_gib to {most:g} or less, or " if most > 0 else "") + "allow larger (r-family) instance types",
+        ))
     return out
 
 
