@@ -133,3 +133,50 @@ def test_growing_toward_a_small_bound_never_moves_an_object_and_past_it_synth_re
     else:
         pytest.fail("the bound was never reached")
     assert grown >= 3  # several groups fit before the first bucket fills
+
+
+# --- construct-level changes no config key reaches: a pool's Mountpoint cache, alerts switched on
+
+
+def _farm_workloads(*, cache_gib: int, alerts: bool) -> Assembly:
+    from cpu_inference.artifacts import ModelBucket
+    from cpu_inference.eks import Keda, KedaProps, Metrics, MetricsProps
+    from cpu_inference.eks.inference_workloads import InferenceWorkloads, InferenceWorkloadsProps
+    from cpu_inference.eks.mountpoint import MountpointS3Csi, MountpointS3CsiProps
+    from cpu_inference.k8s.llama_server_chart import ServingPolicy
+    from cpu_inference.k8s.model_pool_chart import ModelPoolChartProps, PoolModel
+    from cpu_inference.k8s.router_chart import RouterChartProps
+
+    app = cdk.App()
+    stack = cdk.Stack(app, "Pools", env=cdk.Environment(account="123456789012", region="us-east-1"))
+    ic = InferenceCluster(stack, "Inference", props=InferenceClusterProps(admin_principal_arns=("arn:aws:iam::123456789012:role/PlatformAdmin",)))
+    metrics = Metrics(stack, "Metrics", props=MetricsProps.for_cluster(ic))
+    keda = Keda(stack, "Keda", props=KedaProps.for_cluster(ic, metrics=metrics))
+    bucket = ModelBucket(stack, "Models")
+    mp = MountpointS3Csi(stack, "Mountpoint", props=MountpointS3CsiProps(cluster=ic, model_bucket=bucket))
+    image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/llama-server@sha256:" + "b" * 64
+    models = tuple(PoolModel(f"m-{i:04d}", f"m-{i:04d}/{i:016x}/model.gguf", ctx_size=2048, parallel=1, threads=2) for i in range(20))
+    pool = ModelPoolChartProps(name="small", image=image, models=models, models_max=4, cpu=8, memory_bytes=16 << 30,
+                               bucket_name=mp.bucket_name, region="us-east-1", replicas_max=6, cache_gib=cache_gib)
+    InferenceWorkloads(stack, "Farm", props=InferenceWorkloadsProps(
+        cluster=ic, metrics=metrics, keda=keda, mountpoint=mp, pools=(pool,), alerts=alerts,
+        policy=ServingPolicy(namespace="model-farm", pattern="model-farm"),
+        router=RouterChartProps(image=image.replace("llama-server", "router"), namespace="model-farm", name="gateway", mode="gateway"),
+    ))
+    app.synth()
+    return assembly_from_templates({"Pools": template_json(stack)})
+
+
+def test_changing_a_pools_cache_and_switching_alerts_on_have_no_hazard() -> None:
+    base = _farm_workloads(cache_gib=20, alerts=False)
+    cache = plan(base, _farm_workloads(cache_gib=40, alerts=False))
+    # A new PV/PVC pair (the old one pruned: PV and PVC are on kubectl's allowlist), never an immutable-field change.
+    assert cache.hazards == [], "\n".join(map(str, cache.hazards))
+    actions = {(c.action, c.key.split("/")[1]) for c in cache.objects}
+    assert {("create", "PersistentVolume"), ("create", "PersistentVolumeClaim"), ("delete", "PersistentVolume"),
+            ("change", "StatefulSet")} <= actions
+    with_alerts = _farm_workloads(cache_gib=20, alerts=True)
+    alerts = plan(base, with_alerts)
+    assert alerts.hazards == [], alerts.text()
+    rule_groups = [lid for lid, r in with_alerts.stacks["Pools"].resources.items() if r["Type"] == "AWS::APS::RuleGroupsNamespace"]
+    assert rule_groups and not set(rule_groups) & set(base.stacks["Pools"].resources)  # the switch added them
