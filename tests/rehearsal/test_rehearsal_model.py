@@ -161,3 +161,19 @@ def test_a_named_resource_under_a_new_logical_id_collides_with_the_old_one_still
     assert plan(asm(Old=addon), asm(New=other)).hazards == []
     generated = {"Type": "AWS::S3::Bucket", "Properties": {}}
     assert codes(plan(asm(A=generated), asm(B=generated)).hazards) == ["stateful-renamed"]  # no fixed name: no collision
+
+
+def test_the_model_copy_rollback_is_rehearsed_with_the_real_handler(monkeypatch) -> None:
+    from cpu_inference.testing.rehearsal import model_copy_rollback
+    from model_download import custom_resource
+
+    old = {"ProjectName": "p", "Bucket": {"Ref": "B"}, "KeyPrefix": "models/m", "HfRepo": "o/r", "File": "m.gguf", "Revision": "main", "Sha256": ""}
+    new = {**old, "Revision": "v2"}
+    assert model_copy_rollback(new, old) is None
+    cr = lambda props: {"Type": "Custom::ModelArtifact", "Properties": props}  # noqa: E731
+    assert plan(asm(C=cr(old)), asm(C=cr(new)), create_only=lambda t: ()).hazards == []
+    # A handler that starts a build on every Update (the code before artifacts review finding 1) is caught.
+    monkeypatch.setattr(custom_resource.RECEIPTS.__class__, "redeploy", lambda self, event: None)
+    why = model_copy_rollback(new, old)
+    assert why is not None and "codebuild.start_build" in why
+    assert codes(plan(asm(C=cr(old)), asm(C=cr(new)), create_only=lambda t: ()).hazards) == ["rollback-not-noop"]

@@ -424,10 +424,59 @@ def cfn_create_only(resource_type: str) -> tuple[str, ...]:
 RollbackProbe = Callable[[dict[str, Any], dict[str, Any]], str | None]
 
 
+class _Refuse:
+    """An AWS client stand-in that fails on any call: a rollback probe's handler must make none."""
+
+    def __init__(self, service: str) -> None:
+        self.service = service
+
+    def __getattr__(self, name: str) -> Any:
+        raise _Called(f"{self.service}.{name}")
+
+
+class _Called(Exception):
+    pass
+
+
+def model_copy_rollback(new: dict[str, Any], old: dict[str, Any]) -> str | None:
+    """Runs this library's own model-copy handler (model_download.custom_resource: Custom::ModelArtifact, its
+    snapshot form, Custom::ModelCatalog) on the rollback of an update from `old` to `new` properties, in both cases
+    CloudFormation produces: this resource's own update failed (its PhysicalResourceId still holds the deployed
+    receipt), or it succeeded and a later resource failed (the id holds the new receipt and the previous one).
+    CodeBuild and CloudWatch Logs refuse every call. None when the rollback Update and its isComplete answer from
+    the id alone; else what they tried."""
+    from model_download import catalog_resource, custom_resource, snapshot_resource
+    from model_download.build_job import Deployed, physical_id
+
+    module = catalog_resource if "CatalogKey" in old else snapshot_resource if "Snapshot" in old else custom_resource
+    receipts = module.RECEIPTS
+
+    def deployed_id(*props: dict[str, Any]) -> str:
+        stored = {k: "0" for k in receipts.stored}
+        entries = [Deployed(receipts.digest(p), stored) for p in props]
+        return physical_id(receipts.location(props[0], receipts.attributes(props[0], stored)), *entries)
+
+    for case, pid in (("after its own update failed", deployed_id(old)), ("after a later resource failed", deployed_id(new, old))):
+        event = {"RequestType": "Update", "ResourceProperties": old, "OldResourceProperties": new, "PhysicalResourceId": pid,
+                 "RequestId": "rehearsal", "LogicalResourceId": "Copy", "StackId": "rehearsal"}
+        try:
+            answer = custom_resource.on_event(event, codebuild=_Refuse("codebuild"))
+            done = custom_resource.is_complete({**event, **answer}, codebuild=_Refuse("codebuild"), logs=_Refuse("logs"))
+        except _Called as exc:
+            return f"calls {exc} ({case}): it re-runs the copy instead of restoring the deployed receipt"
+        if not done.get("IsComplete"):
+            return f"waits for a build ({case})"
+    return None
+
+
+# The custom resources whose rollback this library can rehearse by running their handler.
+ROLLBACK_PROBES: Mapping[str, RollbackProbe] = {"Custom::ModelArtifact": model_copy_rollback, "Custom::ModelCatalog": model_copy_rollback}
+
+
 def plan(before: Assembly, after: Assembly, *, create_only: CreateOnly = cfn_create_only,
-         rollback_probes: Mapping[str, RollbackProbe] | None = None, assume: Iterable[Need] = ()) -> Plan:
+         rollback_probes: Mapping[str, RollbackProbe] = ROLLBACK_PROBES, assume: Iterable[Need] = ()) -> Plan:
     """What an update from `before` to `after` does, and its hazards (see the module docstring)."""
-    probes = dict(rollback_probes or {})
+    probes = dict(rollback_probes)
     hazards: list[Finding] = []
     replaced: list[str] = []
     leftovers: list[dict[str, Any]] = []
