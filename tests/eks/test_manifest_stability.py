@@ -106,3 +106,27 @@ def test_small_sets_stay_stable_too() -> None:
     abc, ac, abcd = where("abc"), where("ac"), where("abcd")
     kept = {k: v for k, v in abc.items() if k.endswith(("/a", "/c"))}
     assert kept and {k: ac[k] for k in kept} == kept and {k: abcd[k] for k in kept} == kept
+
+
+def test_the_bound_keeps_an_update_event_under_lambdas_asynchronous_payload_limit() -> None:
+    """CloudFormation invokes a custom resource's Lambda asynchronously, and an Update event carries the old and the
+    new manifest as JSON strings (escaped once more inside the event). The limit is botocore's own text."""
+    import re
+
+    import botocore.session
+
+    doc = botocore.session.get_session().get_service_model("lambda").operation_model("Invoke").documentation
+    (mb,) = re.findall(r"For asynchronous invocations, the maximum payload size is (\d+) MB", doc)
+    limit = int(mb) * 1_000_000
+    # The worst case for escaping: a manifest full of quotes and backslashes, filled to the bound.
+    obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "ns"}, "data": {"k": '"\\' * 40_000}}
+    (bucket,) = bucketize([obj], max_bytes=DEFAULT_MAX_BYTES)
+    manifest = json.dumps(bucket.objects, separators=(",", ":"))
+    assert len(manifest) < DEFAULT_MAX_BYTES
+    grown = DEFAULT_MAX_BYTES / len(manifest)  # scale the escaping overhead of this manifest up to the bound
+    props = {"ServiceToken": "arn:aws:lambda:us-east-1:123456789012:function:" + "f" * 64, "ClusterName": "c" * 100, "Manifest": manifest,
+             "PruneLabel": "aws.cdk.eks/prune-" + "a" * 42, "Overwrite": "true"}
+    event = {"RequestType": "Update", "ResourceProperties": props, "OldResourceProperties": props, "ResponseURL": "https://" + "u" * 1500,
+             "StackId": "s" * 200, "RequestId": "r" * 36, "LogicalResourceId": "l" * 255, "PhysicalResourceId": "p" * 1024,
+             "ResourceType": "Custom::AWSCDK-EKS-KubernetesResource"}
+    assert len(json.dumps(event)) * grown < limit
