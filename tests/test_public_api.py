@@ -59,7 +59,7 @@ def test_the_pool_farm_constructs_are_public() -> None:
     """Issue 13's constructs and the types their props need, importable from the package root."""
     wanted = {
         "ModelCatalog", "ModelCatalogProps", "CatalogEntry", "MultiModelEndpoint", "MultiModelEndpointProps", "TargetModel",
-        "ModelPoolChart", "ModelPoolChartProps", "PoolModel", "MountpointS3Csi", "MountpointS3CsiProps", "FarmPoolSettings",
+        "ModelPoolChart", "ModelPoolChartProps", "PoolModel", "MountpointS3Csi", "MountpointS3CsiProps", "MountpointSettings", "FarmPoolSettings",
     }
     assert wanted <= set(cpu_inference.__all__)
 

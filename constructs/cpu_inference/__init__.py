@@ -39,7 +39,7 @@ _LAZY = {
     ".eks": (
         "InferenceCluster", "InferenceClusterProps", "InferenceWorkloads", "InferenceWorkloadsProps", "Karpenter",
         "KarpenterProps", "Keda", "KedaProps", "Metrics", "MetricsProps", "ModelDeployment", "MountpointS3Csi",
-        "MountpointS3CsiProps",
+        "MountpointS3CsiProps", "MountpointSettings",
     ),
     ".images": (
         "LlamaCppImage", "LlamaCppImageProps", "VLLM_IMAGE",
@@ -73,6 +73,7 @@ if TYPE_CHECKING:
         Karpenter as Karpenter, KarpenterProps as KarpenterProps, Keda as Keda, KedaProps as KedaProps,
         Metrics as Metrics, MetricsProps as MetricsProps, ModelDeployment as ModelDeployment,
         MountpointS3Csi as MountpointS3Csi, MountpointS3CsiProps as MountpointS3CsiProps,
+        MountpointSettings as MountpointSettings,
     )
     from .images import (
         VLLM_IMAGE as VLLM_IMAGE, LlamaCppImage as LlamaCppImage, LlamaCppImageProps as LlamaCppImageProps,

@@ -8,7 +8,7 @@ from .karpenter import INTERRUPTION_RULES, Karpenter, KarpenterProps
 from .keda import Keda, KedaProps
 from .manifests import add_bounded_manifests
 from .metrics import Metrics, MetricsProps
-from .mountpoint import MountpointS3Csi, MountpointS3CsiProps
+from .mountpoint import MountpointS3Csi, MountpointS3CsiProps, MountpointSettings
 
 __all__ = [
     "INTERRUPTION_RULES",
@@ -26,6 +26,7 @@ __all__ = [
     "MetricsProps",
     "MountpointS3Csi",
     "MountpointS3CsiProps",
+    "MountpointSettings",
     "SYSTEM_LABEL",
     "SYSTEM_TAINT",
     "add_bounded_manifests",
