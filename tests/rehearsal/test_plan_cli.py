@@ -60,6 +60,12 @@ def test_a_renamed_manifest_resource_is_a_hazard_and_exit_1(outs, tmp_path, caps
     assert main(["plan", str(outs["before"]), str(renamed)]) == 1
     out = capsys.readouterr().out
     assert "[deleted-while-declared]" in out and "[rollback-deletes]" in out
+    # Reviewed hazards can be accepted one by one (printed, not counted); every one must be, to exit 0.
+    codes = {line.split("]")[0].strip(" [") + ":" + line.split("]")[1].split(":")[0].strip().rsplit("/", 1)[-1]
+             for line in out.splitlines() if line.startswith("  [")}
+    assert main(["plan", str(outs["before"]), str(renamed), *[f"--accept={c}" for c in sorted(codes)][:-1]]) == 1
+    assert main(["plan", str(outs["before"]), str(renamed), *[f"--accept={c}" for c in sorted(codes)]]) == 0
+    assert "hazards: 0" in capsys.readouterr().out and main(["plan", str(outs["before"]), str(renamed), "--accept=nocolon"]) == 2
 
 
 def test_a_directory_that_is_not_an_assembly_is_one_line_and_exit_2(tmp_path, capsys) -> None:

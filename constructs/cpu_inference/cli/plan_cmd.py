@@ -17,6 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("assemblies", nargs="+", metavar="CDK_OUT", help="AFTER, or BEFORE AFTER (directories written by `cdk synth`)")
     p.add_argument("--assume-namespace", action="append", default=[], metavar="NAME",
                    help="a namespace that exists in the cluster already (created outside these stacks)")
+    p.add_argument("--accept", action="append", default=[], metavar="CODE:LOGICAL_ID",
+                   help="a hazard you have reviewed and accept (printed, not counted), e.g. stateful-replaced:WaiterLogs1234")
     p.set_defaults(func=run)
 
 
@@ -41,5 +43,14 @@ def run(args: argparse.Namespace) -> int:
         result = plan(*assemblies, assume=assume)
     except RuntimeError as exc:
         raise UserError(str(exc)) from exc
+    accepted = {tuple(a.split(":", 1)) for a in args.accept if ":" in a}
+    bad = [a for a in args.accept if ":" not in a]
+    if bad:
+        raise UserError(f"--accept {bad[0]!r}: write CODE:LOGICAL_ID as printed in a hazard line, e.g. stateful-replaced:WaiterLogs1234")
+    kept = [h for h in result.hazards if (h.code, h.where.rsplit("/", 1)[-1]) not in accepted]
+    skipped = [h for h in result.hazards if h not in kept]
+    result.hazards = kept
     print(result.text())
-    return 1 if result.hazards else 0
+    for h in skipped:
+        print(f"  accepted: {h}")
+    return 1 if kept else 0
