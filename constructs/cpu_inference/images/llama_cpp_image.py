@@ -30,6 +30,7 @@ from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from .._resources import IMAGE_BUILD, runtime_dir
+from ..artifacts.copy_provider import VENDED_LOGS_PREFIX
 from ..nag import acknowledge, acknowledge_wildcards
 from .buildspecs import manifest_buildspec, platform_buildspec
 from .props import PROVIDER_WAIT_MINUTES, LlamaCppImageProps
@@ -47,6 +48,11 @@ _ECR_PUSH_ACTIONS = [
     "ecr:PutImage",
     "ecr:UploadLayerPart",
 ]
+# botocore logs CreateLogGroup logGroupName: max 512, pattern [\.\-_/#A-Za-z0-9]+.
+_LOG_GROUP_NAME_MAX = 512
+# The UUID in AWS::StackId (arn:...:stack/<stack name>/<uuid>), distinct for every stack ever created
+# (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/pseudo-parameter-reference.html#cfn-pseudo-param-stackid).
+_STACK_UUID_CHARS = 36
 # Files that change on every local run and never belong in an image.
 _DEFAULT_EXCLUDES = ("**/__pycache__", "**/*.pyc", ".git")
 
@@ -113,7 +119,7 @@ class LlamaCppImage(Construct):
         self.tag = f"{props.name}-{self.content_hash[:16]}"
 
         self.build_log_group = self._log_group("BuildLogs")
-        self.workflow_log_group = self._log_group("WorkflowLogs")
+        self.workflow_log_group = self._log_group("WorkflowLogs", name=self._workflow_log_group_name(stack))
         self.handler_log_group = self._log_group("HandlerLogs")
 
         self.platform_projects: dict[str, codebuild.Project] = {
@@ -198,10 +204,29 @@ class LlamaCppImage(Construct):
             ],
         )
 
-    def _log_group(self, id: str) -> logs.LogGroup:
+    def _workflow_log_group_name(self, stack: cdk.Stack) -> str:
+        """`/aws/vendedlogs/states/<stack name>-<construct path>-<hash>-<stack UUID>`.
+
+        Both state machines (the workflow and the Provider's waiter) log here: under VENDED_LOGS_PREFIX Step Functions
+        adds nothing to the account's 5,120-character CloudWatch Logs resource policy. The construct path (with CDK's
+        path hash) keeps two images of one stack apart; the stack's UUID keeps a group that `removal_policy` RETAINs
+        (also after a failed first create) from blocking the next stack of the same name, as a named
+        AWS::Logs::LogGroup that already exists fails the create
+        (https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-properties-name.html)."""
+        stack_uuid = cdk.Fn.select(2, cdk.Fn.split("/", stack.stack_id))
+        readable = cdk.Names.unique_resource_name(
+            self,
+            separator="-",
+            allowed_special_characters="-_",
+            max_length=_LOG_GROUP_NAME_MAX - len(VENDED_LOGS_PREFIX) - len("-") - _STACK_UUID_CHARS,
+        )
+        return cdk.Fn.join("", [VENDED_LOGS_PREFIX, readable, "-", stack_uuid])
+
+    def _log_group(self, id: str, *, name: str | None = None) -> logs.LogGroup:
         return logs.LogGroup(
             self,
             id,
+            log_group_name=name,
             retention=self.props.log_retention,
             encryption_key=self.key,
             removal_policy=self.props.removal_policy,
