@@ -99,9 +99,7 @@ class Shared:
 @pytest.fixture(scope="module")
 def shared() -> Shared:
     """A platform that installs the driver, a ModelFarm on it (existing_platform), and a second farm's grant from
-    another stack. (Two whole ModelFarms on one platform do not synthesize today for reasons outside the driver:
-    InferenceWorkloads puts its ScaledObject manifests in the platform's Keda construct under the fixed id
-    `WorkloadsScaling*`, and every farm renders into the fixed namespace `model-farm`.)"""
+    another stack. (Whole farms side by side on one platform: tests/patterns/test_shared_platform.py.)"""
     app = cdk.App()
     apply_nag(app)
     stack = cdk.Stack(app, "Platform", env=ENV)

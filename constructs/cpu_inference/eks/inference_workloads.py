@@ -14,6 +14,7 @@ Pod Identity webhook injects credentials only into pods created after them.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -267,12 +268,16 @@ class InferenceWorkloads(Construct):
         )
         self.dashboard: dict[str, Any] | None = None
         if props.dashboard and watched:
+            # Unique per namespace: Grafana's sidecar writes each data key as a file of one folder
+            # (kiwigrid/k8s-sidecar#72), and a title twice in a folder stops provisioning (grafana/grafana#43530).
+            # A pattern in the namespace named after it: as before.
+            board = p.pattern if p.namespace == p.pattern else f"{p.pattern}-{p.namespace}"
             self.dashboard = dashboard(p.namespace, alert_models, pools=alert_pools, router_app=router_app, router_mode=router_mode,
-                                       title=f"CPU inference — {p.pattern}")
+                                       title=f"CPU inference — {board}")
             model_objs += self._patched([{
                 "apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": f"{p.pattern}-dashboard", "namespace": p.namespace, "labels": {"grafana_dashboard": "1", "app.kubernetes.io/part-of": p.pattern}},
-                "data": {f"{p.pattern}.json": json.dumps(self.dashboard, sort_keys=True)},
+                "data": {f"{board}.json": json.dumps(self.dashboard, sort_keys=True)},
             }])
 
         self.model_manifests = add_bounded_manifests(
@@ -298,8 +303,10 @@ class InferenceWorkloads(Construct):
                 raise ValueError("InferenceWorkloadsProps: policy.keda renders ScaledObjects, which need keda (the Keda construct brings their CRDs)")
             auth = props.keda.trigger_authentication(p.namespace) if p.keda is not None and p.keda.authentication_ref else None
             keda_objs = ([auth.to_dict()] if auth is not None else []) + [s.to_dict() for s in specs]  # as add_scaled_objects
+            scaling_id, scaling_scope = self._scaling_home(props.keda, id)
             self.scaled_object_manifests = props.keda.add_objects(
-                f"{id}Scaling", self._patched(keda_objs), depends_on=[*self.model_manifests, *self.pool_manifests, *self.router_manifests]
+                scaling_id, self._patched(keda_objs),
+                depends_on=[*self.model_manifests, *self.pool_manifests, *self.router_manifests], scope=scaling_scope,
             )
 
         self.rule_groups: aps.CfnRuleGroupsNamespace | None = None
@@ -307,6 +314,22 @@ class InferenceWorkloads(Construct):
             self.rule_groups = aps.CfnRuleGroupsNamespace(
                 self, "AlertRules", workspace=props.metrics.workspace_arn, name=f"cpu-inference-{p.namespace}", data=self.alert_rules_yaml,
             )
+
+    def _scaling_home(self, keda: Keda, id: str) -> tuple[str, Construct | None]:
+        """Where the ScaledObject manifests go: (construct id prefix, scope; None = the Keda construct).
+
+        KEDA in this stack: in the Keda construct as `{id}Scaling*`, the logical ids every deployed stack has (a
+        changed KubernetesManifest id deletes its objects in CloudFormation's cleanup, eks/manifests.py). When another
+        InferenceWorkloads of the same id took that there (a second pattern on one platform),
+        `{id}Scaling-<namespace>-*` (the patterns' namespaces differ). KEDA in another stack: here, as `Scaling*` — a
+        manifest there waiting on this stack's manifests would make KEDA's stack depend on this one, which depends on
+        it (a cycle)."""
+        if cdk.Stack.of(keda).node.path != cdk.Stack.of(self).node.path:
+            return "Scaling", self
+        plain = re.compile(re.escape(f"{id}Scaling") + "[0-9a-f]+")  # add_bounded_manifests: `{id}{hex bucket}`
+        if any(plain.fullmatch(c.node.id) for c in keda.node.children):
+            return f"{id}Scaling-{self.policy.namespace}-", None
+        return f"{id}Scaling", None
 
     def _patched(self, objs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         """The objects after props.kubernetes_patch (unchanged without one)."""

@@ -116,14 +116,19 @@ class Keda(Construct):
             )
         return auth
 
-    def add_objects(self, id: str, objs: Sequence[dict[str, Any]], depends_on: Sequence[IDependable] = ()) -> list[eks.KubernetesManifest]:
-        """KEDA objects (or anything that needs KEDA's CRDs) in bounded manifests after the chart."""
-        manifests = add_bounded_manifests(self.props.cluster, id, list(objs), scope=self, depends_on=[self.chart, *depends_on])
+    def add_objects(
+        self, id: str, objs: Sequence[dict[str, Any]], depends_on: Sequence[IDependable] = (), scope: Construct | None = None
+    ) -> list[eks.KubernetesManifest]:
+        """KEDA objects (or anything that needs KEDA's CRDs) in bounded manifests after the chart. `scope`: where the
+        manifests live (default this construct). Pass the caller's own construct when it is in another stack: a
+        manifest here that depends on the caller's resources makes this stack depend on that one (a cycle)."""
+        manifests = add_bounded_manifests(self.props.cluster, id, list(objs), scope=scope or self, depends_on=[self.chart, *depends_on])
         self.manifests.extend(manifests)
         return manifests
 
     def add_scaled_objects(
-        self, id: str, specs: Sequence[ScaledObjectSpec], auth: AwsTriggerAuthentication | None = None, depends_on: Sequence[IDependable] = ()
+        self, id: str, specs: Sequence[ScaledObjectSpec], auth: AwsTriggerAuthentication | None = None, depends_on: Sequence[IDependable] = (),
+        scope: Construct | None = None,
     ) -> list[eks.KubernetesManifest]:
         objs = ([auth.to_dict()] if auth is not None else []) + [s.to_dict() for s in specs]
-        return self.add_objects(id, objs, depends_on)
+        return self.add_objects(id, objs, depends_on, scope=scope)

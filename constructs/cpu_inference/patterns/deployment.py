@@ -3,6 +3,7 @@ workload on the cluster or an endpoint."""
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -17,6 +18,7 @@ from ..images import VLLM_IMAGE, LlamaCppImageProps
 from ..k8s.karpenter_specs import MEMORY_POOL, MEMORY_TAINT
 from ..k8s.llama_server_chart import ServingPolicy
 from ..k8s.model_pool_chart import ModelPoolChartProps
+from ..k8s.model_workload import DNS_LABEL
 from ..k8s.router_chart import RouterChartProps
 from ..sagemaker import GravitonEndpoint
 from .eks_platform import EksPlatform, EksPlatformProps
@@ -73,18 +75,45 @@ class DeploymentProps:
         if self.existing_platform is None and self.target == "eks":
             self.platform.validate()
 
+    @property
+    def platform_in_use(self) -> EksPlatformProps:
+        """The props of the platform the workloads run on: existing_platform's when given (`platform` unused)."""
+        return self.existing_platform.props if self.existing_platform is not None else self.platform
+
+
+def validate_namespace(namespace: str, key: str) -> None:
+    """`key`: the prop that set it (e.g. ModelFarmProps.namespace), named in the error."""
+    if not DNS_LABEL.match(namespace):  # a Namespace's name is an RFC 1123 label (Kubernetes "Object Names and IDs")
+        raise ValueError(f"{key} {namespace!r} must be a DNS label (lowercase letters, digits and '-', at most 63 characters)")
+
+
+# Each platform's pattern namespaces (namespace → construct path of the pattern). Two patterns in one namespace render
+# objects of the same names there (gateway/router, dashboard, alerts rule group), each overwriting the other's.
+_NAMESPACES: weakref.WeakKeyDictionary[EksPlatform, dict[str, str]] = weakref.WeakKeyDictionary()
+
+
+def claim_namespace(platform: EksPlatform, namespace: str, *, owner: Construct, key: str) -> None:
+    """Reserve `namespace` on `platform` for the pattern `owner`; a second pattern on the platform with the same
+    namespace is a ValueError naming `key` (the prop to change)."""
+    taken = _NAMESPACES.setdefault(platform, {})
+    holder = taken.setdefault(namespace, owner.node.path)
+    if holder != owner.node.path:
+        raise ValueError(f"{key} {namespace!r} is already used on this platform by {holder} — set a different namespace "
+                         f"({key}) for one of them: two patterns in one namespace overwrite each other's objects")
+
 
 def served_policy(props: DeploymentProps, *, namespace: str, pattern: str, farm: bool) -> ServingPolicy:
-    """Namespace-wide serving settings from the platform's node pools. A farm packs onto the tainted
+    """Namespace-wide serving settings from the node pools of the platform in use. A farm packs onto the tainted
     memory-optimized pool (r families), tolerating its taint and preferring it."""
-    pools = props.platform.node_pools
+    platform = props.platform_in_use
+    pools = platform.node_pools
     families = tuple(pools.instance_families)
     policy = ServingPolicy(
         namespace=namespace,
         pattern=pattern,
         node_families=families,
         architectures=tuple(pools.architectures),
-        kubernetes_minor=props.platform.cluster.kubernetes_version,
+        kubernetes_minor=platform.cluster.kubernetes_version,
     )
     if farm and pools.memory_pool and any(f.startswith("r") for f in families):
         policy = replace(policy, tolerations=(MEMORY_TAINT.toleration(),), preferred_pools=(MEMORY_POOL,))

@@ -31,25 +31,27 @@ from ..k8s.router_chart import RouterChartProps
 from ..pool_sizing import PoolPlan, pool_plan
 from ..sagemaker import MultiModelEndpoint, MultiModelEndpointProps
 from ..sagemaker.props import ALARM_OUTPUT_TOKENS
-from .deployment import DeploymentProps, eks_workloads, endpoints, served_policy
+from .deployment import DeploymentProps, claim_namespace, eks_workloads, endpoints, served_policy, validate_namespace
 from .eks_platform import EksPlatform
 from .farm_pool import FarmPoolSettings
 from .served_model import ServedModel
 from .serving_foundation import ServingFoundation, ServingFoundationProps
 
-NAMESPACE = "model-farm"
+NAMESPACE = "model-farm"  # ModelFarmProps.namespace's default
 
 
 @dataclass(frozen=True)
 class ModelFarmProps:
     """deployment: the farm's models (role `farm`; `pool` names the pool of each, None = dedicated) and the
     target. pools: the multi-model pools (default one pool `default`). gateway_replicas_min/max: the single
-    OpenAI-compatible entry point that routes by the request's `model` (EKS)."""
+    OpenAI-compatible entry point that routes by the request's `model` (EKS). namespace (EKS): where the farm's
+    objects go — each pattern on one platform needs its own, so a second farm on an existing_platform sets one."""
 
     deployment: DeploymentProps
     pools: tuple[FarmPoolSettings, ...] = (FarmPoolSettings(),)
     gateway_replicas_min: int = 2
     gateway_replicas_max: int = 6
+    namespace: str = NAMESPACE
 
     @property
     def dedicated(self) -> tuple[ServedModel, ...]:
@@ -60,6 +62,7 @@ class ModelFarmProps:
 
     def validate(self) -> None:
         self.deployment.validate()
+        validate_namespace(self.namespace, "ModelFarmProps.namespace")
         wrong = [m.name for m in self.deployment.models if m.role != "farm"]
         if wrong:
             raise ValueError(f"models {wrong} are not role farm — a model farm serves role farm only")
@@ -168,16 +171,17 @@ class ModelFarm(Construct):
             return
         platform_props = d.platform if not pools or d.platform.mountpoint is not None else replace(d.platform, mountpoint=MountpointSettings())
         self.platform = d.existing_platform or EksPlatform(self, "Platform", props=platform_props, mountpoint_scope=self)
+        claim_namespace(self.platform, props.namespace, owner=self, key="ModelFarmProps.namespace")
         assert self.foundation.router_image is not None
         gateway = RouterChartProps(
             image=self.foundation.router_image.image_uri,
             mode="gateway",
             name="gateway",
-            namespace=NAMESPACE,
+            namespace=props.namespace,
             pattern="model-farm",
             replicas_min=props.gateway_replicas_min,
             replicas_max=props.gateway_replicas_max,
-            architectures=tuple(d.platform.node_pools.architectures),
+            architectures=tuple(d.platform_in_use.node_pools.architectures),
         )
         pool_props: tuple[ModelPoolChartProps, ...] = ()
         pool_deps: tuple[IDependable, ...] = ()
@@ -194,7 +198,7 @@ class ModelFarm(Construct):
             self.mountpoint_grant = self.mountpoint.grant_read(self, self.foundation.model_bucket, FARM_PREFIX)
             pool_deps = (self.catalog.resource, self.mountpoint_grant)
             pool_props = tuple(self._pool_chart_props(p, props.members(p.name)) for p in pools)
-        policy = served_policy(d, namespace=NAMESPACE, pattern="model-farm", farm=True)
+        policy = served_policy(d, namespace=props.namespace, pattern="model-farm", farm=True)
         self.workloads = eks_workloads(
             self, dedicated_props, self.foundation, self.platform, policy=policy, router=gateway,
             pools=pool_props,

@@ -14,7 +14,7 @@ from ..engines import is_vllm
 from ..k8s.router_chart import RouterChartProps
 from ..sagemaker import GravitonEndpoint, RouterEndpoint
 from ..slm_context import RouterConfig, prefilter_router_config
-from .deployment import DeploymentProps, eks_workloads, endpoints, served_policy
+from .deployment import DeploymentProps, claim_namespace, eks_workloads, endpoints, served_policy, validate_namespace
 from .eks_platform import EksPlatform
 from .escalation import EscalationTarget
 from .router_settings import RouterSettings
@@ -22,20 +22,24 @@ from .sagemaker_endpoints import router_endpoint_props
 from .served_model import ServedModel
 from .serving_foundation import ServingFoundation, ServingFoundationProps
 
-NAMESPACE = "slm-prefilter"
+NAMESPACE = "slm-prefilter"  # SlmPrefilterProps.namespace's default
 
 
 @dataclass(frozen=True)
 class SlmPrefilterProps:
     """deployment: the models (exactly one with role `slm`; role `llm` for a self-hosted escalation model) and
-    the target. escalation: where hard requests go. router: labels, threshold, few-shot examples, replicas."""
+    the target. escalation: where hard requests go. router: labels, threshold, few-shot examples, replicas.
+    namespace (EKS): where its objects go — each pattern on one platform needs its own (a second pre-filter on an
+    existing_platform sets one)."""
 
     deployment: DeploymentProps
     escalation: EscalationTarget
     router: RouterSettings = field(default_factory=RouterSettings)
+    namespace: str = NAMESPACE
 
     def validate(self) -> None:
         self.deployment.validate()
+        validate_namespace(self.namespace, "SlmPrefilterProps.namespace")
         self.escalation.validate()
         self.router.validate()
         slms = [m.name for m in self.deployment.models if m.role == "slm"]
@@ -134,8 +138,9 @@ class SlmPrefilter(Construct):
     def _on_eks(self, props: SlmPrefilterProps) -> None:
         d = props.deployment
         self.platform = d.existing_platform or EksPlatform(self, "Platform", props=d.platform)
-        policy = served_policy(d, namespace=NAMESPACE, pattern="slm-prefilter", farm=False)
-        url = {m.name: f"http://{m.name}.{NAMESPACE}.svc.cluster.local:8080" for m in d.models}
+        claim_namespace(self.platform, props.namespace, owner=self, key="SlmPrefilterProps.namespace")
+        policy = served_policy(d, namespace=props.namespace, pattern="slm-prefilter", farm=False)
+        url = {m.name: f"http://{m.name}.{props.namespace}.svc.cluster.local:8080" for m in d.models}
         # Explicit, deploy-time region for AWS escalations: EKS Pod Identity injects credentials, not a region.
         config = props.prefilter_config(urls=url, region=cdk.Stack.of(self).region)
         assert self.foundation.router_image is not None
@@ -143,11 +148,11 @@ class SlmPrefilter(Construct):
             image=self.foundation.router_image.image_uri,
             config=config,
             mode="router",
-            namespace=NAMESPACE,
+            namespace=props.namespace,
             pattern="slm-prefilter",
             replicas_min=props.router.replicas_min,
             replicas_max=props.router.replicas_max,
-            architectures=tuple(d.platform.node_pools.architectures),
+            architectures=tuple(d.platform_in_use.node_pools.architectures),
         )
         self.workloads = eks_workloads(
             self, d, self.foundation, self.platform, policy=policy, router=router,
