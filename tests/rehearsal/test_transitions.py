@@ -180,3 +180,12 @@ def test_changing_a_pools_cache_and_switching_alerts_on_have_no_hazard() -> None
     assert alerts.hazards == [], alerts.text()
     rule_groups = [lid for lid, r in with_alerts.stacks["Pools"].resources.items() if r["Type"] == "AWS::APS::RuleGroupsNamespace"]
     assert rule_groups and not set(rule_groups) & set(base.stacks["Pools"].resources)  # the switch added them
+
+
+@pytest.mark.parametrize("doc", [DEFAULT, FARM], ids=["config.yaml", "model-farm-eks.yaml"])
+def test_synthesizing_the_same_config_again_changes_nothing(doc) -> None:
+    """A redeploy of unchanged config is a no-op: nothing rendered from a CDK token's per-process text (the router's
+    config-sha256 rollout annotation hashed `${Token[AWS.Region.N]}`, so every synth restarted the router)."""
+    first, second = synth_config(copy.deepcopy(doc)), synth_config(copy.deepcopy(doc))
+    p = plan(first, second)
+    assert (p.objects, p.updated, p.replaced, p.hazards) == ([], [], [], []), p.text()

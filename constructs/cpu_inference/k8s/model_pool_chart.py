@@ -38,7 +38,6 @@ node do not share them — benchmarks/weights_sharing.py measures what that shar
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
@@ -73,6 +72,7 @@ from .model_workload import DNS_LABEL
 from .network_policies import serving_network_policy
 from .router_chart import gateway_pool
 from .serving_policy import ServingPolicy
+from .tokens import is_token, stable_digest
 from .workload_defaults import (
     container_security_context,
     one_at_a_time_budget,
@@ -115,11 +115,6 @@ LOOKUP_SECONDS = 0.05
 DRAIN_SECONDS = 60
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
-_TOKEN_TEXT = re.compile(r"\$\{Token\[[^\]]*\]\}")
-
-
-def _token(value: str) -> bool:
-    return "${Token[" in value
 
 
 def pool_object_name(name: str) -> str:
@@ -212,9 +207,9 @@ class ModelPoolChartProps:
                              "the gateway routes to stable replica URLs, a pool does not scale from zero")
         if self.replication < 1:
             raise ValueError(f"{where}: replication must be ≥ 1")
-        if not (_token(self.bucket_name) or _BUCKET.match(self.bucket_name)):
+        if not (is_token(self.bucket_name) or _BUCKET.match(self.bucket_name)):
             raise ValueError(f"{where}: bucket_name {self.bucket_name!r} is not an S3 bucket name")
-        if not (_token(self.region) or _REGION.match(self.region)):
+        if not (is_token(self.region) or _REGION.match(self.region)):
             raise ValueError(f"{where}: region {self.region!r} is not an AWS Region such as us-east-1")
         if not self.prefix.endswith("/") or self.prefix.startswith("/"):
             raise ValueError(f"{where}: prefix must be a key prefix ending in '/' (e.g. farm/), got {self.prefix!r}")
@@ -243,8 +238,7 @@ def volume_identity(pv_spec: Mapping[str, Any]) -> str:
     volumeAttributesClassName", so the claim's volumeName cannot follow a renamed PV). Mount options may change on a
     PV, but a running Mountpoint pod keeps the ones it started with: they are part of the identity too."""
     text = json.dumps(pv_spec, sort_keys=True, separators=(",", ":"), default=str)
-    text = _TOKEN_TEXT.sub("<deploy-time>", text)  # a token's text names no value, and its number changes between synths
-    return hashlib.sha256(text.encode()).hexdigest()[:10]
+    return stable_digest(text)[:10]
 
 
 class ModelPoolChart(cdk8s.Chart):

@@ -14,7 +14,6 @@ install — else a CPU HorizontalPodAutoscaler.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -44,6 +43,7 @@ from .pod_hardening import (
     unmanaged_replicas,
 )
 from .scrape import scrape_annotations
+from .tokens import stable_digest
 
 ROUTER_PORT = 8000
 CONFIG_DIR = "/etc/router"
@@ -217,7 +217,7 @@ class RouterChart(cdk8s.Chart):
             lifecycle=pre_stop_sleep(PRE_STOP_SECONDS),
             volume_mounts=mounts,
         )
-        annotations = {**scrape_annotations(METRICS_PORT), "cpu-inference/config-sha256": hashlib.sha256(text.encode()).hexdigest()}
+        annotations = {**scrape_annotations(METRICS_PORT), "cpu-inference/config-sha256": stable_digest(text)}
         self.deployment = kplus.Deployment(
             self, "Deployment",
             metadata=meta,
