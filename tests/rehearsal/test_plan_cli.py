@@ -72,3 +72,10 @@ def test_a_directory_that_is_not_an_assembly_is_one_line_and_exit_2(tmp_path, ca
     assert main(["plan", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "manifest.json not found" in err
+
+
+def test_the_plan_prints_only_the_plan(outs, capsys) -> None:
+    """The rollback probes run the model-copy handler, which logs for CloudWatch: none of that reaches the output."""
+    main(["plan", str(outs["before"]), str(outs["after"])])
+    out = capsys.readouterr().out
+    assert out.startswith("Kubernetes objects to create:") and "unchanged:" not in out and "Custom::ModelCatalog" in out

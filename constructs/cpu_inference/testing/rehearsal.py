@@ -33,7 +33,9 @@ created/changed/deleted, the AWS resources replaced, and the hazards of the upda
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -460,8 +462,9 @@ def model_copy_rollback(new: dict[str, Any], old: dict[str, Any]) -> str | None:
         event = {"RequestType": "Update", "ResourceProperties": old, "OldResourceProperties": new, "PhysicalResourceId": pid,
                  "RequestId": "rehearsal", "LogicalResourceId": "Copy", "StackId": "rehearsal"}
         try:
-            answer = custom_resource.on_event(event, codebuild=_Refuse("codebuild"))
-            done = custom_resource.is_complete({**event, **answer}, codebuild=_Refuse("codebuild"), logs=_Refuse("logs"))
+            with contextlib.redirect_stdout(io.StringIO()):  # the handler logs for CloudWatch; not the plan's output
+                answer = custom_resource.on_event(event, codebuild=_Refuse("codebuild"))
+                done = custom_resource.is_complete({**event, **answer}, codebuild=_Refuse("codebuild"), logs=_Refuse("logs"))
         except _Called as exc:
             return f"calls {exc} ({case}): it re-runs the copy instead of restoring the deployed receipt"
         if not done.get("IsComplete"):
