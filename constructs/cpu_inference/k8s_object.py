@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 # kubectl's default prune allowlist, used when `--prune` is given without `--prune-allowlist` (the aws-eks-v2 kubectl
-# handler passes only `--prune -l <label>`). Source: kubernetes/kubectl pkg/cmd/apply/prune.go
+# handler passes only `--prune -l <label>`). Source: kubernetes/kubectl pkg/util/prune/prune.go
 # (defaultNamespacedPruneResources / defaultNonNamespacedPruneResources), as (API group, kind).
 PRUNED_KINDS: frozenset[tuple[str, str]] = frozenset({
     ("", "ConfigMap"), ("", "Endpoints"), ("", "PersistentVolumeClaim"), ("", "Pod"), ("", "ReplicationController"),

@@ -5,7 +5,7 @@ Namespace/NetworkPolicy race and the router's Deployment raced its ServiceAccoun
 
 from __future__ import annotations
 
-from cpu_inference.testing.rehearsal import assembly_from_templates, create_order
+from cpu_inference.testing.rehearsal import assembly_from_templates, create_order, delete_order
 
 
 def test_the_first_deploy_has_no_create_order_problem(synthesized, config_id: str) -> None:
@@ -14,3 +14,10 @@ def test_the_first_deploy_has_no_create_order_problem(synthesized, config_id: st
     assert create_order(asm) == [], "\n".join(map(str, create_order(asm)))
     if s.config.target == "eks":
         assert sum(len(st.manifests) for st in asm.stacks.values()) > 5  # the check saw the manifests
+
+
+def test_a_stack_delete_removes_finalized_objects_before_their_controller(synthesized, config_id: str) -> None:
+    """NodePools, EC2NodeClasses and ScaledObjects go before the Karpenter / KEDA charts whose controllers clear their
+    finalizers (else `kubectl delete` hangs and Karpenter's nodes outlive the stack)."""
+    s = synthesized[config_id]
+    assert delete_order(assembly_from_templates({s.stack.stack_name: s.template})) == []

@@ -37,7 +37,7 @@ def outs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def test_one_assembly_checks_the_create_order(outs, capsys) -> None:
     assert main(["plan", str(outs["before"])]) == 0
-    assert capsys.readouterr().out.strip().startswith("create order: 0 problems in ")
+    assert capsys.readouterr().out.strip().startswith("create and delete order: 0 problems in ")
 
 
 def test_two_assemblies_print_the_plan_and_exit_0_without_hazard(outs, capsys) -> None:

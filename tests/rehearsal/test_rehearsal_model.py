@@ -12,6 +12,7 @@ from cpu_inference.testing.rehearsal import (
     assembly_from_templates,
     cfn_create_only,
     create_order,
+    delete_order,
     plan,
 )
 
@@ -177,3 +178,15 @@ def test_the_model_copy_rollback_is_rehearsed_with_the_real_handler(monkeypatch)
     why = model_copy_rollback(new, old)
     assert why is not None and "codebuild.start_build" in why
     assert codes(plan(asm(C=cr(old)), asm(C=cr(new)), create_only=lambda t: ()).hazards) == ["rollback-not-noop"]
+
+
+def test_an_object_finalized_by_a_charts_controller_must_be_deleted_before_the_chart() -> None:
+    karpenter = {"Type": "Custom::AWSCDK-EKS-HelmChart", "Properties": {"Chart": "karpenter"}}
+    pool = {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "cpu"}}
+    loose = delete_order(asm(Karpenter=karpenter, Pools=manifest(pool)))
+    assert codes(loose) == ["delete-order"] and "karpenter chart" in loose[0].message
+    assert delete_order(asm(Karpenter=karpenter, Pools=manifest(pool, deps=("Karpenter",)))) == []
+    assert delete_order(asm(Pools=manifest(pool))) == []  # Karpenter installed outside the assembly: nothing to order
+    # A platform stack deleted after the stack that uses it (cdk destroys dependents first).
+    two = assembly_from_templates({"Platform": template(Karpenter=karpenter), "App": template(Pools=manifest(pool))}, {"App": ["Platform"]})
+    assert delete_order(two) == []

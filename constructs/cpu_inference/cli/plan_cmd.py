@@ -1,9 +1,10 @@
 """`cpu-inference plan [BEFORE.cdk.out] AFTER.cdk.out`: what `cdk deploy` will do inside the cluster and to stateful
 AWS resources, and what would break — the deploy rehearsal (cpu_inference.testing.rehearsal) as a command.
 
-With one assembly: the create-order check of a first deploy. With two (the deployed synth, then the new one): the
-Kubernetes objects created / changed / deleted, the AWS resources replaced or removed, objects left in the cluster,
-and every hazard of the update and of its rollback. Exit 1 when there is a problem or hazard, else 0."""
+With one assembly: the create-order check of a first deploy and the delete order of `cdk destroy`. With two (the
+deployed synth, then the new one): the Kubernetes objects created / changed / deleted, the AWS resources replaced or
+removed, objects left in the cluster, and every hazard of the update and of its rollback. Exit 1 when there is a
+problem or hazard, else 0."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..k8s_object import Need
-    from ..testing.rehearsal import create_order, load_assembly, plan
+    from ..testing.rehearsal import create_order, delete_order, load_assembly, plan
 
     if len(args.assemblies) > 2:
         raise UserError("give one cloud assembly (first deploy) or two (BEFORE AFTER)")
@@ -34,10 +35,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from exc
     assume = [Need("namespace", n) for n in args.assume_namespace]
     if len(assemblies) == 1:
-        problems = create_order(assemblies[0], assume=assume)
+        problems = create_order(assemblies[0], assume=assume) + delete_order(assemblies[0])
         for f in problems:
             print(f)
-        print(f"create order: {len(problems)} problems in {sum(len(s.manifests) for s in assemblies[0].stacks.values())} manifests")
+        print(f"create and delete order: {len(problems)} problems in {sum(len(s.manifests) for s in assemblies[0].stacks.values())} manifests")
         return 1 if problems else 0
     try:
         result = plan(*assemblies, assume=assume)

@@ -25,7 +25,8 @@ What it models, and from which source:
   chart's CreateNamespace creates its namespace.
 - The API server refuses changes to immutable fields (IMMUTABLE_FIELDS, each with its validation source).
 
-Checks: `create_order(assembly)` — every namespaced object's Namespace, every custom resource's CRD, every
+Checks: `delete_order(assembly)` — a stack delete removes every object whose finalizer a chart's controller clears
+before that chart. `create_order(assembly)` — every namespaced object's Namespace, every custom resource's CRD, every
 ServiceAccount and Pod Identity association a pod uses, every ConfigMap/Secret it mounts, every CSI driver add-on a
 PersistentVolume names, exist before it in every allowed order. `plan(before, after)` — the Kubernetes objects
 created/changed/deleted, the AWS resources replaced, and the hazards of the update and of its rollback.
@@ -340,6 +341,46 @@ def _describe(obj: dict[str, Any]) -> str:
     meta = obj.get("metadata", {})
     ns = meta.get("namespace")
     return f"{obj.get('kind')}/{meta.get('name')}" + (f" (namespace {ns})" if ns else "")
+
+
+# ----------------------------------------------------------------------------------------------------- delete
+
+# Objects whose deletion waits on a finalizer that a chart's controller clears, by (API group, kind) → chart. On stack
+# delete CloudFormation deletes in reverse dependency order, so the manifest holding such an object must depend on
+# that chart: else the controller may be uninstalled first, the handler's `kubectl delete -f` (which waits for
+# finalizers) hangs until the Lambda times out, and — for Karpenter — the nodes it launched are never terminated.
+# Sources: Karpenter's finalizers karpenter.sh/termination (NodePool, NodeClaim) and karpenter.k8s.aws/termination
+# (EC2NodeClass), which its controller removes after draining and terminating the nodes (Karpenter troubleshooting
+# docs: nodes stuck on the finalizer once the controller is gone); KEDA controllers/keda/scaledobject_finalizer.go
+# (scaledObjectFinalizer = "finalizer.keda.sh").
+CONTROLLER_FINALIZERS: Mapping[tuple[str, str], str] = {
+    ("karpenter.sh", "NodePool"): "karpenter", ("karpenter.sh", "NodeClaim"): "karpenter",
+    ("karpenter.k8s.aws", "EC2NodeClass"): "karpenter",
+    ("keda.sh", "ScaledObject"): "keda", ("keda.sh", "ScaledJob"): "keda",
+}
+
+
+def delete_order(asm: Assembly) -> list[Finding]:
+    """Objects whose finalizer's controller (a Helm chart in the assembly) may go before them on stack delete."""
+    charts: dict[str, list[tuple[str, str]]] = {}
+    for st in asm.stacks.values():
+        for lid, res in st.resources.items():
+            if res.get("Type") == HELM_CHART:
+                charts.setdefault(str(res.get("Properties", {}).get("Chart", "")), []).append((st.name, lid))
+    problems: list[Finding] = []
+    for st in asm.stacks.values():
+        later = asm.stack_ancestors(st.name)  # stacks deleted after this one
+        for m in st.manifests.values():
+            ancestors = st.ancestors(m.logical_id)
+            for o in m.objects:
+                chart = CONTROLLER_FINALIZERS.get((api_group(o), str(o.get("kind"))))
+                homes = charts.get(chart or "", [])
+                if chart is None or not homes:
+                    continue
+                if not any(s in later or (s == st.name and lid in ancestors) for s, lid in homes):
+                    problems.append(Finding("delete-order", m.where, f"{_describe(o)} carries a finalizer the {chart} chart's controller "
+                                            f"clears, but nothing makes CloudFormation delete it before that chart"))
+    return problems
 
 
 # ---------------------------------------------------------------------------------------------------- update
