@@ -19,7 +19,7 @@ RUNTIME_TREES = (ROOT / "containers", ROOT / "lambda")
 # The layers, lowest first. A unit (a top-level module or subpackage of cpu_inference) may import units of LOWER
 # tiers only: never its own tier (eks ↛ sagemaker), never a higher one.
 TIERS: tuple[tuple[str, ...], ...] = (
-    ("_jsii_node", "_resources", "engine_tasks", "engines", "k8s_object"),  # stdlib only: jsii's Node, the runtime files, the task -> engine options table, the engines' facts, a Kubernetes object's identity and needs
+    ("_jsii_node", "_resources", "aws_names", "engine_tasks", "engines", "k8s_object"),  # stdlib only: jsii's Node, the runtime files, the task -> engine options table, the engines' facts, a Kubernetes object's identity and needs, names AWS gives a meaning to
     ("sizing",),  # stdlib only: the instance catalog and the per-model sizing
     # Checks of rendered objects (dicts in, problems out): they depend on nothing of the library, and only the
     # compat shims below import them (test_construct_code_never_imports_the_test_helpers).
@@ -39,7 +39,7 @@ RUNTIME_PACKAGES = frozenset({"slm_router", "model_download"})
 # What the runtime code must never import: the library, or anything that starts jsii.
 FORBIDDEN_IN_RUNTIME = frozenset({"cpu_inference", "aws_cdk", "constructs", "cdk8s", "cdk8s_plus_27", "jsii", "cdk_nag"})
 # The pure tiers (and the CLI's pure commands, which import them) never start jsii.
-PURE_UNITS = frozenset({"_jsii_node", "_resources", "engine_tasks", "engines", "k8s_object", "sizing", "testing", "pool_sizing", "pool_preset", "slm_context", "evaluation",
+PURE_UNITS = frozenset({"_jsii_node", "_resources", "aws_names", "engine_tasks", "engines", "k8s_object", "sizing", "testing", "pool_sizing", "pool_preset", "slm_context", "evaluation",
                         "config"})
 # The old paths of the moved test helpers: re-exports only, kept so existing imports and
 # `python -m cpu_inference.k8s.crd_validation` work. The only library modules allowed to import cpu_inference.testing.

@@ -28,14 +28,11 @@ from model_download.build_job import (
 from model_download.build_job import QUERY_INTERVAL_SECONDS, WAITER_TOTAL_SECONDS
 
 from .. import nag
+from ..aws_names import VENDED_LOGS_PREFIX
 from .runtime_package import staged_root
 
 PROVIDER_ID = "CpuInferenceModelCopyProvider"
 RUNTIME = lambda_.Runtime.PYTHON_3_14
-# Step Functions updates the account's CloudWatch Logs resource policy (5,120 characters) for every state machine
-# that logs to a group outside this prefix; under it, log delivery needs no policy entry
-# (https://docs.aws.amazon.com/step-functions/latest/dg/bp-cwl.html).
-VENDED_LOGS_PREFIX = "/aws/vendedlogs/states/"
 
 _FRAMEWORK_WILDCARDS = {
     r"Resource::<.*framework(onEvent|isComplete|onTimeout)[0-9A-F]{8}\.Arn>:\*": (

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import aws_cdk as cdk
@@ -30,7 +31,7 @@ from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from .._resources import IMAGE_BUILD, runtime_dir
-from ..artifacts.copy_provider import VENDED_LOGS_PREFIX
+from ..aws_names import VENDED_LOGS_PREFIX
 from ..nag import acknowledge, acknowledge_wildcards
 from .buildspecs import manifest_buildspec, platform_buildspec
 from .props import PROVIDER_WAIT_MINUTES, LlamaCppImageProps
@@ -205,21 +206,20 @@ class LlamaCppImage(Construct):
         )
 
     def _workflow_log_group_name(self, stack: cdk.Stack) -> str:
-        """`/aws/vendedlogs/states/<stack name>-<construct path>-<hash>-<stack UUID>`.
+        """`/aws/vendedlogs/states/<construct path>-<construct address>-<stack UUID>`.
 
         Both state machines (the workflow and the Provider's waiter) log here: under VENDED_LOGS_PREFIX Step Functions
-        adds nothing to the account's 5,120-character CloudWatch Logs resource policy. The construct path (with CDK's
-        path hash) keeps two images of one stack apart; the stack's UUID keeps a group that `removal_policy` RETAINs
-        (also after a failed first create) from blocking the next stack of the same name, as a named
+        adds nothing to the account's 5,120-character CloudWatch Logs resource policy. The construct path (it starts
+        with the stack's id) and address keep two images apart; the stack's UUID keeps a group that `removal_policy`
+        RETAINs (also after a failed first create) from blocking the next stack of the same name, as a named
         AWS::Logs::LogGroup that already exists fails the create
         (https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-properties-name.html)."""
         stack_uuid = cdk.Fn.select(2, cdk.Fn.split("/", stack.stack_id))
-        readable = cdk.Names.unique_resource_name(
-            self,
-            separator="-",
-            allowed_special_characters="-_",
-            max_length=_LOG_GROUP_NAME_MAX - len(VENDED_LOGS_PREFIX) - len("-") - _STACK_UUID_CHARS,
-        )
+        # The construct path, made of the characters botocore's logGroupName pattern allows, and the construct's
+        # address (a hash of that path: unique even when the path reads empty or is cut to fit).
+        room = _LOG_GROUP_NAME_MAX - len(VENDED_LOGS_PREFIX) - len("-") - _STACK_UUID_CHARS - len("-") - 8
+        path = re.sub(r"[^A-Za-z0-9_-]+", "-", self.node.path).strip("-")[:room]
+        readable = f"{path}-{self.node.addr[:8]}" if path else self.node.addr[:8]
         return cdk.Fn.join("", [VENDED_LOGS_PREFIX, readable, "-", stack_uuid])
 
     def _log_group(self, id: str, *, name: str | None = None) -> logs.LogGroup:
