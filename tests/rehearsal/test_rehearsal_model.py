@@ -190,3 +190,7 @@ def test_an_object_finalized_by_a_charts_controller_must_be_deleted_before_the_c
     # A platform stack deleted after the stack that uses it (cdk destroys dependents first).
     two = assembly_from_templates({"Platform": template(Karpenter=karpenter), "App": template(Pools=manifest(pool))}, {"App": ["Platform"]})
     assert delete_order(two) == []
+
+
+def test_a_type_cloudformations_schemas_do_not_know_has_no_replacement_facts() -> None:
+    assert cfn_create_only("AWS::Nope::Thing") == () and cfn_create_only("AWS::EKS::Addon")

@@ -450,14 +450,14 @@ def cfn_create_only(resource_type: str) -> tuple[str, ...]:
     """The createOnlyProperties (top-level names) of a resource type, from the CloudFormation resource provider
     schemas cfn-lint bundles (the registry's own schemas)."""
     try:
-        from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
+        from cfnlint.schema import PROVIDER_SCHEMA_MANAGER, ResourceNotFoundError
     except ImportError as exc:  # pragma: no cover - the dev/plan extra provides it
         raise RuntimeError("the update check needs cfn-lint's CloudFormation resource schemas: pip install 'cdk-cpu-inference[plan]'") from exc
     if resource_type.startswith("Custom::") or resource_type == "AWS::CloudFormation::CustomResource":
         return ()
     try:
         schema = PROVIDER_SCHEMA_MANAGER.get_resource_schema("us-east-1", resource_type).schema
-    except Exception:  # unknown type (a third-party or brand-new resource): no replacement facts
+    except ResourceNotFoundError:  # a type cfn-lint's schemas do not know (third-party, brand-new): no replacement facts
         return ()
     return tuple(p.split("/")[2] for p in schema.get("createOnlyProperties", []) if p.startswith("/properties/"))
 
