@@ -194,6 +194,27 @@ class Receipts:
         return {"IsComplete": True, "PhysicalResourceId": physical_id(self.location(props, data), current, previous),
                 "Data": dict(data)}
 
+    def completion(self, build: dict[str, Any], props: dict[str, Any], logs, event: Mapping[str, Any] | None,  # noqa: ANN001
+                   resolved: Callable[[dict[str, Any], dict[str, Any]], dict[str, str]],
+                   headline: Callable[[dict[str, Any]], str]) -> dict[str, Any]:
+        """isComplete's answer for one complete BatchGetBuilds record: on success the attributes `resolved(build,
+        props)` checks and returns, recorded in the id; "not yet" while it runs; for a failed build an error whose
+        text CloudFormation shows as the status reason (`headline(props)`, the status, the job's error line, the log).
+        event: the isComplete event (its PhysicalResourceId names what this build replaces); default a Create."""
+        status = build.get("buildStatus", "IN_PROGRESS")
+        if status == "SUCCEEDED":
+            return self.succeeded(event or {"RequestType": "Create", "ResourceProperties": props}, resolved(build, props))
+        if status not in FAILED:
+            return {"IsComplete": False}
+        raise RuntimeError(failure_reason(f"{headline(props)} {status}", failure_detail(build, logs), build))
+
+    def is_complete(self, event: dict[str, Any], what: str,
+                    completion: Callable[[dict[str, Any], dict[str, Any], Any, dict[str, Any]], dict[str, Any]],
+                    codebuild=None, logs=None) -> dict[str, Any]:  # noqa: ANN001
+        """isComplete: at once when onEvent answered from the id (already_complete), else by polling the build."""
+        return self.already_complete(event) or poll(
+            event, what, lambda build, props, logs: completion(build, props, logs, event), codebuild, logs)
+
     def redeploy(self, event: Mapping[str, Any]) -> dict[str, Any] | None:
         """onEvent for an Update to an identity already deployed (unchanged, or the previous one — a rollback): the
         answer without a build; None when the job must run."""

@@ -17,13 +17,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from .build_job import (
-    FAILED,
     Receipts,
-    failure_detail,
-    failure_reason,
     only,
     plaintext_environment,
-    poll,
     receipt,
     start_build,
 )
@@ -91,14 +87,8 @@ def resolved(build: dict[str, Any], props: dict[str, Any]) -> dict[str, str]:
 
 
 def completion(build: dict[str, Any], props: dict[str, Any], logs, event: dict[str, Any] | None = None) -> dict[str, Any]:  # noqa: ANN001
-    status = build.get("buildStatus", "IN_PROGRESS")
-    if status == "SUCCEEDED":
-        return RECEIPTS.succeeded(event or {"RequestType": "Create", "ResourceProperties": props}, resolved(build, props))
-    if status not in FAILED:
-        return {"IsComplete": False}
-    raise RuntimeError(failure_reason(f"model catalog copy {status}", failure_detail(build, logs), build))
+    return RECEIPTS.completion(build, props, logs, event, resolved, lambda props: "model catalog copy")
 
 
 def is_complete(event: dict[str, Any], codebuild=None, logs=None) -> dict[str, Any]:  # noqa: ANN001
-    return RECEIPTS.already_complete(event) or poll(
-        event, "model catalog", lambda build, props, logs: completion(build, props, logs, event), codebuild, logs)
+    return RECEIPTS.is_complete(event, "model catalog", completion, codebuild, logs)

@@ -28,13 +28,9 @@ from typing import Any
 
 from .build_job import ERROR_PREFIX as ERROR_PREFIX  # re-exported: the job's error line starts with it
 from .build_job import (
-    FAILED,
     Receipts,
-    failure_detail,
-    failure_reason,
     only,
     plaintext_environment,
-    poll,
     receipt,
     start_build,
 )
@@ -137,16 +133,9 @@ def resolved(build: dict[str, Any], props: dict[str, Any]) -> dict[str, str]:
 
 
 def completion(build: dict[str, Any], props: dict[str, Any], logs, event: dict[str, Any] | None = None) -> dict[str, Any]:  # noqa: ANN001
-    """isComplete's answer for one BatchGetBuilds record; raises (failing the deployment) for a failed build.
-    event: the isComplete event (its PhysicalResourceId names what this build replaces); default a Create."""
-    status = build.get("buildStatus", "IN_PROGRESS")
-    if status == "SUCCEEDED":
-        return RECEIPTS.succeeded(event or {"RequestType": "Create", "ResourceProperties": props}, resolved(build, props))
-    if status not in FAILED:
-        return {"IsComplete": False}
-    # Kept short: CloudFormation shows this as the resource's status reason.
-    raise RuntimeError(failure_reason(
-        f"model copy of {props['HfRepo']}/{props['File']}@{props.get('Revision')} {status}", failure_detail(build, logs), build))
+    """isComplete's answer for one BatchGetBuilds record (Receipts.completion); raises for a failed build."""
+    return RECEIPTS.completion(build, props, logs, event, resolved,
+                               lambda props: f"model copy of {props['HfRepo']}/{props['File']}@{props.get('Revision')}")
 
 
 def is_complete(event: dict[str, Any], _context: Any = None, *, codebuild=None, logs=None) -> dict[str, Any]:  # noqa: ANN001
@@ -158,5 +147,4 @@ def is_complete(event: dict[str, Any], _context: Any = None, *, codebuild=None, 
         from . import snapshot_resource
 
         return snapshot_resource.is_complete(event, codebuild, logs)
-    return RECEIPTS.already_complete(event) or poll(
-        event, "model copy", lambda build, props, logs: completion(build, props, logs, event), codebuild, logs)
+    return RECEIPTS.is_complete(event, "model copy", completion, codebuild, logs)

@@ -16,13 +16,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from .build_job import (
-    FAILED,
     Receipts,
-    failure_detail,
-    failure_reason,
     only,
     plaintext_environment,
-    poll,
     receipt,
     start_build,
 )
@@ -92,15 +88,9 @@ def resolved(build: dict[str, Any], props: dict[str, Any]) -> dict[str, str]:
 
 
 def completion(build: dict[str, Any], props: dict[str, Any], logs, event: dict[str, Any] | None = None) -> dict[str, Any]:  # noqa: ANN001
-    status = build.get("buildStatus", "IN_PROGRESS")
-    if status == "SUCCEEDED":
-        return RECEIPTS.succeeded(event or {"RequestType": "Create", "ResourceProperties": props}, resolved(build, props))
-    if status not in FAILED:
-        return {"IsComplete": False}
-    raise RuntimeError(failure_reason(
-        f"model snapshot copy of {props['HfRepo']}@{props.get('Revision')} {status}", failure_detail(build, logs), build))
+    return RECEIPTS.completion(build, props, logs, event, resolved,
+                               lambda props: f"model snapshot copy of {props['HfRepo']}@{props.get('Revision')}")
 
 
 def is_complete(event: dict[str, Any], codebuild=None, logs=None) -> dict[str, Any]:  # noqa: ANN001
-    return RECEIPTS.already_complete(event) or poll(
-        event, "model snapshot copy", lambda build, props, logs: completion(build, props, logs, event), codebuild, logs)
+    return RECEIPTS.is_complete(event, "model snapshot copy", completion, codebuild, logs)
