@@ -4,6 +4,7 @@ deletes. Stdlib only."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,16 +60,20 @@ class Need:
     name: str
 
 
-def _pod_spec(obj: dict[str, Any]) -> dict[str, Any] | None:
-    spec = obj.get("spec", {})
+_POD_TEMPLATE_KINDS = frozenset({"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"})
+
+
+def pod_specs(obj: Mapping[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """(pod metadata, pod spec) of a Pod, a workload's template or a CronJob's job template."""
     kind = obj.get("kind")
     if kind == "Pod":
-        return spec
-    if kind == "CronJob":
-        return spec.get("jobTemplate", {}).get("spec", {}).get("template", {}).get("spec")
-    if kind in {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"}:
-        return spec.get("template", {}).get("spec")
-    return None
+        yield obj.get("metadata", {}), obj.get("spec", {})
+    elif kind in _POD_TEMPLATE_KINDS:
+        t = obj.get("spec", {}).get("template", {})
+        yield t.get("metadata", {}), t.get("spec", {})
+    elif kind == "CronJob":
+        t = obj.get("spec", {}).get("jobTemplate", {}).get("spec", {}).get("template", {})
+        yield t.get("metadata", {}), t.get("spec", {})
 
 
 def needs(obj: dict[str, Any]) -> list[Need]:
@@ -82,8 +87,7 @@ def needs(obj: dict[str, Any]) -> list[Need]:
         out.append(Need("crd", group))
     if kind == "PersistentVolume" and obj.get("spec", {}).get("csi"):
         out.append(Need("csi", obj["spec"]["csi"].get("driver", "")))
-    pod = _pod_spec(obj)
-    if pod is not None:
+    for _, pod in pod_specs(obj):
         ns = ns or "default"
         sa = pod.get("serviceAccountName") or pod.get("serviceAccount") or "default"
         if sa != "default":

@@ -78,13 +78,15 @@ def bucketize(
     sha256(key). Within a bucket, groups are sorted by key and keep their objects' order. A group's bucket depends
     on its key only; a bucket over max_bytes raises ManifestBoundError."""
     groups: dict[str, list[dict[str, Any]]] = {}
+    sizes: dict[str, int] = {}  # a group's bytes as a JSON list on its own: "[" + objects + "," between + "]"
     for obj in objs:
         n = object_size(obj)
         if n + 2 > max_bytes:
             name = obj.get("metadata", {}).get("name")
             raise ManifestBoundError(f"{obj.get('kind')}/{name} alone is {n} bytes, over the {max_bytes}-byte manifest bound — split the object")
-        groups.setdefault(key(obj), []).append(obj)
-    sizes = {k: 2 + sum(object_size(o) + 1 for o in g) for k, g in groups.items()}
+        k = key(obj)
+        groups.setdefault(k, []).append(obj)
+        sizes[k] = sizes.get(k, 2) + n + 1
     by_prefix: dict[str, list[str]] = {}
     for k in groups:
         by_prefix.setdefault(_digest(k)[:BUCKET_DIGITS], []).append(k)

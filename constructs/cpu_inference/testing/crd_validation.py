@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -78,14 +78,15 @@ def validate(obj: dict[str, Any], schemas: dict[tuple[str, str], dict[str, Any]]
     return problems + [f"{key[1]}/{name}: {p}" for p in validate_rules(obj, schemas[key])]
 
 
-def flatten(value: Any) -> str:
-    """A CloudFormation string expression (a literal or an Fn::Join) with every intrinsic replaced by TOKEN."""
+def flatten(value: Any, token: Callable[[Any], str] = lambda _: TOKEN) -> str:
+    """A CloudFormation string expression (a literal or an Fn::Join) with every other intrinsic replaced by
+    `token(intrinsic)` (default: the placeholder TOKEN)."""
     if isinstance(value, str):
         return value
     if isinstance(value, dict) and "Fn::Join" in value:
         sep, parts = value["Fn::Join"]
-        return sep.join(flatten(p) for p in parts)
-    return TOKEN
+        return str(sep).join(flatten(p, token) for p in parts)
+    return token(value)
 
 
 def template_objects(template: dict[str, Any]) -> list[dict[str, Any]]:

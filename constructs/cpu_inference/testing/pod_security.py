@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from ..k8s_object import pod_specs as pod_specs  # re-exported: where the pod specs of an object are
+
 RESTRICTED_VOLUME_TYPES = frozenset({"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"})
 BASELINE_CAPABILITIES = frozenset({
     "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE", "SETFCAP",
@@ -26,20 +28,6 @@ SAFE_SYSCTLS = frozenset({
     "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes",
 })
 SELINUX_TYPES = frozenset({"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"})
-_POD_TEMPLATE_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"}
-
-
-def pod_specs(obj: Mapping[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
-    """(pod metadata, pod spec) of a Pod, a workload's template or a CronJob's job template."""
-    kind = obj.get("kind")
-    if kind == "Pod":
-        yield obj.get("metadata", {}), obj.get("spec", {})
-    elif kind in _POD_TEMPLATE_KINDS:
-        t = obj.get("spec", {}).get("template", {})
-        yield t.get("metadata", {}), t.get("spec", {})
-    elif kind == "CronJob":
-        t = obj.get("spec", {}).get("jobTemplate", {}).get("spec", {}).get("template", {})
-        yield t.get("metadata", {}), t.get("spec", {})
 
 
 def _containers(spec: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -35,6 +35,7 @@ created/changed/deleted, the AWS resources replaced, and the hazards of the upda
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import json
@@ -45,8 +46,8 @@ from pathlib import Path
 from typing import Any
 
 from ..k8s_object import BUILTIN_GROUPS, BUILTIN_NAMESPACES, Need, api_group, is_pruned, needs, object_key, provides
+from .crd_validation import MANIFEST_TYPE, flatten
 
-MANIFEST = "Custom::AWSCDK-EKS-KubernetesResource"
 HELM_CHART = "Custom::AWSCDK-EKS-HelmChart"
 POD_IDENTITY = "AWS::EKS::PodIdentityAssociation"
 ADDON = "AWS::EKS::Addon"
@@ -126,7 +127,6 @@ class Manifest:
     logical_id: str
     objects: list[dict[str, Any]]
     prune_label: str | None
-    properties: dict[str, Any]
 
     @property
     def where(self) -> str:
@@ -144,19 +144,13 @@ class Stack:
 
     @property
     def resources(self) -> dict[str, dict[str, Any]]:
-        return dict(self.template.get("Resources", {}))
+        return self.template.get("Resources", {})
 
     def ancestors(self, logical_id: str) -> frozenset[str]:
         """Every logical id CloudFormation must finish before it starts `logical_id`."""
         if logical_id not in self._ancestors:
-            out: set[str] = set()
-            stack = list(self._deps.get(logical_id, ()))
-            while stack:
-                d = stack.pop()
-                if d not in out:
-                    out.add(d)
-                    stack.extend(self._deps.get(d, ()))
-            self._ancestors[logical_id] = frozenset(out)
+            deps = lambda lid: self._deps.get(lid, ())  # noqa: E731
+            self._ancestors[logical_id] = frozenset(_reachable(deps(logical_id), deps))
         return self._ancestors[logical_id]
 
 
@@ -165,14 +159,21 @@ class Assembly:
     stacks: dict[str, Stack]
 
     def stack_ancestors(self, name: str) -> set[str]:
-        out: set[str] = set()
-        todo = list(self.stacks[name].depends_on_stacks)
-        while todo:
-            s = todo.pop()
-            if s not in out and s in self.stacks:
-                out.add(s)
-                todo.extend(self.stacks[s].depends_on_stacks)
-        return out
+        """The stacks of this assembly cdk deploys before `name` (and destroys after it)."""
+        deps = lambda s: self.stacks[s].depends_on_stacks if s in self.stacks else ()  # noqa: E731
+        return {s for s in _reachable(deps(name), deps) if s in self.stacks}
+
+
+def _reachable(starts: Iterable[str], edges: Callable[[str], Iterable[str]]) -> set[str]:
+    """Every node reachable from `starts` (included) along `edges`."""
+    out: set[str] = set()
+    todo = list(starts)
+    while todo:
+        n = todo.pop()
+        if n not in out:
+            out.add(n)
+            todo.extend(edges(n))
+    return out
 
 
 def _refs(value: Any, out: set[str]) -> None:
@@ -197,15 +198,10 @@ def _refs(value: Any, out: set[str]) -> None:
             _refs(v, out)
 
 
-def render(value: Any) -> str:
-    """A CloudFormation string expression as text: literals kept, each intrinsic replaced by a stable placeholder
-    (`TOKEN_<hash of the intrinsic>`), so a reference renders the same in two synths and a changed one differs."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and "Fn::Join" in value:
-        sep, parts = value["Fn::Join"]
-        return str(sep).join(render(p) for p in parts)
-    return "TOKEN_" + hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:12]
+def _stable_token(intrinsic: Any) -> str:
+    """An intrinsic inside a manifest as `TOKEN_<hash of it>`: the same reference reads the same in two synths, and
+    a changed one differs (an object compared across an update sees the change)."""
+    return "TOKEN_" + hashlib.sha256(json.dumps(intrinsic, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def stack_from_template(name: str, template: dict[str, Any], depends_on_stacks: Iterable[str] = ()) -> Stack:
@@ -217,10 +213,10 @@ def stack_from_template(name: str, template: dict[str, Any], depends_on_stacks: 
         deps.update([d] if isinstance(d, str) else d)
         _refs(res.get("Properties", {}), deps)
         st._deps[lid] = {x for x in deps if x in resources and x != lid}
-        if res.get("Type") == MANIFEST:
+        if res.get("Type") == MANIFEST_TYPE:
             props = res.get("Properties", {})
-            objs = json.loads(render(props["Manifest"]))
-            st.manifests[lid] = Manifest(name, lid, [o for o in objs if isinstance(o, dict)], props.get("PruneLabel"), props)
+            objs = json.loads(flatten(props["Manifest"], _stable_token))
+            st.manifests[lid] = Manifest(name, lid, [o for o in objs if isinstance(o, dict)], props.get("PruneLabel"))
     return st
 
 
@@ -446,6 +442,7 @@ def _at(obj: Any, path: str) -> Any:
 CreateOnly = Callable[[str], tuple[str, ...]]
 
 
+@functools.cache  # a plan asks once per resource; the schema lookup costs ~1.5 ms
 def cfn_create_only(resource_type: str) -> tuple[str, ...]:
     """The createOnlyProperties (top-level names) of a resource type, from the CloudFormation resource provider
     schemas cfn-lint bundles (the registry's own schemas)."""
@@ -520,7 +517,6 @@ ROLLBACK_PROBES: Mapping[str, RollbackProbe] = {"Custom::ModelArtifact": model_c
 def plan(before: Assembly, after: Assembly, *, create_only: CreateOnly = cfn_create_only,
          rollback_probes: Mapping[str, RollbackProbe] = ROLLBACK_PROBES, assume: Iterable[Need] = ()) -> Plan:
     """What an update from `before` to `after` does, and its hazards (see the module docstring)."""
-    probes = dict(rollback_probes)
     hazards: list[Finding] = []
     replaced: list[str] = []
     leftovers: list[dict[str, Any]] = []
@@ -554,8 +550,9 @@ def plan(before: Assembly, after: Assembly, *, create_only: CreateOnly = cfn_cre
                                            ("the old one is retained and orphaned" if retained else "the old one is deleted with its data") +
                                            ", the new one starts empty"))
             else:
-                changed = [p for p in create_only(t) if res.get("Properties", {}).get(p) != nr.get("Properties", {}).get(p)]
-                if not changed and res.get("Properties") != nr.get("Properties"):
+                old_props, new_props = res.get("Properties", {}), nr.get("Properties", {})
+                changed = [p for p in create_only(t) if old_props.get(p) != new_props.get(p)]
+                if not changed and old_props != new_props:
                     updated.append(f"{where} ({t})")
                 if changed:
                     replaced.append(f"{where} ({t}): replaced ({', '.join(changed)} changed)")
@@ -563,8 +560,8 @@ def plan(before: Assembly, after: Assembly, *, create_only: CreateOnly = cfn_cre
                         kept = res.get("UpdateReplacePolicy") in {"Retain", "Snapshot"}
                         hazards.append(Finding("stateful-replaced", where, f"{t} is replaced ({', '.join(changed)} changed): "
                                                "a new empty resource; the old one is " + ("retained, orphaned" if kept else "deleted with its data")))
-                if t in probes and res.get("Properties") != nr.get("Properties"):
-                    why = probes[t](nr.get("Properties", {}), res.get("Properties", {}))
+                if t in rollback_probes and old_props != new_props:
+                    why = rollback_probes[t](new_props, old_props)
                     if why:
                         hazards.append(Finding("rollback-not-noop", where, f"if this update fails, the rollback Update of {t} {why}"))
 
