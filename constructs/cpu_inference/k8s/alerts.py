@@ -41,6 +41,7 @@ from typing import Any
 import yaml
 
 from ..engines import LLAMA_CPP, VLLM, check_engine, queue_metrics
+from .keda_specs import POOL_IN_FLIGHT_METRIC  # the gateway's per-pool gauge (GatewayMetrics.pool_in_flight)
 
 RUNNING, WAITING = queue_metrics(LLAMA_CPP)
 TOKENS = "llamacpp:tokens_predicted_total"
@@ -49,7 +50,6 @@ PROMPT_TOKENS = "llamacpp:prompt_tokens_total"
 LATENCY = {"router": "router_request_seconds", "gateway": "gateway_request_seconds"}
 POOL_REPLICA_UP = "gateway_pool_replica_up"  # slm_router/metrics.py GatewayMetrics.pool_replica_up
 POOL_REQUESTS = "gateway_pool_requests_total"  # GatewayMetrics.pool_requests (a Counter: `_total` in the exposition)
-POOL_IN_FLIGHT = "gateway_pool_in_flight"  # GatewayMetrics.pool_in_flight (also the pool's KEDA query: keda_specs.py)
 LEGEND = "{{app}}{{pod}}{{route}}{{model}}"
 MEMORY = "container_memory_working_set_bytes"
 ENGINE_CONTAINER = "llama-server"
@@ -295,7 +295,7 @@ def dashboard(namespace: str, models: Sequence[ModelAlertSpec], *, pools: Sequen
             panels += [
                 ("Pool live replicas (gateway's view)", f"max by (pool) (sum by (pool, pod) ({POOL_REPLICA_UP}{{{psel}}}))", "short", "{{pool}}"),
                 ("Pool answers by status", f"sum by (pool, code) (rate({POOL_REQUESTS}{{{psel}}}[5m]))", "reqps", "{{pool}} {{code}}"),
-                ("Pool requests in flight", f"sum by (pool) ({POOL_IN_FLIGHT}{{{psel}}})", "short", "{{pool}}"),
+                ("Pool requests in flight", f"sum by (pool) ({POOL_IN_FLIGHT_METRIC}{{{psel}}})", "short", "{{pool}}"),
             ]
     elif router_app:
         rsel = _sel(namespace, router_app)
