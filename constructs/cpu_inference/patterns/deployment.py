@@ -3,7 +3,6 @@ workload on the cluster or an endpoint."""
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -87,16 +86,12 @@ def validate_namespace(namespace: str, key: str) -> None:
         raise ValueError(f"{key} {namespace!r} must be a DNS label (lowercase letters, digits and '-', at most 63 characters)")
 
 
-# Each platform's pattern namespaces (namespace → construct path of the pattern). Two patterns in one namespace render
-# objects of the same names there (gateway/router, dashboard, alerts rule group), each overwriting the other's.
-_NAMESPACES: weakref.WeakKeyDictionary[EksPlatform, dict[str, str]] = weakref.WeakKeyDictionary()
-
-
 def claim_namespace(platform: EksPlatform, namespace: str, *, owner: Construct, key: str) -> None:
     """Reserve `namespace` on `platform` for the pattern `owner`; a second pattern on the platform with the same
     namespace is a ValueError naming `key` (the prop to change)."""
-    taken = _NAMESPACES.setdefault(platform, {})
-    holder = taken.setdefault(namespace, owner.node.path)
+    # Two patterns in one namespace render objects of the same names there (gateway/router, dashboard, alerts rule
+    # group), each overwriting the other's.
+    holder = platform.pattern_namespaces.setdefault(namespace, owner.node.path)
     if holder != owner.node.path:
         raise ValueError(f"{key} {namespace!r} is already used on this platform by {holder} — set a different namespace "
                          f"({key}) for one of them: two patterns in one namespace overwrite each other's objects")

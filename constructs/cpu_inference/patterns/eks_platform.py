@@ -62,7 +62,8 @@ class EksPlatform(Construct):
     """InferenceCluster + Karpenter (Bottlerocket/SOCI node class and default pools) + Metrics + KEDA.
 
     Attributes: `cluster` (InferenceCluster), `karpenter`, `metrics`, `keda`, `node_pools` (the NodePoolSpecs),
-    `mountpoint` (MountpointS3Csi, or None)."""
+    `mountpoint` (MountpointS3Csi, or None), `pattern_namespaces` (namespace → construct path of the pattern on this
+    platform that renders into it; deployment.claim_namespace keeps two from sharing one)."""
 
     def __init__(self, scope: Construct, id: str, *, props: EksPlatformProps = EksPlatformProps(), mountpoint_scope: Construct | None = None) -> None:
         """mountpoint_scope: where the Mountpoint driver's constructs live (default: this platform). ModelFarm passes
@@ -75,6 +76,7 @@ class EksPlatform(Construct):
         self.cluster = InferenceCluster(self, "Cluster", props=props.cluster)
         self.karpenter = Karpenter(self, "Karpenter", props=KarpenterProps.for_cluster(self.cluster))
         self.mountpoint: MountpointS3Csi | None = None
+        self.pattern_namespaces: dict[str, str] = {}
         if props.mountpoint is not None:
             self.mountpoint = MountpointS3Csi(mountpoint_scope or self, "Mountpoint", props=MountpointS3CsiProps.for_cluster(self.cluster, props.mountpoint))
         pools = props.node_pools
