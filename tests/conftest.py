@@ -51,6 +51,35 @@ def gemma_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return gemma_path()
 
 
+@pytest.fixture(scope="session")
+def minilm_gguf() -> Path:
+    """all-MiniLM-L6-v2 (sentence-transformers) in GGUF, mean pooling: the real encoder for embedding tests, converted
+    offline by scripts/build_encoders.sh (`make encoders`; built here if missing)."""
+    from tests.support.models import encoder_path
+
+    _build_encoders()
+    return encoder_path()
+
+
+@pytest.fixture(scope="session")
+def reranker_gguf() -> Path:
+    """The reranker STAND-IN in GGUF: a BERT cross-encoder with all-MiniLM-L6-v2's encoder and a seeded random head
+    (scores are not relevance; the --reranking path and its arithmetic are real), from scripts/build_encoders.sh."""
+    from tests.support.models import reranker_path
+
+    _build_encoders()
+    return reranker_path()
+
+
+def _build_encoders() -> None:
+    """scripts/build_encoders.sh: a no-op once built (a stamp); otherwise builds, one caller at a time (flock)."""
+    import subprocess
+
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "build_encoders.sh")], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"scripts/build_encoders.sh failed:\n{out.stderr}")
+
+
 def worker_group(nodeid: str) -> str:
     """The unit `make test` hands to one pytest-xdist worker: a directory of tests/ (tests/runtime/<x> for the runtime
     tests), or a top-level test file. A directory's conftest session fixtures (a synthesized app, a started engine)

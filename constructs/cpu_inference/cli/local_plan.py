@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from .local_models import GEMMA, SMOLLM2, gemma_path, smollm2_path
+from ..engine_tasks import task_args
+from .local_models import ENCODER, GEMMA, RERANKER, SMOLLM2, encoder_path, gemma_path, reranker_path, smollm2_path
 from .main import UserError
 
 # The stand-in LLM for an escalation outside the config (openai / sagemaker / bedrock): no deployed counterpart.
@@ -26,7 +27,7 @@ class Engine:
     model: object | None  # the config's Model; None: the stand-in LLM for an escalation outside the config
     slots: int
     ctx_per_slot: int
-    stand_in: str  # SMOLLM2 | GEMMA: what serves it with --stand-ins (always, for model None)
+    stand_in: str  # SMOLLM2 | GEMMA | ENCODER | RERANKER: what serves it with --stand-ins (always, for model None)
     gguf: Path | None = None
     # engine vllm: the safetensors checkpoint directory that serves it (--model-map), and the deployed engine
     # environment (Sizing.engine_env: KV pool, sequences, context, dtype); None: llama-server serves it (a GGUF)
@@ -44,6 +45,18 @@ class Engine:
 
 def _describe(m) -> str:
     return f"{m.parameters_billions:g}B {m.weights_label} {m.source.hf_repo}/{m.source.file or ''}".rstrip("/")
+
+
+# What each stand-in is, by its display name (local_models): the file is located (or built-hint raised) only when used.
+STAND_IN_FILES: dict[str, Callable[[], Path]] = {
+    SMOLLM2: smollm2_path, GEMMA: gemma_path, ENCODER: encoder_path, RERANKER: reranker_path,
+}
+
+
+def farm_stand_in(m) -> str:
+    """The stand-in for a model-farm model: an encoder for an embedding model, a cross-encoder for a rerank model
+    (each serves its route with the task's flag, engine_tasks), else the small generator."""
+    return {"embedding": ENCODER, "rerank": RERANKER}.get(m.task, SMOLLM2)
 
 
 def slots_args(slots: int, ctx_per_slot: int) -> list[str]:
@@ -90,7 +103,7 @@ def plan(config, only: list[str] | None) -> tuple[list[Engine], list[str]]:
 
     selected = _selected(config, only)
     # Pooled models run inside their pool's process (plan_pools), not as engines of their own.
-    engines = [engine(m, SMOLLM2) for m in selected if config.pool_of(m) is None]
+    engines = [engine(m, farm_stand_in(m)) for m in selected if config.pool_of(m) is None]
     skipped = [m.name for m in config.models if m not in selected]
     if skipped:
         notes.append(f"not started (--models): {', '.join(skipped)} — the gateway answers 503 for them, as for a model scaled to zero")
@@ -121,11 +134,11 @@ def _selected(config, only: list[str] | None) -> list:
 
 
 def serve_files(config, engines: list[Engine], mapping: dict[str, Path], *, stand_ins: bool,
-                fetch: Callable[..., dict] | None = None, pooled: Collection[str] = ()) -> list[str]:
+                fetch: Callable[..., dict] | None = None, pooled: Collection[str] = ()) -> None:
     """Choose each engine's GGUF and flags: --model-map's file, else (without --stand-ins) the configured GGUF
     from the cache, downloaded first when missing (model_cache.fetch_models: every file checked, and the engines'
     memory at these slots against this machine's, before any byte moves), else the stand-in. `pooled`: models
-    served from a pool, whose memory local_pools.cap_pools checked (models_max of them at once). Returns notes."""
+    served from a pool, whose memory local_pools.cap_pools checked (models_max of them at once)."""
     vllm = [e for e in engines if getattr(e.model, "engine", None) == "vllm"]
     for e in vllm:
         if e.name in mapping:
@@ -143,9 +156,7 @@ def serve_files(config, engines: list[Engine], mapping: dict[str, Path], *, stan
         sized = [e.name for e in wanted if e.name in pooled]
         extra: dict[str, Any] = {"sized_elsewhere": sized} if sized else {}
         cached = fetch(config, names=[e.name for e in wanted], shapes={e.name: (e.slots, e.ctx_per_slot) for e in wanted}, **extra)
-    notes: list[str] = []
     for e in engines:
-        own = True  # served by a file of this model (not a chat stand-in)
         if e.vllm_dir is not None:
             continue
         if e.name in mapping:
@@ -153,19 +164,9 @@ def serve_files(config, engines: list[Engine], mapping: dict[str, Path], *, stan
         elif e.name in cached:
             e.gguf, e.note = cached[e.name].path, cached[e.name].note
         else:
-            own = False
-            e.gguf = smollm2_path() if e.stand_in == SMOLLM2 else gemma_path()
+            e.gguf = STAND_IN_FILES[e.stand_in]()
             what = _describe(e.model) if e.model is not None else "the escalation target"
             e.note = f"{e.name}: {e.stand_in} stands in for {what}" + (" (--stand-ins)" if e.model is not None else "")
-        e.args = slots_args(e.slots, e.ctx_per_slot)
-        task = getattr(e.model, "task", None)
-        if task == "embedding":
-            # The model's own GGUF keeps its pooling; the chat stand-in has none, so mean-pool it.
-            e.args += ["--embeddings"] + ([] if own else ["--pooling", "mean"])
-        elif task == "rerank":
-            if own:
-                e.args += ["--reranking"]
-            else:
-                notes.append(f"{e.name}: rerank needs a reranker GGUF (drop --stand-ins, or --model-map {e.name}=PATH); "
-                             "the stand-in serves chat only")
-    return notes
+        # --embeddings / --reranking as every deployed engine gets them; the pooling is the GGUF's own (mean for the
+        # encoder stand-in, rank for the reranker's with --reranking), as for the configured file.
+        e.args = slots_args(e.slots, e.ctx_per_slot) + task_args(getattr(e.model, "task", None) or "")

@@ -16,14 +16,13 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..engine_tasks import task_options
 from ..pool_preset import PoolModel, pool_preset
 from ..pool_sizing import ROUTER_RSS_BYTES, PoolPlan
-from .local_models import SMOLLM2
-from .local_plan import Engine, _selected
+from .local_plan import Engine, _selected, farm_stand_in
 from .main import UserError
 
 
@@ -38,7 +37,6 @@ class LocalPool:
     preset: Path | None = None
     port: int = 0
     proc: subprocess.Popen | None = None
-    notes: list[str] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -75,16 +73,12 @@ def plan_pools(config, only: list[str] | None) -> list[LocalPool]:
         members = [m for m in config.pool_models(fp.name) if m.name in started]
         if plan is None or not members:
             continue
-        engines = [Engine(m.name, m, plan.per_model[m.name].parallel, plan.per_model[m.name].ctx_per_slot, SMOLLM2) for m in members]
-        pool = LocalPool(fp.name, plan, engines, {m.name: deployed_key(m) for m in members},
-                         models_max=plan.models_max, threads=plan.threads_per_model)
-        # The preset carries ctx-size / parallel / threads only (render_preset): a pooled embedding or rerank model
-        # runs without --embeddings / --reranking, here as deployed, and llama-server answers those routes 501.
-        special = [m.name for m in members if m.task in ("embedding", "rerank")]
-        if special:
-            pool.notes.append(f"pool {fp.name}: {', '.join(special)} need --embeddings/--reranking, which a pool's preset does "
-                              "not set: those routes answer 501 from the pool (as deployed) — set serving: dedicated for them")
-        pools.append(pool)
+        # A pooled embedding / rerank model's section carries `embeddings` / `reranking` (pool_models: task_options,
+        # as the chart renders it); its stand-in is the encoder / cross-encoder (farm_stand_in), as for a dedicated one.
+        engines = [Engine(m.name, m, plan.per_model[m.name].parallel, plan.per_model[m.name].ctx_per_slot, farm_stand_in(m))
+                   for m in members]
+        pools.append(LocalPool(fp.name, plan, engines, {m.name: deployed_key(m) for m in members},
+                               models_max=plan.models_max, threads=plan.threads_per_model))
     return pools
 
 
