@@ -26,9 +26,14 @@ RSS comes from /proc/<pid>/status (VmRSS: weights mapped from the file count onc
 that has not grown to its estimate yet (still loading) is charged its estimate. The budget is the cgroup memory
 limit (else MemTotal), or MME_MEMORY_BUDGET_BYTES.
 
-An invocation is answered exactly as the single-model adapter answers /invocations (sagemaker_adapter.py: a chat
-or completion body, streaming, admission with 429, the non-streamed time budget, cancellation), by one
-SageMakerAdapter per loaded model. A child that dies is dropped from the list, so SageMaker loads it again.
+An invocation is answered exactly as the single-model adapter answers /invocations (sagemaker_adapter.py: a chat,
+completion, embeddings or rerank body, streaming, admission with 429, the non-streamed time budget, cancellation),
+by one SageMakerAdapter per loaded model.
+
+A loaded child that dies (the OOM killer, a crash) is restarted in place under the same model_name: SageMaker
+still believes the model is loaded — the contract has no call to tell it otherwise, and nothing documents that it
+re-issues a load after a 404 — so the model stays listed and its invocations are 503 + Retry-After until the new
+child's /health is 200. After MAX_CHILD_RESTARTS restarts in a row that fail to load, it is dropped (404).
 """
 
 from __future__ import annotations
@@ -71,7 +76,14 @@ RESERVED_FLAGS = frozenset({"model", "m", "host", "port", "alias", "a", "api-key
 SIZED_FLAGS = {"ctx-size": "ctx-size", "c": "ctx-size", "parallel": "parallel", "np": "parallel",
                "threads": "threads", "t": "threads", "cache-ram": "cache-ram", "cram": "cache-ram"}
 _FLAG = re.compile(r"^[a-z][a-z0-9-]*$")
+# Restarts in a row that may fail (the child exits or times out while loading) before a crashed model is dropped.
+# One failure can be the OOM killer acting on a neighbour's growth; three in a row means the model cannot load any
+# more (its file is gone or broken, it no longer fits), and each further try costs a full load: give it back to
+# SageMaker, whose next invoke then gets 404 (the contract's "not loaded").
+MAX_CHILD_RESTARTS = 3
+RESTART_BACKOFF_SECONDS = 1.0  # before the second and later tries: let the memory of the dead child be reclaimed
 ROUTE = re.compile(r"^/models/([^/]+)(/invoke)?$")
+LISTED = frozenset({"loaded", "restarting"})  # what SageMaker loaded and did not unload: listed, GET is 200
 
 
 @dataclass(frozen=True)
@@ -96,7 +108,7 @@ class Model:
     config: EngineConfig
     needed: int  # the memory estimate it was admitted with
     proxy: SageMakerAdapter
-    state: str = "loading"  # loading | loaded | unloading
+    state: str = "loading"  # loading | loaded | restarting (its child died) | unloading
     proc: asyncio.subprocess.Process | None = None
     watcher: asyncio.Task | None = field(default=None, repr=False)
 
@@ -262,9 +274,11 @@ class MultiModelAdapter(HttpFront):
         self.models.clear()
 
     async def _stop_child(self, model: Model) -> None:
-        if model.watcher is not None:
+        if model.watcher is not None and model.watcher is not asyncio.current_task():
             model.watcher.cancel()
-        proc = model.proc
+        await self._stop_process(model.proc)
+
+    async def _stop_process(self, proc: asyncio.subprocess.Process | None) -> None:
         if proc is None or proc.returncode is not None:
             return
         proc.terminate()
@@ -275,13 +289,43 @@ class MultiModelAdapter(HttpFront):
             await proc.wait()
 
     async def _watch(self, model: Model) -> None:
-        """A loaded child that exits is dropped: SageMaker sees it gone (404) and loads it again."""
-        assert model.proc is not None
-        code = await model.proc.wait()
-        if self.models.get(model.name) is model and model.state == "loaded":
-            log.error("llama-server of model %s exited with %s: unloaded", model.name, code)
+        """A loaded child that exits is restarted in place (module docstring); cancelled when the model is unloaded."""
+        while True:
+            assert model.proc is not None
+            code = await model.proc.wait()
+            if self.models.get(model.name) is not model or model.state != "loaded":
+                return  # unloaded or stopping: the exit was asked for
+            log.error("llama-server of model %s exited with %s: restarting it", model.name, code)
+            model.state = "restarting"  # invocations get 503 + Retry-After meanwhile
+            if not await self._restart(model):
+                return
+
+    async def _restart(self, model: Model) -> bool:
+        """Start the model's child again on a fresh port, up to MAX_CHILD_RESTARTS tries; True once it is loaded.
+        After the last failed try the model is dropped."""
+        for attempt in range(1, MAX_CHILD_RESTARTS + 1):
+            if attempt > 1:
+                await asyncio.sleep(RESTART_BACKOFF_SECONDS)
+            if self.models.get(model.name) is not model or model.state != "restarting":
+                return False
+            # A new port: the old one may still be held by the dead child's connections in TIME_WAIT.
+            model.config = replace(model.config, port=free_loopback_port())
+            model.proxy.retarget(model.config.port)
+            try:
+                await self._run_child(model, "restarting")
+            except LoadError as e:
+                log.warning("restart of model %s failed (%d of %d): %s", model.name, attempt, MAX_CHILD_RESTARTS, e.message)
+                await self._stop_process(model.proc)
+                continue
+            model.state = "loaded"
+            log.info("model %s restarted on port %d", model.name, model.config.port)
+            return True
+        if self.models.get(model.name) is model and model.state == "restarting":
+            log.error("model %s dropped after %d failed restarts: invocations get 404 until SageMaker loads it again",
+                      model.name, MAX_CHILD_RESTARTS)
             del self.models[model.name]
             model.proxy.release()
+        return False
 
     # --- routes --------------------------------------------------------------------------------------
 
@@ -308,7 +352,7 @@ class MultiModelAdapter(HttpFront):
             return await self._invoke(name, req, reader, writer)
         if req.method == "GET":
             model = self.models.get(name)
-            if model is None or model.state != "loaded":
+            if model is None or model.state not in LISTED:
                 return await self._send(writer, json_error(404, f"model {name!r} is not loaded", keep_alive=ka), ka)
             return await self._json(writer, 200, {"modelName": name, "modelUrl": model.url}, ka)
         if req.method == "DELETE":
@@ -324,7 +368,7 @@ class MultiModelAdapter(HttpFront):
     async def _list(self, req: Request, writer: asyncio.StreamWriter) -> bool:
         ka = req.keep_alive
         query = parse_qs(req.target.partition("?")[2])
-        names = sorted(n for n, m in self.models.items() if m.state == "loaded")
+        names = sorted(n for n, m in self.models.items() if m.state in LISTED)
         token = (query.get("next_page_token") or [""])[0]
         if token:
             try:
@@ -420,8 +464,17 @@ class MultiModelAdapter(HttpFront):
         return model
 
     async def _start_child(self, model: Model) -> None:
+        started = time.monotonic()
+        await self._run_child(model, "loading")
+        model.state = "loaded"
+        model.watcher = asyncio.create_task(self._watch(model))
+        log.info("model %s loaded in %.1f s on port %d", model.name, time.monotonic() - started, model.config.port)
+
+    async def _run_child(self, model: Model, state: str) -> None:
+        """Start the model's llama-server and return once its /health is 200, while the model stays in `state`
+        (a DELETE meanwhile ends the wait with 409); LoadError when it exits or does not load in time."""
         command = [self.defaults.binary, *llama_server_args(model.config)]
-        log.info("loading model %s (~%d MiB): %s", model.name, model.needed // MIB, shlex.join(command))
+        log.info("%s model %s (~%d MiB): %s", state, model.name, model.needed // MIB, shlex.join(command))
         started = time.monotonic()
         try:
             model.proc = await asyncio.create_subprocess_exec(*command)
@@ -429,17 +482,14 @@ class MultiModelAdapter(HttpFront):
             raise LoadError(500, f"cannot start llama-server for model {model.name!r}: {e}") from None
         deadline = started + self.load_timeout
         while True:
-            if model.proc.returncode is not None or model.state != "loading":
+            if model.proc.returncode is not None or model.state != state:
                 break
             if await model.proxy.engine_healthy():
-                model.state = "loaded"
-                model.watcher = asyncio.create_task(self._watch(model))
-                log.info("model %s loaded in %.1f s on port %d", model.name, time.monotonic() - started, model.config.port)
                 return
             if time.monotonic() >= deadline:
                 raise LoadError(500, f"model {model.name!r} did not load within {self.load_timeout:.0f} s")
             await asyncio.sleep(0.05)  # returncode is set when the child exits, without a wait()
-        if model.state != "loading":
+        if model.state != state:
             raise LoadError(409, f"model {model.name!r} was unloaded while loading")
         code = model.proc.returncode
         if code == -9:  # SIGKILL while loading: the kernel's OOM killer

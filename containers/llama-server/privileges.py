@@ -48,6 +48,12 @@ def _allowed(st: os.stat_result, uid: int, gid: int, bits: tuple[int, int, int])
     return bool(st.st_mode & other)
 
 
+def writable_by(directory: Path, uid: int, gid: int) -> bool:
+    """Whether uid:gid may create files in `directory`, by its owner and mode (checked as root, before the drop)."""
+    st = directory.stat()
+    return _allowed(st, uid, gid, (stat.S_IWUSR, stat.S_IWGRP, stat.S_IWOTH)) and _allowed(st, uid, gid, (stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH))
+
+
 def why_not_readable(path: Path, uid: int, gid: int) -> str:
     """Which path component keeps uid:gid from reading `path`, by its owner and mode (checked as root)."""
     search = (stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH)

@@ -1,10 +1,13 @@
 """SageMaker's container contract in front of llama-server on loopback (stdlib asyncio only).
 
 Data plane only: `GET /ping` and `POST /invocations`; every other path is 404 (no model swap, no
-/props, no slot save/restore). An OpenAI chat body (`messages`) goes to /v1/chat/completions, a
-completion body (`prompt`) to /v1/completions; a streamed body is forwarded byte for byte (a non-streamed
-one gets the engine's time limit, see Time below) and the response relayed as it arrives (SSE when
-`stream: true`, which InvokeEndpointWithResponseStream consumes).
+/props, no slot save/restore). The body's shape picks the engine route (ROUTES, one table): an OpenAI chat
+body (`messages`) goes to /v1/chat/completions, a completion body (`prompt`) to /v1/completions, an OpenAI
+embeddings body (`input`, a string or a list of them) to /v1/embeddings, a rerank body (`query` + `documents`)
+to /v1/rerank; a body of no shape or of two is one 400 naming them. A streamed generation is forwarded byte
+for byte (a non-streamed one gets the engine's time limit, see Time below), an embeddings or rerank body always
+byte for byte (they generate nothing), and the response is relayed as it arrives (SSE when `stream: true`,
+which InvokeEndpointWithResponseStream consumes).
 
 Admission: at most `max_in_flight` (= slots + queue depth) requests in flight; beyond that 429 with
 Retry-After, so bursts queue in the engine (bounded) instead of piling up behind SageMaker's timeout.
@@ -18,7 +21,8 @@ the budget the adapter closes the engine connection and answers 504. A request w
 cancelled the same way: closing the engine connection makes llama-server cancel the task (its handler
 polls `is_connection_closed` every HTTP_POLLING_SECONDS = 1 s and the response reader's destructor
 cancels the task: server-context.cpp, server-queue.cpp). Streamed requests
-(InvokeEndpointWithResponseStream) have no budget: that is the way to long answers.
+(InvokeEndpointWithResponseStream) have no budget: that is the way to long answers. Embeddings and rerank
+requests keep the budget (they are never streamed) but get no `t_max_predict_ms`: they generate no token.
 """
 
 from __future__ import annotations
@@ -59,8 +63,48 @@ DEFAULT_GENERATION_BUDGET_SECONDS = INVOKE_ENDPOINT_TIMEOUT_SECONDS - 10.0
 SOFT_LIMIT_FRACTION = 0.6
 WATCH_SECONDS = 0.1  # how often a request waiting for the engine checks its client, budget and shutdown
 ABORT_SECONDS = 1.0  # on shutdown, time for requests still running to send their clean 503 / last SSE event
-ROUTES = {"messages": "/v1/chat/completions", "prompt": "/v1/completions"}
 RELAYED_HEADERS = ("content-type", "cache-control")
+
+
+@dataclass(frozen=True)
+class Route:
+    """One accepted body shape: the keys that make it, the engine path it goes to, whether it generates tokens
+    (only those get the engine's time limit and may stream)."""
+
+    name: str
+    keys: tuple[str, ...]  # all present: the body is this shape
+    path: str
+    generates: bool
+
+    def describe(self) -> str:
+        return f"{self.name} ({' + '.join(self.keys)})"
+
+
+# The engine paths exist on both engines behind this adapter: the pinned llama-server (tools/server/server.cpp:
+# /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/rerank; bodies in server-context.cpp:
+# handle_embeddings_impl reads "input", post_rerank "query" and "documents") and vLLM 0.32's OpenAI server
+# (vllm/entrypoints/pooling/embed/api_router.py /v1/embeddings with EmbeddingRequest.input,
+# pooling/scoring/api_router.py /v1/rerank with RerankRequest.query/.documents). The gateway uses the same paths
+# (containers/router/slm_router/gateway.py GATEWAY_PATHS).
+ROUTES = (
+    Route("OpenAI chat", ("messages",), "/v1/chat/completions", generates=True),
+    Route("completion", ("prompt",), "/v1/completions", generates=True),
+    Route("OpenAI embeddings", ("input",), "/v1/embeddings", generates=False),
+    Route("rerank", ("query", "documents"), "/v1/rerank", generates=False),
+)
+ACCEPTED_SHAPES = ", ".join(r.describe() for r in ROUTES)
+
+
+def route_for(payload: object) -> Route | str:
+    """The route of a parsed body, or why there is none (one line naming every accepted shape)."""
+    if not isinstance(payload, dict):
+        return f"body must be a JSON object of one shape: {ACCEPTED_SHAPES}"
+    matched = [r for r in ROUTES if all(k in payload for k in r.keys)]
+    if len(matched) == 1:
+        return matched[0]
+    if matched:
+        return f"body matches {' and '.join(r.describe() for r in matched)}: send exactly one shape of {ACCEPTED_SHAPES}"
+    return f"body must be one of {ACCEPTED_SHAPES}; got keys {', '.join(sorted(map(str, payload))) or 'none'}"
 
 
 @dataclass
@@ -182,6 +226,13 @@ class SageMakerAdapter(HttpFront):
     def release(self) -> None:
         self.pool.close()
 
+    def retarget(self, port: int) -> None:
+        """The engine was restarted on another loopback port (mme_adapter: a crashed child): new requests go there;
+        idle connections to the dead one are dropped."""
+        self.pool.close()
+        self.pool.port = port
+        self.engine = (self.engine[0], port)
+
     # --- connections -------------------------------------------------------------------------------
 
     async def _dispatch(self, req: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
@@ -234,17 +285,18 @@ class SageMakerAdapter(HttpFront):
             payload = json.loads(req.body)
         except (ValueError, UnicodeDecodeError):
             return await self._send(writer, json_error(400, "body must be JSON", keep_alive=ka), ka)
-        kinds = [k for k in ROUTES if isinstance(payload, dict) and k in payload]
-        if len(kinds) != 1:
-            return await self._send(writer, json_error(400, "body must be an OpenAI chat request (messages) or completion request (prompt)", keep_alive=ka), ka)
-        streamed = payload.get("stream") is True
-        body = req.body if streamed else self._within_budget(payload)
+        route = route_for(payload)
+        if isinstance(route, str):
+            return await self._send(writer, json_error(400, route, keep_alive=ka), ka)
+        streamed = route.generates and payload.get("stream") is True
+        # Only a generation gets the engine's own time limit; every other body reaches the engine as sent.
+        body = self._within_budget(payload) if route.generates and not streamed else req.body
         deadline = None if streamed else received + self.generation_budget
         self.in_flight += 1
         self.stats.accepted += 1
         try:
             try:
-                conn, head = await self._forward(ROUTES[kinds[0]], body, reader, deadline)
+                conn, head = await self._forward(route.path, body, reader, deadline)
             except EngineUnavailable as e:
                 self.stats.rejected_unavailable += 1
                 return await self._send(writer, json_error(503, str(e), keep_alive=ka, retry_after=self.retry_after), ka)

@@ -23,12 +23,13 @@ import logging
 import os
 import shlex
 import sys
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from engine_flags import EngineConfigError
-from privileges import drop_privileges, run_as, why_not_readable
+from privileges import drop_privileges, run_as, why_not_readable, writable_by
 from sagemaker_adapter import (
     DEFAULT_GENERATION_BUDGET_SECONDS,
     SageMakerAdapter,
@@ -240,15 +241,65 @@ def check_model_readable(model: Path, reasons: Mapping[Path, str]) -> None:
             ) from None
 
 
+# Where vLLM writes while it starts and serves: its own cache (VLLM_CACHE_ROOT), torch.compile's generated .cpp/.so
+# (TORCHINDUCTOR_CACHE_DIR), the Hugging Face hub's (HF_HOME), and HOME (~/.cache and ~/.config of the rest). The image
+# points all of them under /tmp (Dockerfile ENV).
+CACHE_DIR_VARS = ("HOME", "VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "HF_HOME")
+_CACHE_FIX = "point {name} at a directory the serving user can write, or set LLAMA_RUN_AS=0:0 to serve as root"
+
+
+def cache_dirs(env: Mapping[str, str]) -> list[tuple[str, Path]]:
+    return [(name, Path(env[name].strip())) for name in CACHE_DIR_VARS if env.get(name, "").strip()]
+
+
+def give_cache_dirs(env: Mapping[str, str], uid: int, gid: int) -> None:
+    """As root, before the drop: each cache directory that is missing is created, and one uid:gid cannot write is
+    given to it (chown). On an endpoint /tmp is SageMaker's ML storage volume ("ML storage volumes are mounted as
+    follows: ... Endpoints - /opt/ml/ and /tmp/", docs.aws.amazon.com/sagemaker/latest/dg/encryption-at-rest-nbi.html),
+    so its owner and mode are the platform's, not the image's 1777. One that is writable already is left as it is."""
+    for name, path in cache_dirs(env):
+        try:
+            created = [p for p in (path, *path.parents) if not p.exists()]
+            path.mkdir(parents=True, exist_ok=True)
+            for p in created:
+                os.chown(p, uid, gid)
+            if not writable_by(path, uid, gid):
+                os.chown(path, uid, gid)
+        except OSError as e:
+            raise EngineConfigError(
+                f"{name}={path}: cannot create it or give it to uid {uid} gid {gid} ({e.strerror or type(e).__name__}): "
+                f"vLLM writes its caches there; {_CACHE_FIX.format(name=name)}"
+            ) from None
+
+
+def check_cache_writable(env: Mapping[str, str]) -> None:
+    """After the drop: a file really written (and removed) in each cache directory, as the serving user; a parent it
+    cannot enter, a read-only mount or a security module all show here, before vLLM starts."""
+    for name, path in cache_dirs(env):
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=path) as f:
+                f.write(b"probe")
+        except OSError as e:
+            raise EngineConfigError(
+                f"{name}={path} is not writable by uid {os.getuid()} gid {os.getgid()} ({e.strerror or type(e).__name__}): "
+                f"vLLM and torch.compile write their caches there while starting; {_CACHE_FIX.format(name=name)}"
+            ) from None
+
+
 def drop_root(env: Mapping[str, str], plan: SageMakerPlan) -> str:
-    """privileges.py's drop (LLAMA_RUN_AS, default 65532:65532), then a read of every checkpoint file."""
+    """privileges.py's drop (LLAMA_RUN_AS, default 65532:65532) after giving the serving user its cache directories,
+    then a read of every checkpoint file and a write in every cache directory as that user."""
     reasons: dict[Path, str] = {}
     if os.geteuid() == 0:
         uid, gid = run_as(env)
         reasons = {f: why_not_readable(f, uid, gid) for f in plan.engine.model.rglob("*") if f.is_file()}
+        if uid != 0:
+            give_cache_dirs(env, uid, gid)
     # privileges.py checks the file it is given plus GGUF siblings; config.json stands for the directory here.
     line = drop_privileges(env, model=str(plan.engine.model / "config.json"), binary=plan.engine.python)
     check_model_readable(plan.engine.model, reasons)
+    check_cache_writable(env)
     return line
 
 

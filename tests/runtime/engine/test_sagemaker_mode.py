@@ -83,7 +83,7 @@ def test_wrong_methods_are_405(endpoint: Endpoint, method: str, path: str) -> No
     assert httpx.request(method, f"{endpoint.url}{path}", timeout=10).status_code == 405
 
 
-@pytest.mark.parametrize("body", [b"not json", b"[1, 2]", b'{"input": "x"}', b'{"prompt": "x", "messages": []}'])
+@pytest.mark.parametrize("body", [b"not json", b"[1, 2]", b'{"text": "x"}', b'{"prompt": "x", "messages": []}'])
 def test_bad_bodies_are_400(endpoint: Endpoint, body: bytes) -> None:
     r = httpx.post(f"{endpoint.url}/invocations", content=body, headers={"Content-Type": "application/json"}, timeout=10)
     assert r.status_code == 400
