@@ -52,11 +52,18 @@ def build_result(output: str | None) -> BuildResult:
         raise BuildFailed(
             f"the manifest build {manifest.get('BuildId', '?')} exported IMAGE_DIGEST={digest!r}, not a sha256 digest"
         )
+    # Each architecture's own image digest: SageMaker endpoints are given it (Digest-<arch>), so a platform build
+    # without one fails here with its name, not later in CloudFormation as a missing attribute.
     platforms: dict[str, str] = {}
     for build in doc.get("platformBuilds") or []:
         pv = _variables(build)
-        if pv.get("ARCH") and DIGEST.match(pv.get("IMAGE_DIGEST", "")):
-            platforms[pv["ARCH"]] = pv["IMAGE_DIGEST"]
+        arch, platform_digest = pv.get("ARCH", ""), pv.get("IMAGE_DIGEST", "")
+        if not arch or not DIGEST.match(platform_digest):
+            raise BuildFailed(
+                f"the platform build {build.get('BuildId', '?')} exported ARCH={arch!r} IMAGE_DIGEST={platform_digest!r}, "
+                "not an architecture and a sha256 digest"
+            )
+        platforms[arch] = platform_digest
     return BuildResult(digest=digest, platform_digests=platforms)
 
 

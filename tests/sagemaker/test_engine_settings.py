@@ -34,3 +34,29 @@ def test_queue_depth_and_model_path() -> None:
     e = engine_settings(SPEC_8B, "ml.c7g.8xlarge", alias="m", model_file="Q4_K_M/m-00001-of-00002.gguf", queue_depth=0)
     assert (e.queue_depth, e.max_in_flight) == (0, 8)
     assert e.environment()["MODEL_PATH"] == "/opt/ml/model/Q4_K_M/m-00001-of-00002.gguf"
+
+
+def test_the_invoke_time_figures_are_the_containers() -> None:
+    """engine_settings holds the construct side's copy of the adapter's time figures (the constructs cannot import
+    containers/): InvokeEndpoint's 60 s, the 50 s generation budget and the variable the adapter reads it from."""
+    import sys
+    from pathlib import Path
+
+    import botocore.session
+
+    from cpu_inference.sagemaker import engine_settings as es
+
+    engine_dir = Path(__file__).resolve().parents[2] / "containers" / "llama-server"
+    sys.path.insert(0, str(engine_dir))
+    try:
+        import sagemaker_adapter
+    finally:
+        sys.path.remove(str(engine_dir))
+    adapter = engine_dir / "sagemaker_adapter.py"
+    assert sagemaker_adapter.INVOKE_ENDPOINT_TIMEOUT_SECONDS == es.INVOKE_TIMEOUT_SECONDS
+    assert sagemaker_adapter.DEFAULT_GENERATION_BUDGET_SECONDS == es.GENERATION_BUDGET_SECONDS
+    assert f'"{es.GENERATION_BUDGET_ENV}"' in (adapter.parent / "entrypoint.py").read_text()
+    assert f'"{es.GENERATION_BUDGET_ENV}"' in (adapter.parents[1] / "vllm-cpu" / "entrypoint.py").read_text()
+    doc = botocore.session.get_session().get_service_model("sagemaker-runtime").operation_model("InvokeEndpoint").documentation
+    assert f"must respond to requests within {es.INVOKE_TIMEOUT_SECONDS} seconds" in doc
+    assert 0 < es.LATENCY_ALARM_BUDGET_FRACTION < 1

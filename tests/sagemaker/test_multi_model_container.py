@@ -43,9 +43,32 @@ def synthesized_environment() -> tuple[dict[str, str], MultiModelEndpoint]:
     return model["Properties"]["PrimaryContainer"]["Environment"], ep
 
 
+def test_the_container_plans_the_synthesized_budgets(tmp_path: Path) -> None:
+    """The real entrypoint's multi-model plan from the synthesized environment: the memory budget is the construct's
+    (not the whole instance), and a request's generation budget leaves room for a cold load inside InvokeEndpoint's
+    60 s (F5, F6)."""
+    environment, ep = synthesized_environment()
+    sys.path.insert(0, str(ENGINE_DIR))
+    try:
+        import entrypoint
+    finally:
+        sys.path.remove(str(ENGINE_DIR))
+    # The instance's memory as the container would detect it (ml.c8g.large: 4 GiB).
+    plan = entrypoint.multi_model_plan({**environment, "LLAMA_SERVER_BIN": str(tmp_path / "llama-server")}, cpus=2, memory_limit=4 * 1024 * MIB)
+    assert plan.memory_budget == 3 * 1024 * MIB
+    assert plan.adapter.generation_budget == 20.0 == 60 - ep.props.cold_load_alarm.to_seconds() - 10
+    # Without memory_budget_bytes: the memory alarm's 85% of the instance, not the adapter's 100% default.
+    stack = cdk.Stack(cdk.App(), "Farm2", env=cdk.Environment(account="123456789012", region="us-east-1"))
+    image = EngineImage(ecr.Repository.from_repository_name(stack, "Repo", "llama-server"), digest="sha256:" + "cd" * 32)
+    default = MultiModelEndpoint(stack, "Pool", props=MultiModelEndpointProps(
+        name="small", image=image, model_bucket=ModelBucket(stack, "Models"), instance_type="ml.c8g.large"))
+    plan = entrypoint.multi_model_plan({**default.environment, "LLAMA_SERVER_BIN": "x"}, cpus=2, memory_limit=4 * 1024 * MIB)
+    assert plan.memory_budget == int(4 * 1024 * MIB * 0.85)
+
+
 def test_the_synthesized_environment_serves_a_farm_artifact(llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path) -> None:
     environment, ep = synthesized_environment()
-    assert environment == {"LLAMA_THREADS": "1", "MME_MEMORY_BUDGET_BYTES": str(3 * 1024 * MIB)}
+    assert environment == {"LLAMA_THREADS": "1", "MME_MEMORY_BUDGET_BYTES": str(3 * 1024 * MIB), "ADAPTER_GENERATION_BUDGET_SECONDS": "20"}
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "SAGEMAKER_", "ADAPTER_", "MME_", "MODEL_", "SM_"))}
     env.update(environment)

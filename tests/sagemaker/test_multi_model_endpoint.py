@@ -103,7 +103,7 @@ def test_model_is_multi_model_on_the_prefix(pool) -> None:
     assert "ModelDataSource" not in container
     assert container["MultiModelConfig"] == {"ModelCacheSetting": "Enabled"}
     assert "Enabled" in SAGEMAKER.shape_for("ModelCacheSetting").enum
-    assert container["Environment"] == {"LLAMA_THREADS": "2", "MME_MEMORY_BUDGET_BYTES": str(12 * GIB)}
+    assert container["Environment"] == {"LLAMA_THREADS": "2", "MME_MEMORY_BUDGET_BYTES": str(12 * GIB), "ADAPTER_GENERATION_BUDGET_SECONDS": "20"}
     assert flatten(container["Image"]).endswith("/llama-server@" + DIGEST)
 
 
@@ -131,9 +131,13 @@ def test_the_shipped_image_and_its_build_order(built) -> None:
     stack, ep, t, _ = built
     model_id = stack.get_logical_id(ep.model)
     model = t["Resources"][model_id]
-    assert flatten(model["Properties"]["PrimaryContainer"]["Image"]).endswith("@<EngineBuild6A1C3F93.ImageDigest>")
-    # No memory_budget_bytes: the container's memory limit is the adapter's budget (507 → SageMaker unloads).
-    assert model["Properties"]["PrimaryContainer"]["Environment"] == {"LLAMA_THREADS": "2"}
+    # ml.c8g is arm64: its own image, not the manifest list (no source says CreateModel takes a list).
+    assert flatten(model["Properties"]["PrimaryContainer"]["Image"]).endswith("@<EngineBuild6A1C3F93.Digest-arm64>")
+    # No memory_budget_bytes: the memory alarm's 85% of ml.c8g.2xlarge's 16 GiB (507 → SageMaker unloads), not the
+    # adapter's own default of all of it.
+    assert model["Properties"]["PrimaryContainer"]["Environment"] == {
+        "LLAMA_THREADS": "2", "MME_MEMORY_BUDGET_BYTES": str(int(16 * GIB * 0.85)), "ADAPTER_GENERATION_BUDGET_SECONDS": "20",
+    }
     assert {"CatalogCopy", stack.get_logical_id(ep.role.node.default_child)} <= set(model["DependsOn"])
 
 
@@ -153,7 +157,8 @@ def test_variant_on_a_graviton_instance_botocore_hosts(pool, built) -> None:
 
 @pytest.mark.parametrize(("instance_type", "threads", "slots", "target"), [("ml.m8g.xlarge", 2, 2, 1.0), ("ml.m8g.4xlarge", 2, 8, 6.0), ("ml.c8g.2xlarge", 1, 8, 6.0)])
 def test_autoscaling_targets_three_quarters_of_the_slots(instance_type: str, threads: int, slots: int, target: float) -> None:
-    _, ep, t = pool_stack(3, instance_type=instance_type, threads_per_model=threads, min_capacity=1, max_capacity=5)
+    # Models that each admit 16 (parallel 8 + queue 8): the instance's slots are the tighter bound.
+    _, ep, t = pool_stack(3, instance_type=instance_type, threads_per_model=threads, min_capacity=1, max_capacity=5, model_parallel=8)
     assert (ep.slots, ep.target_concurrency) == (slots, target)
     scalable = one(t, "AWS::ApplicationAutoScaling::ScalableTarget")
     assert (scalable["MinCapacity"], scalable["MaxCapacity"]) == (1, 5)
@@ -223,19 +228,23 @@ def test_grant_invoke_is_invoke_endpoint_only_and_scoped_to_target_models(built)
 
 def test_alarms_include_cold_loads_and_cache_thrashing(pool) -> None:
     _, ep, t = pool
-    assert set(ep.alarms) == {"latency_p95", "errors_4xx", "errors_5xx", "cpu", "memory", "cold_load_p95", "cache_hit"}
+    assert set(ep.alarms) == {"latency_p95", "errors_4xx", "errors_5xx", "cpu", "memory", "cold_load_max", "cache_hit"}
     alarms = list(resources(t, "AWS::CloudWatch::Alarm").values())
     assert len(alarms) == 7
     by_metric = {a["Properties"].get("MetricName"): a["Properties"] for a in alarms if "MetricName" in a["Properties"]}
     cold = by_metric["ModelLoadingWaitTime"]
-    assert (cold["Namespace"], cold["ExtendedStatistic"], cold["Threshold"]) == ("AWS/SageMaker", "p95", 30_000_000)  # µs
+    # Maximum: SageMaker lists no percentiles for ModelLoadingWaitTime (an alarm on p95 would never leave OK).
+    assert (cold["Namespace"], cold["Statistic"], cold["Threshold"]) == ("AWS/SageMaker", "Maximum", 30_000_000)  # µs
+    assert "ExtendedStatistic" not in cold
     assert cold["ComparisonOperator"] == "GreaterThanThreshold"
     hit = by_metric["ModelCacheHit"]
     assert (hit["Namespace"], hit["Statistic"], hit["Threshold"], hit["ComparisonOperator"]) == ("AWS/SageMaker", "Average", 0.5, "LessThanThreshold")
     for props in (cold, hit):
         assert {d["Name"]: d["Value"] for d in props["Dimensions"]} == {"EndpointName": ep.endpoint_name, "VariantName": "AllTraffic"}
     latency = by_metric["ModelLatency"]
-    assert latency["Threshold"] == (2000 + 256 * 100) * 1000  # SLO + 256 tokens x 100 ms, in µs
+    # SLO + 256 tokens x 100 ms = 27.6 s is beyond the 20 s at which an MME answer is cut: 90% of that instead (µs).
+    assert latency["Threshold"] == 18_000_000
+    assert "2000 ms first-token SLO + 256 output tokens x 100 ms = 27600 ms, capped at 90% of the 20 s" in latency["AlarmDescription"]
 
 
 def test_dashboard_shows_the_model_cache(pool) -> None:
@@ -289,6 +298,108 @@ def test_template_does_not_grow_with_the_number_of_models() -> None:
     print(f"\nMME pool synth: 10 models {timings[10]:.2f} s, 1000 models {timings[1000]:.2f} s; template {len(templates[1000])} bytes")
 
 
+# -- time, memory and scaling of a pool (review findings F5, F6, F9, F11, F12) ------------------------------------
+
+
+def test_a_cold_load_and_the_answer_fit_in_invoke_endpoints_60_seconds() -> None:
+    # F5: the adapter gives a request the whole budget from the moment /models/<n>/invoke arrives; a request that first
+    # waited on a load (up to cold_load_alarm) must still answer inside InvokeEndpoint's 60 s: 60 - load - 10 s margin.
+    invoke = RUNTIME.operation_model("InvokeEndpoint").documentation
+    assert "must respond to requests within 60 seconds" in invoke
+    for cold_s, budget in ((30, "20"), (10, "40"), (45, "5")):
+        _, ep, t = pool_stack(2, cold_load_alarm=cdk.Duration.seconds(cold_s))
+        env = one(t, "AWS::SageMaker::Model")["PrimaryContainer"]["Environment"]
+        assert env["ADAPTER_GENERATION_BUDGET_SECONDS"] == budget
+        assert cold_s + float(budget) + 10 == 60
+
+
+def test_memory_budget_defaults_to_the_memory_alarms_share_of_the_instance() -> None:
+    # F6: the adapter's own default is all of the cgroup limit / MemTotal; the construct always renders the memory
+    # alarm's threshold (utilization_alarm_percent) of the instance type's memory instead — one figure for both.
+    for instance_type, gib, percent in (("ml.m8g.xlarge", 16, 85.0), ("ml.r8g.2xlarge", 64, 85.0), ("ml.c8g.xlarge", 8, 70.0)):
+        _, ep, t = pool_stack(2, instance_type=instance_type, utilization_alarm_percent=percent)
+        env = one(t, "AWS::SageMaker::Model")["PrimaryContainer"]["Environment"]
+        assert int(env["MME_MEMORY_BUDGET_BYTES"]) == int(gib * GIB * percent / 100) < gib * GIB
+        memory_alarm = _resource_of(t, ep, ep.alarms["memory"])
+        assert memory_alarm["Threshold"] == percent  # the same fraction the budget is cut at
+
+
+def _resource_of(t: dict[str, Any], ep: MultiModelEndpoint, construct: Any) -> dict[str, Any]:
+    return t["Resources"][cdk.Stack.of(ep).get_logical_id(construct.node.default_child)]["Properties"]
+
+
+def test_every_alarm_uses_a_statistic_sagemaker_publishes(pool, built) -> None:
+    # F9: ModelLoadingWaitTime has no percentiles ("Valid statistics: Average, Sum, Min, Max, Sample Count");
+    # ModelLatency has (the current page lists "Percentiles" for it), so the latency alarm keeps p95.
+    from cpu_inference.sagemaker.monitoring import PERCENTILES, VALID_STATISTICS, check_statistic
+
+    for _, _ep, t, *_ in (pool, built):
+        for alarm in resources(t, "AWS::CloudWatch::Alarm").values():
+            props = alarm["Properties"]
+            queries = [q["MetricStat"] for q in props.get("Metrics", []) if "MetricStat" in q]
+            stats = [(props["MetricName"], props.get("Statistic") or props["ExtendedStatistic"])] if "MetricName" in props else [
+                (q["Metric"]["MetricName"], q["Stat"]) for q in queries]
+            for metric, stat in stats:
+                check_statistic(metric, stat)
+        body = json.dumps(one(t, "AWS::CloudWatch::Dashboard")["DashboardBody"])
+        for metric in ("ModelLoadingWaitTime", "ModelDownloadingTime", "ModelLoadingTime"):
+            assert re.search(rf'{metric}\\",[^\]]*\\"stat\\":\\"p\d', body) is None, metric
+    assert PERCENTILES in VALID_STATISTICS["ModelLatency"] and PERCENTILES not in VALID_STATISTICS["ModelLoadingWaitTime"]
+    with pytest.raises(ValueError, match=r"ModelLoadingWaitTime has no p95 statistic in CloudWatch"):
+        check_statistic("ModelLoadingWaitTime", "p95")
+
+
+def test_instance_storage_pool_gets_no_volume_kms_key() -> None:
+    # F11: botocore CreateEndpointConfig.KmsKeyId: on instances with local storage "the KmsKeyId parameter does not
+    # encrypt instance local storage" (older models: the call fails). The key still encrypts the log group.
+    doc = SAGEMAKER.operation_model("CreateEndpointConfig").input_shape.members["KmsKeyId"].documentation
+    assert "does not encrypt instance local storage" in doc
+    stack, ep, t = pool_stack(2, instance_type="ml.r7gd.2xlarge")
+    assert ep.instance.instance_store
+    config = one(t, "AWS::SageMaker::EndpointConfig")
+    assert "KmsKeyId" not in config
+    (log_group,) = resources(t, "AWS::Logs::LogGroup").values()
+    assert flatten(log_group["Properties"]["KmsKeyId"]) == f"<{stack.get_logical_id(ep.key.node.default_child)}.Arn>"
+    # An EBS-backed type keeps the volume key.
+    assert "KmsKeyId" in one(pool_stack(2)[2], "AWS::SageMaker::EndpointConfig")
+
+
+def hot_model_pool(parameters_billions: float, instance_type: str) -> MultiModelEndpoint:
+    """A catalog pool of one chat model sized as the farm sizes it (pool_sizing.model_slots: its `parallel`)."""
+    from cpu_inference import pool_sizing, sizing
+    from cpu_inference.artifacts import ModelCatalog, ModelCatalogProps
+    from model_download.catalog import CatalogEntry
+
+    slots = pool_sizing.model_slots(sizing.ModelSpec(parameters_billions=parameters_billions, quantization="Q4_K_M", context_window=4096))
+    app = cdk.App()
+    stack = cdk.Stack(app, "HotPool", env=ENV)
+    entry = CatalogEntry(name="big", hf_repo="acme/big-GGUF", file="big-Q4_K_M.gguf",
+                         engine_args={"ctx-size": str(slots.ctx_size), "parallel": str(slots.parallel), "threads": "2"})
+    catalog = ModelCatalog(stack, "Catalog", props=ModelCatalogProps(model_bucket=ModelBucket(stack, "Models"), entries=(entry,), layouts=("mme",)))
+    image = EngineImage(ecr.Repository.from_repository_name(stack, "Repo", "llama-server"), digest=DIGEST)
+    return MultiModelEndpoint(stack, "Pool", props=MultiModelEndpointProps.for_catalog(
+        catalog, name="hot", image=image, instance_type=instance_type, max_capacity=4))
+
+
+def test_a_single_hot_2b_model_can_scale_the_pool_out() -> None:
+    # F12: admission is per loaded model (parallel + queue, queue = parallel: mme_adapter.py), the scaling target per
+    # instance. A 3B model gets parallel 1 (pool_sizing.FARM_SLOTS) so it admits 2 and answers 429 beyond; on
+    # ml.m8g.4xlarge (8 slots) a target of 6 would never be reached by it — the pool would never scale out.
+    from cpu_inference import pool_sizing
+
+    ep = hot_model_pool(3, "ml.m8g.4xlarge")
+    assert pool_sizing.FARM_SLOTS == 1 and ep.props.model_parallel == 1 and ep.props.model_admission == 2
+    assert ep.slots == 8
+    assert ep.target_concurrency == 1.0 < ep.props.model_admission  # one hot model's excess shows above the target
+    # Small models (parallel 2: admit 4) cap it at 3; the instance's slots stay the bound when they are tighter.
+    small = hot_model_pool(1, "ml.m8g.4xlarge")
+    assert (small.props.model_admission, small.target_concurrency) == (4, 3.0)
+    assert hot_model_pool(1, "ml.m8g.xlarge").target_concurrency == 1.0  # 2 slots
+    # A queue set in the environment counts too.
+    _, queued, _ = pool_stack(2, instance_type="ml.m8g.4xlarge", model_parallel=1, environment={"LLAMA_QUEUE_DEPTH": "7"})
+    assert (queued.props.model_admission, queued.target_concurrency) == (8, 6.0)
+
+
 # -- the props refuse what SageMaker refuses -------------------------------------------------------------------
 
 
@@ -309,12 +420,16 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"threads_per_model": 8}, r"threads_per_model must be 1..4 \(the vCPUs of ml.m8g.xlarge\)"),
     ({"memory_budget_bytes": 0}, r"memory_budget_bytes must be in 1..17179869184 \(the 16 GiB of ml.m8g.xlarge\).* or leave it out"),
     ({"memory_budget_bytes": 17 * GIB}, r"memory_budget_bytes must be in 1..17179869184"),
-    ({"environment": {"LLAMA_THREADS": "3"}}, r"environment may not set LLAMA_THREADS: set threads_per_model / memory_budget_bytes instead"),
+    ({"environment": {"LLAMA_THREADS": "3"}}, r"environment may not set LLAMA_THREADS: set threads_per_model / memory_budget_bytes / cold_load_alarm instead"),
+    ({"environment": {"ADAPTER_GENERATION_BUDGET_SECONDS": "50"}}, r"environment may not set ADAPTER_GENERATION_BUDGET_SECONDS: .* cold_load_alarm instead"),
+    ({"model_parallel": 0}, r"model_parallel must be >= 1"),
     ({"environment": {f"K{i}": "v" for i in range(100)}}, r"SageMaker allows 100 in all"),
     ({"environment": {"K": "v" * 1025}}, r"exceed SageMaker's 1024 bytes per value"),
     ({"min_capacity": 0}, r"min_capacity must be >= 1 \(SageMaker real-time endpoints cannot scale to zero\)"),
     ({"startup_health_check_timeout": cdk.Duration.seconds(30)}, r"startup_health_check_timeout must be 60..3600"),
-    ({"cold_load_alarm": cdk.Duration.seconds(90)}, r"cold_load_alarm must be between 0 and 60 s \(InvokeEndpoint's limit\)"),
+    ({"cold_load_alarm": cdk.Duration.seconds(90)}, r"cold_load_alarm must be between 0 and 50 s \(InvokeEndpoint's 60 s less 10 s for the answer"),
+    # 50 s of load would leave no time to answer inside InvokeEndpoint's 60 s.
+    ({"cold_load_alarm": cdk.Duration.seconds(50)}, r"cold_load_alarm must be between 0 and 50 s"),
     ({"cache_hit_alarm_percent": 0}, r"cache_hit_alarm_percent must be in \(0, 100\]"),
     ({"name": "Pool_1"}, r"name must be a DNS label"),
     ({"variant_name": "all traffic"}, r"variant_name must be letters, digits and '-'"),

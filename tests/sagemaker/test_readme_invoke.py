@@ -26,30 +26,42 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ecr as ecr
 from aws_cdk.assertions import Template
-
-from cpu_inference import sizing
-from cpu_inference.sagemaker import EngineImage, GravitonEndpoint, GravitonEndpointProps
 from tests.evaluation.sagemaker_emulator import SageMakerRuntimeEmulator
 from tests.runtime.engine.serving import start_endpoint, stop_endpoint
 from tests.sagemaker.readme import examples
+
+from cpu_inference import sizing
+from cpu_inference.sagemaker import EngineImage, GravitonEndpoint, GravitonEndpointProps
 
 pytestmark = pytest.mark.engine
 
 THREAD_KEYS = ("LLAMA_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "INTRA_OP_NUM_THREADS")
 
 
-def template_environment(model_file: str) -> dict[str, str]:
-    """The container environment GravitonEndpoint synthesizes for SmolLM2-135M on ml.c7g.large."""
+CHAT = sizing.ModelSpec(parameters_billions=0.135, quantization="Q4_1", context_window=2048, task="chat")
+# all-MiniLM-L6-v2 (22.7M parameters, F16 GGUF) and the BERT cross-encoder fixture: BERT's 512 positions.
+EMBEDDING = sizing.ModelSpec(parameters_billions=0.023, quantization="F16", context_window=512, task="embedding")
+RERANK = sizing.ModelSpec(parameters_billions=0.023, quantization="F16", context_window=512, task="rerank")
+
+
+def template_environment(model_file: str, spec: sizing.ModelSpec = CHAT, name: str = "smollm2-135m") -> dict[str, str]:
+    """The container environment GravitonEndpoint synthesizes for `spec` (default: SmolLM2-135M chat), ml.c7g.large."""
     app = cdk.App()
     stack = cdk.Stack(app, "Slm")
     GravitonEndpoint(stack, "Slm", props=GravitonEndpointProps(
-        name="smollm2-135m", model="s3://my-models/models/smollm2-135m/main/", model_file=model_file,
-        spec=sizing.ModelSpec(parameters_billions=0.135, quantization="Q4_1", context_window=2048, task="chat"),
+        name=name, model=f"s3://my-models/models/{name}/main/", model_file=model_file, spec=spec,
         image=EngineImage(ecr.Repository.from_repository_name(stack, "Repo", "llama-server"), tag="v1"),
         instance_type="ml.c7g.large",
     ))
     (model,) = [r for r in Template.from_stack(stack).to_json()["Resources"].values() if r["Type"] == "AWS::SageMaker::Model"]
     return model["Properties"]["PrimaryContainer"]["Environment"]
+
+
+def _local(env: dict[str, str], workdir: Path, gguf: Path) -> dict[str, str]:
+    """The synthesized environment on this machine: one thread, the model in a local directory, no repacking."""
+    local = {**env, **{k: "1" for k in THREAD_KEYS}, "MODEL_PATH": str(workdir / "opt-ml-model" / gguf.name)}
+    local["LLAMA_ARG_REPACK"] = os.environ.get("LLAMA_ARG_REPACK", "0")
+    return local
 
 
 @pytest.fixture(scope="module")
@@ -58,9 +70,27 @@ def readme_endpoint(llama_server_bin: Path, smollm2_gguf: Path, tmp_path_factory
     assert env["MODEL_PATH"] == f"/opt/ml/model/{smollm2_gguf.name}"
     assert (env["LLAMA_THREADS"], env["LLAMA_PARALLEL"], env["LLAMA_CTX_PER_SLOT"], env["LLAMA_QUEUE_DEPTH"]) == ("2", "4", "2048", "4")
     workdir = tmp_path_factory.mktemp("readme-invoke")
-    local = {**env, **{k: "1" for k in THREAD_KEYS}, "MODEL_PATH": str(workdir / "opt-ml-model" / smollm2_gguf.name)}
-    local["LLAMA_ARG_REPACK"] = os.environ.get("LLAMA_ARG_REPACK", "0")
-    ep = start_endpoint(llama_server_bin, smollm2_gguf, workdir, **local)
+    ep = start_endpoint(llama_server_bin, smollm2_gguf, workdir, 120, **_local(env, workdir, smollm2_gguf))
+    yield ep
+    stop_endpoint(ep)
+
+
+@pytest.fixture(scope="module")
+def embedding_endpoint(llama_server_bin: Path, minilm_gguf: Path, tmp_path_factory: pytest.TempPathFactory):
+    env = template_environment(minilm_gguf.name, EMBEDDING, "bge-small-en")
+    assert env["LLAMA_ARG_EMBEDDINGS"] == "true"  # what makes llama-server serve /v1/embeddings
+    workdir = tmp_path_factory.mktemp("readme-embed")
+    ep = start_endpoint(llama_server_bin, minilm_gguf, workdir, 120, **_local(env, workdir, minilm_gguf))
+    yield ep
+    stop_endpoint(ep)
+
+
+@pytest.fixture(scope="module")
+def rerank_endpoint(llama_server_bin: Path, reranker_gguf: Path, tmp_path_factory: pytest.TempPathFactory):
+    env = template_environment(reranker_gguf.name, RERANK, "bge-reranker")
+    assert env["LLAMA_ARG_RERANKING"] == "true"  # what makes llama-server serve /v1/rerank
+    workdir = tmp_path_factory.mktemp("readme-rerank")
+    ep = start_endpoint(llama_server_bin, reranker_gguf, workdir, 120, **_local(env, workdir, reranker_gguf))
     yield ep
     stop_endpoint(ep)
 
@@ -78,8 +108,8 @@ def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     return monkeypatch
 
 
-def _readme_endpoint_name(code: str) -> str:
-    m = re.search(r'^endpoint_name = "([^"]+)"', code, re.MULTILINE)
+def _readme_endpoint_name(code: str, variable: str = "endpoint_name") -> str:
+    m = re.search(rf'^{variable} = "([^"]+)"', code, re.MULTILINE)
     assert m, "the invoke example must set endpoint_name"
     return m.group(1)
 
@@ -119,3 +149,43 @@ def test_readme_invoke_and_stream(readme_endpoint, aws_env) -> None:
         assert "stream" not in sent[0] and sent[1]["stream"] is True and sent[1]["messages"] == sent[0]["messages"]
         assert all(r["content_type"] == "application/json" for r in emu.seen.requests)
     assert readme_endpoint.proc.poll() is None, readme_endpoint.log_tail()
+
+
+def _run(block: str, ns: dict) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(examples()[block], f"README.md#{block}", "exec"), ns)
+    return out.getvalue()
+
+
+def test_readme_embeddings_single_and_batch(embedding_endpoint, aws_env) -> None:
+    blocks = examples()
+    name = _readme_endpoint_name(blocks["embed"])
+    with SageMakerRuntimeEmulator(embedding_endpoint.url, name, region="us-east-1") as emu:
+        aws_env.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", emu.url)
+        ns: dict = {}
+        assert _run("embed", ns).strip() == "384"  # all-MiniLM-L6-v2's dimensions
+        assert all(isinstance(x, float) for x in ns["vector"])
+        assert _run("embed_batch", ns).strip() == "3 384"
+        sent = [json.loads(r["body"]) for r in emu.seen.requests]
+        assert [type(b["input"]) for b in sent] == [str, list] and emu.seen.rejected == []
+        assert [r["path"] for r in emu.seen.requests] == [f"/endpoints/{name}/invocations"] * 2
+    # The paraphrase is nearer than the unrelated sentence: a sentence encoder answered, in the batch's order.
+    a, b, c = ns["vectors"]
+    cos = lambda x, y: sum(p * q for p, q in zip(x, y, strict=True)) / (sum(p * p for p in x) * sum(q * q for q in y)) ** 0.5  # noqa: E731
+    assert cos(a, b) > cos(a, c) + 0.2, (cos(a, b), cos(a, c))
+
+
+def test_readme_rerank(rerank_endpoint, aws_env) -> None:
+    name = _readme_endpoint_name(examples()["rerank"], "rerank_endpoint")
+    with SageMakerRuntimeEmulator(rerank_endpoint.url, name, region="us-east-1") as emu:
+        aws_env.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", emu.url)
+        ns: dict = {}
+        exec("import json\nimport boto3\nruntime = boto3.client('sagemaker-runtime')", ns)  # what the embed block set up
+        printed = _run("rerank", ns).strip().splitlines()
+        ranked = ns["ranked"]
+        assert len(ranked) == len(printed) == 2  # top_n
+        scores = [r["relevance_score"] for r in ranked]
+        assert scores == sorted(scores, reverse=True) and {r["index"] for r in ranked} <= {0, 1, 2}
+        assert printed[0].endswith(ns["documents"][ranked[0]["index"]])
+        assert emu.seen.rejected == [] and [r["path"] for r in emu.seen.requests] == [f"/endpoints/{name}/invocations"]

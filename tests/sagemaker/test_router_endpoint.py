@@ -204,7 +204,10 @@ def test_env_agnostic_stack_fills_the_region_at_deploy_time(r: Routers) -> None:
 def test_model_runs_the_router_image_without_model_data_and_not_isolated(r: Routers) -> None:
     model = r.resource(r.routers["sagemaker"].model)["Properties"]
     container = model["PrimaryContainer"]
-    assert flatten(container["Image"]) == flatten(r.stack.resolve(r.router_image.image_uri))
+    # The router instance's own architecture's image, not the manifest list.
+    arch = r.routers["sagemaker"].instance.arch
+    assert flatten(container["Image"]) == flatten(r.stack.resolve(r.router_image.image_uri_for(arch)))
+    assert flatten(container["Image"]).endswith(f".Digest-{arch}>")
     assert "ModelDataSource" not in container and "ModelDataUrl" not in container and container["Mode"] == "SingleModel"
     assert model["EnableNetworkIsolation"] is False  # it calls SageMaker Runtime / Bedrock
     assert "ModelName" not in model and "VpcConfig" not in model

@@ -339,7 +339,9 @@ def test_role_pulls_only_its_image(serving: Serving, name: str) -> None:
     token = [st for st in ecr if st not in pulls]
     assert [(_as_list(st["Action"]), st["Resource"]) for st in token] == [(["ecr:GetAuthorizationToken"], "*")]
     image = _resource(serving, serving.endpoints[name].model)["Properties"]["PrimaryContainer"]["Image"]
-    assert flatten(image).endswith(f"@<{serving.logical_id(serving.image.build.node.default_child)}.ImageDigest>")
+    # The Graviton instance's own arm64 image, not the manifest list (ImageDigest), which EKS pulls.
+    assert serving.endpoints[name].instance.arch == "arm64"
+    assert flatten(image).endswith(f"@<{serving.logical_id(serving.image.build.node.default_child)}.Digest-arm64>")
 
 
 @pytest.mark.parametrize("name", ["smollm2-1-7b", "zephyr-7b", "llama-8b"])

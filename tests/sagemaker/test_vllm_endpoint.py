@@ -104,14 +104,20 @@ def test_the_real_entrypoint_turns_the_env_into_the_sized_vllm_command(serving: 
     assert plan.max_in_flight == slots + int(env["SERVE_QUEUE_DEPTH"]) == serving.endpoints[name].settings.max_in_flight
 
 
-def test_image_is_the_vllm_image_by_digest(serving: VllmServing) -> None:
-    image_uri = serving.stack.resolve(serving.image.image_uri)
+def test_image_is_the_vllm_image_of_the_instances_architecture_by_digest(serving: VllmServing) -> None:
+    # Each endpoint gets its instance's own single-architecture image (ml.c7i: amd64, ml.c8g: arm64), never the
+    # manifest list: no source says CreateModel takes a list, and it has no instance type to pick a platform by.
+    build = serving.stack.get_logical_id(serving.image.build.node.default_child)
+    arches = set()
     for name in SPECS:
+        arch = serving.endpoints[name].instance.arch
+        arches.add(arch)
+        image_uri = serving.stack.resolve(serving.image.image_uri_for(arch))
         assert serving.container(name)["Image"] == image_uri
+        assert {"Fn::GetAtt": [build, f"Digest-{arch}"]} in image_uri["Fn::Join"][1]
         assert serving.container(name)["Mode"] == "SingleModel"
-    digest = serving.stack.resolve(serving.image.image_digest)
-    assert digest == {"Fn::GetAtt": [serving.stack.get_logical_id(serving.image.build.node.default_child), "ImageDigest"]}
-    assert "@" in str(image_uri)
+        assert serving.container(name)["Image"] != serving.stack.resolve(serving.image.image_uri)
+    assert arches == {"arm64", "amd64"}
 
 
 # -- model data -------------------------------------------------------------------------------------------
@@ -177,11 +183,41 @@ def test_instance_storage_types_get_no_volume_for_vllm_either() -> None:
     assert variant["InstanceType"] == "ml.r7gd.xlarge" in shape("ProductionVariantInstanceType").enum
 
 
-def test_latency_alarm_budgets_bf16_decode_not_llama_cpp_q4(serving: VllmServing) -> None:
-    """ModelLatency's threshold: the 2 s SLO + 256 chat tokens x 250 ms (vLLM BF16), not x 100 ms (llama.cpp Q4)."""
+def test_latency_alarm_budgets_bf16_decode_but_stays_below_the_cut(serving: VllmServing, tmp_path: Path) -> None:
+    """ModelLatency's threshold: the 2 s SLO + 256 chat tokens x 250 ms (vLLM BF16) = 66 s — but a non-streamed answer
+    is cut at the adapter's 50 s budget (InvokeEndpoint waits 60 s), so its ModelLatency never reaches 66 s and that
+    alarm could never fire (F4): the threshold is capped at 90% of the budget, 45 s."""
+    from cpu_inference.sagemaker.engine_settings import GENERATION_BUDGET_SECONDS
+
     alarm = serving.resource(serving.endpoints["smollm2-vllm"].alarms["latency_p95"])
-    assert alarm["Properties"]["Threshold"] == (2000 + 256 * 250) * 1000  # microseconds
-    assert "256 output tokens x 250 ms" in alarm["Properties"]["AlarmDescription"]
+    assert GENERATION_BUDGET_SECONDS * 1000 < 2000 + 256 * 250
+    assert alarm["Properties"]["Threshold"] == 45_000_000 < GENERATION_BUDGET_SECONDS * 1_000_000  # microseconds
+    assert "256 output tokens x 250 ms = 66000 ms, capped at 90% of the 50 s at which a non-streamed answer is cut" in alarm["Properties"]["AlarmDescription"]
+    # The container cuts at exactly that budget: the vLLM image's serve plan from the synthesized environment.
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    env = {**serving.container("smollm2-vllm")["Environment"], "MODEL_PATH": str(tmp_path)}
+    assert "ADAPTER_GENERATION_BUDGET_SECONDS" not in env
+    assert vllm_entrypoint().sagemaker_plan(env).generation_budget == GENERATION_BUDGET_SECONDS
+
+
+def test_a_given_generation_budget_moves_the_alarm_with_it() -> None:
+    from tests.sagemaker.vllm_stack import DIGEST
+
+    from cpu_inference.sagemaker import GravitonEndpoint
+
+    def latency_threshold(budget: str) -> float:
+        stack = cdk.Stack(cdk.App(), "VllmBudget")
+        image = EngineImage(ecr.Repository.from_repository_name(stack, "Repo", "vllm-cpu"), digest=DIGEST, engine="vllm")
+        ep = GravitonEndpoint(stack, "Smol", props=GravitonEndpointProps(
+            name="smollm2-vllm", model=SMOLLM2_PREFIX, spec=SMOLLM2, instance_type="ml.c7i.xlarge", image=image,
+            environment={"ADAPTER_GENERATION_BUDGET_SECONDS": budget},
+        ))
+        return stack.resolve(ep.alarms["latency_p95"].node.default_child.threshold)
+
+    assert latency_threshold("30") == 27_000_000
+    with pytest.raises(ValueError, match=r"environment\['ADAPTER_GENERATION_BUDGET_SECONDS'\] must be a number of seconds in \(0, 60\]"):
+        latency_threshold("90")
 
 
 # -- checks -------------------------------------------------------------------------------------------------

@@ -76,7 +76,8 @@ class LlamaCppImage(Construct):
     Attributes: props, key, repository, context_asset, pin, build_args, content_hash, tag,
     build_log_group, workflow_log_group, handler_log_group, platform_projects (arch → Project),
     manifest_project, state_machine, on_event_function, is_complete_function, provider,
-    build (the custom resource), image_digest, image_uri (`<repository uri>@sha256:...`).
+    build (the custom resource), image_digest, image_uri (`<repository uri>@sha256:...` of the manifest list: what
+    EKS pulls); `image_uri_for(arch)` / `image_digest_for(arch)`: one architecture's own image (what SageMaker gets).
     """
 
     def __init__(self, scope: Construct, id: str, *, props: LlamaCppImageProps | None = None) -> None:
@@ -412,6 +413,20 @@ class LlamaCppImage(Construct):
         self.image_uri: str = self.repository.repository_uri_for_digest(self.image_digest)
 
     # -- public API ------------------------------------------------------------------------------
+
+    def image_digest_for(self, arch: str) -> str:
+        """The digest of the single-architecture image (a Docker v2 schema 2 manifest) of `arch`, which the
+        manifest list points to: the build returns it as `Digest-<arch>` (lambda/image_build/handler.py)."""
+        if arch not in self.props.platforms:
+            raise ValueError(f"LlamaCppImage {self.props.name}: no {arch} build (platforms: {', '.join(self.props.platforms)})")
+        return self.build.get_att_string(f"Digest-{arch}")
+
+    def image_uri_for(self, arch: str) -> str:
+        """`<repository uri>@<digest of the arch's own image>`. For SageMaker: no source says CreateModel takes a
+        manifest list, and at CreateModel there is no instance type to choose a platform by — the single-arch
+        manifest is what it is documented to take (Docker v2 schema 2; OCI refused: aws/amazon-sagemaker-feedback#180).
+        EKS pods take `image_uri` (the list): containerd picks the node's platform."""
+        return self.repository.repository_uri_for_digest(self.image_digest_for(arch))
 
     def grant_pull(self, grantee: iam.IGrantable) -> iam.Grant:
         """Pull rights on this repository (plus ecr:GetAuthorizationToken, which has no resource)."""

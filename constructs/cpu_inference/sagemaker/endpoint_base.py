@@ -30,6 +30,7 @@ from .. import nag
 from . import _permissions as permissions
 from ._naming import endpoint_name, log_group_name, placement_slug
 from .endpoint_props import EndpointPropsBase
+from .engine_image import sagemaker_image_uri
 from .monitoring import EndpointMonitoring, MonitoringSettings
 
 SCALABLE_DIMENSION = "sagemaker:variant:DesiredInstanceCount"
@@ -87,7 +88,8 @@ class SageMakerEndpointBase(Construct):
         )
         self.grant_principal = self.role
         self._grant_model_data()
-        self.image_uri: str = props.image.image_uri
+        # The instance's architecture's own image, never the manifest list (LlamaCppImage.image_uri_for).
+        self.image_uri: str = sagemaker_image_uri(props.image, self.instance.arch)
         permissions.grant_basics(self.role, image=props.image, log_group=self.log_group, key=self.key)
         self._grant_upstreams()
         self.security_groups: list[ec2.ISecurityGroup] = self._security_groups(described.security_group)
@@ -117,7 +119,11 @@ class SageMakerEndpointBase(Construct):
                     **self._variant_settings(),
                 )
             ],
-            kms_key_id=self.key.key_arn,
+            # The key encrypts the ML storage volume (EBS). Instance-store types (ml.r7gd) have none: their local NVMe
+            # is encrypted by the instance's hardware and "the KmsKeyId parameter does not encrypt instance local
+            # storage" (botocore sagemaker CreateEndpointConfig.KmsKeyId; before botocore's 2026-06-10 model it said
+            # the call fails with one) — so it is left out there, right under both texts.
+            kms_key_id=None if self.instance.instance_store else self.key.key_arn,
             data_capture_config=self._data_capture(),
         )
         self.endpoint = sagemaker.CfnEndpoint(

@@ -21,7 +21,14 @@ from .. import sizing
 from ..engines import LLAMA_CPP, VLLM
 from ..images import LlamaCppImage
 from .engine_image import EngineImage, image_architectures, image_engine
-from .engine_settings import TIMEOUT_MAX_SECONDS, TIMEOUT_MIN_SECONDS
+from .engine_settings import (
+    GENERATION_BUDGET_ENV,
+    GENERATION_BUDGET_SECONDS,
+    INVOKE_TIMEOUT_SECONDS,
+    LATENCY_ALARM_BUDGET_FRACTION,
+    TIMEOUT_MAX_SECONDS,
+    TIMEOUT_MIN_SECONDS,
+)
 
 # The catalog families with SageMaker hosting sizes (sizing's table, checked against botocore's enum).
 SAGEMAKER_FAMILIES = tuple(dict.fromkeys(it.family for it in sizing.CATALOG.values() if it.sagemaker))
@@ -244,20 +251,54 @@ class EngineEndpointPropsBase(EndpointPropsBase):
         raise NotImplementedError
 
     @property
+    def generation_budget_seconds(self) -> float:
+        """When the container cuts a non-streamed answer (504): ADAPTER_GENERATION_BUDGET_SECONDS from `environment`,
+        else the adapter's default (engine_settings.GENERATION_BUDGET_SECONDS)."""
+        raw = self.environment.get(GENERATION_BUDGET_ENV)
+        if raw is None or cdk.Token.is_unresolved(raw):
+            return float(GENERATION_BUDGET_SECONDS)
+        return float(raw)
+
+    @property
+    def _decode_budget_ms(self) -> float:
+        return self.latency_slo.to_milliseconds() + self.output_tokens_budget * self.decode_time_per_token.to_milliseconds()
+
+    @property
+    def _latency_alarm_ceiling_ms(self) -> float:
+        # A non-streamed answer's ModelLatency stops at the budget (the adapter answers 504 there): a threshold at or
+        # above it could never be crossed.
+        return self.generation_budget_seconds * 1000 * LATENCY_ALARM_BUDGET_FRACTION
+
+    @property
     def latency_alarm(self) -> cdk.Duration:
-        """The p95 ModelLatency the alarm allows: the first-token SLO plus the decode budget of the answer."""
-        ms = self.latency_slo.to_milliseconds() + self.output_tokens_budget * self.decode_time_per_token.to_milliseconds()
-        return cdk.Duration.millis(ms)
+        """The p95 ModelLatency the alarm allows: the first-token SLO plus the decode budget of the answer, at most
+        LATENCY_ALARM_BUDGET_FRACTION of the generation budget."""
+        return cdk.Duration.millis(min(self._decode_budget_ms, self._latency_alarm_ceiling_ms))
 
     @property
     def latency_alarm_basis(self) -> str:
-        return (f"{self.latency_slo.to_milliseconds():g} ms first-token SLO + {self.output_tokens_budget} output tokens x "
-                f"{self.decode_time_per_token.to_milliseconds():g} ms")
+        basis = (f"{self.latency_slo.to_milliseconds():g} ms first-token SLO + {self.output_tokens_budget} output tokens x "
+                 f"{self.decode_time_per_token.to_milliseconds():g} ms")
+        if self._decode_budget_ms > self._latency_alarm_ceiling_ms:
+            basis = (f"{basis} = {self._decode_budget_ms:g} ms, capped at {LATENCY_ALARM_BUDGET_FRACTION:.0%} of the "
+                     f"{self.generation_budget_seconds:g} s at which a non-streamed answer is cut")
+        return basis
 
     def _check_environment_keys(self, p: str) -> None:
         bad = [k for k in self.environment if not ENV_KEY.match(k)]
         if bad:
             raise ValueError(f"{p}.environment keys must be environment variable names, got {bad}")
+        raw = self.environment.get(GENERATION_BUDGET_ENV)
+        if raw is not None and not cdk.Token.is_unresolved(raw):
+            try:
+                ok = 0 < float(raw) <= INVOKE_TIMEOUT_SECONDS
+            except ValueError:
+                ok = False
+            if not ok:
+                raise ValueError(
+                    f"{p}.environment[{GENERATION_BUDGET_ENV!r}] must be a number of seconds in (0, {INVOKE_TIMEOUT_SECONDS}] "
+                    f"(InvokeEndpoint waits 60 s), got {raw!r}"
+                )
 
     def _check_decode_budget(self, p: str) -> None:
         if self.alarm_output_tokens is not None and self.alarm_output_tokens < 0:

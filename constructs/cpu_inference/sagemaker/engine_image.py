@@ -50,6 +50,10 @@ class EngineImage:
         assert self.tag is not None
         return self.repository.repository_uri_for_tag(self.tag)
 
+    def image_uri_for(self, arch: str) -> str:
+        """The image as given: its tag or digest is the caller's (give a single-architecture one for SageMaker)."""
+        return self.image_uri
+
     def grant_pull(self, grantee: iam.IGrantable) -> iam.Grant:
         return self.repository.grant_pull(grantee)
 
@@ -58,6 +62,12 @@ def image_architectures(image: LlamaCppImage | EngineImage) -> tuple[str, ...]:
     if isinstance(image, LlamaCppImage):
         return tuple(image.props.platforms)
     return image.architectures
+
+
+def sagemaker_image_uri(image: LlamaCppImage | EngineImage, arch: str) -> str:
+    """What CreateModel gets for an instance of `arch`: a LlamaCppImage's own single-architecture image, not its
+    manifest list (LlamaCppImage.image_uri_for); an EngineImage as given."""
+    return image.image_uri_for(arch)
 
 
 def image_engine(image: LlamaCppImage | EngineImage) -> str:

@@ -66,6 +66,19 @@ SAFETY_FACTOR = 2.0
 # tests/sagemaker/test_vllm_container.py starts the image's `serve` from a synthesized endpoint's env: /ping 200
 # after 145-199 s on this machine shared with other vLLM starts (load 6-10, vLLM bound to 1 CPU), budget 390 s.
 VLLM_START_SECONDS = 90
+# Time of one non-streamed answer. InvokeEndpoint: "A customer's model containers must respond to requests within 60
+# seconds" (botocore sagemaker-runtime InvokeEndpoint documentation). The adapter of both engine images cuts a
+# non-streamed generation at its budget, 10 s less, and answers 504 (containers/llama-server/sagemaker_adapter.py
+# INVOKE_ENDPOINT_TIMEOUT_SECONDS / DEFAULT_GENERATION_BUDGET_SECONDS, which it reads from GENERATION_BUDGET_ENV;
+# tests/sagemaker/test_engine_settings.py keeps these equal to them). The construct side's one copy of the figures.
+INVOKE_TIMEOUT_SECONDS = 60
+ANSWER_MARGIN_SECONDS = 10  # the answer leaves the container this long before SageMaker gives up
+GENERATION_BUDGET_SECONDS = INVOKE_TIMEOUT_SECONDS - ANSWER_MARGIN_SECONDS
+GENERATION_BUDGET_ENV = "ADAPTER_GENERATION_BUDGET_SECONDS"
+# ModelLatency of a non-streamed answer never exceeds the budget (cut there), so the latency alarm's threshold stays
+# below it, at this share, or it could never fire.
+LATENCY_ALARM_BUDGET_FRACTION = 0.9
+
 # botocore sagemaker ProductionVariantModelDataDownloadTimeoutInSeconds and
 # ProductionVariantContainerStartupHealthCheckTimeoutInSeconds: min 60, max 3600 (both).
 TIMEOUT_MIN_SECONDS = 60

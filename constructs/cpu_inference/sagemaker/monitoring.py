@@ -13,6 +13,7 @@ which every normal chat answer would exceed.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import aws_cdk as cdk
@@ -23,6 +24,36 @@ from constructs import Construct
 
 SAGEMAKER = "AWS/SageMaker"
 INSTANCE = "/aws/sagemaker/Endpoints"
+# The statistics SageMaker documents for the AWS/SageMaker metrics this library reads ("Valid statistics", AWS docs
+# "Amazon SageMaker AI metrics in Amazon CloudWatch",
+# docs.aws.amazon.com/sagemaker/latest/dg/monitoring-cloudwatch.html: endpoint invocation metrics and multi-model
+# endpoint model loading metrics). Percentiles are listed for ModelLatency
+# only: an alarm on a statistic CloudWatch does not publish stays in OK forever (treat_missing_data NOT_BREACHING).
+_MIN_MAX_AVG_SUM_COUNT = frozenset({"Average", "Sum", "Minimum", "Maximum", "SampleCount"})
+PERCENTILES = "percentiles"
+VALID_STATISTICS: dict[str, frozenset[str]] = {
+    "ModelLatency": _MIN_MAX_AVG_SUM_COUNT | {PERCENTILES},
+    "OverheadLatency": _MIN_MAX_AVG_SUM_COUNT,
+    "Invocations": frozenset({"Sum"}),
+    "Invocation4XXErrors": frozenset({"Average", "Sum"}),
+    "Invocation5XXErrors": frozenset({"Average", "Sum"}),
+    "ModelLoadingWaitTime": _MIN_MAX_AVG_SUM_COUNT,
+    "ModelUnloadingTime": _MIN_MAX_AVG_SUM_COUNT,
+    "ModelDownloadingTime": _MIN_MAX_AVG_SUM_COUNT,
+    "ModelLoadingTime": _MIN_MAX_AVG_SUM_COUNT,
+    "ModelCacheHit": frozenset({"Average", "Sum", "SampleCount"}),
+}
+_PERCENTILE = re.compile(r"^p\d{1,2}(\.\d+)?$", re.IGNORECASE)
+
+
+def check_statistic(metric: str, statistic: str) -> None:
+    """Refuse a statistic SageMaker does not document for `metric` (metrics not in VALID_STATISTICS pass)."""
+    valid = VALID_STATISTICS.get(metric)
+    if valid is None:
+        return
+    kind = PERCENTILES if _PERCENTILE.match(statistic) else statistic
+    if kind not in valid:
+        raise ValueError(f"{metric} has no {statistic} statistic in CloudWatch (SageMaker publishes {', '.join(sorted(valid))})")
 ONE_MINUTE = cdk.Duration.minutes(1)
 FIVE_MINUTES = cdk.Duration.minutes(5)
 
@@ -112,6 +143,7 @@ class EndpointMonitoring(Construct):
         return {"EndpointName": self.settings.endpoint_name, "VariantName": self.settings.variant_name}
 
     def metric(self, name: str, statistic: str = "Sum", period: cdk.Duration = ONE_MINUTE, **kw) -> cw.Metric:
+        check_statistic(name, statistic)
         return cw.Metric(namespace=SAGEMAKER, metric_name=name, dimensions_map=self._dims(), statistic=statistic, period=period, **kw)
 
     def instance_metric(self, name: str, period: cdk.Duration = FIVE_MINUTES) -> cw.Metric:

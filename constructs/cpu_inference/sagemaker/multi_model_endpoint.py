@@ -29,7 +29,8 @@ What an MME does not take, and this construct therefore does not offer (sources)
 - GPU: MMEs on GPU only with the Triton container (…/dg/multi-model-support.html); the catalog is CPU-only.
 
 Metrics (…/dg/monitoring-cloudwatch.html, "multi-model endpoint metrics"): AWS/SageMaker ModelLoadingWaitTime,
-ModelDownloadingTime, ModelLoadingTime, ModelUnloadingTime (µs), ModelCacheHit (Average = share of requests whose
+ModelDownloadingTime, ModelLoadingTime, ModelUnloadingTime (µs; valid statistics Average, Sum, Min, Max, Sample Count
+— no percentiles, so the cold-load alarm watches the Maximum), ModelCacheHit (Average = share of requests whose
 model was loaded), and /aws/sagemaker/Endpoints LoadedModelCount (per instance), all by EndpointName + VariantName.
 Per-model metrics are not published.
 
@@ -49,6 +50,7 @@ from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct, IDependable
 
 from .endpoint_base import Descriptions, SageMakerEndpointBase
+from .engine_settings import GENERATION_BUDGET_ENV
 from .multi_model_props import MEMORY_BUDGET_ENV, THREADS_ENV, MultiModelEndpointProps, TargetModel
 
 # InvokeEndpointWithResponseStream takes no TargetModel (botocore sagemaker-runtime): an MME is invoked with
@@ -59,7 +61,7 @@ TARGET_MODEL_CONDITION = "sagemaker:TargetModel"  # IAM condition key (docs mult
 
 class MultiModelEndpoint(SageMakerEndpointBase):
     """Attributes: SageMakerEndpointBase's, and model_data_url (`s3://<bucket>/<prefix>`), target_models (name →
-    TargetModel: what callers pass as InvokeEndpoint TargetModel), slots; alarms add cold_load_p95 and cache_hit."""
+    TargetModel: what callers pass as InvokeEndpoint TargetModel), slots; alarms add cold_load_max and cache_hit."""
 
     TAG = "cpu-inference:pool"
     props: MultiModelEndpointProps
@@ -77,10 +79,12 @@ class MultiModelEndpoint(SageMakerEndpointBase):
 
     def _environment(self) -> dict[str, str]:
         props = self.props
-        environment = {**props.environment, THREADS_ENV: str(props.threads_per_model)}
-        if props.memory_budget_bytes is not None:
-            environment[MEMORY_BUDGET_ENV] = str(props.memory_budget_bytes)
-        return environment
+        return {
+            **props.environment,
+            THREADS_ENV: str(props.threads_per_model),
+            MEMORY_BUDGET_ENV: str(props.memory_budget),
+            GENERATION_BUDGET_ENV: f"{props.generation_budget_seconds:g}",
+        }
 
     def _default_target_concurrency(self) -> float:
         return self.props.default_target_concurrency
@@ -130,11 +134,13 @@ class MultiModelEndpoint(SageMakerEndpointBase):
         where = f"endpoint {self.endpoint_name} variant {self.variant_name}"
         cold_s = p.cold_load_alarm.to_seconds()
         alarms = {
-            "cold_load_p95": m.metric("ModelLoadingWaitTime", "p95").create_alarm(
-                m, "ColdLoadP95",
+            # Maximum: SageMaker publishes no percentiles of ModelLoadingWaitTime (monitoring.VALID_STATISTICS).
+            "cold_load_max": m.metric("ModelLoadingWaitTime", "Maximum").create_alarm(
+                m, "ColdLoadMax",
                 alarm_description=(
-                    f"p95 ModelLoadingWaitTime above {cold_s:g} s on {where}: requests for unloaded models wait on the download "
-                    "and load — a larger instance (more models stay loaded), more instances, or smaller models"
+                    f"ModelLoadingWaitTime above {cold_s:g} s (Maximum per minute) on {where}: requests for unloaded models wait on "
+                    "the download and load, and their answers are planned for at most that wait — a larger instance (more "
+                    "models stay loaded), more instances, or smaller models"
                 ),
                 threshold=cold_s * 1_000_000,  # microseconds
                 comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
@@ -181,15 +187,16 @@ class MultiModelEndpoint(SageMakerEndpointBase):
             ),
             cw.GraphWidget(
                 title="Cold loads (ms)", width=12,
-                left=[ms("ModelLoadingWaitTime", "p50"), ms("ModelLoadingWaitTime", "p95"), ms("ModelDownloadingTime", "p95"), ms("ModelLoadingTime", "p95")],
+                left=[ms("ModelLoadingWaitTime", "Average"), ms("ModelLoadingWaitTime", "Maximum"), ms("ModelDownloadingTime", "Maximum"),
+                      ms("ModelLoadingTime", "Maximum")],
                 right=[m.metric("ModelUnloadingTime", "SampleCount", label="unloads per minute")],
                 left_annotations=[cw.HorizontalAnnotation(
-                    value=self.props.cold_load_alarm.to_milliseconds(), label="p95 wait alarm", color=cw.Color.RED,
+                    value=self.props.cold_load_alarm.to_milliseconds(), label="maximum wait alarm", color=cw.Color.RED,
                 )],
             ),
         )
         dashboard.add_widgets(cw.AlarmStatusWidget(
-            title="Model cache alarms", width=24, alarms=[self.alarms["cold_load_p95"], self.alarms["cache_hit"]],
+            title="Model cache alarms", width=24, alarms=[self.alarms["cold_load_max"], self.alarms["cache_hit"]],
         ))
 
     # -- public API -------------------------------------------------------------------------------

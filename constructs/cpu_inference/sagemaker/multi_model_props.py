@@ -18,7 +18,13 @@ from ..engines import VLLM
 from ..images import LlamaCppImage
 from .endpoint_props import NAME, EngineEndpointPropsBase, default_target_concurrency
 from .engine_image import EngineImage, image_engine
-from .engine_settings import VOLUME_MAX_GB, VOLUME_MIN_GB
+from .engine_settings import (
+    ANSWER_MARGIN_SECONDS,
+    GENERATION_BUDGET_ENV,
+    INVOKE_TIMEOUT_SECONDS,
+    VOLUME_MAX_GB,
+    VOLUME_MIN_GB,
+)
 
 # botocore sagemaker ContainerDefinition.ModelDataUrl (shape Url): max 1024, pattern (https|s3)://([^/]+)/?(.*).
 MODEL_DATA_URL_MAX = 1024
@@ -37,14 +43,19 @@ ENV_MAX_ENTRIES = 100
 ENV_VALUE_MAX = 1024
 # What the construct renders into the container environment (containers/llama-server entrypoint.py
 # multi_model_plan): each loaded model's llama-server threads unless its engine.json sets them (the adapter's own
-# default is every CPU, which would let one generation take the whole instance), and the memory the adapter
-# admits models into before it answers 507 (default: the cgroup limit, else MemTotal).
+# default is every CPU, which would let one generation take the whole instance); the memory the adapter admits
+# models into before it answers 507 (the adapter's own default is the cgroup limit, else MemTotal: all of it, no room
+# for the kernel, SageMaker's agents or the tarball's extraction — so the construct always renders its own); and the
+# generation budget of a request, which on an MME may first have waited on a cold load (GENERATION_BUDGET_ENV).
 THREADS_ENV = "LLAMA_THREADS"
 MEMORY_BUDGET_ENV = "MME_MEMORY_BUDGET_BYTES"
-COMPUTED_KEYS = frozenset({THREADS_ENV, MEMORY_BUDGET_ENV})
-# InvokeEndpoint must answer within 60 s (hosting contract, FIELD-NOTES): a cold load longer than half of it
-# leaves too little for the answer.
-INVOKE_TIMEOUT_SECONDS = 60
+COMPUTED_KEYS = frozenset({THREADS_ENV, MEMORY_BUDGET_ENV, GENERATION_BUDGET_ENV})
+# The adapter's per-model admission (containers/llama-server mme_adapter.py, ChildDefaults / load): a loaded model
+# takes its engine.json `parallel` (else LLAMA_PARALLEL, default 1) plus LLAMA_QUEUE_DEPTH (default: as many as its
+# parallel) requests, and answers 429 beyond them.
+PARALLEL_ENV = "LLAMA_PARALLEL"
+QUEUE_DEPTH_ENV = "LLAMA_QUEUE_DEPTH"
+DEFAULT_MODEL_PARALLEL = 1
 
 
 @dataclass(frozen=True)
@@ -79,7 +90,14 @@ class MultiModelEndpointProps(EngineEndpointPropsBase):
     threads_per_model: threads of each loaded model's llama-server (LLAMA_THREADS; a model's engine.json
         `threads` wins; default 2): `slots` = vCPUs // threads_per_model generations run at once per instance.
     memory_budget_bytes: memory the adapter loads models into before it answers 507, SageMaker's cue to unload
-        the least recently used (MME_MEMORY_BUDGET_BYTES; default: the container's memory limit).
+        the least recently used (MME_MEMORY_BUDGET_BYTES; default: utilization_alarm_percent — the memory alarm's
+        threshold, 85% — of the instance type's memory, so the models fill the instance up to the alarm and no
+        further).
+    model_parallel: the smallest llama-server `parallel` among the pool's models (their engine.json; for_catalog
+        fills it from the catalog; default: the adapter's default, LLAMA_PARALLEL or 1). One loaded model admits
+        `parallel` + queue (LLAMA_QUEUE_DEPTH, default = parallel) requests before 429, so the default
+        target_concurrency is also at most 75% of that: one hot model's 429s then still show as concurrency above the
+        target, and the pool scales out.
     model_cache: MultiModelConfig.ModelCacheSetting (default True = Enabled; False unloads after every call —
         only for models each called once).
     environment: extra container environment (e.g. LLAMA_CTX_PER_SLOT, the default context of models whose
@@ -87,8 +105,11 @@ class MultiModelEndpointProps(EngineEndpointPropsBase):
     startup_health_check_timeout: default SageMaker's. volume_size_gb: the on-disk model cache (default
         SageMaker's multi-model size).
     alarm_output_tokens: default 256.
-    cold_load_alarm: p95 ModelLoadingWaitTime (download + load of a model not in memory) alarm (default 30 s,
-        half of InvokeEndpoint's 60 s). cache_hit_alarm_percent: alarm when the share of requests finding their
+    cold_load_alarm: Maximum ModelLoadingWaitTime (download + load of a model not in memory) alarm (default 30 s,
+        half of InvokeEndpoint's 60 s; below 50 s). It is also the cold load a request's time is planned for: a
+        non-streamed answer is cut (504) at 60 s - cold_load_alarm - 10 s (ADAPTER_GENERATION_BUDGET_SECONDS, 20 s
+        by default), so one that first waited on a load still returns inside InvokeEndpoint's 60 s. A lower
+        cold_load_alarm leaves longer answers. cache_hit_alarm_percent: alarm when the share of requests finding their
         model loaded (ModelCacheHit Average) stays below it — thrashing (default 50).
     """
 
@@ -99,6 +120,7 @@ class MultiModelEndpointProps(EngineEndpointPropsBase):
     instance_type: str = "ml.m8g.xlarge"
     threads_per_model: int = 2
     memory_budget_bytes: int | None = None
+    model_parallel: int | None = None
     model_cache: bool = True
     alarm_output_tokens: int = 256
     cold_load_alarm: cdk.Duration = field(default_factory=lambda: cdk.Duration.seconds(INVOKE_TIMEOUT_SECONDS // 2))
@@ -112,8 +134,38 @@ class MultiModelEndpointProps(EngineEndpointPropsBase):
         return max(1, self.instance.vcpus // self.threads_per_model)
 
     @property
+    def memory_budget(self) -> int:
+        """MME_MEMORY_BUDGET_BYTES: memory_budget_bytes, else the memory alarm's share of the instance's memory."""
+        if self.memory_budget_bytes is not None:
+            return self.memory_budget_bytes
+        return int(self.instance.memory_gib * sizing.GIB * self.utilization_alarm_percent / 100)
+
+    @property
+    def generation_budget_seconds(self) -> float:
+        """ADAPTER_GENERATION_BUDGET_SECONDS: InvokeEndpoint's 60 s less the cold load planned for (cold_load_alarm)
+        and the answer's margin — the full 50 s after a 30 s load would be cut by SageMaker, not by the adapter."""
+        return INVOKE_TIMEOUT_SECONDS - self.cold_load_alarm.to_seconds() - ANSWER_MARGIN_SECONDS
+
+    @property
+    def model_admission(self) -> int:
+        """Requests the least admitting loaded model takes before 429: its parallel + the queue depth."""
+        parallel = self.model_parallel if self.model_parallel is not None else self._env_int(PARALLEL_ENV, DEFAULT_MODEL_PARALLEL)
+        return parallel + self._env_int(QUEUE_DEPTH_ENV, parallel)
+
+    def _env_int(self, key: str, default: int) -> int:
+        raw = self.environment.get(key)
+        if raw is None or cdk.Token.is_unresolved(raw):
+            return default
+        try:
+            return int(raw)
+        except ValueError:
+            return default  # the container refuses it at start with one line naming the variable
+
+    @property
     def default_target_concurrency(self) -> float:
-        return default_target_concurrency(self.slots)
+        # Scaling watches in-flight requests per instance, admission is per model: a target above what one model
+        # admits would never be reached by a single hot model, whose excess gets 429 (F12).
+        return min(default_target_concurrency(self.slots), default_target_concurrency(self.model_admission))
 
     @property
     def output_tokens_budget(self) -> int:
@@ -146,9 +198,11 @@ class MultiModelEndpointProps(EngineEndpointPropsBase):
         self._check_network(p)
         self._check_alarms(p)
         self._check_decode_budget(p)
-        if not 0 < self.cold_load_alarm.to_seconds() < INVOKE_TIMEOUT_SECONDS:
+        most = INVOKE_TIMEOUT_SECONDS - ANSWER_MARGIN_SECONDS
+        if not 0 < self.cold_load_alarm.to_seconds() < most:
             raise ValueError(
-                f"{p}.cold_load_alarm must be between 0 and {INVOKE_TIMEOUT_SECONDS} s (InvokeEndpoint's limit), "
+                f"{p}.cold_load_alarm must be between 0 and {most} s (InvokeEndpoint's {INVOKE_TIMEOUT_SECONDS} s less "
+                f"{ANSWER_MARGIN_SECONDS} s for the answer: what is left is the generation budget after a cold load), "
                 f"got {self.cold_load_alarm.to_seconds()} s"
             )
         if not 0 < self.cache_hit_alarm_percent <= 100:
@@ -193,13 +247,17 @@ class MultiModelEndpointProps(EngineEndpointPropsBase):
         if self.memory_budget_bytes is not None and not 0 < self.memory_budget_bytes <= memory:
             raise ValueError(
                 f"{p}.memory_budget_bytes must be in 1..{memory} (the {self.instance.memory_gib:g} GiB of {self.instance_type}), "
-                f"got {self.memory_budget_bytes} — or leave it out (the container's memory limit)"
+                f"got {self.memory_budget_bytes} — or leave it out ({self.utilization_alarm_percent:g}% of it, the memory alarm's threshold)"
             )
+        if self.model_parallel is not None and self.model_parallel < 1:
+            raise ValueError(f"{p}.model_parallel must be >= 1 (the smallest `parallel` of the pool's models), got {self.model_parallel}")
 
     def _validate_environment(self, p: str) -> None:
         clash = sorted(set(self.environment) & COMPUTED_KEYS)
         if clash:
-            raise ValueError(f"{p}.environment may not set {', '.join(clash)}: set threads_per_model / memory_budget_bytes instead")
+            raise ValueError(
+                f"{p}.environment may not set {', '.join(clash)}: set threads_per_model / memory_budget_bytes / cold_load_alarm instead"
+            )
         self._check_environment_keys(p)
         if len(self.environment) + len(COMPUTED_KEYS) > ENV_MAX_ENTRIES:
             raise ValueError(f"{p}.environment has {len(self.environment)} entries; SageMaker allows {ENV_MAX_ENTRIES} in all (with {len(COMPUTED_KEYS)} computed) — drop some")
@@ -226,10 +284,17 @@ class MultiModelEndpointProps(EngineEndpointPropsBase):
         **overrides: Any,
     ) -> MultiModelEndpointProps:
         """A pool of `models` (default: every model of the catalog) whose artifacts a ModelCatalog copies with the
-        "mme" layout: its bucket and prefix, each model's `mme_target_model(name)`, and a dependency on its copy."""
+        "mme" layout: its bucket and prefix, each model's `mme_target_model(name)`, a dependency on its copy, and the
+        smallest `parallel` of their engine_args (model_parallel)."""
         names = [e.name for e in catalog.catalog.entries] if models is None else list(models)
+        chosen = set(names)
+        given = [int(e.engine_args["parallel"]) for e in catalog.catalog.entries if e.name in chosen and "parallel" in (e.engine_args or {})]
+        # A model without `parallel` in its engine.json runs with the adapter's default: count it as that.
+        if len(given) < len(chosen):
+            given.append(DEFAULT_MODEL_PARALLEL)
+        model_parallel = overrides.pop("model_parallel", min(given) if given else None)
         return cls(
             name=name, image=image, model_bucket=catalog.model_bucket, prefix=catalog.prefix,
             target_models={m: catalog.mme_target_model(m) for m in names},
-            depends_on=(catalog.resource,), **overrides,
+            depends_on=(catalog.resource,), model_parallel=model_parallel, **overrides,
         )

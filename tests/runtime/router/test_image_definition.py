@@ -56,3 +56,59 @@ def test_runs_the_package_as_numeric_non_root() -> None:
     assert 'ENTRYPOINT ["python3", "-m", "slm_router"]' in text
     assert "EXPOSE 8000" in text
     assert re.search(r"^ENV PYTHONPATH=/opt/router/app:/opt/router/lib", text, re.M)
+
+
+def test_serves_sagemaker_without_privileges_or_a_writable_directory(tmp_path: Path) -> None:
+    """F10: the image keeps USER 65532 on SageMaker too. "SageMaker AI expects all containers to run with root users
+    ... users that do not have root-level access can cause permissions issues" (docs.aws.amazon.com/sagemaker/latest/
+    dg/your-algorithms-inference-code.html) is about the files SageMaker mounts: /opt/ml and /tmp (AWS docs, encryption
+    at rest: "Endpoints - /opt/ml/ and /tmp/"). The router reads no model data (RouterEndpoint gives it none), takes
+    its config from ROUTER_CONFIG_JSON and writes no file, so a root-owned mount cannot break it; the EKS charts run it
+    as 65532 anyway (k8s/workload_defaults.NON_ROOT_UID). Shown here: `serve` as SageMaker starts it, with no
+    capabilities (a root-owned 0755 mount is then as closed to it as to uid 65532), its working directory, HOME and
+    TMPDIR read-only — /ping and /invocations answer, the process stays up, and nothing is written."""
+    import json
+    import os
+    import shutil
+    import time
+
+    import httpx
+    from tests.runtime.router.harness import router_config
+    from tests.support.engine import free_port, stop_process
+
+    closed = tmp_path / "sagemaker-tmp"
+    closed.mkdir()
+    closed.chmod(0o555)
+    port = free_port()
+    cfg = router_config("http://127.0.0.1:9", "http://127.0.0.1:9")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ROUTER_", "AWS_", "PYTHON"))}
+    env.update(ROUTER_CONFIG_JSON=json.dumps(cfg), ROUTER_PORT=str(port), PYTHONPATH=str(ROUTER_DIR),
+               PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", HOME=str(closed), TMPDIR=str(closed))
+    setpriv = shutil.which("setpriv")
+    assert setpriv, "util-linux setpriv is needed to drop every capability"
+    log = tmp_path / "router.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([setpriv, "--inh-caps=-all", "--bounding-set=-all", "--", sys.executable, "-m", "slm_router", "serve"],
+                                cwd=closed, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, log.read_text()
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        status = (f"/proc/{proc.pid}/status")
+        assert "CapEff:\t0000000000000000" in Path(status).read_text()
+        assert httpx.get(f"{url}/ping", timeout=10).status_code in (200, 503)
+        answer = httpx.post(f"{url}/invocations", json={"messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 4}, timeout=60)
+        assert answer.status_code in (200, 502, 503, 504), answer.text  # the upstreams are unreachable: an HTTP answer
+        assert proc.poll() is None, log.read_text()
+        assert list(closed.iterdir()) == []
+        assert "Permission denied" not in log.read_text() and "Traceback" not in log.read_text()
+    finally:
+        stop_process(proc, timeout=30)
