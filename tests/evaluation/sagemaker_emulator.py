@@ -10,6 +10,12 @@ other than 200 becomes what SageMaker returns for it: HTTP 424 `ModelError` whos
 botocore's sagemaker-runtime ModelError shape (Message, OriginalStatusCode, OriginalMessage, LogStreamArn); the
 container's own headers (its Retry-After) do not reach the caller.
 
+A multi-model endpoint (`models=MultiModelStore(...)`): InvokeEndpoint's TargetModel arrives as the
+X-Amzn-SageMaker-Target-Model header; on a model's first invoke SageMaker downloads `<ModelDataUrl><TargetModel>`,
+extracts the tarball under /opt/ml/models/<model_name>/model and calls the container's `POST /models`
+{model_name, url}, then `POST /models/<model_name>/invoke` (docs.aws.amazon.com/sagemaker/latest/dg/
+mms-container-apis.html); the store plays S3 and that directory.
+
 Behind it runs the container's own code (containers/llama-server/sagemaker_adapter.py, the `/invocations`
 the image serves) in front of the real llama-server, so every token comes from the engine."""
 
@@ -120,6 +126,43 @@ def sigv4_signature(secret: str, *, method: str, raw_path: str, query: str, head
 
 
 @dataclass
+class MultiModelStore:
+    """A multi-model endpoint's artifacts: `artifacts` maps TargetModel -> the local .tar.gz (what S3 holds under
+    the ModelDataUrl prefix); `root` plays /opt/ml/models. Models load once, on their first invoke."""
+
+    artifacts: dict[str, Path]
+    root: Path
+    loaded: dict[str, str] = field(default_factory=dict)  # TargetModel -> model_name
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def ensure_loaded(self, container: tuple[str, int], target: str) -> tuple[str, int, bytes]:
+        """(model_name, status, body): 200 once loaded; SageMaker's LOAD status otherwise (404 unknown target)."""
+        import tarfile
+
+        with self.lock:
+            if target in self.loaded:
+                return self.loaded[target], 200, b""
+            if target not in self.artifacts:
+                return "", 404, f"TargetModel {target} not found under the ModelDataUrl".encode()
+            name = hashlib.sha256(target.encode()).hexdigest()[:32]  # opaque to the container (Triton: model_name_hash)
+            model_dir = self.root / name / "model"
+            model_dir.mkdir(parents=True, exist_ok=True)
+            with tarfile.open(self.artifacts[target]) as tar:
+                tar.extractall(model_dir, filter="data")
+            conn = http.client.HTTPConnection(*container, timeout=300)
+            try:
+                conn.request("POST", "/models", body=json.dumps({"model_name": name, "url": str(model_dir)}),
+                             headers={"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                body = resp.read()
+            finally:
+                conn.close()
+            if resp.status == 200:
+                self.loaded[target] = name
+            return name, resp.status, body
+
+
+@dataclass
 class Seen:
     """What the emulator observed, for assertions."""
 
@@ -132,8 +175,10 @@ class SageMakerRuntimeEmulator:
     """`container_url` serves the SageMaker container contract (POST /invocations); `credentials` maps
     access key id -> secret key, the identities this emulated account accepts."""
 
-    def __init__(self, container_url: str, endpoint_name: str, region: str = "us-east-1", credentials: dict[str, str] | None = None) -> None:
+    def __init__(self, container_url: str, endpoint_name: str, region: str = "us-east-1", credentials: dict[str, str] | None = None,
+                 models: MultiModelStore | None = None) -> None:
         parts = urlsplit(container_url)
+        self.models = models
         self.container = (parts.hostname, parts.port)
         self.endpoint_name = endpoint_name
         self.region = region
@@ -211,13 +256,26 @@ class SageMakerRuntimeEmulator:
                     return self._error(404, "UnknownOperationException", "unknown path")
                 if unquote(m.group(1)) != emu.endpoint_name:
                     return self._error(400, "ValidationError", f"Endpoint {unquote(m.group(1))} of account 000000000000 not found.")
+                target = headers.get("x-amzn-sagemaker-target-model")
+                container_path = "/invocations"
+                if emu.models is not None:
+                    if target is None:
+                        return self._error(400, "ValidationError", "TargetModel is required for a multi-model endpoint")
+                    if m.group(2) != "invocations":
+                        return self._error(400, "ValidationError", "InvokeEndpointWithResponseStream takes no TargetModel")
+                    name, status, detail = emu.models.ensure_loaded(emu.container, unquote(target))
+                    if status != 200:
+                        return self._error(424 if status >= 500 else 400, "ModelError" if status >= 500 else "ValidationError", detail[:300].decode(errors="replace"))
+                    container_path = f"/models/{quote(name, safe='')}/invoke"
                 upstream = http.client.HTTPConnection(*emu.container, timeout=120)
                 try:
                     # SageMaker hands the container the body with the caller's ContentType and Accept.
                     fwd = {"Content-Type": headers.get("content-type", "application/octet-stream")}
                     if headers.get("accept"):
                         fwd["Accept"] = headers["accept"]
-                    upstream.request("POST", "/invocations", body=body, headers=fwd)
+                    if target is not None:
+                        fwd["X-Amzn-SageMaker-Target-Model"] = target
+                    upstream.request("POST", container_path, body=body, headers=fwd)
                     resp = upstream.getresponse()
                     if resp.status != 200:
                         detail = resp.read()[:300].decode(errors="replace")

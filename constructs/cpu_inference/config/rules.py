@@ -7,6 +7,7 @@ import difflib
 import math
 
 from .. import pool_sizing, sizing
+from ..engine_tasks import GENERATION_TASKS
 from ..engines import DTYPE_BYTES
 from ..slm_context import RouterConfig, decision, slm_context_per_slot
 from .problems import Problem
@@ -262,6 +263,12 @@ def _check_pattern(config: Config) -> list[Problem]:
                 out.append(Problem("escalation.model", f"{target!r} is not a model in models — use one of {', '.join(roles)}"))
             elif roles[target] != "llm":
                 out.append(Problem("escalation.model", f"{target!r} has role {roles[target]}, not llm — set role: llm on that model"))
+        for i, m in enumerate(config.models):
+            if m.task not in GENERATION_TASKS and roles[m.name] in ("slm", "llm"):
+                does = "classifies and answers" if roles[m.name] == "slm" else "answers the escalated"
+                out.append(Problem(config.key_path(i, "task"), f"{m.task}: the slm-prefilter's {roles[m.name]} {does} chat requests, which a model "
+                                   f"of task {m.task} cannot (it serves only its own route) — use a generation task "
+                                   f"({', '.join(GENERATION_TASKS)}), or serve it in a model-farm"))
         default_labels = sorted(config.router.labels) == ["complex", "simple"]
         if not default_labels and config.router.instructions is None:
             out.append(Problem("router.instructions", "the router's default prompt is written for the labels simple/complex — write instructions for your labels ({labels} is replaced by them)", "warning"))
