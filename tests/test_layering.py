@@ -19,7 +19,8 @@ RUNTIME_TREES = (ROOT / "containers", ROOT / "lambda")
 # The layers, lowest first. A unit (a top-level module or subpackage of cpu_inference) may import units of LOWER
 # tiers only: never its own tier (eks ↛ sagemaker), never a higher one.
 TIERS: tuple[tuple[str, ...], ...] = (
-    ("_jsii_node", "_resources", "aws_names", "engine_tasks", "engines", "k8s_object"),  # stdlib only: jsii's Node, the runtime files, the task -> engine options table, the engines' facts, a Kubernetes object's identity and needs, names AWS gives a meaning to
+    ("_jsii_node", "_resources", "aws_names", "engine_tasks", "k8s_object"),  # stdlib only: jsii's Node, the runtime files, the tasks (which generate; their engine options), a Kubernetes object's identity and needs, names AWS gives a meaning to
+    ("engines",),  # stdlib only: the engines' facts, among them which tasks each serves (from engine_tasks)
     ("sizing",),  # stdlib only: the instance catalog and the per-model sizing
     # Checks of rendered objects (dicts in, problems out): they depend on nothing of the library, and only the
     # compat shims below import them (test_construct_code_never_imports_the_test_helpers).

@@ -174,7 +174,7 @@ def test_a_models_max_above_what_fits_is_a_warning() -> None:
 def test_an_unused_pool_and_farm_outside_model_farm_are_warnings() -> None:
     doc = _doc(pools=[{"name": "small"}, {"name": "spare"}])
     assert _warnings(doc) == ["config.yaml: warning: farm.pools[1]: pool 'spare' serves no model — remove it or set pool: spare on models"]
-    doc = _doc(pools=[{"name": "small"}], pattern="slm-prefilter", models=[_model("a", role="slm")],
+    doc = _doc(pools=[{"name": "small"}], pattern="slm-prefilter", models=[_model("a", role="slm", task="classification")],
                escalation={"kind": "bedrock", "model_id": "anthropic.claude-3-5-haiku-20241022-v1:0"})
     assert "config.yaml: warning: farm: only pattern model-farm has pools — remove farm or use pattern: model-farm" in _warnings(doc)
 

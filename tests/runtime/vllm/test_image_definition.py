@@ -79,10 +79,11 @@ def test_zentorch_only_on_amd64() -> None:
     assert {a: v["pinned"] for a, v in arms.items()} == {"amd64": '"$VLLM_WHEEL_SHA256_AMD64"', "arm64": '"$VLLM_WHEEL_SHA256_ARM64"'}
 
 
-def _verifier() -> str:
-    m = re.search(r"sha256=\$\(python3 -c '([^']+)' ", TEXT)
-    assert m
-    return m.group(1)
+def _verifier() -> Path:
+    """The check the Dockerfile runs on the downloaded wheel (copied into the build, run before pip install)."""
+    assert "COPY verify_release_wheel.py /tmp/verify_release_wheel.py" in TEXT
+    assert 'sha256=$(python3 /tmp/verify_release_wheel.py "/tmp/vllm-release/${wheel}" "$VLLM_VERSION" "$pinned")' in TEXT
+    return CONTAINER_DIR / "verify_release_wheel.py"
 
 
 def _wheel(path: Path, *, name: str = "vllm", version: str = "0.32.0+cpu", tamper: bool = False) -> Path:
@@ -110,7 +111,7 @@ def test_the_build_refuses_a_wheel_that_is_not_vllms_release(tmp_path: Path) -> 
     import hashlib
 
     def check(wheel: Path, pinned: str = "") -> subprocess.CompletedProcess:
-        return subprocess.run(["python3", "-c", _verifier(), str(wheel), "0.32.0", pinned], capture_output=True, text=True)
+        return subprocess.run(["python3", str(_verifier()), str(wheel), "0.32.0", pinned], capture_output=True, text=True)
 
     good = _wheel(tmp_path / "good.whl")
     digest = hashlib.sha256(good.read_bytes()).hexdigest()
