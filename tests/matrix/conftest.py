@@ -7,17 +7,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
 from tests.support.matrix_requests import EMBED_TEXTS, RERANK_DOCUMENTS, RERANK_QUERY, Reference
 from tests.support.task_matrix import task_of
 
 
 @pytest.fixture(scope="session")
-def stand_in_files(smollm2_gguf: Path, minilm_gguf: Path, reranker_gguf: Path) -> Callable[[str], Path]:
-    """config model -> the GGUF that stands in for it: the encoder for embedding models, the cross-encoder stand-in
-    for rerank models, SmolLM2 for every generation task."""
-    by_task = {"embedding": minilm_gguf, "rerank": reranker_gguf}
-    return lambda model: by_task.get(task_of(model), smollm2_gguf)
+def stand_in_files(minilm_gguf: Path, reranker_gguf: Path) -> Callable[[str], Path]:
+    """config model -> the GGUF `cpu-inference local --stand-ins` serves for its task (local_plan.stand_in_for:
+    the encoder for embedding models, the cross-encoder stand-in for rerank models, SmolLM2 for generation); the
+    fixtures build the first two."""
+    from cpu_inference.cli.local_plan import STAND_IN_FILES, stand_in_for
+
+    return lambda model: STAND_IN_FILES[stand_in_for(task_of(model))]()
 
 
 @pytest.fixture(scope="session")

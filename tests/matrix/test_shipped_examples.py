@@ -13,28 +13,30 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from cpu_inference.config import load
 from tests.support.matrix_requests import Reference, via_openai, via_sagemaker
 from tests.support.task_matrix import REQUESTS
+
+from cpu_inference.config import load
 
 pytestmark = pytest.mark.engine
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _files(example: Path, smollm2: Path, minilm: Path, reranker: Path) -> tuple[dict[str, str], Callable[[str], Path]]:
-    tasks = {m.name: m.task.value if hasattr(m.task, "value") else str(m.task) for m in load(example).models}
-    by_task = {"embedding": minilm, "rerank": reranker}
-    return tasks, lambda model: by_task.get(tasks[model], smollm2)
+def _files(example: Path) -> tuple[dict[str, str], Callable[[str], Path]]:
+    """The example's model -> task, and model -> the stand-in GGUF `cpu-inference local --stand-ins` serves for it."""
+    from cpu_inference.cli.local_plan import STAND_IN_FILES, stand_in_for
+
+    tasks = {m.name: str(m.task) for m in load(example).models}
+    return tasks, lambda model: STAND_IN_FILES[stand_in_for(tasks[model])]()
 
 
-def test_every_model_of_the_sagemaker_farm_example_answers_its_task(tmp_path: Path, llama_server_bin, smollm2_gguf,
-                                                                     minilm_gguf, reranker_gguf, reference: Reference) -> None:
+def test_every_model_of_the_sagemaker_farm_example_answers_its_task(tmp_path: Path, llama_server_bin, stand_in_files,
+                                                                     reference: Reference) -> None:
     from tests.support.matrix_paths import sagemaker_stack, synthesize
 
     example = ROOT / "examples" / "model-farm-sagemaker.yaml"
-    tasks, files = _files(example, smollm2_gguf, minilm_gguf, reranker_gguf)
+    tasks, files = _files(example)  # stand_in_files: the fixture that builds the encoder GGUFs these use
     assert {tasks[n] for n in ("bge-small-en", "bge-base-en", "jina-reranker")} == {"embedding", "rerank"}
     syn = synthesize(example.read_text(), tmp_path)
     with sagemaker_stack(syn, files, llama_server_bin, tmp_path) as paths:
@@ -47,12 +49,12 @@ def test_every_model_of_the_sagemaker_farm_example_answers_its_task(tmp_path: Pa
                 via_sagemaker(runtime, endpoint, kind, reference, target_model=target)
 
 
-def test_every_model_of_the_eks_farm_example_answers_its_task_through_the_gateway(tmp_path: Path, llama_server_bin, smollm2_gguf,
-                                                                                 minilm_gguf, reranker_gguf, reference: Reference) -> None:
+def test_every_model_of_the_eks_farm_example_answers_its_task_through_the_gateway(tmp_path: Path, llama_server_bin, stand_in_files,
+                                                                                 reference: Reference) -> None:
     from tests.support.matrix_paths import eks_stack, synthesize
 
     example = ROOT / "examples" / "model-farm-eks.yaml"
-    tasks, files = _files(example, smollm2_gguf, minilm_gguf, reranker_gguf)
+    tasks, files = _files(example)  # stand_in_files: the fixture that builds the encoder GGUFs these use
     syn = synthesize(example.read_text(), tmp_path)
     with eks_stack(syn, files, llama_server_bin, tmp_path) as started:
         assert set(started.urls) == set(tasks)

@@ -19,7 +19,6 @@ from itertools import product
 from pathlib import Path
 
 import pytest
-
 from tests.support.matrix_requests import via_openai, via_sagemaker
 from tests.support.task_matrix import (
     CELLS,
@@ -50,7 +49,7 @@ def _cases(path: str) -> list:
     return [pytest.param(c, kind, id=f"{c.task}:{kind}") for c in served(ENGINE, path) for kind in c.requests()]
 
 
-# --- the table --------------------------------------------------------------------------------------------------------
+# --- the table ------------------------------------------------------------------------------------------------------
 
 def test_the_table_covers_every_task_path_and_engine_the_product_has() -> None:
     assert set(REQUESTS) == set(TASKS), "a task without its requests: add its row to REQUESTS"
@@ -114,26 +113,22 @@ def test_the_generated_configs_of_the_served_cells_validate(target: str, engine:
     assert out.returncode == 0, out.stderr
 
 
-# --- the paths --------------------------------------------------------------------------------------------------------
+# --- the paths ------------------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def eks(tmp_path_factory, stand_in_files, llama_server_bin):
-    from tests.support.matrix_paths import eks_stack, synthesize
+    from tests.support.matrix_paths import deployed
 
-    work = tmp_path_factory.mktemp("eks")
-    syn = synthesize(config_yaml("eks", ENGINE), work)
-    with eks_stack(syn, stand_in_files, llama_server_bin, work) as started:
-        yield started
+    with deployed("eks", config_yaml("eks", ENGINE), stand_in_files, llama_server_bin, tmp_path_factory.mktemp("eks")) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
 def sagemaker(tmp_path_factory, stand_in_files, llama_server_bin):
-    from tests.support.matrix_paths import sagemaker_stack, synthesize
+    from tests.support.matrix_paths import deployed
 
-    work = tmp_path_factory.mktemp("sagemaker")
-    syn = synthesize(config_yaml("sagemaker", ENGINE), work)
-    with sagemaker_stack(syn, stand_in_files, llama_server_bin, work) as paths:
-        yield paths
+    with deployed("sagemaker", config_yaml("sagemaker", ENGINE), stand_in_files, llama_server_bin, tmp_path_factory.mktemp("sm")) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")

@@ -64,35 +64,39 @@ def _local(env: dict[str, str], workdir: Path, gguf: Path) -> dict[str, str]:
     return local
 
 
+@contextlib.contextmanager
+def synthesized_endpoint(binary: Path, gguf: Path, workdir: Path, env: dict[str, str]):
+    """`entrypoint.py serve` with the synthesized environment `env`, on this machine (_local)."""
+    ep = start_endpoint(binary, gguf, workdir, 120, **_local(env, workdir, gguf))
+    try:
+        yield ep
+    finally:
+        stop_endpoint(ep)
+
+
 @pytest.fixture(scope="module")
 def readme_endpoint(llama_server_bin: Path, smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFactory):
     env = template_environment(smollm2_gguf.name)
     assert env["MODEL_PATH"] == f"/opt/ml/model/{smollm2_gguf.name}"
     assert (env["LLAMA_THREADS"], env["LLAMA_PARALLEL"], env["LLAMA_CTX_PER_SLOT"], env["LLAMA_QUEUE_DEPTH"]) == ("2", "4", "2048", "4")
-    workdir = tmp_path_factory.mktemp("readme-invoke")
-    ep = start_endpoint(llama_server_bin, smollm2_gguf, workdir, 120, **_local(env, workdir, smollm2_gguf))
-    yield ep
-    stop_endpoint(ep)
+    with synthesized_endpoint(llama_server_bin, smollm2_gguf, tmp_path_factory.mktemp("readme-invoke"), env) as ep:
+        yield ep
 
 
 @pytest.fixture(scope="module")
 def embedding_endpoint(llama_server_bin: Path, minilm_gguf: Path, tmp_path_factory: pytest.TempPathFactory):
     env = template_environment(minilm_gguf.name, EMBEDDING, "bge-small-en")
     assert env["LLAMA_ARG_EMBEDDINGS"] == "true"  # what makes llama-server serve /v1/embeddings
-    workdir = tmp_path_factory.mktemp("readme-embed")
-    ep = start_endpoint(llama_server_bin, minilm_gguf, workdir, 120, **_local(env, workdir, minilm_gguf))
-    yield ep
-    stop_endpoint(ep)
+    with synthesized_endpoint(llama_server_bin, minilm_gguf, tmp_path_factory.mktemp("readme-embed"), env) as ep:
+        yield ep
 
 
 @pytest.fixture(scope="module")
 def rerank_endpoint(llama_server_bin: Path, reranker_gguf: Path, tmp_path_factory: pytest.TempPathFactory):
     env = template_environment(reranker_gguf.name, RERANK, "bge-reranker")
     assert env["LLAMA_ARG_RERANKING"] == "true"  # what makes llama-server serve /v1/rerank
-    workdir = tmp_path_factory.mktemp("readme-rerank")
-    ep = start_endpoint(llama_server_bin, reranker_gguf, workdir, 120, **_local(env, workdir, reranker_gguf))
-    yield ep
-    stop_endpoint(ep)
+    with synthesized_endpoint(llama_server_bin, reranker_gguf, tmp_path_factory.mktemp("readme-rerank"), env) as ep:
+        yield ep
 
 
 @pytest.fixture
@@ -156,6 +160,21 @@ def _run(block: str, ns: dict) -> str:
     with contextlib.redirect_stdout(out):
         exec(compile(examples()[block], f"README.md#{block}", "exec"), ns)
     return out.getvalue()
+
+
+def test_readme_extraction_answers_in_its_schema(readme_endpoint, aws_env) -> None:
+    import jsonschema
+
+    name = _readme_endpoint_name(examples()["invoke"])
+    with SageMakerRuntimeEmulator(readme_endpoint.url, name, region="us-east-1") as emu:
+        aws_env.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", emu.url)
+        ns: dict = {}
+        exec("import json\nimport boto3\nruntime = boto3.client('sagemaker-runtime')", ns)  # what the invoke block set up
+        ns["endpoint_name"] = name
+        printed = _run("extract", ns).strip()
+        jsonschema.validate(ns["place"], ns["schema"])  # the answer parses as the schema, whatever the model wrote
+        assert printed == f"{ns['place']['city']} {ns['place']['country']}"
+        assert json.loads(emu.seen.requests[0]["body"])["response_format"]["type"] == "json_schema"
 
 
 def test_readme_embeddings_single_and_batch(embedding_endpoint, aws_env) -> None:

@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
-
-from cpu_inference.testing.crd_validation import flatten
 from tests.support.engine import free_port, stop_process, wait_healthy
 from tests.support.k8s import objects
+
+from cpu_inference.testing.crd_validation import flatten
 
 ROOT = Path(__file__).resolve().parents[2]
 LLAMA_DIR = ROOT / "containers" / "llama-server"
@@ -53,9 +53,10 @@ class Synthesized:
 
 def synthesize(config_text: str, workdir: Path) -> Synthesized:
     """The app's stack for this config, as `cdk synth` writes it (cdk-nag included)."""
+    from tests.support.cdk import synth
+
     from cpu_inference.app import build_app
     from cpu_inference.config import load
-    from tests.support.cdk import synth
 
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / "config.yaml"
@@ -164,7 +165,8 @@ def eks_stack(syn: Synthesized, files: Callable[[str], Path], binary: Path, work
             env.update(MODEL_PATH=str(files(name)), LLAMA_SERVER_BIN=str(binary), LLAMA_HOST="127.0.0.1", LLAMA_PORT=str(port))
             started.spawn(_local_entrypoint(c["command"]), env, workdir / f"{name}.log")
             service_url[name] = f"http://127.0.0.1:{port}"
-        for name, c in eks_dedicated_vllm(objs).items() if vllm else ():
+        for name, c in eks_dedicated_vllm(objs).items():
+            assert vllm is not None, f"{name} is a vLLM Deployment: pass vllm= to start it"
             url, stop = vllm(name, _env(c), workdir / f"{name}.log")
             stoppers.append(stop)
             service_url[name] = url
@@ -175,7 +177,7 @@ def eks_stack(syn: Synthesized, files: Callable[[str], Path], binary: Path, work
             replicas = _pool_replicas(objs, pool, files, binary, workdir, started)
             assert len(replicas) == len(pool["replicas"])
             pool["replicas"] = replicas
-        for name, url in service_url.items():
+        for url in service_url.values():
             wait_healthy(url, None, timeout=420)
         cfg.update(listen_host="127.0.0.1", listen_port=_port())
         router = start_router(cfg, workdir / "gateway", timeout=60)
@@ -321,8 +323,7 @@ def sagemaker_stack(syn: Synthesized, files: Callable[[str], Path], binary: Path
         containers: list[tuple[SageMakerModel, str, MultiModelStore | None]] = []
         for sm in sagemaker_models(syn.template):
             if "SERVE_MODEL_NAME" in sm.environment:  # a vLLM endpoint
-                if vllm is None:
-                    continue
+                assert vllm is not None, f"{sm.endpoint_name} is a vLLM endpoint: pass vllm= to start it"
                 url, stop = vllm(model_of(sm), sm.environment, workdir / f"{sm.endpoint_name}.log")
                 stack.callback(stop)
                 containers.append((sm, url, None))
@@ -363,5 +364,14 @@ def sagemaker_stack(syn: Synthesized, files: Callable[[str], Path], binary: Path
 
 
 def mme_artifacts_index(store: Any) -> dict[str, tuple[str, Path]]:
-    """config model -> (TargetModel, archive) of a MultiModelStore built by mme_artifacts (archives are <model>.tar.gz)."""
+    """config model -> (TargetModel, archive) of a store built by mme_artifacts (archives are <model>.tar.gz)."""
     return {Path(a).name[: -len(".tar.gz")]: (t, a) for t, a in store.artifacts.items()}
+
+
+@contextmanager
+def deployed(target: str, config_text: str, files: Callable[[str], Path], binary: Path, workdir: Path,
+             vllm: Callable[[str, dict[str, str], Path], tuple[str, Callable[[], None]]] | None = None) -> Iterator[Any]:
+    """`config_text` synthesized, then its `target` path started (eks_stack or sagemaker_stack)."""
+    start = {"eks": eks_stack, "sagemaker": sagemaker_stack}[target]
+    with start(synthesize(config_text, workdir), files, binary, workdir, vllm=vllm) as running:
+        yield running

@@ -23,9 +23,10 @@ ROUTER_DIR = Path(__file__).resolve().parents[2] / "containers" / "router"
 if str(ROUTER_DIR) not in sys.path:
     sys.path.insert(0, str(ROUTER_DIR))
 
+from tests.support.encoder_reference import MIN_COSINE, RERANK_TOLERANCE  # noqa: E402  (measured there)
+
 from slm_router.classifier import Classifier  # noqa: E402  (the router's own request)
 from slm_router.config import Config as RouterConfig  # noqa: E402
-from tests.support.encoder_reference import MIN_COSINE, RERANK_TOLERANCE  # noqa: E402  (measured there)
 
 CHAT_TEXT = "Name one primary colour."
 COMPLETION_PROMPT = "The three primary colours are"
@@ -86,7 +87,7 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     return dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
 
 
-# --- checks (shared by both transports: each gets the decoded JSON answer) -------------------------------------------
+# --- checks (shared by both transports: each gets the decoded JSON answer) ------------------------------------------
 
 def check_chat(answer: Mapping[str, Any]) -> str:
     text = answer["choices"][0]["message"]["content"]
@@ -125,7 +126,7 @@ def check_rerank(answer: Mapping[str, Any], ref: Reference) -> None:
         assert abs(results[i] - want) <= RERANK_TOLERANCE, (i, results[i], want)
 
 
-# --- transport 1: an OpenAI-compatible base URL, the official SDK -----------------------------------------------------
+# --- transport 1: an OpenAI-compatible base URL, the official SDK ---------------------------------------------------
 
 def via_openai(base_url: str, model: str, kind: str, ref: Reference) -> None:
     """Send `kind` to `model` at `base_url` (…/v1) with the openai SDK (httpx for /v1/rerank, which the SDK lacks)."""
@@ -158,7 +159,7 @@ def via_openai(base_url: str, model: str, kind: str, ref: Reference) -> None:
         raise AssertionError(f"no request for {kind!r}")
 
 
-# --- transport 2: SageMaker Runtime with boto3 -------------------------------------------------------------------------
+# --- transport 2: SageMaker Runtime with boto3 ----------------------------------------------------------------------
 
 def sagemaker_body(kind: str) -> dict[str, Any]:
     """The body a boto3 user sends for `kind` (the SageMaker README's examples)."""

@@ -106,7 +106,7 @@ def served(engine: str, path: str) -> tuple[Cell, ...]:
     return tuple(c for c in SERVED if c.engine == engine and c.path == path)
 
 
-# --- the configs the matrix deploys: one per (target, engine), a model per served cell ---------------------------------
+# --- the configs the matrix deploys: one per (target, engine), a model per served cell ------------------------------
 
 # What each task's model is in the generated configs (the bytes served are the stand-ins of tests/support/models.py:
 # SmolLM2 for generation, all-MiniLM-L6-v2 for embeddings, the MiniLM cross-encoder stand-in for rerank).
@@ -154,4 +154,4 @@ def config_yaml(target: str, engine: str, tasks: tuple[str, ...] = TASKS) -> str
     pools = ["farm:", "  pools:", f"  - {POOLS[target]}"] if any(c.serving == "pool" for c in cells) else []
     return "\n".join([
         f"project: {{name: matrix-{target}}}", f"target: {target}", "pattern: model-farm", *pools, "models:",
-        *(model_line(target, c.task, c.engine, c.serving) for c in cells), ""])
+        *(model_line(target, c.task, c.engine, c.serving or "") for c in cells), ""])

@@ -53,10 +53,14 @@ STAND_IN_FILES: dict[str, Callable[[], Path]] = {
 }
 
 
-def farm_stand_in(m) -> str:
-    """The stand-in for a model-farm model: an encoder for an embedding model, a cross-encoder for a rerank model
+def stand_in_for(task: str) -> str:
+    """The stand-in for a model of `task`: an encoder for an embedding model, a cross-encoder for a rerank model
     (each serves its route with the task's flag, engine_tasks), else the small generator."""
-    return {"embedding": ENCODER, "rerank": RERANKER}.get(m.task, SMOLLM2)
+    return {"embedding": ENCODER, "rerank": RERANKER}.get(task, SMOLLM2)
+
+
+def farm_stand_in(m) -> str:
+    return stand_in_for(m.task)
 
 
 def slots_args(slots: int, ctx_per_slot: int) -> list[str]:

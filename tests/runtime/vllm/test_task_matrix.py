@@ -15,7 +15,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
-
 from tests.support.matrix_requests import Reference, via_openai, via_sagemaker
 from tests.support.task_matrix import Cell, config_yaml, model_name, served
 from tests.support.vllm import ENTRYPOINT, entrypoint_env, start_entrypoint, stop_group, vllm_model_dir, vllm_python
@@ -73,34 +72,32 @@ def preload(tmp_path_factory) -> Path:
     return preload_dir(tmp_path_factory.mktemp("preload"), vllm_python())
 
 
+def _deployed(target: str, tmp_path_factory, smollm2_gguf: Path, llama_server_bin: Path, preload: Path):
+    from tests.support.matrix_paths import deployed
+
+    work = tmp_path_factory.mktemp(f"vllm-{target}")
+    starter = OneVllm(work, target, preload)
+    with deployed(target, config_yaml(target, ENGINE), lambda _: smollm2_gguf, llama_server_bin, work, vllm=starter) as running:
+        yield running, starter
+
+
 @pytest.fixture(scope="module")
 def eks(tmp_path_factory, llama_server_bin, smollm2_gguf, preload):
-    from tests.support.matrix_paths import eks_stack, synthesize
-
-    work = tmp_path_factory.mktemp("vllm-eks")
-    syn = synthesize(config_yaml("eks", ENGINE), work)
-    starter = OneVllm(work, "eks", preload)
-    with eks_stack(syn, lambda _: smollm2_gguf, llama_server_bin, work, vllm=starter) as started:
-        yield started, starter
+    yield from _deployed("eks", tmp_path_factory, smollm2_gguf, llama_server_bin, preload)
 
 
 @pytest.fixture(scope="module")
 def sagemaker(tmp_path_factory, llama_server_bin, smollm2_gguf, preload):
-    from tests.support.matrix_paths import sagemaker_stack, synthesize
-
-    work = tmp_path_factory.mktemp("vllm-sagemaker")
-    syn = synthesize(config_yaml("sagemaker", ENGINE), work)
-    starter = OneVllm(work, "sagemaker", preload)
-    with sagemaker_stack(syn, lambda _: smollm2_gguf, llama_server_bin, work, vllm=starter) as paths:
-        yield paths, starter
+    yield from _deployed("sagemaker", tmp_path_factory, smollm2_gguf, llama_server_bin, preload)
 
 
 @pytest.fixture(scope="module")
 def local(tmp_path_factory, llama_server_bin):
     """`cpu-inference local` on the EKS config, the checkpoint mapped to the first vLLM model and only that one
     started (`--models`): the deployed sizing of every vLLM model is the same (checked below)."""
-    from cpu_inference.config import load, size_model
     from tests.cli.test_local import LocalRun
+
+    from cpu_inference.config import load, size_model
 
     work = tmp_path_factory.mktemp("vllm-local")
     config = work / "config.yaml"
