@@ -18,6 +18,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -319,6 +320,10 @@ def sagemaker_stack(syn: Synthesized, files: Callable[[str], Path], binary: Path
     started = Started()
     paths = SageMakerPaths()
     with ExitStack() as stack:
+        # The artifacts (a tarball and its extraction per pooled model, ~100 MB each) go once the processes stopped
+        # (callbacks run last-registered first).
+        stack.callback(lambda: [shutil.rmtree(p, ignore_errors=True) for p in workdir.glob("*opt-ml-models")])
+        stack.callback(lambda: [p.unlink() for p in workdir.glob("*.tar.gz")])
         stack.callback(started.stop)
         containers: list[tuple[SageMakerModel, str, MultiModelStore | None]] = []
         for sm in sagemaker_models(syn.template):
