@@ -50,6 +50,7 @@ SWAPPED_ENV = (*THREAD_VARS, "MODEL_PATH", "LLAMA_SERVER_BIN", "LLAMA_HOST", "LL
 class Synthesized:
     template: dict[str, Any]
     outdir: Path  # the cloud assembly (assets)
+    config: Path  # the config it was synthesized from
 
 
 def synthesize(config_text: str, workdir: Path) -> Synthesized:
@@ -65,7 +66,7 @@ def synthesize(config_text: str, workdir: Path) -> Synthesized:
     app = cdk.App(outdir=str(workdir / "cdk.out"))
     _, stack = build_app(load(path), app=app)
     assembly = synth(app)
-    return Synthesized(assembly.get_stack_by_name(stack.stack_name).template, Path(assembly.directory))
+    return Synthesized(assembly.get_stack_by_name(stack.stack_name).template, Path(assembly.directory), path)
 
 
 _TAKEN: set[int] = set()
@@ -322,11 +323,14 @@ def sagemaker_stack(syn: Synthesized, files: Callable[[str], Path], binary: Path
     with ExitStack() as stack:
         # The artifacts (a tarball and its extraction per pooled model, ~100 MB each) go once the processes stopped
         # (callbacks run last-registered first).
-        stack.callback(lambda: [shutil.rmtree(p, ignore_errors=True) for p in workdir.glob("*opt-ml-models")])
-        stack.callback(lambda: [p.unlink() for p in workdir.glob("*.tar.gz")])
+        stack.callback(_remove_artifacts, workdir)
         stack.callback(started.stop)
         containers: list[tuple[SageMakerModel, str, MultiModelStore | None]] = []
-        for sm in sagemaker_models(syn.template):
+        models = sagemaker_models(syn.template)
+        # Every pooled model's artifact, built once; each multi-model endpoint holds its own pool's models only.
+        artifacts = mme_artifacts(syn, files, workdir) if any(sm.mode == "MultiModel" for sm in models) else {}
+        pool_models = _pool_members(syn, [sm.endpoint_name for sm in models if sm.mode == "MultiModel"])
+        for sm in models:
             if "SERVE_MODEL_NAME" in sm.environment:  # a vLLM endpoint
                 assert vllm is not None, f"{sm.endpoint_name} is a vLLM endpoint: pass vllm= to start it"
                 url, stop = vllm(model_of(sm), sm.environment, workdir / f"{sm.endpoint_name}.log")
@@ -340,8 +344,8 @@ def sagemaker_stack(syn: Synthesized, files: Callable[[str], Path], binary: Path
             store = None
             if sm.mode == "MultiModel":
                 env["SAGEMAKER_MULTI_MODEL"] = "true"  # SageMaker injects it into a multi-model endpoint's container
-                arts = mme_artifacts(syn, files, workdir)
-                store = MultiModelStore({t: a for t, a in arts.values()}, workdir / f"{sm.endpoint_name}-opt-ml-models")
+                store = MultiModelStore({t: a for m, (t, a) in artifacts.items() if m in pool_models[sm.endpoint_name]},
+                                        workdir / f"{sm.endpoint_name}-opt-ml-models")
             else:
                 name = model_of(sm)
                 model_dir = workdir / f"{sm.endpoint_name}-opt-ml-model"
@@ -366,6 +370,29 @@ def sagemaker_stack(syn: Synthesized, files: Callable[[str], Path], binary: Path
                 for model, (target, _) in mme_artifacts_index(store).items():
                     paths.clients[model] = (runtime, sm.endpoint_name, target)
         yield paths
+
+
+def _remove_artifacts(workdir: Path) -> None:
+    for extracted in workdir.glob("*opt-ml-models"):
+        shutil.rmtree(extracted, ignore_errors=True)
+    for archive in workdir.glob("*.tar.gz"):
+        archive.unlink()
+
+
+def _pool_members(syn: Synthesized, endpoints: list[str]) -> dict[str, set[str]]:
+    """Multi-model endpoint -> the config models of its pool. A pool's endpoint is named `<stack>-<pool>-<hash>`
+    (sagemaker/_naming.endpoint_name with the pool's name); each pool must match exactly one endpoint."""
+    from cpu_inference.config import load
+
+    config = load(syn.config)
+    out: dict[str, set[str]] = {e: set() for e in endpoints}
+    for pool in config.farm.pools:
+        members = {m.name for m in config.pool_models(pool.name)}
+        if not members:
+            continue
+        (endpoint,) = [e for e in endpoints if e.rsplit("-", 1)[0].endswith(f"-{pool.name}")]
+        out[endpoint] |= members
+    return out
 
 
 def mme_artifacts_index(store: Any) -> dict[str, tuple[str, Path]]:
