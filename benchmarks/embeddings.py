@@ -79,7 +79,7 @@ class Engine:
     """llama-server with the pool member's options; posts to /v1/embeddings over persistent connections."""
 
     def __init__(self, options: dict[str, str], log: Path) -> None:
-        from cpu_inference.engine_tasks import task_options
+        from cpu_inference.engines.tasks import task_options
 
         flags = [f"--{k}" for k, v in options.items() if v == "true"]
         assert set(flags) == {f"--{k}" for k in task_options("embedding")}, options

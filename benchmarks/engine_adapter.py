@@ -146,7 +146,7 @@ def run_batch(label: str, base: str, path: str, *, requests: int, concurrency: i
     for t in threads:
         t.join()
     seconds = time.perf_counter() - t0
-    adapter_cpu, engine_cpu = (cpu_seconds(p) - c for p, c in zip(pids, cpu0))
+    adapter_cpu, engine_cpu = (cpu_seconds(p) - c for p, c in zip(pids, cpu0, strict=True))
     others = machine_busy_seconds() - busy0 - (sum(os.times()[:2]) - own0) - adapter_cpu - engine_cpu
     q = statistics.quantiles(ttfts, n=20, method="inclusive") if len(ttfts) > 1 else ttfts * 19
     return Batch(label, requests, tokens[0], seconds, statistics.median(ttfts), q[18], errors[0], adapter_cpu, engine_cpu, max(0.0, others / seconds))

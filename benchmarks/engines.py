@@ -40,9 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "constructs")]
 
-from tests.support.engine import free_port, llama_server_path, wait_healthy  # noqa: E402
-
-from cpu_inference._resources import cache_dir  # noqa: E402
+from cpu_inference._internal.resources import cache_dir  # noqa: E402
 from cpu_inference.engines import LLAMA_CPP, VLLM  # noqa: E402
 from cpu_inference.evaluation.bench import BenchPlan, run_bench  # noqa: E402
 from cpu_inference.evaluation.client import OpenAIClient  # noqa: E402
@@ -50,6 +48,7 @@ from cpu_inference.evaluation.loadgen import LoadSettings, load_prompts, run_lev
 from cpu_inference.evaluation.pricing import Price  # noqa: E402
 from cpu_inference.evaluation.report import compare_rows, markdown_table, write_bench_report  # noqa: E402
 from cpu_inference.sizing import ModelSpec, instance, size  # noqa: E402
+from tests.support.engine import free_port, llama_server_path, wait_healthy  # noqa: E402
 
 CACHE = cache_dir()
 MODELS = CACHE / "models"

@@ -44,10 +44,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # that cpu_inference's model cache (gemma_path) imports.
 sys.path[:] = [str(ROOT), str(ROOT / "constructs")] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
 
-from tests.support.engine import free_port, llama_server_path, wait_healthy  # noqa: E402
-
-from cpu_inference.pool_sizing import pool_plan  # noqa: E402
 from cpu_inference.sizing import GIB, ModelSpec  # noqa: E402
+from cpu_inference.sizing.pools import pool_plan  # noqa: E402
+from tests.support.engine import free_port, llama_server_path, wait_healthy  # noqa: E402
 
 STAND_INS = {
     "smollm2": ModelSpec(parameters_billions=0.135, quantization="Q4_1", task="chat"),
@@ -390,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ctx", type=int, default=512, help="context size per model server")
     ap.add_argument("--slots", type=int, default=1, help="parallel slots per model server")
     ap.add_argument("--memory-budget-gib", type=float, default=4.0,
-                    help="the pool replica's memory: --models-max from cpu_inference.pool_sizing.pool_plan for this budget")
+                    help="the pool replica's memory: --models-max from cpu_inference.sizing.pools.pool_plan for this budget")
     ap.add_argument("--models-max", type=int, help="override the budget-derived --models-max")
     ap.add_argument("--modes", default="pool,per-model", help="comma-separated: pool, per-model (run in this order)")
     ap.add_argument("--start-batch", type=int, default=4, help="per-model servers started at once")
@@ -407,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = args.workdir or Path(tmp)
     try:
         models = make_models(args.models, stand_ins, workdir / "models", args.link)
-        # --models-max as the library sizes a pool (cpu_inference.pool_sizing, what the EKS pools and `size` use): the
+        # --models-max as the library sizes a pool (cpu_inference.sizing.pools, what the EKS pools and `size` use): the
         # budget minus the router's RSS over the largest loaded footprint (weights + KV for the slots + compute
         # buffers + the measured per-child runtime), with the same ctx and slots the servers run here.
         specs = {m.name: ModelSpec(**{**asdict(STAND_INS[m.stand_in]), "file_size_bytes": m.path.stat().st_size,

@@ -1,6 +1,7 @@
 """Throughput of the model copy: parallel ranged GETs vs a single stream, same file, same run.
 
-    .venv/bin/python benchmarks/model_download.py [--file PATH] [--rounds 3] [--concurrency 8] [--per-connection-mbps 25]
+    .venv/bin/python benchmarks/model_download.py [--file PATH] [--rounds 3] [--concurrency 8] \
+        [--per-connection-mbps 25]
 
 Loopback only: the fake Hub (tests/runtime/model_download/fake_hub.py, real file bytes, 302 to a CDN origin, Range)
 and moto's S3 server each run in their own process; this process runs `model_download.copy_model`. Two scenarios:

@@ -124,7 +124,7 @@ def routed_vs_direct(slm: str, routers: dict[str, tuple[str, int]], rounds: int,
                 decision_ms[name].append(float(r.headers["x-router-decision-ms"]))
     out: dict = {}
     for name, (_, pid) in routers.items():
-        added = [b - a for a, b in zip(direct, routed[name])]
+        added = [b - a for a, b in zip(direct, routed[name], strict=True)]
         figures = {"direct": summary(direct), "routed": summary(routed[name]), "added_per_request": summary(added),
                    "router_decision_header": summary(decision_ms[name]),
                    "router_cpu_ms_per_request": round((cpu_seconds(pid) - cpu_before[name]) * 1000 / rounds, 2), "routes": routes[name]}

@@ -41,7 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [str(ROOT), str(ROOT / "constructs")] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
 
-from cpu_inference._resources import cache_dir  # noqa: E402
+from cpu_inference._internal.resources import cache_dir  # noqa: E402
 from tests.support.engine import free_port, llama_server_path, stop_process, wait_healthy  # noqa: E402
 
 SCENARIOS = {"shared-mmap": (True, "mmap"), "copies-mmap": (False, "mmap"), "shared-read": (True, "none")}

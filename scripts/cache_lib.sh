@@ -1,6 +1,6 @@
 # Sourced by the build scripts: the ONE cache rule and the ONE way to get the pinned engine sdist.
 #   cache: $CPU_INFERENCE_CACHE, else $XDG_CACHE_HOME/cpu-inference, else ~/.cache/cpu-inference
-#          (the same rule as cpu_inference._resources.cache_dir(), which the library and the tests use).
+#          (the same rule as cpu_inference._internal.resources.cache_dir(), which the library and the tests use).
 #   pinned_sdist: prints the path of the llama-cpp-python sdist of containers/llama-server/engine-pin.env in
 #          $cache/sdist/, downloading it from PyPI once and checking its sha256 every time.
 # shellcheck shell=bash

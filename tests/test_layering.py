@@ -19,15 +19,17 @@ RUNTIME_TREES = (ROOT / "containers", ROOT / "lambda")
 # The layers, lowest first. A unit (a top-level module or subpackage of cpu_inference) may import units of LOWER
 # tiers only: never its own tier (eks ↛ sagemaker), never a higher one.
 TIERS: tuple[tuple[str, ...], ...] = (
-    ("_jsii_node", "_resources", "aws_names", "engine_tasks", "k8s_object"),  # stdlib only: jsii's Node, the runtime files, the tasks (which generate; their engine options), a Kubernetes object's identity and needs, names AWS gives a meaning to
-    ("engines",),  # stdlib only: the engines' facts, among them which tasks each serves (from engine_tasks)
-    ("sizing",),  # stdlib only: the instance catalog and the per-model sizing
-    # Checks of rendered objects (dicts in, problems out): they depend on nothing of the library, and only the
-    # compat shims below import them (test_construct_code_never_imports_the_test_helpers).
+    # Private internals, each a unit of its own (imported as cpu_inference._internal.<module>): jsii's Node, the
+    # runtime files, names AWS gives a meaning to, a Kubernetes object's identity and needs, CDK tokens in text.
+    ("_internal.jsii_node", "_internal.resources", "_internal.aws_names", "_internal.k8s_object", "_internal.tokens"),
+    ("engines",),  # stdlib only: each engine's facts (flags, env, metrics, the tasks it serves, the pool preset)
+    ("sizing",),  # stdlib only: the instance catalog, the per-model sizing, pool sizing, the SLM's context budget
+    # Checks of rendered objects (dicts in, problems out): they depend on nothing of the library above them.
     ("testing",),
-    ("pool_sizing", "pool_preset", "slm_context", "evaluation"),  # pure arithmetic and contracts on top of sizing / the router
+    ("evaluation",),  # bench/eval tools on top of the engines' facts
     ("config",),  # config.yaml: schema, loader, decision rules
-    ("k8s", "nag"),  # typed Kubernetes specs + cdk8s charts; cdk-nag acknowledgments (aws_cdk, no constructs of ours)
+    ("k8s", "_internal.nag"),  # typed Kubernetes specs, workload builders, cdk8s charts; cdk-nag acknowledgments (aws_cdk)
+    ("monitoring",),  # alert and alarm rules (Prometheus rule groups, the latency/cold-load thresholds)
     ("artifacts", "images"),  # the S3 model store and the engine image
     ("eks", "sagemaker"),  # the two targets
     ("patterns",),  # SlmPrefilter, ModelFarm: compose everything below
@@ -36,19 +38,17 @@ TIERS: tuple[tuple[str, ...], ...] = (
 )
 # Runtime packages the library may import from any tier (plain Python, no aws_cdk): the router's config contract
 # and budget, the model-download job's shared pieces.
-RUNTIME_PACKAGES = frozenset({"slm_router", "model_download"})
+RUNTIME_PACKAGES = frozenset({"inference_runtime", "slm_router", "model_download"})
 # What the runtime code must never import: the library, or anything that starts jsii.
 FORBIDDEN_IN_RUNTIME = frozenset({"cpu_inference", "aws_cdk", "constructs", "cdk8s", "cdk8s_plus_27", "jsii", "cdk_nag"})
 # The pure tiers (and the CLI's pure commands, which import them) never start jsii.
-PURE_UNITS = frozenset({"_jsii_node", "_resources", "aws_names", "engine_tasks", "engines", "k8s_object", "sizing", "testing", "pool_sizing", "pool_preset", "slm_context", "evaluation",
-                        "config"})
-# The old paths of the moved test helpers: re-exports only, kept so existing imports and
-# `python -m cpu_inference.k8s.crd_validation` work. The only library modules allowed to import cpu_inference.testing.
-TESTING_SHIMS = frozenset({"k8s/pod_security.py", "k8s/crd_validation.py", "k8s/crd_cel.py"})
+PURE_UNITS = frozenset({"_internal.jsii_node", "_internal.resources", "_internal.aws_names", "_internal.k8s_object",
+                        "_internal.tokens", "engines", "sizing", "testing", "evaluation", "config"})
+# Private internals: a package of unrelated helpers, so each module is its own unit.
+INTERNAL = "_internal"
 # The CLI commands that are the face of a checker in cpu_inference.testing (`cpu-inference plan` runs the rehearsal).
 TESTING_COMMANDS = frozenset({"cli/plan_cmd.py"})
 JSII_LIBRARIES = FORBIDDEN_IN_RUNTIME - {"cpu_inference"}
-
 TIER_OF = {unit: i for i, units in enumerate(TIERS) for unit in units}
 
 
@@ -65,8 +65,9 @@ def imported_modules(path: Path, module: tuple[str, ...]) -> Iterator[tuple[int,
             for alias in node.names:
                 yield node.lineno, alias.name
         elif isinstance(node, ast.ImportFrom):
-            if not node.level:
-                yield node.lineno, str(node.module)
+            if not node.level:  # each name may be a submodule (`from cpu_inference._internal import nag`)
+                for alias in node.names:
+                    yield node.lineno, f"{node.module}.{alias.name}"
                 continue
             base = list(module if is_package else module[:-1])
             base = base[: len(base) - (node.level - 1)]
@@ -78,8 +79,15 @@ def imported_modules(path: Path, module: tuple[str, ...]) -> Iterator[tuple[int,
 
 
 def units() -> set[str]:
-    return {p.stem if p.suffix == ".py" else p.name for p in PACKAGE.iterdir()
-            if (p.suffix == ".py" or (p / "__init__.py").exists()) and p.name != "__pycache__"}
+    top = {p.stem if p.suffix == ".py" else p.name for p in PACKAGE.iterdir()
+           if (p.suffix == ".py" or (p / "__init__.py").exists()) and p.name != "__pycache__"}
+    internal = {f"{INTERNAL}.{p.stem}" for p in (PACKAGE / INTERNAL).glob("*.py") if p.stem != "__init__"}
+    return (top - {INTERNAL}) | internal
+
+
+def _unit(parts: list[str] | tuple[str, ...]) -> str:
+    """The unit of a module path below cpu_inference: its top-level name, or `_internal.<module>`."""
+    return f"{INTERNAL}.{parts[1]}" if parts[0] == INTERNAL and len(parts) > 1 else parts[0]
 
 
 def unit_of(dotted: str, known: set[str]) -> str | None:
@@ -90,9 +98,9 @@ def unit_of(dotted: str, known: set[str]) -> str | None:
         return parts[0]
     if parts[0] != "cpu_inference":
         return None
-    if len(parts) == 1 or parts[1] not in known or parts[1] == "__init__":
+    if len(parts) == 1 or parts[1] == "__init__" or _unit(parts[1:]) not in known:
         return "__init__"
-    return parts[1]
+    return _unit(parts[1:])
 
 
 def import_edges() -> dict[tuple[str, str], list[str]]:
@@ -101,7 +109,7 @@ def import_edges() -> dict[tuple[str, str], list[str]]:
     edges: dict[tuple[str, str], list[str]] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         module = _module_name(path, PACKAGE, "cpu_inference")
-        src = module[1] if len(module) > 1 else "__init__"
+        src = _unit(module[1:]) if len(module) > 1 else "__init__"
         for line, dotted in imported_modules(path, module):
             dst = unit_of(dotted, known)
             if dst is not None and dst != src:
@@ -137,7 +145,7 @@ def test_pure_units_never_import_a_jsii_library() -> None:
     bad = []
     for path in sorted(PACKAGE.rglob("*.py")):
         module = _module_name(path, PACKAGE, "cpu_inference")
-        if len(module) > 1 and module[1] in PURE_UNITS:
+        if len(module) > 1 and _unit(module[1:]) in PURE_UNITS:
             bad += [f"{path.relative_to(ROOT)}:{line} {dotted}" for line, dotted in imported_modules(path, module)
                     if dotted.split(".")[0] in JSII_LIBRARIES]
     assert bad == []
@@ -151,10 +159,23 @@ def test_construct_code_never_imports_the_test_helpers() -> None:
         if path.relative_to(PACKAGE).parts[0] != "testing"
         and any(unit_of(d, units()) == "testing" for _, d in imported_modules(path, _module_name(path, PACKAGE, "cpu_inference")))
     )
-    assert set(users) <= TESTING_SHIMS | TESTING_COMMANDS, users
-    for shim in set(users) & TESTING_SHIMS:  # a shim holds re-exports and at most the `python -m` hook, nothing else
-        tree = ast.parse((PACKAGE / shim).read_text())
-        assert all(isinstance(n, (ast.Expr, ast.Import, ast.ImportFrom, ast.If)) for n in tree.body), shim
+    assert set(users) <= TESTING_COMMANDS, users
+
+
+def test_no_module_only_re_exports() -> None:
+    """No compatibility shims: every module below a package facade defines something (a module whose body is a
+    docstring and imports only keeps an old import path alive), and names are imported from the module that
+    defines them (`import X as X` marks a re-export; only package facades, `__init__.py`, re-export)."""
+    shims, marked = [], []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name in ("__init__.py", "__main__.py"):
+            continue
+        tree = ast.parse(path.read_text())
+        if all(isinstance(n, (ast.Expr, ast.Import, ast.ImportFrom)) for n in tree.body):
+            shims.append(str(path.relative_to(PACKAGE)))
+        marked += [f"{path.relative_to(PACKAGE)}:{n.lineno} {a.name}" for n in ast.walk(tree)
+                   if isinstance(n, ast.ImportFrom) for a in n.names if a.asname == a.name]
+    assert (shims, marked) == ([], [])
 
 
 def test_runtime_code_never_imports_the_library_or_jsii() -> None:
@@ -181,6 +202,15 @@ def test_the_checker_sees_a_back_reference(tmp_path: Path) -> None:
     known = {"patterns", "sizing", "sagemaker"}
     assert [unit_of(d, known) for d in got] == ["patterns", "sizing", "sagemaker"]
     assert TIER_OF["patterns"] > TIER_OF["sagemaker"]
+
+
+def test_the_readme_lists_every_layer_in_order() -> None:
+    """The README's package picture (between the `layers` markers) is TIERS: one row per tier, lowest first, each
+    naming exactly that tier's units at its start, so the picture cannot drift from what this test enforces."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split("<!-- BEGIN layers -->", 1)[1].split("<!-- END layers -->", 1)[0]
+    rows = [line.split("  ", 1)[0].split() for line in block.strip().strip("`").splitlines() if line and not line[0].isspace()]
+    assert [tuple(r) for r in rows] == list(TIERS)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ def test_constructs_source_root_has_no_init() -> None:
 
 def test_no_bundled_copy_in_the_source_tree() -> None:
     # Only wheels carry cpu_inference/_bundled (setup.py's build_py); one in the checkout would shadow the live
-    # containers/ and lambda/ trees (cpu_inference._resources prefers it).
+    # containers/ and lambda/ trees (cpu_inference._internal.resources prefers it).
     assert not (ROOT / "constructs" / "cpu_inference" / "_bundled").exists()
 
 
@@ -50,9 +50,7 @@ def _cache_path_rules(path: Path) -> list[int]:
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             name = node.func.attr
-            if name == HOME_CALL:
-                lines.append(node.lineno)
-            elif name in ("get", "getenv") and node.args and isinstance(node.args[0], ast.Constant) \
+            if name == HOME_CALL or name in ("get", "getenv") and node.args and isinstance(node.args[0], ast.Constant) \
                     and node.args[0].value == CACHE_ENV:
                 lines.append(node.lineno)
         elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value == CACHE_ENV:
@@ -61,10 +59,10 @@ def _cache_path_rules(path: Path) -> list[int]:
 
 
 def test_one_rule_says_where_the_cache_is() -> None:
-    """Python finds the cache through cpu_inference._resources.cache_dir() and the build scripts through
+    """Python finds the cache through cpu_inference._internal.resources.cache_dir() and the build scripts through
     scripts/cache_lib.sh: no other file builds the path from the home directory or reads CPU_INFERENCE_CACHE itself
     (a test reading a path no `make test` step creates passes only on a machine someone prepared by hand)."""
-    owners = {ROOT / "constructs" / "cpu_inference" / "_resources.py", ROOT / "scripts" / "cache_lib.sh"}
+    owners = {ROOT / "constructs" / "cpu_inference" / "_internal" / "resources.py", ROOT / "scripts" / "cache_lib.sh"}
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "*.py", "*.sh", "Makefile"], cwd=ROOT,
                            capture_output=True, text=True, check=True).stdout.split()
     shell = ("CPU_INFERENCE_CACHE:-", "CPU_INFERENCE_CACHE ?=", "CPU_INFERENCE_CACHE=")

@@ -7,7 +7,8 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_iam as iam
 
-from cpu_inference.nag import Wildcard, acknowledge_wildcards, flatten as render, wildcard_findings
+from cpu_inference._internal.nag import Wildcard, acknowledge_wildcards, wildcard_findings
+from cpu_inference._internal.nag import flatten as render
 from tests.support.cdk import apply_nag, template_json
 
 pytestmark = pytest.mark.synth

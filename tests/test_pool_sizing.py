@@ -1,4 +1,4 @@
-"""Pool sizing (cpu_inference.pool_sizing): models-max from memory at the largest model's footprint, threads per
+"""Pool sizing (cpu_inference.sizing.pools): models-max from memory at the largest model's footprint, threads per
 loaded model, per-model context and slots; and the plan's memory figures against the real engine in router mode."""
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from tests.support.engine import free_port, stop_process, wait_healthy
 
 from cpu_inference import sizing
-from cpu_inference.pool_sizing import CHILD_RUNTIME_BYTES, ROUTER_RSS_BYTES, model_slots, pool_plan
+from cpu_inference.sizing.pools import CHILD_RUNTIME_BYTES, ROUTER_RSS_BYTES, model_slots, pool_plan
+from inference_runtime.llama_flags import POOLED_SIZED
+from tests.support.engine import free_port, stop_process, wait_healthy
 
 GIB, MIB = sizing.GIB, sizing.MIB
 # The two stand-ins as a farm would list them (file sizes: the PyPI wheels' GGUFs).
@@ -121,7 +122,7 @@ def test_plan_bounds_the_real_router_and_its_children(llama_server_bin: Path, sm
             with urllib.request.urlopen(f"{base}/v1/models", timeout=30) as r:
                 args = {m["id"]: m["status"]["args"] for m in json.loads(r.read())["data"]}
             for name, flags in args.items():  # the child gets exactly the plan's options
-                assert {f: flags[flags.index(f"--{f}") + 1] for f in ("ctx-size", "parallel", "threads")} == plan.engine_args(name)
+                assert {o.key: flags[flags.index(o.flag) + 1] for o in POOLED_SIZED} == plan.engine_args(name)
             child_rss: dict[str, int] = {}
             for name in ("smollm2", "gemma"):
                 before = set(_children(proc.pid))

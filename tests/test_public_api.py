@@ -1,4 +1,5 @@
-"""Everything the README promises is importable from `cpu_inference`, type checkers see it, and the pure side stays light.
+"""Everything the README promises is importable from `cpu_inference`, type checkers see it, and the pure side stays
+light.
 
 The public surface: `cpu_inference.__all__` (lazy for the constructs, mirrored under TYPE_CHECKING), each subpackage's
 `__all__` (what users construct; internals stay in their modules), and `cpu_inference.testing` (test helpers)."""
@@ -30,10 +31,10 @@ def _type_checking_imports() -> dict[str, set[str]]:
     assert len(blocks) == 1
     out: dict[str, set[str]] = {}
     for node in blocks[0].body:
-        assert isinstance(node, ast.ImportFrom) and node.level == 1, ast.dump(node)
+        assert isinstance(node, ast.ImportFrom) and node.level == 0, ast.dump(node)
         for alias in node.names:
             assert alias.asname == alias.name, f"{alias.name}: write `{alias.name} as {alias.name}` (an explicit re-export)"
-            out.setdefault(f".{node.module}", set()).add(alias.name)
+            out.setdefault(str(node.module), set()).add(alias.name)
     return out
 
 
@@ -52,7 +53,7 @@ def test_lazy_exports_are_the_subpackages_own_objects() -> None:
         sub = importlib.import_module(module, "cpu_inference")
         for name in names:
             assert getattr(cpu_inference, name) is getattr(sub, name), name
-            assert name in sub.__all__, f"{name} is exported at the top but not by cpu_inference{module}"
+            assert name in sub.__all__, f"{name} is exported at the top but not by {module}"
 
 
 def test_the_pool_farm_constructs_are_public() -> None:
@@ -87,7 +88,7 @@ def test_internals_are_not_exported(sub: str, internal: tuple[str, ...]) -> None
 
 def test_the_testing_helpers_are_the_checks_the_old_paths_had() -> None:
     from cpu_inference import testing
-    from cpu_inference.k8s import crd_validation, pod_security
+    from cpu_inference.testing import crd_validation, pod_security
 
     assert testing.restricted_violations is pod_security.restricted_violations
     assert testing.validate is crd_validation.validate

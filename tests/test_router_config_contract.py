@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.k8s import objects
-from tests.support.rendered import sagemaker_environments, template
 
 from slm_router import config as rc
+from tests.support.k8s import objects
+from tests.support.rendered import sagemaker_environments, template
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "containers" / "router" / "README.md"
@@ -69,7 +69,7 @@ def test_the_eks_router_and_gateway_of_each_example_are_what_the_router_reads(co
 def test_the_sagemaker_router_endpoint_config_is_what_the_router_reads(config: str) -> None:
     envs = [e["ROUTER_CONFIG_JSON"] for e in sagemaker_environments(config) if "ROUTER_CONFIG_JSON" in e]
     assert len(envs) == SHIPPED[config]["sagemaker"]
-    for text in envs:  # deploy-time values (endpoint names, Region) are tests.support.k8s.TOKEN here
+    for text in envs:  # deploy-time values (endpoint names, Region) are cpu_inference.testing.crd_validation.TOKEN here
         loaded = _loaded_back(json.loads(text))
         assert loaded.slm_endpoint_name and loaded.escalation.kind == "sagemaker"
         assert json.dumps(loaded.to_dict(), separators=(",", ":"), ensure_ascii=False) == text

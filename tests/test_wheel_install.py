@@ -17,13 +17,13 @@ import subprocess
 import sys
 import tarfile
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Iterator
 
 import pytest
 
-from cpu_inference import _resources
+from cpu_inference._internal import resources as _resources
 
 pytestmark = [pytest.mark.wheel, pytest.mark.synth]
 
@@ -94,9 +94,10 @@ def _assets(outdir: Path) -> dict[str, Path]:
     """Our assets in a cdk.out, by what they are (the CDK's own framework assets are left out)."""
     found: dict[str, Path] = {}
     for asset in sorted(p for p in outdir.glob("asset.*") if p.is_dir()):
-        if (asset / "engine-pin.env").is_file():
+        # An image's context is containers/ with its own directory and the shared inference_runtime package.
+        if (asset / "llama-server" / "engine-pin.env").is_file():
             found["llama-server context"] = asset
-        elif (asset / "slm_router" / "__main__.py").is_file():
+        elif (asset / "router" / "slm_router" / "__main__.py").is_file():
             found["router context"] = asset
         elif (asset / "model_download" / "__main__.py").is_file():
             found["model_download"] = asset
@@ -115,7 +116,7 @@ def synthesized(installed: SimpleNamespace, tmp_path_factory: pytest.TempPathFac
     # as a checkout runs it: its source roots on PYTHONPATH, ahead of the project venv's editable finder.
     src = installed.work / "src"
     env = {**os.environ, "CDK_OUTDIR": str(app_dir / "checkout.out"),
-           "PYTHONPATH": os.pathsep.join(str(src / root) for root in ("constructs", "lambda", "containers/router"))}
+           "PYTHONPATH": os.pathsep.join(str(src / root) for root in ("constructs", "lambda", "containers/router", "containers"))}
     where = subprocess.run([sys.executable, "-c", "import cpu_inference; print(cpu_inference.__file__)"], cwd=app_dir,
                            env=env, capture_output=True, text=True, check=True).stdout.strip()
     assert Path(where).is_relative_to(src), where
@@ -147,9 +148,10 @@ def test_wheel_and_sdist_ship_the_runtime_trees(installed: SimpleNamespace) -> N
 
 def test_installed_package_uses_nothing_from_the_checkout(installed: SimpleNamespace, tmp_path: Path) -> None:
     code = (
-        "import json, importlib.metadata, cpu_inference, model_download, slm_router\n"
+        "import json, importlib.metadata, cpu_inference, model_download, slm_router, inference_runtime.http1\n"
         "from cpu_inference import _resources\n"
-        "print(json.dumps({'files': [cpu_inference.__file__, model_download.__file__, slm_router.__file__],"
+        "print(json.dumps({'files': [cpu_inference.__file__, model_download.__file__, slm_router.__file__,"
+        " inference_runtime.http1.__file__],"
         " 'dirs': [str(_resources.runtime_dir(n)) for n in _resources.RUNTIME_DIRS],"
         " 'version': cpu_inference.__version__, 'metadata': importlib.metadata.version('cdk-cpu-inference')}))"
     )
@@ -168,8 +170,12 @@ def test_user_app_assets_carry_dockerfiles_and_runtime_code(synthesized: SimpleN
     assets = synthesized.wheel
     assert set(assets) == {"llama-server context", "router context", "model_download", "image_build lambda"}, assets
     engine, router = assets["llama-server context"], assets["router context"]
-    assert {"Dockerfile", "engine-pin.env", "entrypoint.py", "build_engine.sh"} <= {p.name for p in engine.iterdir()}
-    assert {"Dockerfile", "requirements.txt", "slm_router"} <= {p.name for p in router.iterdir()}
+    assert {p.name for p in engine.iterdir()} == {"llama-server", "inference_runtime"}
+    assert {p.name for p in router.iterdir()} == {"router", "inference_runtime"}
+    assert {"Dockerfile", "engine-pin.env", "entrypoint.py", "build_engine.sh"} <= {p.name for p in (engine / "llama-server").iterdir()}
+    assert {"Dockerfile", "requirements.txt", "slm_router"} <= {p.name for p in (router / "router").iterdir()}
+    for context in (engine, router):
+        assert {"http1.py", "sagemaker_adapter.py", "requirements.txt"} <= {p.name for p in (context / "inference_runtime").iterdir()}
     for asset in assets.values():
         assert not list(asset.rglob("__pycache__")) and not list(asset.rglob("*.pyc")), asset
     bundled = synthesized.site_packages / "cpu_inference" / _resources.BUNDLED

@@ -12,15 +12,15 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 # First, before any module here can import a jsii library (aws_cdk, constructs, cdk8s): jsii's Node is chosen then.
-from ._jsii_node import use_virtualenv_node
+from cpu_inference._internal.jsii_node import use_virtualenv_node
 
 use_virtualenv_node()
 
 # The eager exports (pure: no jsii). `X as X` marks an explicit re-export for type checkers.
-from . import sizing as sizing  # noqa: E402
-from .config import Config as Config  # noqa: E402
-from .config import ConfigError as ConfigError  # noqa: E402
-from .config import load as _load  # noqa: E402
+from cpu_inference import sizing as sizing  # noqa: E402
+from cpu_inference.config import Config as Config  # noqa: E402
+from cpu_inference.config import ConfigError as ConfigError  # noqa: E402
+from cpu_inference.config import load as _load  # noqa: E402
 
 load_config = _load  # config.load under the name the README uses
 
@@ -32,28 +32,28 @@ except PackageNotFoundError:  # a bare source tree on PYTHONPATH, never installe
 # The lazy exports: name → the subpackage it comes from. Mirrored for type checkers by the block below, which
 # tests/test_public_api.py keeps equal to this table.
 _LAZY = {
-    ".artifacts": (
+    "cpu_inference.artifacts": (
         "CatalogEntry", "ModelArtifact", "ModelArtifactProps", "ModelBucket", "ModelBucketProps", "ModelCatalog",
         "ModelCatalogProps",
     ),
-    ".eks": (
+    "cpu_inference.eks": (
         "InferenceCluster", "InferenceClusterProps", "InferenceWorkloads", "InferenceWorkloadsProps", "Karpenter",
         "KarpenterProps", "Keda", "KedaProps", "Metrics", "MetricsProps", "ModelDeployment", "MountpointS3Csi",
         "MountpointS3CsiProps", "MountpointSettings",
     ),
-    ".images": (
+    "cpu_inference.images": (
         "LlamaCppImage", "LlamaCppImageProps", "VLLM_IMAGE",
     ),
-    ".k8s": (
+    "cpu_inference.k8s": (
         "KedaSource", "LlamaServerChart", "LlamaServerChartProps", "ModelPoolChart", "ModelPoolChartProps",
         "ModelWorkload", "PoolModel", "RouterChart", "RouterChartProps", "ServingPolicy",
     ),
-    ".patterns": (
+    "cpu_inference.patterns": (
         "DeploymentProps", "EksPlatform", "EksPlatformProps", "EscalationTarget", "FarmPoolSettings", "ModelFarm",
         "ModelFarmProps", "NodePoolSettings", "RouterSettings", "SageMakerSettings", "ServedModel",
         "ServingFoundation", "ServingFoundationProps", "SlmPrefilter", "SlmPrefilterProps",
     ),
-    ".sagemaker": (
+    "cpu_inference.sagemaker": (
         "EngineImage", "GravitonEndpoint", "GravitonEndpointProps", "MultiModelEndpoint",
         "MultiModelEndpointProps", "RouterEndpoint", "RouterEndpointProps", "TargetModel",
     ),
@@ -62,12 +62,12 @@ _LAZY = {
 # it would split these into one statement per name.
 # isort: off
 if TYPE_CHECKING:
-    from .artifacts import (
+    from cpu_inference.artifacts import (
         CatalogEntry as CatalogEntry, ModelArtifact as ModelArtifact, ModelArtifactProps as ModelArtifactProps,
         ModelBucket as ModelBucket, ModelBucketProps as ModelBucketProps, ModelCatalog as ModelCatalog,
         ModelCatalogProps as ModelCatalogProps,
     )
-    from .eks import (
+    from cpu_inference.eks import (
         InferenceCluster as InferenceCluster, InferenceClusterProps as InferenceClusterProps,
         InferenceWorkloads as InferenceWorkloads, InferenceWorkloadsProps as InferenceWorkloadsProps,
         Karpenter as Karpenter, KarpenterProps as KarpenterProps, Keda as Keda, KedaProps as KedaProps,
@@ -75,16 +75,16 @@ if TYPE_CHECKING:
         MountpointS3Csi as MountpointS3Csi, MountpointS3CsiProps as MountpointS3CsiProps,
         MountpointSettings as MountpointSettings,
     )
-    from .images import (
+    from cpu_inference.images import (
         VLLM_IMAGE as VLLM_IMAGE, LlamaCppImage as LlamaCppImage, LlamaCppImageProps as LlamaCppImageProps,
     )
-    from .k8s import (
+    from cpu_inference.k8s import (
         KedaSource as KedaSource, LlamaServerChart as LlamaServerChart,
         LlamaServerChartProps as LlamaServerChartProps, ModelPoolChart as ModelPoolChart,
         ModelPoolChartProps as ModelPoolChartProps, ModelWorkload as ModelWorkload, PoolModel as PoolModel,
         RouterChart as RouterChart, RouterChartProps as RouterChartProps, ServingPolicy as ServingPolicy,
     )
-    from .patterns import (
+    from cpu_inference.patterns import (
         DeploymentProps as DeploymentProps, EksPlatform as EksPlatform, EksPlatformProps as EksPlatformProps,
         EscalationTarget as EscalationTarget, FarmPoolSettings as FarmPoolSettings, ModelFarm as ModelFarm,
         ModelFarmProps as ModelFarmProps, NodePoolSettings as NodePoolSettings, RouterSettings as RouterSettings,
@@ -92,7 +92,7 @@ if TYPE_CHECKING:
         ServingFoundationProps as ServingFoundationProps, SlmPrefilter as SlmPrefilter,
         SlmPrefilterProps as SlmPrefilterProps,
     )
-    from .sagemaker import (
+    from cpu_inference.sagemaker import (
         EngineImage as EngineImage, GravitonEndpoint as GravitonEndpoint,
         GravitonEndpointProps as GravitonEndpointProps, MultiModelEndpoint as MultiModelEndpoint,
         MultiModelEndpointProps as MultiModelEndpointProps, RouterEndpoint as RouterEndpoint,
@@ -110,7 +110,7 @@ def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'cpu_inference' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
+    value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
 

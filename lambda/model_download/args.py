@@ -6,6 +6,10 @@ import argparse
 import sys
 
 from .copy import DEFAULT_CONCURRENCY, MIB, CopyRequest
+from .hub import DEFAULT_ENDPOINT
+
+# --endpoint of every job CLI (copy, snapshot, catalog): None lets the Hub client read HF_ENDPOINT, then the default.
+ENDPOINT_HELP = f"Hub endpoint (default: HF_ENDPOINT or {DEFAULT_ENDPOINT})"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -19,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sha256", default=None, help="expected sha256 (default: the one the Hub reports for the LFS file)")
     p.add_argument("--token-secret", default=None, metavar="NAME",
                    help="Secrets Manager secret holding a Hugging Face token, for gated models (default: HF_TOKEN if set)")
-    p.add_argument("--endpoint", default=None, help="Hub endpoint (default: HF_ENDPOINT or https://huggingface.co)")
+    p.add_argument("--endpoint", default=None, help=ENDPOINT_HELP)
     p.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, help=f"parallel ranged GETs (default {DEFAULT_CONCURRENCY})")
     p.add_argument("--part-size-mib", type=int, default=None, help="bytes per range and S3 part, in MiB (default 16, grown for huge files)")
 

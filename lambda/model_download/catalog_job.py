@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 
-from .args import exit_with_one_line
+from .args import ENDPOINT_HELP, exit_with_one_line
 from .buildspec import write_catalog_receipt
 from .catalog_copy import DEFAULT_CONCURRENCY, DEFAULT_PARALLEL_MODELS, CatalogCopy, Hubs, load_catalog
 from .copy import MIB, s3_client
@@ -25,7 +25,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--catalog", required=True, help="s3://bucket/key of the catalog JSON (the ModelCatalog asset)")
     p.add_argument("--fingerprint", default=None, help="the catalog's expected fingerprint (the custom resource's)")
     p.add_argument("--bucket", required=True, help="the model bucket (keys under farm/)")
-    p.add_argument("--endpoint", default=None, help="Hub endpoint (default: HF_ENDPOINT or https://huggingface.co)")
+    p.add_argument("--endpoint", default=None, help=ENDPOINT_HELP)
     p.add_argument("--parallel-models", type=int, default=DEFAULT_PARALLEL_MODELS, help=f"models copied at once (default {DEFAULT_PARALLEL_MODELS})")
     p.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, help=f"ranged GETs per model (default {DEFAULT_CONCURRENCY})")
     p.add_argument("--part-size-mib", type=int, default=None, help="bytes per range and S3 part, in MiB (default 16)")

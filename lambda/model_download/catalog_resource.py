@@ -25,6 +25,7 @@ from .build_job import (
 )
 from .buildspec import CATALOG_RECEIPT
 from .catalog import receipt_key
+from .hub import DEFAULT_ENDPOINT
 
 # What is copied (the overrides each build gets); how — endpoint, parallelism — is only the project's environment.
 IDENTITY = ("MODEL_BUCKET", "CATALOG_BUCKET", "CATALOG_KEY", "CATALOG_FINGERPRINT")
@@ -38,7 +39,7 @@ def build_environment(props: dict[str, Any]) -> list[dict[str, str]]:
         "CATALOG_BUCKET": props["CatalogBucket"],
         "CATALOG_KEY": props["CatalogKey"],
         "CATALOG_FINGERPRINT": props["Fingerprint"],
-        "HF_ENDPOINT": props.get("HfEndpoint") or "https://huggingface.co",
+        "HF_ENDPOINT": props.get("HfEndpoint") or DEFAULT_ENDPOINT,
         "CATALOG_PARALLEL_MODELS": str(props.get("ParallelModels") or 4),
         "MODEL_CONCURRENCY": str(props.get("Concurrency") or 4),
     }

@@ -36,6 +36,7 @@ from .build_job import (
 )
 from .buildspec import RECEIPT
 from .copy import COMMIT
+from .hub import DEFAULT_ENDPOINT
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -58,7 +59,7 @@ def build_environment(props: dict[str, Any]) -> list[dict[str, str]]:
         "MODEL_BUCKET": props["Bucket"],
         "MODEL_KEY_PREFIX": props["KeyPrefix"],
         "HF_TOKEN_SECRET_NAME": props.get("TokenSecretName") or "",
-        "HF_ENDPOINT": props.get("HfEndpoint") or "https://huggingface.co",
+        "HF_ENDPOINT": props.get("HfEndpoint") or DEFAULT_ENDPOINT,
         "MODEL_CONCURRENCY": str(props.get("Concurrency") or 8),
     }
     return plaintext_environment(values)

@@ -189,7 +189,7 @@ def _pool(endpoint: str, size: int) -> urllib3.PoolManager:
 
 
 class Hub:
-    """Client for one Hub endpoint (HF_ENDPOINT or https://huggingface.co) with an optional token."""
+    """Client for one Hub endpoint (`endpoint`, else HF_ENDPOINT, else DEFAULT_ENDPOINT) with an optional token."""
 
     def __init__(
         self,

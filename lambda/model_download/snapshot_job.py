@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import signal
 
-from .args import exit_with_one_line
+from .args import ENDPOINT_HELP, exit_with_one_line
 from .buildspec import write_snapshot_receipt
 from .copy import DEFAULT_CONCURRENCY, MIB
 from .credentials import read_token
@@ -28,7 +28,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--key-prefix", required=True, help="destination root; the snapshot lands at <prefix>/<commit>/")
     p.add_argument("--token-secret", default=None, metavar="NAME",
                    help="Secrets Manager secret holding a Hugging Face token, for gated models (default: HF_TOKEN if set)")
-    p.add_argument("--endpoint", default=None, help="Hub endpoint (default: HF_ENDPOINT or https://huggingface.co)")
+    p.add_argument("--endpoint", default=None, help=ENDPOINT_HELP)
     p.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, help=f"parallel ranged GETs per file (default {DEFAULT_CONCURRENCY})")
     p.add_argument("--part-size-mib", type=int, default=None, help="bytes per range and S3 part, in MiB (default 16)")
     p.add_argument("--receipt-env", default=None, metavar="FILE",

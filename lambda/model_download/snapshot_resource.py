@@ -24,6 +24,7 @@ from .build_job import (
 )
 from .buildspec import SNAPSHOT_RECEIPT
 from .copy import COMMIT
+from .hub import DEFAULT_ENDPOINT
 from .snapshot import MANIFEST_NAME
 
 SNAPSHOT_LAYOUT = "safetensors"
@@ -40,7 +41,7 @@ def build_environment(props: dict[str, Any]) -> list[dict[str, str]]:
         "MODEL_BUCKET": props["Bucket"],
         "MODEL_KEY_PREFIX": props["KeyPrefix"],
         "HF_TOKEN_SECRET_NAME": props.get("TokenSecretName") or "",
-        "HF_ENDPOINT": props.get("HfEndpoint") or "https://huggingface.co",
+        "HF_ENDPOINT": props.get("HfEndpoint") or DEFAULT_ENDPOINT,
         "MODEL_CONCURRENCY": str(props.get("Concurrency") or 8),
     }
     return plaintext_environment(values)

@@ -9,6 +9,7 @@ import json
 import sys
 from pathlib import Path
 
+from cpu_inference.testing.crd_validation import TOKEN  # what flatten puts where an intrinsic was
 from tests.support import k8s
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,7 +62,7 @@ def test_bedrock_escalation_is_one_model_arn_for_the_router_only(synthesized) ->
     assert cfg["escalation"]["kind"] == "bedrock" and cfg["escalation"]["model_id"] == s.config.escalation.model_id
     # The stack's region reaches the router at deploy time (Pod Identity gives credentials, not a region):
     # a CloudFormation reference in the manifest, which the extraction renders as its placeholder.
-    assert cfg["escalation"]["region"] == k8s.TOKEN
+    assert cfg["escalation"]["region"] == TOKEN
     _router_config_module().from_dict(cfg)
     bedrock = [
         st for p in _policies(s.template) for st in p["PolicyDocument"]["Statement"]
@@ -161,8 +162,8 @@ def test_each_multi_model_endpoints_latency_alarm_budgets_its_members_longest_an
     """An embedding/classification pool is alarmed near the SLO, a generating pool gets its answer's decode time on
     top (the same budget a single model's endpoint gets: SLO + output tokens x 100 ms), capped below the time at
     which the endpoint cuts a non-streamed answer (review F4/F5: 60 s - the 30 s cold load - 10 s, x 0.9)."""
-    from cpu_inference.sagemaker.engine_settings import ANSWER_MARGIN_SECONDS, INVOKE_TIMEOUT_SECONDS, LATENCY_ALARM_BUDGET_FRACTION
-    from cpu_inference.sagemaker.props import ALARM_OUTPUT_TOKENS
+    from cpu_inference.monitoring.latency import ALARM_OUTPUT_TOKENS, LATENCY_ALARM_BUDGET_FRACTION
+    from cpu_inference.sagemaker.engine_settings import ANSWER_MARGIN_SECONDS, INVOKE_TIMEOUT_SECONDS
 
     s = synthesized["examples/model-farm-sagemaker.yaml"]
     slo_ms = s.config.slo.p95_latency_ms

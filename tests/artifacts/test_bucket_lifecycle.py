@@ -15,7 +15,6 @@ import aws_cdk as cdk
 import botocore.session
 import pytest
 from botocore import xform_name
-from tests.support.cdk import apply_nag, synth, template_json
 
 from cpu_inference.artifacts import (
     ModelArtifact,
@@ -26,6 +25,7 @@ from cpu_inference.artifacts import (
     ModelCatalogProps,
 )
 from model_download.catalog import CatalogEntry
+from tests.support.cdk import apply_nag, synth, template_json
 
 pytestmark = pytest.mark.synth
 

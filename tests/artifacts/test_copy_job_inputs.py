@@ -14,10 +14,10 @@ import aws_cdk as cdk
 import botocore.session
 import pytest
 from aws_cdk import aws_kms as kms
-from tests.support.cdk import apply_nag, synth, template_json
 
 from cpu_inference.artifacts import ModelArtifact, ModelArtifactProps, ModelBucket, ModelCatalog, ModelCatalogProps
 from model_download.catalog import NAME, REPO, REVISION, CatalogEntry
+from tests.support.cdk import apply_nag, synth, template_json
 
 pytestmark = pytest.mark.synth
 

@@ -12,7 +12,6 @@ from typing import Any
 import aws_cdk as cdk
 import botocore.session
 import pytest
-from tests.support.cdk import apply_nag, nag_errors, synth, template_json
 
 from cpu_inference.artifacts import ModelArtifact, ModelArtifactProps, ModelBucket, ModelCatalog, ModelCatalogProps
 from model_download.build_job import (
@@ -23,6 +22,7 @@ from model_download.build_job import (
     WAITER_TOTAL_SECONDS,
 )
 from model_download.catalog import CatalogEntry
+from tests.support.cdk import apply_nag, nag_errors, synth, template_json
 
 pytestmark = pytest.mark.synth
 

@@ -12,11 +12,11 @@ from typing import Any
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_iam as iam
-from tests.support.cdk import apply_nag, cfn_lint_errors, nag_errors, synth, template_json
 
 from cpu_inference.artifacts import ModelArtifact, ModelArtifactProps, ModelBucket, ModelCatalog, ModelCatalogProps
 from model_download.buildspec import CATALOG_RECEIPT
 from model_download.catalog import Catalog, CatalogEntry, gguf_key, mme_target_model
+from tests.support.cdk import apply_nag, cfn_lint_errors, nag_errors, synth, template_json
 
 pytestmark = pytest.mark.synth
 

@@ -12,9 +12,9 @@ import pytest
 from aws_cdk import aws_ecr as ecr
 
 from cpu_inference import sizing
+from cpu_inference._internal.nag import flatten
 from cpu_inference.artifacts import ModelArtifact, ModelArtifactProps, ModelBucket
 from cpu_inference.eks.inference_workloads import ModelDeployment
-from cpu_inference.nag import flatten
 from cpu_inference.sagemaker import EngineImage, GravitonEndpoint, GravitonEndpointProps
 from tests.support.cdk import template_json
 

@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.support.farm_config import thousand_model_farm
 
 from cpu_inference.config import load
 from cpu_inference.config.rules import plan_pool
-from cpu_inference.pool_sizing import memory_request_mib
+from cpu_inference.sizing.pools import memory_request_mib
+from tests.support.farm_config import thousand_model_farm
 
 ROOT = Path(__file__).resolve().parents[2]
 

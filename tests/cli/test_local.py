@@ -316,7 +316,8 @@ def hub_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _hub_env(endpoint: str, cache: Path) -> dict[str, str]:
-    """This environment with HF_ENDPOINT at `endpoint` (as a user points at a mirror), its own cache, no token or proxy."""
+    """This environment with HF_ENDPOINT at `endpoint` (as a user points at a mirror), its own cache, no token or
+    proxy."""
     env = {k: v for k, v in os.environ.items() if k not in (*_PROXY_VARS, "HF_TOKEN")}
     return {**env, "HF_ENDPOINT": endpoint, "CPU_INFERENCE_CACHE": str(cache)}
 
@@ -464,7 +465,8 @@ def test_a_model_too_large_for_this_machine_is_refused_with_the_numbers_before_a
     cfg = tmp_path / "big.yaml"
     cfg.write_text(BIG_CONFIG)
     line = _refused(cfg, _hub_env(fake_hf.url, tmp_path / "cache"))
-    # The weights are the size the Hub's HEAD reported (42,520,395,584 B = 39.6 GiB); slots and context: the deployment's.
+    # The weights are the size the Hub's HEAD reported (42,520,395,584 B = 39.6 GiB); slots and context: the
+    # deployment's.
     assert line.startswith("cpu-inference local: models[0] (big): needs 59.4 GiB (1.5 × the weights, more than weights 39.6 GiB"
                            " + KV cache 2.5 GiB for 2 slot(s) × 4096 tokens + runtime "), line
     assert re.search(r" but this machine has \d+(\.\d)? [MG]iB available[^—]* — use --model-map big=PATH with a smaller "

@@ -13,19 +13,19 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from tests.cli import test_local as _local
-from tests.cli.test_local import LocalRun, _alive, _children, _cmdline, _environ, _hub_env, _refused
-from tests.runtime.engine.serving import ENGINE_DIR
-from tests.runtime.model_download.constants import FILE, PUBLIC_REPO
-from tests.support.engine import free_port
 
 from cpu_inference.cli.local_plan import plan
 from cpu_inference.cli.local_pools import cap_pools, plan_pools
 from cpu_inference.cli.main import UserError
 from cpu_inference.cli.model_cache import MachineMemory, engine_memory, fetch_models, machine_memory
 from cpu_inference.config import Config
-from cpu_inference.pool_sizing import ROUTER_RSS_BYTES
+from cpu_inference.sizing.pools import ROUTER_RSS_BYTES
 from model_download import Hub
+from tests.cli import test_local as _local
+from tests.cli.test_local import LocalRun, _alive, _children, _cmdline, _environ, _hub_env, _refused
+from tests.runtime.engine.serving import ENGINE_DIR
+from tests.runtime.model_download.constants import FILE, PUBLIC_REPO
+from tests.support.engine import free_port
 
 ENTRYPOINT = ENGINE_DIR / "entrypoint.py"
 fake_hf, hub_cache = _local.fake_hf, _local.hub_cache  # the fake Hub (real SmolLM2 bytes) and its cache, as fixtures

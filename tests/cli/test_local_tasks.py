@@ -13,6 +13,8 @@ import httpx
 import openai
 import pytest
 import yaml
+
+from cpu_inference.cli.local_models import ENCODER, RERANKER
 from tests.cli.test_local import LocalRun
 from tests.support.encoder_reference import (
     MIN_COSINE,
@@ -21,8 +23,6 @@ from tests.support.encoder_reference import (
     reference_embeddings,
     reference_rerank_scores,
 )
-
-from cpu_inference.cli.local_models import ENCODER, RERANKER
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "model-farm-eks.yaml"

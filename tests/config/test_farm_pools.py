@@ -10,9 +10,10 @@ import botocore.session
 import pytest
 import yaml
 
-from cpu_inference import pool_sizing, sizing
+from cpu_inference import sizing
 from cpu_inference.config import ConfigError, parse, warnings_for
 from cpu_inference.config.rules import plan_pool
+from cpu_inference.sizing import pools as pool_sizing
 
 ROOT = Path(__file__).resolve().parents[2]
 SM = botocore.session.get_session().get_service_model("sagemaker")
@@ -182,7 +183,8 @@ def test_an_unused_pool_and_farm_outside_model_farm_are_warnings() -> None:
 def test_an_eks_pool_keeps_a_replica() -> None:
     # The pool chart refuses replicas_min 0 (the gateway routes to stable replicas and wakes no pool at zero):
     # the config says so with the fix, instead of `validate` passing and the synth failing.
-    from cpu_inference.k8s.model_pool_chart import ModelPoolChartProps, PoolModel
+    from cpu_inference.engines.pool_preset import PoolModel
+    from cpu_inference.k8s.charts.model_pool_chart import ModelPoolChartProps
 
     props = ModelPoolChartProps(name="small", image="i@sha256:" + "f" * 64, models=(PoolModel("m", "m/0/m.gguf", 512),), models_max=1,
                                 cpu=1, memory_bytes=2**30, bucket_name="models-bucket", region="us-east-1", replicas_min=0)

@@ -15,8 +15,8 @@ from cpu_inference.config import ConfigError, load, parse, size_model
 from cpu_inference.config.rules import router_decision, slm_context_need
 from cpu_inference.patterns.from_config import slm_prefilter_props
 from slm_router.budget import budget_for
-from slm_router.config import Config as RouterConfig
 from slm_router.config import DEFAULT_FEW_SHOT
+from slm_router.config import Config as RouterConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = str(Path(sys.executable).parent / "cpu-inference")

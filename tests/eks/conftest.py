@@ -14,7 +14,16 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 
 from cpu_inference.config.schema import Eks
-from cpu_inference.eks import InferenceCluster, InferenceClusterProps, Karpenter, KarpenterProps, Keda, KedaProps, Metrics, MetricsProps
+from cpu_inference.eks import (
+    InferenceCluster,
+    InferenceClusterProps,
+    Karpenter,
+    KarpenterProps,
+    Keda,
+    KedaProps,
+    Metrics,
+    MetricsProps,
+)
 from cpu_inference.k8s import llama_queue_scaled_object
 from tests.support.cdk import apply_nag, synth, template_json
 
@@ -33,7 +42,8 @@ class Platform:
     template: dict[str, Any]
 
 
-def build_platform(eks_config: Eks = Eks()) -> Platform:
+def build_platform(eks_config: Eks | None = None) -> Platform:
+    eks_config = eks_config or Eks()
     app = cdk.App()
     apply_nag(app)
     stack = cdk.Stack(app, "Platform", env=ENV)
@@ -67,6 +77,7 @@ def build_platform(eks_config: Eks = Eks()) -> Platform:
         series_labels={"namespace": "inference", "app": "smollm2"},
         aws_region=metrics.aws_region,
         authentication_ref=auth.name,
+        slots=15,  # the field notes' 15-16-slot small model: the queue target 25
     )
     assert ic.namespace_manifest is not None
     keda.add_scaled_objects("Scaling", [scaled], auth=auth, depends_on=[ic.namespace_manifest])

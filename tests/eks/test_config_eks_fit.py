@@ -58,7 +58,8 @@ def test_a_request_over_the_largest_allowed_node_is_an_error_naming_the_key() ->
 
 
 def test_sts_assumed_role_admins_are_refused_by_the_config() -> None:
-    """botocore eks CreateAccessEntry.principalArn: "You can't use the STS session principal type with access entries"."""
+    """botocore eks CreateAccessEntry.principalArn: "You can't use the STS session principal type with access
+    entries"."""
     text = _example(lambda d: d["eks"].update(admin_principal_arns=["arn:aws:sts::123456789012:assumed-role/Admin/alice"]))
     with pytest.raises(ConfigError) as err:
         parse(text, "x.yaml")

@@ -17,11 +17,15 @@ import pytest
 from cpu_inference import sizing
 from cpu_inference.artifacts import ModelArtifact, ModelArtifactProps, ModelBucket
 from cpu_inference.eks import InferenceCluster, InferenceClusterProps, Keda, KedaProps, Metrics, MetricsProps
-from cpu_inference.eks.inference_workloads import InferenceWorkloads, InferenceWorkloadsProps, KubernetesPatch, ModelDeployment
-from cpu_inference.k8s.llama_server_chart import ServingPolicy
-from cpu_inference.k8s.router_chart import RouterChartProps
+from cpu_inference.eks.inference_workloads import (
+    InferenceWorkloads,
+    InferenceWorkloadsProps,
+    KubernetesPatch,
+    ModelDeployment,
+)
+from cpu_inference.k8s.charts.router_chart import RouterChartProps
+from cpu_inference.k8s.workloads.serving_policy import ServingPolicy
 from cpu_inference.patterns import DeploymentProps, EscalationTarget, ServedModel, SlmPrefilter, SlmPrefilterProps
-from tests.support.cdk import template_json
 from tests.support.k8s import manifests
 
 ENV = cdk.Environment(account="123456789012", region="us-east-1")

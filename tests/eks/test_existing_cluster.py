@@ -14,7 +14,17 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 
-from cpu_inference.eks import InferenceCluster, InferenceClusterProps, Karpenter, KarpenterProps, Keda, KedaProps, Metrics, MetricsProps, add_bounded_manifests
+from cpu_inference.eks import (
+    InferenceCluster,
+    InferenceClusterProps,
+    Karpenter,
+    KarpenterProps,
+    Keda,
+    KedaProps,
+    Metrics,
+    MetricsProps,
+    add_bounded_manifests,
+)
 from cpu_inference.eks.inference_cluster import POD_IDENTITY_AGENT_VERSION
 from cpu_inference.eks.manifests import chunk
 from cpu_inference.k8s import llama_queue_scaled_object
@@ -71,7 +81,7 @@ def existing() -> Existing:
     karpenter.add_default_node_pools(architectures=["arm64"], instance_families=["c8g", "m8g", "r8g"], capacity_types=["spot", "on-demand"])
     metrics = Metrics(stack, "Metrics", props=MetricsProps.for_cluster(ic, mode="in-cluster"))
     keda = Keda(stack, "Keda", props=KedaProps.for_cluster(ic, metrics=metrics))
-    scaled = llama_queue_scaled_object("m", "inference", "m", server_address=metrics.query_url, series_labels={"app": "m"})
+    scaled = llama_queue_scaled_object("m", "inference", "m", server_address=metrics.query_url, series_labels={"app": "m"}, slots=15)
     assert ic.namespace_manifest is not None
     keda.add_scaled_objects("Scaling", [scaled], depends_on=[ic.namespace_manifest])
     bulk = add_bounded_manifests(ic.cluster, "Prompts", bulk_objects(), scope=stack, depends_on=[ic.namespace_manifest])

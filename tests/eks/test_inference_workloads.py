@@ -19,10 +19,11 @@ from cpu_inference import sizing
 from cpu_inference.artifacts import ModelArtifact, ModelArtifactProps, ModelBucket
 from cpu_inference.eks import InferenceCluster, InferenceClusterProps, Keda, KedaProps, Metrics, MetricsProps
 from cpu_inference.eks.inference_workloads import InferenceWorkloads, InferenceWorkloadsProps, ModelDeployment
-from cpu_inference.k8s.karpenter_specs import MEMORY_TAINT
-from cpu_inference.k8s.llama_server_chart import ModelWorkload, ServingPolicy
-from cpu_inference.k8s.pod_security import has_pod_spec, restricted_violations
-from cpu_inference.k8s.router_chart import RouterChartProps
+from cpu_inference.k8s.charts.router_chart import RouterChartProps
+from cpu_inference.k8s.specs.default_node_pools import MEMORY_TAINT
+from cpu_inference.k8s.workloads.model_workload import ModelWorkload
+from cpu_inference.k8s.workloads.serving_policy import ServingPolicy
+from cpu_inference.testing.pod_security import has_pod_spec, restricted_violations
 from tests.support.cdk import apply_nag, cfn_lint_errors, nag_errors, synth, template_json
 from tests.support.k8s import is_custom, manifests, objects, validate_core, validate_custom
 

@@ -20,7 +20,8 @@ from cpu_inference.artifacts import ModelBucket
 from cpu_inference.eks import InferenceCluster, InferenceClusterProps
 from cpu_inference.eks.inference_workloads import InferenceWorkloads, InferenceWorkloadsProps, ModelDeployment
 from cpu_inference.eks.manifests import DEFAULT_MAX_BYTES, bucketize, object_key
-from cpu_inference.k8s.llama_server_chart import ModelWorkload, ServingPolicy
+from cpu_inference.k8s.workloads.model_workload import ModelWorkload
+from cpu_inference.k8s.workloads.serving_policy import ServingPolicy
 from tests.eks.conftest import imported_cluster
 from tests.support.cdk import template_json
 from tests.support.k8s import manifests

@@ -24,15 +24,12 @@ import aws_cdk as cdk
 import pytest
 import yaml
 from aws_cdk import aws_eks_v2 as eks
-from tests.support.cdk import apply_nag, cfn_lint_errors, nag_errors, synth, template_json
-from tests.support.k8s import crd_schema, manifests, objects, validate_custom
 
 from cpu_inference import sizing
 from cpu_inference.artifacts import ModelBucket
 from cpu_inference.config import load
 from cpu_inference.eks.inference_cluster import MOUNTPOINT_VERSION, SYSTEM_LABEL, SYSTEM_TAINT
 from cpu_inference.eks.mountpoint import ADDON_NAME, MountpointSettings
-from cpu_inference.k8s.crd_cel import validate_rules
 from cpu_inference.patterns import (
     DeploymentProps,
     EksPlatform,
@@ -43,6 +40,9 @@ from cpu_inference.patterns import (
     ServedModel,
 )
 from cpu_inference.patterns.from_config import platform_props
+from cpu_inference.testing.crd_cel import validate_rules
+from tests.support.cdk import apply_nag, cfn_lint_errors, nag_errors, synth, template_json
+from tests.support.k8s import crd_schema, manifests, objects, validate_custom
 
 ENV = cdk.Environment(account="123456789012", region="us-east-1")
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from cpu_inference.eks import INTERRUPTION_RULES
-from cpu_inference.k8s.bottlerocket import MIN_VERSION, parse_version
+from cpu_inference.k8s.specs.bottlerocket import MIN_VERSION, parse_version
 from tests.eks.conftest import ADMIN, Platform
 from tests.support.cdk import cfn_lint_errors, nag_errors
 from tests.support.k8s import SHARED_CRDS, helm_charts, is_custom, manifests, objects, validate_core, validate_custom
@@ -343,7 +343,7 @@ def test_cfn_lint_is_clean(platform: Platform) -> None:
 
 def test_user_validation_command_checks_a_synthesized_template(platform: Platform, tmp_path: Path) -> None:
     """The documented reproducible path: `python -m cpu_inference.testing --crds DIR --template FILE` (the old
-    `-m cpu_inference.k8s.crd_validation` still works: tests/k8s/test_crd_cel.py, test_crd_validation.py run it)."""
+    `-m cpu_inference.testing.crd_validation` still works: tests/k8s/test_crd_cel.py, test_crd_validation.py run it)."""
     template = tmp_path / "Platform.template.json"
     template.write_text(json.dumps(platform.template))
     dump = tmp_path / "objects"

@@ -15,18 +15,19 @@ from typing import Any
 
 import aws_cdk as cdk
 import pytest
-from tests.support.cdk import apply_nag, cfn_lint_errors, nag_errors, synth, template_json
-from tests.support.k8s import crd_schema, is_custom, manifests, objects, validate_core, validate_custom
 
 from cpu_inference.artifacts import ModelBucket
 from cpu_inference.eks import InferenceCluster, InferenceClusterProps, Keda, KedaProps, Metrics, MetricsProps
 from cpu_inference.eks.inference_workloads import InferenceWorkloads, InferenceWorkloadsProps
 from cpu_inference.eks.mountpoint import ADDON_NAME, DRIVER_SERVICE_ACCOUNT, MountpointS3Csi, MountpointS3CsiProps
-from cpu_inference.k8s.crd_cel import validate_rules
-from cpu_inference.k8s.llama_server_chart import ServingPolicy
-from cpu_inference.k8s.model_pool_chart import ModelPoolChartProps, PoolModel
-from cpu_inference.k8s.pod_security import has_pod_spec, restricted_violations
-from cpu_inference.k8s.router_chart import RouterChartProps
+from cpu_inference.engines.pool_preset import PoolModel
+from cpu_inference.k8s.charts.model_pool_chart import ModelPoolChartProps
+from cpu_inference.k8s.charts.router_chart import RouterChartProps
+from cpu_inference.k8s.workloads.serving_policy import ServingPolicy
+from cpu_inference.testing.crd_cel import validate_rules
+from cpu_inference.testing.pod_security import has_pod_spec, restricted_violations
+from tests.support.cdk import apply_nag, cfn_lint_errors, nag_errors, synth, template_json
+from tests.support.k8s import crd_schema, is_custom, manifests, objects, validate_core, validate_custom
 
 ENV = cdk.Environment(account="123456789012", region="us-east-1")
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/llama-server@sha256:" + "b" * 64

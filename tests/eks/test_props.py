@@ -23,7 +23,8 @@ from tests.support.cdk import template_json
         ({"system_node_count": 4, "system_node_max": 3}, r"system_node_count \(4\) ≤ system_node_max \(3\)"),
         ({"system_instance_type": "m7g"}, "must be an EC2 type"),
         ({"admin_principal_arns": ("alice",)}, "must be an IAM role/user ARN"),
-        # botocore eks CreateAccessEntry.principalArn: "You can't use the STS session principal type with access entries".
+        # botocore eks CreateAccessEntry.principalArn: "You can't use the STS session principal type with access
+        # entries".
         (
             {"admin_principal_arns": ("arn:aws:sts::123456789012:assumed-role/Admin/alice",)},
             r"admin_principal_arns: .* STS session ARN, which EKS access entries refuse — use the IAM role ARN instead, e\.g\. arn:aws:iam::123456789012:role/Admin",

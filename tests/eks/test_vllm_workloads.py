@@ -13,16 +13,18 @@ from typing import Any
 import aws_cdk as cdk
 import pytest
 import yaml
-from tests.support.cdk import apply_nag, cfn_lint_errors, nag_errors, synth, template_json
-from tests.support.k8s import is_custom, objects, validate_core, validate_custom
 
 from cpu_inference import sizing
 from cpu_inference.artifacts import ModelArtifact, ModelArtifactProps, ModelBucket
 from cpu_inference.eks import InferenceCluster, InferenceClusterProps, Keda, KedaProps, Metrics, MetricsProps
 from cpu_inference.eks.inference_workloads import InferenceWorkloads, InferenceWorkloadsProps, ModelDeployment
-from cpu_inference.k8s.llama_server_chart import ModelWorkload, ServingPolicy, rendered_engine_env
-from cpu_inference.k8s.router_chart import RouterChartProps
+from cpu_inference.k8s.charts.llama_server_chart import rendered_engine_env
+from cpu_inference.k8s.charts.router_chart import RouterChartProps
+from cpu_inference.k8s.workloads.model_workload import ModelWorkload
+from cpu_inference.k8s.workloads.serving_policy import ServingPolicy
 from cpu_inference.testing.pod_security import has_pod_spec, restricted_violations
+from tests.support.cdk import apply_nag, cfn_lint_errors, nag_errors, synth, template_json
+from tests.support.k8s import is_custom, objects, validate_core, validate_custom
 
 ENV = cdk.Environment(account="123456789012", region="us-east-1")
 LLAMA_IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/llama-server@sha256:" + "b" * 64

@@ -3,14 +3,13 @@ the SageMaker container's own /invocations adapter in front of the SmolLM2 one."
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from tests.evaluation.sagemaker_emulator import sagemaker_container
 from tests.support.engine import llama_server
-
 
 # Four slots as the sizing gives small instances; 4096 context = 1024 per slot, room for few-shot prompts.
 # --no-repack: the locally built binary (GGML_NATIVE) picks the AMX buffer type on CPUs that advertise

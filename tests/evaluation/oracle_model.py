@@ -44,7 +44,7 @@ class OracleModel:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def __enter__(self) -> "OracleModel":
+    def __enter__(self) -> OracleModel:
         self._thread.start()
         return self
 

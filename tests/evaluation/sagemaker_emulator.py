@@ -16,7 +16,7 @@ extracts the tarball under /opt/ml/models/<model_name>/model and calls the conta
 {model_name, url}, then `POST /models/<model_name>/invoke` (docs.aws.amazon.com/sagemaker/latest/dg/
 mms-container-apis.html); the store plays S3 and that directory.
 
-Behind it runs the container's own code (containers/llama-server/sagemaker_adapter.py, the `/invocations`
+Behind it runs the container's own code (containers/inference_runtime/sagemaker_adapter.py, the `/invocations`
 the image serves) in front of the real llama-server, so every token comes from the engine."""
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ import re
 import struct
 import threading
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Iterator
 from urllib.parse import quote, unquote, urlsplit
 
 ENGINE_DIR = Path(__file__).resolve().parents[2] / "containers" / "llama-server"
@@ -79,14 +79,14 @@ def model_error_body(status: int, message: str, *, endpoint_name: str, region: s
 
 @contextlib.contextmanager
 def sagemaker_container(engine_url: str, *, max_in_flight: int, busy: bool = False) -> Iterator[str]:
-    """The image's SageMaker front (containers/llama-server/sagemaker_adapter.py: /ping, /invocations) in front of
+    """The image's SageMaker front (containers/inference_runtime/sagemaker_adapter.py: /ping, /invocations) in front of
     a real engine, on its own event loop. busy=True: every admission slot is taken, as when `max_in_flight`
     requests are running, so the adapter's own admission check answers 429 + Retry-After."""
     import sys
 
     if str(ENGINE_DIR) not in sys.path:
         sys.path.insert(0, str(ENGINE_DIR))
-    from sagemaker_adapter import SageMakerAdapter
+    from inference_runtime.sagemaker_adapter import SageMakerAdapter
 
     engine = urlsplit(engine_url)
     adapter = SageMakerAdapter(engine.hostname, engine.port, max_in_flight=max_in_flight)
@@ -189,7 +189,7 @@ class SageMakerRuntimeEmulator:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def __enter__(self) -> "SageMakerRuntimeEmulator":
+    def __enter__(self) -> SageMakerRuntimeEmulator:
         self._thread.start()
         return self
 
@@ -207,10 +207,10 @@ class SageMakerRuntimeEmulator:
             return "UnrecognizedClientException", "The security token included in the request is invalid."
         amz_date = headers.get("x-amz-date", "")
         try:
-            when = dt.datetime.strptime(amz_date, "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.timezone.utc)
+            when = dt.datetime.strptime(amz_date, "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.UTC)
         except ValueError:
             return "IncompleteSignatureException", "X-Amz-Date missing or malformed"
-        if abs(dt.datetime.now(dt.timezone.utc) - when) > MAX_SKEW:
+        if abs(dt.datetime.now(dt.UTC) - when) > MAX_SKEW:
             return "InvalidSignatureException", "Signature expired"
         signed = auth["signed"].split(";")
         if auth["date"] != amz_date[:8] or auth["region"] != self.region or auth["service"] != "sagemaker" or "host" not in signed:
@@ -232,7 +232,7 @@ class SageMakerRuntimeEmulator:
                 pass
 
             def _error(self, status: int, kind: str, message: str) -> None:
-                body = ('{"message": "%s"}' % message.replace('"', "'")).encode()
+                body = json.dumps({"message": message}).encode()
                 self.send_response(status)
                 self.send_header("x-amzn-ErrorType", kind)
                 self.send_header("Content-Type", "application/json")

@@ -53,7 +53,7 @@ class SlotServer:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def __enter__(self) -> "SlotServer":
+    def __enter__(self) -> SlotServer:
         self._thread.start()
         return self
 

@@ -124,7 +124,7 @@ def test_eval_smollm2_candidate_vs_gemma_baseline_subset(repo_root: Path, tmp_pa
         preds = r["predictions"]
         gold, got = [p["gold"] for p in preds], [p["parsed"] for p in preds]
         # The metrics are the predictions' metrics (recomputed independently here).
-        assert r["metrics"]["accuracy"] == pytest.approx(sum(g == p for g, p in zip(gold, got)) / 15, abs=1e-4)
+        assert r["metrics"]["accuracy"] == pytest.approx(sum(g == p for g, p in zip(gold, got, strict=True)) / 15, abs=1e-4)
         f1 = per_class(gold, [p if p is not None else "<invalid>" for p in got])
         assert {k: v["f1"] for k, v in r["metrics"]["per_class"].items()} == pytest.approx({k: round(v.f1, 4) for k, v in f1.items()})
         assert r["metrics"]["invalid"] == 0  # constrained output always parses

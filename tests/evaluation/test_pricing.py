@@ -9,7 +9,16 @@ import botocore.session
 import pytest
 from botocore.stub import Stubber
 
-from cpu_inference.evaluation.pricing import HOW_TO_SUPPLY, PricingError, cost_per_1k_queries, lookup_price, on_demand_hourly, product_filters, queries_per_hour, resolve_price
+from cpu_inference.evaluation.pricing import (
+    HOW_TO_SUPPLY,
+    PricingError,
+    cost_per_1k_queries,
+    lookup_price,
+    on_demand_hourly,
+    product_filters,
+    queries_per_hour,
+    resolve_price,
+)
 
 
 def test_cost_per_1k_queries_on_fixed_inputs() -> None:

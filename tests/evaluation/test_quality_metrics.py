@@ -8,9 +8,25 @@ from pathlib import Path
 
 import pytest
 
-from cpu_inference.evaluation.metrics import (INVALID, accuracy, confusion, exact_match, field_matches, macro_f1, per_class,
-                                              schema_errors)
-from cpu_inference.evaluation.quality import GateResult, load_dataset, load_labels, load_tools, make_task, parse_threshold, stratified
+from cpu_inference.evaluation.metrics import (
+    INVALID,
+    accuracy,
+    confusion,
+    exact_match,
+    field_matches,
+    macro_f1,
+    per_class,
+    schema_errors,
+)
+from cpu_inference.evaluation.quality import (
+    GateResult,
+    load_dataset,
+    load_labels,
+    load_tools,
+    make_task,
+    parse_threshold,
+    stratified,
+)
 from cpu_inference.evaluation.tasks import ClassificationTask, Example, ExtractionTask, RoutingTask
 
 

@@ -60,7 +60,7 @@ def test_tampered_requests_are_rejected(emu: SageMakerRuntimeEmulator, tamper: s
     elif tamper == "region":
         path, headers, body = signed(region="us-east-1")
     elif tamper == "stale":
-        path, headers, body = signed(when=dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=20))
+        path, headers, body = signed(when=dt.datetime.now(dt.UTC) - dt.timedelta(minutes=20))
     else:
         path, headers, body = signed()
     if tamper == "body":

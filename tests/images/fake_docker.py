@@ -160,7 +160,7 @@ def _imagetools_create(args: list[str]) -> int:
         _put(ref, stored[0][0], stored[0][1])  # a carbon copy
         return 0
     children = []
-    for source, (doc, media, digest) in zip(sources, stored):
+    for source, (doc, media, digest) in zip(sources, stored, strict=True):
         if media in LISTS:
             children.extend(doc["manifests"])
         else:

@@ -12,8 +12,8 @@ import pytest
 import yaml
 from aws_cdk import aws_iam as iam
 
+from cpu_inference._internal.nag import acknowledge
 from cpu_inference.images import LlamaCppImage, LlamaCppImageProps
-from cpu_inference.nag import acknowledge
 from tests.support.cdk import apply_nag, cfn_lint_errors, nag_errors, template_json
 
 pytestmark = pytest.mark.synth
@@ -209,7 +209,7 @@ def test_build_roles_push_only_to_this_repository(synth) -> None:
             ecr = {a for a in actions if a.startswith("ecr:")}
             if ecr - {"ecr:GetAuthorizationToken"}:
                 assert statement["Resource"] == repo_arn, statement
-                found_push |= PUSH_ACTIONS <= ecr
+                found_push |= ecr >= PUSH_ACTIONS
             if "ecr:GetAuthorizationToken" in actions:
                 assert actions == {"ecr:GetAuthorizationToken"} and statement["Resource"] == "*"
             if any(a.startswith("s3:") for a in actions):

@@ -17,12 +17,12 @@ import aws_cdk as cdk
 import botocore.session
 import pytest
 from constructs import Construct
-from tests.app.conftest import CONFIGS, ROOT
-from tests.support.cdk import apply_nag, cfn_lint_errors, synth, template_json
 
 from cpu_inference.app import build_app
 from cpu_inference.config import load
 from cpu_inference.images import LlamaCppImage, LlamaCppImageProps
+from tests.app.conftest import CONFIGS, ROOT
+from tests.support.cdk import apply_nag, cfn_lint_errors, synth, template_json
 
 pytestmark = pytest.mark.synth
 

@@ -5,6 +5,7 @@ copies, cdk-nag and cfn-lint clean."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,14 +15,14 @@ import aws_cdk as cdk
 import pytest
 import yaml
 from aws_cdk import aws_iam as iam
-from tests.images.contexts import ROOT
-from tests.support.cdk import apply_nag, cfn_lint_errors, nag_errors, template_json
 
+from cpu_inference._internal.nag import acknowledge
 from cpu_inference.engines import LLAMA_CPP, VLLM, VLLM_ARCHITECTURES, VLLM_VERSION, ZENTORCH_ARCHITECTURES
 from cpu_inference.images import VLLM_IMAGE, LlamaCppImage
 from cpu_inference.images.buildspecs import BUILD_OUTPUT, DOCKER_MANIFEST, DOCKER_MANIFEST_LIST, NO_ATTESTATIONS
 from cpu_inference.images.vllm_image import VERSION_BUILD_ARG
-from cpu_inference.nag import acknowledge
+from tests.images.contexts import ROOT
+from tests.support.cdk import apply_nag, cfn_lint_errors, nag_errors, template_json
 
 pytestmark = pytest.mark.synth
 
@@ -134,19 +135,26 @@ def test_tags_are_its_own_and_the_image_says_it_serves_vllm(synth) -> None:
 
 
 def test_build_context_is_containers_vllm_cpu_with_every_copied_file(synth) -> None:
-    """The staged asset is the vllm-cpu directory, symlinks into ../llama-server followed (the builder gets the
-    files, not dangling links), and holds every file the Dockerfile COPYs."""
+    """The staged asset is containers/ holding only vllm-cpu/ and the shared runtime package inference_runtime/ (no
+    other image's files, so only those change the hash), and holds every file the Dockerfile COPYs; the builds name the
+    Dockerfile from that root."""
     staged = synth.outdir / synth.image.context_asset.asset_path
     assert staged.is_dir()
+    assert sorted(p.name for p in staged.iterdir()) == ["inference_runtime", "vllm-cpu"]
     names = {p.relative_to(staged).as_posix() for p in staged.rglob("*") if p.is_file()}
-    assert {"Dockerfile", "entrypoint.py"} <= names
-    assert "engine-pin.env" not in names and not any(n.endswith(".gguf") for n in names)
+    assert {"vllm-cpu/Dockerfile", "vllm-cpu/entrypoint.py", "inference_runtime/sagemaker_adapter.py",
+            "inference_runtime/requirements.txt"} <= names
+    assert not any("__pycache__" in n or n.endswith(".gguf") for n in names)
     copied = dockerfile_copies()
-    assert copied and set(copied) <= names, sorted(set(copied) - names)
-    for name in copied:
-        staged_file, source = staged / name, CONTEXT / name
-        assert not staged_file.is_symlink() and staged_file.read_bytes() == source.resolve().read_bytes(), name
-    assert (staged / "Dockerfile").read_bytes() == DOCKERFILE.read_bytes()
+    assert "inference_runtime/" in copied
+    files = {n for c in copied for n in names if n == c or (c.endswith("/") and n.startswith(c))}
+    assert all(any(n == c or (c.endswith("/") and n.startswith(c)) for n in names) for c in copied), copied
+    for name in files:
+        staged_file, source = staged / name, ROOT / "containers" / name
+        assert not staged_file.is_symlink() and staged_file.read_bytes() == source.read_bytes(), name
+    assert (staged / "vllm-cpu" / "Dockerfile").read_bytes() == DOCKERFILE.read_bytes()
+    for build in native_builds(synth.template).values():
+        assert "--file vllm-cpu/Dockerfile" in json.dumps(build)
 
 
 # -- checks ---------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 The series are checked against what the real gateway exports: containers/router/slm_router/metrics.py
 GatewayMetrics rendered by prometheus_client (the exposition the scraper reads), plus the labels the pod scrape job
-adds (k8s/scrape.py: the pod's labels, namespace, pod, node). The YAML is what the AMP rule groups namespace gets.
+adds (k8s/specs/scrape.py: the pod's labels, namespace, pod, node). The YAML is what the AMP rule groups namespace gets.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from cpu_inference.k8s.alerts import ModelAlertSpec, dashboard, rule_groups, rule_groups_yaml
+from cpu_inference.monitoring.alerts import ModelAlertSpec, dashboard, rule_groups, rule_groups_yaml
 
 ROUTER_DIR = Path(__file__).resolve().parents[2] / "containers" / "router"
 if str(ROUTER_DIR) not in sys.path:
@@ -123,9 +123,10 @@ def test_a_pools_only_farm_on_eks_gets_its_rule_groups_namespace_and_dashboard()
     from cpu_inference.eks import InferenceCluster, InferenceClusterProps, Metrics, MetricsProps
     from cpu_inference.eks.inference_workloads import InferenceWorkloads, InferenceWorkloadsProps
     from cpu_inference.eks.mountpoint import MountpointS3Csi, MountpointS3CsiProps
-    from cpu_inference.k8s.llama_server_chart import ServingPolicy
-    from cpu_inference.k8s.model_pool_chart import ModelPoolChartProps, PoolModel
-    from cpu_inference.k8s.router_chart import RouterChartProps
+    from cpu_inference.engines.pool_preset import PoolModel
+    from cpu_inference.k8s.charts.model_pool_chart import ModelPoolChartProps
+    from cpu_inference.k8s.charts.router_chart import RouterChartProps
+    from cpu_inference.k8s.workloads.serving_policy import ServingPolicy
 
     stack = cdk.Stack(cdk.App(), "PoolsOnly", env=cdk.Environment(account="123456789012", region="us-east-1"))
     ic = InferenceCluster(stack, "Inference", props=InferenceClusterProps(admin_principal_arns=("arn:aws:iam::123456789012:role/PlatformAdmin",)))
@@ -151,9 +152,8 @@ def test_vllm_decode_speed_series_is_the_inter_token_histogram_of_the_installed_
     once per output after a request's first token (v1/metrics/stats.py: `itl = engine_core_timestamp -
     req_stats.last_token_ts`), so rate(_count) / rate(_sum) is decode tokens per second per sequence; the older
     `vllm:time_per_output_token_seconds` is not registered any more."""
+    from cpu_inference.monitoring.alerts import SERIES
     from tests.support.vllm import vllm_source
-
-    from cpu_inference.k8s.alerts import SERIES
 
     loggers = (vllm_source() / "v1" / "metrics" / "loggers.py").read_text()
     stats = (vllm_source() / "v1" / "metrics" / "stats.py").read_text()

@@ -15,7 +15,9 @@ import pytest
 from cpu_inference import sizing
 from cpu_inference.config import load
 from cpu_inference.config.rules import plan_pool
-from cpu_inference.k8s.bin_packing import (
+from cpu_inference.k8s.charts.llama_server_chart import LlamaServerChart, LlamaServerChartProps
+from cpu_inference.k8s.charts.model_pool_chart import ModelPoolChart, ModelPoolChartProps
+from cpu_inference.k8s.workloads.bin_packing import (
     NodeLoad,
     PodRequest,
     choose,
@@ -27,8 +29,8 @@ from cpu_inference.k8s.bin_packing import (
     served_model_pods,
     table,
 )
-from cpu_inference.k8s.llama_server_chart import LlamaServerChart, LlamaServerChartProps, ModelWorkload, ServingPolicy
-from cpu_inference.k8s.model_pool_chart import ModelPoolChart, ModelPoolChartProps
+from cpu_inference.k8s.workloads.model_workload import ModelWorkload
+from cpu_inference.k8s.workloads.serving_policy import ServingPolicy
 from cpu_inference.patterns.from_config import served_models
 
 ROOT = Path(__file__).resolve().parents[2]

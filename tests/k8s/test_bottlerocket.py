@@ -8,7 +8,14 @@ import tomllib
 
 import pytest
 
-from cpu_inference.k8s.bottlerocket import DEFAULT_VERSION, MIN_VERSION, BottlerocketNodeClass, SociSettings, parse_version, user_data
+from cpu_inference.k8s.specs.bottlerocket import (
+    DEFAULT_VERSION,
+    MIN_VERSION,
+    BottlerocketNodeClass,
+    SociSettings,
+    parse_version,
+    user_data,
+)
 from tests.support.k8s import validate_custom
 
 

@@ -1,5 +1,5 @@
 """The upstream CRDs' CEL rules (`x-kubernetes-validations`, ../shared/crds) evaluated on what the project renders,
-as the API server would evaluate them (cpu_inference.k8s.crd_cel, cel-expr-python):
+as the API server would evaluate them (cpu_inference.testing.crd_cel, cel-expr-python):
 
 (a) every NodePool, EC2NodeClass, ScaledObject and TriggerAuthentication the project deploys — from the EKS
     platform construct for each shipped config, from every shipped EKS config's whole app (built, not
@@ -15,8 +15,9 @@ import copy
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import aws_cdk as cdk
 import pytest
@@ -24,9 +25,10 @@ import yaml
 from aws_cdk import aws_eks_v2 as eks
 
 from cpu_inference.config import load
-from cpu_inference.k8s import AwsTriggerAuthentication, BottlerocketNodeClass, default_node_pools, llama_queue_scaled_object
-from cpu_inference.k8s.crd_cel import Rule, RuleChecker, schema_rules, validate_rules
-from cpu_inference.k8s.crd_validation import MANIFEST_TYPE, load_schemas, template_objects, validate
+from cpu_inference.k8s import AwsTriggerAuthentication, BottlerocketNodeClass, llama_queue_scaled_object
+from cpu_inference.k8s.specs.default_node_pools import default_node_pools
+from cpu_inference.testing.crd_cel import Rule, RuleChecker, schema_rules, validate_rules
+from cpu_inference.testing.crd_validation import MANIFEST_TYPE, load_schemas, template_objects, validate
 from tests.support.k8s import SHARED_CRDS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +46,7 @@ ENV = cdk.Environment(account="123456789012", region="us-east-1")
 @pytest.fixture(scope="module")
 def schemas() -> dict[tuple[str, str], dict[str, Any]]:
     out = load_schemas([SHARED_CRDS])
-    assert KINDS <= set(out), sorted(out)
+    assert set(out) >= KINDS, sorted(out)
     return out
 
 
@@ -106,10 +108,10 @@ def spec_objects() -> dict[str, dict[str, Any]]:
         "ec2nodeclass": node_class().to_dict(),
         "ec2nodeclass-kms": node_class(kms_key_id="arn:aws:kms:us-east-1:123456789012:key/abc").to_dict(),
         "triggerauthentication": AwsTriggerAuthentication(name="amp-sigv4", namespace="inference").to_dict(),
-        "scaledobject": llama_queue_scaled_object("m", "inference", "m", server_address="http://prometheus-server.monitoring.svc", series_labels={"app": "m"}).to_dict(),
+        "scaledobject": llama_queue_scaled_object("m", "inference", "m", server_address="http://prometheus-server.monitoring.svc", series_labels={"app": "m"}, slots=15).to_dict(),
         "scaledobject-amp": llama_queue_scaled_object(
             "m", "inference", "m", server_address="https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1",
-            series_labels={"app": "m"}, aws_region="us-east-1", authentication_ref="amp-sigv4",
+            series_labels={"app": "m"}, aws_region="us-east-1", authentication_ref="amp-sigv4", slots=15,
         ).to_dict(),
     }
     variants = {
@@ -526,12 +528,12 @@ def test_structural_errors_that_block_the_rules_leave_them_unevaluated(base, sch
 
 
 def test_the_user_cli_reports_cel_violations(base, tmp_path: Path) -> None:
-    """`python -m cpu_inference.k8s.crd_validation` — the path users run — now fails on a CEL rule."""
+    """`python -m cpu_inference.testing.crd_validation` — the path users run — now fails on a CEL rule."""
     obj = copy.deepcopy(base["NodePool"])
     requirement("karpenter.sh/nodepool")(obj)
     manifest = tmp_path / "pool.yaml"
     manifest.write_text(yaml.safe_dump_all([base["EC2NodeClass"], obj]))
-    out = subprocess.run([sys.executable, "-m", "cpu_inference.k8s.crd_validation", "--crds", str(SHARED_CRDS), str(manifest)],
+    out = subprocess.run([sys.executable, "-m", "cpu_inference.testing.crd_validation", "--crds", str(SHARED_CRDS), str(manifest)],
                          cwd=ROOT / "constructs", capture_output=True, text=True)
     assert out.returncode == 1, out.stdout + out.stderr
     assert 'NodePool/cpu-arm64: spec.template.spec.requirements[6].key: Invalid value: "karpenter.sh/nodepool": label "karpenter.sh/nodepool" is restricted' in out.stdout
@@ -542,7 +544,7 @@ def test_the_cli_fails_loudly_without_the_cel_engine(base, tmp_path: Path) -> No
     """Without cel-expr-python the user path exits 2 naming the fix, instead of passing objects unchecked."""
     manifest = tmp_path / "pool.yaml"
     manifest.write_text(yaml.safe_dump_all([base["NodePool"]]))
-    code = "import sys; sys.modules['cel_expr_python'] = None; from cpu_inference.k8s.crd_validation import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; sys.modules['cel_expr_python'] = None; from cpu_inference.testing.crd_validation import main; sys.exit(main(sys.argv[1:]))"
     out = subprocess.run([sys.executable, "-c", code, "--crds", str(SHARED_CRDS), str(manifest)], cwd=ROOT / "constructs", capture_output=True, text=True)
     assert out.returncode == 2, out.stdout + out.stderr
     assert "cel-expr-python" in out.stderr and "pip install" in out.stderr

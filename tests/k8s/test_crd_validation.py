@@ -1,4 +1,4 @@
-"""The user-reproducible validation path: `python -m cpu_inference.k8s.crd_validation` against a CRD
+"""The user-reproducible validation path: `python -m cpu_inference.testing.crd_validation` against a CRD
 directory (the upstream copies beside the repo, and the same CRDs laid out as `helm pull --untar` leaves the
 pinned charts: one directory per chart, the CRDs under templates/ with template directives), run as a user
 would run it."""
@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cpu_inference.k8s import BottlerocketNodeClass, default_node_pools, llama_queue_scaled_object
-from cpu_inference.k8s.crd_validation import load_schemas, validate
+from cpu_inference.k8s import BottlerocketNodeClass, llama_queue_scaled_object
+from cpu_inference.k8s.specs.default_node_pools import default_node_pools
+from cpu_inference.testing.crd_validation import load_schemas, validate
 from tests.support.k8s import SHARED_CRDS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,12 +29,12 @@ def sample_objects() -> list[dict]:
         subnet_selector_terms=({"tags": {"karpenter.sh/discovery": "demo"}},),
         security_group_selector_terms=({"tags": {"aws:eks:cluster-name": "demo"}},),
     )
-    so = llama_queue_scaled_object("m", "inference", "m", server_address="http://prometheus-server.monitoring.svc", series_labels={"app": "m"})
+    so = llama_queue_scaled_object("m", "inference", "m", server_address="http://prometheus-server.monitoring.svc", series_labels={"app": "m"}, slots=15)
     return [nc.to_dict(), *(p.to_dict() for p in default_node_pools(nc.name)), so.to_dict(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "inference"}}]
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cpu_inference.k8s.crd_validation", *args], cwd=ROOT / "constructs", capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "cpu_inference.testing.crd_validation", *args], cwd=ROOT / "constructs", capture_output=True, text=True)
 
 
 def helm_pull_tree(dest: Path) -> Path:

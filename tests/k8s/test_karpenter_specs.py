@@ -6,20 +6,11 @@ from __future__ import annotations
 import pytest
 
 from cpu_inference.config.schema import Eks
-from cpu_inference.k8s.karpenter_specs import (
-    MEMORY_TAINT,
-    BlockDevice,
-    Budget,
-    Disruption,
-    EC2NodeClassSpec,
-    NodePoolSpec,
-    Requirement,
-    Taint,
-    default_node_pools,
-    family_architecture,
-)
+from cpu_inference.k8s.specs.default_node_pools import MEMORY_TAINT, default_node_pools
+from cpu_inference.k8s.specs.karpenter_node_class import BlockDevice, EC2NodeClassSpec
+from cpu_inference.k8s.specs.karpenter_node_pool import Budget, Disruption, NodePoolSpec, Requirement, Taint
+from cpu_inference.k8s.specs.karpenter_rules import family_architecture
 from tests.support.k8s import validate_custom
-
 
 
 def node_class(**kw: object) -> EC2NodeClassSpec:

@@ -1,18 +1,21 @@
-"""KEDA specs: the queue-depth ScaledObject (formula running + waiting*10, target 25, activation 5) and
-the SigV4 TriggerAuthentication render to objects the KEDA v2.20.2 CRDs accept; mistakes fail early."""
+"""KEDA specs: the queue-depth ScaledObject (with model_scaling's rule: formula running + waiting*10, target 25 for 15
+slots, activation 5) and the SigV4 TriggerAuthentication render to objects the KEDA v2.20.2 CRDs accept; mistakes fail
+early. The specs carry no default formula or target of their own."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from cpu_inference.k8s.keda_specs import (
+from cpu_inference.k8s.specs.keda import (
     AwsTriggerAuthentication,
     PrometheusTrigger,
     ScaledObjectSpec,
     ScalingModifiers,
     amp_query_url,
-    llama_queue_scaled_object,
 )
+from cpu_inference.k8s.workloads.model_scaling import llama_queue_scaled_object, queue_modifiers
 from tests.support.k8s import validate_custom
 
 AMP = amp_query_url("eu-west-1", "ws-0123abcd")
@@ -27,7 +30,7 @@ def queue_object(**kw: object) -> ScaledObjectSpec:
         series_labels={"namespace": "inference", "app": "gemma"},
         aws_region="eu-west-1",
         authentication_ref="amp-sigv4",
-        **kw,  # type: ignore[arg-type]
+        **{"modifiers": queue_modifiers(15), **kw},  # type: ignore[arg-type]
     )
 
 
@@ -47,8 +50,22 @@ def test_queue_depth_scaled_object_renders_the_field_notes_formula() -> None:
     assert spec["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "gemma"}
 
 
+def test_the_specs_have_no_default_formula_or_target() -> None:
+    """A default here would look like the deployed one without being it (model_scaling owns the rule): the
+    modifiers' formula and target are required, and a queue object built without modifiers has none."""
+    fields = {f.name: f for f in dataclasses.fields(ScalingModifiers)}
+    assert fields["formula"].default is dataclasses.MISSING and fields["target"].default is dataclasses.MISSING
+    assert fields["activation_target"].default is None
+    assert {f.name: f.default for f in dataclasses.fields(ScaledObjectSpec)}["scaling_modifiers"] is None
+    # The queue helper takes the owner's rule (model_scaling.queue_modifiers) for the replica's slots, or refuses.
+    with pytest.raises(ValueError, match="give slots"):
+        llama_queue_scaled_object("m", "inference", "m", server_address="http://p", series_labels={"app": "m"})
+    built = llama_queue_scaled_object("m", "inference", "m", server_address="http://p", series_labels={"app": "m"}, slots=4)
+    assert built.scaling_modifiers == queue_modifiers(4)
+
+
 def test_in_cluster_prometheus_needs_no_authentication() -> None:
-    so = llama_queue_scaled_object("m", "inference", "m", server_address="http://prometheus-server.monitoring.svc.cluster.local", series_labels={"app": "m"})
+    so = llama_queue_scaled_object("m", "inference", "m", server_address="http://prometheus-server.monitoring.svc.cluster.local", series_labels={"app": "m"}, slots=15)
     for trig in so.to_dict()["spec"]["triggers"]:
         assert "authenticationRef" not in trig and "awsRegion" not in trig["metadata"]
 
@@ -75,8 +92,8 @@ def test_workload_identity_owner_is_refused_although_the_crd_accepts_it() -> Non
     [
         (lambda: AwsTriggerAuthentication("amp", "inference", role_arn="arn:aws:iam::1:role/x", identity_owner="keda"), "mutually exclusive"),
         (lambda: queue_object(min_replicas=5, max_replicas=2), r"min_replicas \(5\) ≤ max_replicas \(2\)"),
-        (lambda: queue_object(modifiers=ScalingModifiers(formula="running * 2")), r"does not use trigger\(s\) \['waiting'\]"),
-        (lambda: queue_object(modifiers=ScalingModifiers(target="twenty")), "target 'twenty'"),
+        (lambda: queue_object(modifiers=ScalingModifiers(formula="running * 2", target="25")), r"does not use trigger\(s\) \['waiting'\]"),
+        (lambda: queue_object(modifiers=ScalingModifiers(formula="running + waiting", target="twenty")), "target 'twenty'"),
         (
             lambda: ScaledObjectSpec("so", "ns", "dep", triggers=(PrometheusTrigger("q", "http://p", "up"), PrometheusTrigger("q", "http://p", "up"))),
             "must be unique",

@@ -17,30 +17,23 @@ import cdk8s
 import pytest
 
 from cpu_inference import sizing
-from cpu_inference.k8s.metrics_proxy import METRICS_PORT
-from cpu_inference.k8s.keda_specs import RUNNING_METRIC, WAITING_METRIC
-from cpu_inference.k8s.llama_server_chart import (
-    ENGINE_PORT,
-    FETCH_MEMORY_MIB,
-    MIN_SCALE_DOWN_STABILIZATION,
-    KedaSource,
-    LlamaServerChart,
-    LlamaServerChartProps,
-    ModelWorkload,
-    ServingPolicy,
-    download_budget_seconds,
-    queue_target,
-    startup_budget_seconds,
-)
-from cpu_inference.k8s.namespace_chart import ServingNamespaceChart, ServingNamespaceProps
-from cpu_inference.k8s.pod_security import restricted_violations
+from cpu_inference.k8s.charts.llama_server_chart import FETCH_MEMORY_MIB, LlamaServerChart, LlamaServerChartProps
+from cpu_inference.k8s.charts.namespace_chart import ServingNamespaceChart, ServingNamespaceProps
+from cpu_inference.k8s.specs.keda import RUNNING_METRIC, WAITING_METRIC
+from cpu_inference.k8s.workloads.engine_container import ENGINE_PORT
+from cpu_inference.k8s.workloads.metrics_proxy import METRICS_PORT
+from cpu_inference.k8s.workloads.model_scaling import MIN_SCALE_DOWN_STABILIZATION, queue_target
+from cpu_inference.k8s.workloads.model_time_budgets import download_budget_seconds, startup_budget_seconds
+from cpu_inference.k8s.workloads.model_workload import ModelWorkload
+from cpu_inference.k8s.workloads.serving_policy import KedaSource, ServingPolicy
+from cpu_inference.testing.pod_security import restricted_violations
 from tests.support.k8s import validate_core, validate_custom
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE_DIR = ROOT / "containers" / "llama-server"
 if str(ENGINE_DIR) not in sys.path:
     sys.path.insert(0, str(ENGINE_DIR))
-import engine_flags  # noqa: E402  (the container's own module: the flags the pod will really run)
+from inference_runtime import engine_flags  # noqa: E402  (the container's own module: the flags the pod will really run)
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/llama-server@sha256:" + "c" * 64
 AMP = "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1"

@@ -23,9 +23,12 @@ import cdk8s
 import pytest
 
 from cpu_inference import sizing
-from cpu_inference.k8s.llama_server_chart import ENGINE_PORT, LlamaServerChart, LlamaServerChartProps, ModelWorkload, ServingPolicy
-from cpu_inference.k8s.metrics_proxy import METRICS_PORT
-from cpu_inference.k8s.namespace_chart import ServingNamespaceChart, ServingNamespaceProps
+from cpu_inference.k8s.charts.llama_server_chart import LlamaServerChart, LlamaServerChartProps
+from cpu_inference.k8s.charts.namespace_chart import ServingNamespaceChart, ServingNamespaceProps
+from cpu_inference.k8s.workloads.engine_container import ENGINE_PORT
+from cpu_inference.k8s.workloads.metrics_proxy import METRICS_PORT
+from cpu_inference.k8s.workloads.model_workload import ModelWorkload
+from cpu_inference.k8s.workloads.serving_policy import ServingPolicy
 from tests.support.engine import free_port, llama_server
 
 NS = "inference"

@@ -14,15 +14,18 @@ import logging
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import boto3
 import cdk8s
 import pytest
 
 from cpu_inference import sizing
-from cpu_inference.k8s.llama_server_chart import LlamaServerChart, LlamaServerChartProps, ModelWorkload, ServingPolicy
+from cpu_inference.k8s.charts.llama_server_chart import LlamaServerChart, LlamaServerChartProps
+from cpu_inference.k8s.workloads.model_workload import ModelWorkload
+from cpu_inference.k8s.workloads.serving_policy import ServingPolicy
 
 BUCKET = "fetch-test"
 KEY = "models/tiny/main/tiny-Q4_1.gguf"
@@ -134,7 +137,7 @@ def test_the_crt_buffer_pool_is_capped_inside_the_containers_memory_limit() -> N
     S3Client arguments, 3 GiB from a loopback server): peak RSS 532 MiB with the default pool and 644 MiB
     capped at 1 GiB — the source was the bottleneck, so the pool never filled; with a faster network than
     disk it fills to its cap, so the cap plus the process must stay under the limit."""
-    from cpu_inference.k8s.model_fetch import CRT_MEMORY_LIMIT_GIB, FETCH_MEMORY_LIMIT_MIB
+    from cpu_inference.k8s.workloads.model_fetch import CRT_MEMORY_LIMIT_GIB, FETCH_MEMORY_LIMIT_MIB
 
     fetch = rendered_fetch()
     env = {e["name"]: e["value"] for e in fetch["env"]}

@@ -22,7 +22,9 @@ import cdk8s
 import pytest
 
 from cpu_inference import sizing
-from cpu_inference.k8s.llama_server_chart import LlamaServerChart, LlamaServerChartProps, ModelWorkload, ServingPolicy
+from cpu_inference.k8s.charts.llama_server_chart import LlamaServerChart, LlamaServerChartProps
+from cpu_inference.k8s.workloads.model_workload import ModelWorkload
+from cpu_inference.k8s.workloads.serving_policy import ServingPolicy
 from model_download.snapshot import MANIFEST_NAME, manifest_text
 from model_download.snapshot_files import Landed
 
@@ -185,7 +187,7 @@ def test_the_vllm_images_entrypoint_accepts_the_fetched_directory_with_the_rende
     entrypoint turns into vLLM's command line (its `print-command` mode: stdlib only, no vLLM needed)."""
     import shlex
 
-    from cpu_inference.k8s.llama_server_chart import rendered_engine_env
+    from cpu_inference.k8s.charts.llama_server_chart import rendered_engine_env
 
     fetch = rendered_fetch()
     assert run(fetch, s3, tmp_path).returncode == 0

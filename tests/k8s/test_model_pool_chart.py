@@ -23,23 +23,23 @@ from typing import Any
 
 import cdk8s
 import pytest
-from tests.support.engine import free_port, stop_process, wait_healthy
-from tests.support.k8s import crd_schema, validate_core, validate_custom
 
 from cpu_inference.eks.manifests import DEFAULT_MAX_BYTES, bucketize, object_key
-from cpu_inference.k8s.crd_cel import validate_rules
-from cpu_inference.k8s.llama_server_chart import ENGINE_PORT, KedaSource, ServingPolicy
-from cpu_inference.k8s.model_pool_chart import (
+from cpu_inference.engines.pool_preset import PoolModel, render_preset
+from cpu_inference.k8s.charts.model_pool_chart import (
     CSI_DRIVER,
     PRESET_FILE,
     ModelPoolChart,
     ModelPoolChartProps,
-    PoolModel,
     pool_replica_urls,
-    render_preset,
 )
-from cpu_inference.k8s.pod_security import restricted_violations
-from cpu_inference.k8s.router_chart import CONFIG_FILE, RouterChart, RouterChartProps, gateway_pool
+from cpu_inference.k8s.charts.router_chart import CONFIG_FILE, RouterChart, RouterChartProps, gateway_pool
+from cpu_inference.k8s.workloads.engine_container import ENGINE_PORT
+from cpu_inference.k8s.workloads.serving_policy import KedaSource, ServingPolicy
+from cpu_inference.testing.crd_cel import validate_rules
+from cpu_inference.testing.pod_security import restricted_violations
+from tests.support.engine import free_port, stop_process, wait_healthy
+from tests.support.k8s import crd_schema, validate_core, validate_custom
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE_DIR = ROOT / "containers" / "llama-server"
@@ -340,7 +340,7 @@ def test_rendered_pool_runs_in_router_mode_and_every_model_answers(llama_server_
 
 def test_props_from_the_pool_plan_carry_its_numbers_into_preset_and_pod() -> None:
     from cpu_inference import sizing
-    from cpu_inference.pool_sizing import pool_plan
+    from cpu_inference.sizing.pools import pool_plan
 
     specs = {"tiny": sizing.ModelSpec(0.135, quantization="Q4_1", task="chat"), "small": sizing.ModelSpec(0.27, task="chat")}
     plan = pool_plan(specs, cpu=4, memory_bytes=4 << 30)

@@ -21,19 +21,19 @@ from typing import Any
 import aws_cdk as cdk
 import cdk8s
 import pytest
-from tests.support.k8s import validate_core
 
-from cpu_inference.k8s.llama_server_chart import ServingPolicy
-from cpu_inference.k8s.model_pool_chart import (
-    FARM_PREFIX,
+from cpu_inference.engines.pool_preset import PoolModel
+from cpu_inference.k8s.charts.model_pool_chart import (
     LOOKUP_SECONDS,
-    MOUNTPOINT_MEMORY_BYTES,
     STARTUP_FLOOR_SECONDS,
     ModelPoolChart,
     ModelPoolChartProps,
-    PoolModel,
     startup_budget_seconds,
 )
+from cpu_inference.k8s.workloads.serving_policy import ServingPolicy
+from cpu_inference.sizing.pools import MOUNTPOINT_MEMORY_BYTES
+from model_download.catalog import FARM_PREFIX
+from tests.support.k8s import validate_core
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/llama-server@sha256:" + "b" * 64
 NS = "model-farm"

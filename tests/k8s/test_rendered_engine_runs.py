@@ -28,8 +28,11 @@ import httpx
 import pytest
 
 from cpu_inference import sizing
-from cpu_inference.k8s.keda_specs import RUNNING_METRIC, WAITING_METRIC
-from cpu_inference.k8s.llama_server_chart import ENGINE_COMMAND, LlamaServerChart, LlamaServerChartProps, ModelWorkload, ServingPolicy
+from cpu_inference.k8s.charts.llama_server_chart import LlamaServerChart, LlamaServerChartProps
+from cpu_inference.k8s.specs.keda import RUNNING_METRIC, WAITING_METRIC
+from cpu_inference.k8s.workloads.engine_container import ENGINE_COMMAND
+from cpu_inference.k8s.workloads.model_workload import ModelWorkload
+from cpu_inference.k8s.workloads.serving_policy import ServingPolicy
 from tests.support.engine import free_port, stop_process, wait_healthy
 
 pytestmark = pytest.mark.engine

@@ -16,10 +16,7 @@ from typing import Any
 import cdk8s
 import pytest
 
-from cpu_inference.k8s.llama_server_chart import ENGINE_PORT, KedaSource
-from cpu_inference.k8s.pod_security import restricted_violations
-from cpu_inference.k8s.metrics_proxy import METRICS_PORT
-from cpu_inference.k8s.router_chart import (
+from cpu_inference.k8s.charts.router_chart import (
     API_KEY_DIR,
     API_KEY_FILE,
     CONFIG_DIR,
@@ -31,6 +28,10 @@ from cpu_inference.k8s.router_chart import (
     gateway_cold_start_query,
     gateway_models,
 )
+from cpu_inference.k8s.workloads.engine_container import ENGINE_PORT
+from cpu_inference.k8s.workloads.metrics_proxy import METRICS_PORT
+from cpu_inference.k8s.workloads.serving_policy import KedaSource
+from cpu_inference.testing.pod_security import restricted_violations
 from tests.support.k8s import validate_core, validate_custom
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,13 @@ from typing import Any
 import pytest
 import yaml
 
-from cpu_inference.k8s.scrape import cadvisor_scrape_job, pod_scrape_job, scrape_annotations, scrape_config, scrape_config_yaml
+from cpu_inference.k8s.specs.scrape import (
+    cadvisor_scrape_job,
+    pod_scrape_job,
+    scrape_annotations,
+    scrape_config,
+    scrape_config_yaml,
+)
 
 
 def relabel(labels: dict[str, str], rules: list[dict[str, Any]]) -> dict[str, str] | None:

@@ -1,6 +1,6 @@
 """Digests of rendered text ignore a CDK token's per-process counter, and only that."""
 
-from cpu_inference.k8s.tokens import is_token, stable_digest
+from cpu_inference._internal.tokens import is_token, stable_digest
 
 
 def test_a_tokens_counter_does_not_change_the_digest_but_its_kind_and_the_text_do() -> None:

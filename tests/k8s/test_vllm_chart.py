@@ -16,27 +16,25 @@ from typing import Any
 
 import cdk8s
 import pytest
+
+from cpu_inference import engines, sizing
+from cpu_inference.k8s.charts.llama_server_chart import LlamaServerChart, LlamaServerChartProps, rendered_engine_env
+from cpu_inference.k8s.workloads.engine_container import ENGINE_PORT, VLLM_SHM_MIB
+from cpu_inference.k8s.workloads.metrics_proxy import METRICS_PORT
+from cpu_inference.k8s.workloads.model_scaling import queue_target
+from cpu_inference.k8s.workloads.model_time_budgets import (
+    VLLM_COLD_START_SECONDS,
+    download_budget_seconds,
+    startup_budget_seconds,
+    stored_bytes,
+)
+from cpu_inference.k8s.workloads.model_workload import ModelWorkload
+from cpu_inference.k8s.workloads.serving_policy import KedaSource, ServingPolicy
+from cpu_inference.monitoring.alerts import ModelAlertSpec, dashboard, rule_groups
+from cpu_inference.sizing import pools as pool_sizing
+from cpu_inference.testing.pod_security import restricted_violations
 from tests.support.k8s import validate_core, validate_custom
 from tests.support.vllm import vllm_source
-
-from cpu_inference import engines, pool_sizing, sizing
-from cpu_inference.k8s.alerts import ModelAlertSpec, dashboard, rule_groups
-from cpu_inference.k8s.engine_container import VLLM_SHM_MIB
-from cpu_inference.k8s.llama_server_chart import (
-    ENGINE_PORT,
-    KedaSource,
-    LlamaServerChart,
-    LlamaServerChartProps,
-    ModelWorkload,
-    ServingPolicy,
-    download_budget_seconds,
-    queue_target,
-    rendered_engine_env,
-    startup_budget_seconds,
-)
-from cpu_inference.k8s.metrics_proxy import METRICS_PORT
-from cpu_inference.k8s.model_time_budgets import VLLM_COLD_START_SECONDS, stored_bytes
-from cpu_inference.testing.pod_security import restricted_violations
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_DOCKERFILE = ROOT / "containers" / "vllm-cpu" / "Dockerfile"
@@ -147,7 +145,8 @@ def test_dev_shm_is_memory_backed_sized_for_vllms_queues_and_counted_in_memory(r
     memory = s.memory_request_mib + VLLM_SHM_MIB
     assert res["requests"]["memory"] == res["limits"]["memory"] == f"{memory}Mi", "tmpfs pages count against the limit"
     assert chart.memory_limit_bytes == memory * sizing.MIB
-    # vLLM's own numbers (vllm-cpu as scripts/build_vllm_env.sh installs it, the image's version): the multiproc executor's broadcast queue (10 chunks of VLLM_MQ_MAX_CHUNK_BYTES_MB) and the
+    # vLLM's own numbers (vllm-cpu as scripts/build_vllm_env.sh installs it, the image's version): the multiproc
+    # executor's broadcast queue (10 chunks of VLLM_MQ_MAX_CHUNK_BYTES_MB) and the
     # worker's response queue (MessageQueue(1, 1): 10 chunks of the default max_chunk_bytes).
     src = vllm_source()
     envs = (src / "envs.py").read_text()
@@ -316,7 +315,7 @@ def test_vllm_alerts_use_vllms_own_series() -> None:
 
 def test_placement_counts_dev_shm_in_the_fit() -> None:
     """A node whose allocatable holds the sized memory but not the /dev/shm volume on top is not a fit for vLLM."""
-    from cpu_inference.k8s.model_placement import fits
+    from cpu_inference.k8s.workloads.model_placement import fits
 
     s = sizing.size(MODELS["smol"], sizing.instance(NODES[0]), target="eks", cpu=2)
     tight = replace(s, memory_available_bytes=s.memory_needed_bytes + VLLM_SHM_MIB * sizing.MIB // 2)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from tests.support.matrix_requests import EMBED_TEXTS, RERANK_DOCUMENTS, RERANK_QUERY, Reference
 from tests.support.task_matrix import task_of
 

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from tests.support.matrix_requests import Reference, via_openai, via_sagemaker
-from tests.support.task_matrix import REQUESTS
 
 from cpu_inference.config import load
+from tests.support.matrix_requests import Reference, via_openai, via_sagemaker
+from tests.support.task_matrix import REQUESTS
 
 pytestmark = pytest.mark.engine
 

@@ -19,6 +19,7 @@ from itertools import product
 from pathlib import Path
 
 import pytest
+
 from tests.support.matrix_requests import via_openai, via_sagemaker
 from tests.support.task_matrix import (
     CELLS,

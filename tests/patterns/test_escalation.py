@@ -9,7 +9,7 @@ from pathlib import Path
 import aws_cdk as cdk
 import pytest
 
-from cpu_inference.nag import flatten as _flat
+from cpu_inference._internal.nag import flatten as _flat
 from cpu_inference.patterns import EscalationTarget
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,8 +15,6 @@ from typing import Any
 import aws_cdk as cdk
 import pytest
 from constructs import Construct
-from tests.support.cdk import template_json
-from tests.support.k8s import objects
 
 from cpu_inference import sizing
 from cpu_inference.eks.mountpoint import ADDON_NAME, MountpointSettings
@@ -33,6 +31,8 @@ from cpu_inference.patterns import (
 )
 from cpu_inference.patterns.eks_platform import NodePoolSettings
 from cpu_inference.testing.rehearsal import Assembly, assembly_from_templates, create_order, load_assembly, plan
+from tests.support.cdk import template_json
+from tests.support.k8s import objects
 
 ENV = cdk.Environment(account="123456789012", region="us-east-1")
 ESCALATION = EscalationTarget(kind="bedrock", model_id="anthropic.claude-3-5-haiku-20241022-v1:0")

@@ -19,7 +19,8 @@ SLM = ServedModel(
 ESCALATION = EscalationTarget(kind="bedrock", model_id="anthropic.claude-3-5-haiku-20241022-v1:0")
 
 
-def _props(slm: ServedModel = SLM, router: RouterSettings = RouterSettings()) -> SlmPrefilterProps:
+def _props(slm: ServedModel = SLM, router: RouterSettings | None = None) -> SlmPrefilterProps:
+    router = router or RouterSettings()
     return SlmPrefilterProps(deployment=DeploymentProps(models=(slm,)), escalation=ESCALATION, router=router)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from cpu_inference.k8s_object import Need
+from cpu_inference._internal.k8s_object import Need
 from cpu_inference.testing.rehearsal import (
     IMMUTABLE_FIELDS,
     assembly_from_templates,

@@ -14,14 +14,14 @@ from typing import Any
 import aws_cdk as cdk
 import pytest
 import yaml
-from tests.eks.conftest import imported_cluster
-from tests.support.cdk import template_json
 
 from cpu_inference.app import build_app
 from cpu_inference.config import parse
 from cpu_inference.eks import InferenceCluster, InferenceClusterProps
 from cpu_inference.eks.manifests import ManifestBoundError, add_bounded_manifests
 from cpu_inference.testing.rehearsal import Assembly, assembly_from_templates, create_order, plan
+from tests.eks.conftest import imported_cluster
+from tests.support.cdk import template_json
 
 ROOT = Path(__file__).resolve().parents[2]
 FARM = yaml.safe_load((ROOT / "examples" / "model-farm-eks.yaml").read_text())
@@ -143,9 +143,10 @@ def _farm_workloads(*, cache_gib: int, alerts: bool) -> Assembly:
     from cpu_inference.eks import Keda, KedaProps, Metrics, MetricsProps
     from cpu_inference.eks.inference_workloads import InferenceWorkloads, InferenceWorkloadsProps
     from cpu_inference.eks.mountpoint import MountpointS3Csi, MountpointS3CsiProps
-    from cpu_inference.k8s.llama_server_chart import ServingPolicy
-    from cpu_inference.k8s.model_pool_chart import ModelPoolChartProps, PoolModel
-    from cpu_inference.k8s.router_chart import RouterChartProps
+    from cpu_inference.engines.pool_preset import PoolModel
+    from cpu_inference.k8s.charts.model_pool_chart import ModelPoolChartProps
+    from cpu_inference.k8s.charts.router_chart import RouterChartProps
+    from cpu_inference.k8s.workloads.serving_policy import ServingPolicy
 
     app = cdk.App()
     stack = cdk.Stack(app, "Pools", env=cdk.Environment(account="123456789012", region="us-east-1"))

@@ -32,7 +32,7 @@ def image_module(image: str, name: str) -> ModuleType:
     """`name`.py of one image's directory, loaded under a name of its own (both images have an entrypoint.py)."""
     directory = IMAGES[image]
     if str(directory) not in sys.path:
-        sys.path.append(str(directory))  # its sibling modules (sagemaker_adapter, http1, ...)
+        sys.path.append(str(directory))  # its sibling modules (mme_adapter, pool_mode, ...)
     qualified = f"{image.replace('-', '_')}_{name}"
     if qualified in sys.modules:
         return sys.modules[qualified]
@@ -69,7 +69,7 @@ def _engine_env(image: str, tmp_path: Path, engine: Path) -> dict[str, str]:
 @pytest.mark.parametrize("image", sorted(IMAGES))
 def test_an_engine_that_ignores_sigterm_is_killed_with_its_children_and_the_container_exits_0_in_time(image: str, tmp_path: Path) -> None:
     stop_seconds = image_module(image, "entrypoint").ENGINE_STOP_SECONDS
-    adapter = image_module(image, "sagemaker_adapter")
+    from inference_runtime import sagemaker_adapter as adapter  # both images ship this one package
     engine = _stubborn_engine(tmp_path)
     pids_file, port = tmp_path / "pids", free_port()
     keep = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "SERVE_", "SAGEMAKER_", "ADAPTER_", "MODEL_", "SM_"))}

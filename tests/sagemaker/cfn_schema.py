@@ -13,7 +13,7 @@ import cfnlint
 _SCHEMAS = Path(cfnlint.__file__).parent / "data" / "schemas"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def create_only(resource_type: str, region: str = "us-east-1") -> frozenset[str]:
     index = json.loads((_SCHEMAS / "providers" / f"{region}.json").read_text())
     schema = json.loads((_SCHEMAS / "resources" / f"{index[resource_type]}.json").read_text())

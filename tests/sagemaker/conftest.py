@@ -109,7 +109,7 @@ class Placement:
         return {k: v for k, v in self.template["Resources"].items() if v["Type"] == type_}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def placement(instance_type: str, context_window: int = 4096) -> Placement:
     """The same endpoint (8B Q4_K_M, any ECR image by digest, an S3-URI model) on `instance_type`."""
     app = cdk.App()

@@ -17,11 +17,11 @@ import aws_cdk as cdk
 import httpx
 import pytest
 from aws_cdk import aws_ecr as ecr
-from tests.support.cdk import template_json
-from tests.support.engine import free_port, wait_healthy
 
 from cpu_inference.artifacts import ModelBucket
 from cpu_inference.sagemaker import EngineImage, MultiModelEndpoint, MultiModelEndpointProps
+from tests.support.cdk import template_json
+from tests.support.engine import free_port, wait_healthy
 
 pytestmark = pytest.mark.engine
 

@@ -19,12 +19,12 @@ from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
-from tests.support.cdk import apply_nag, cfn_lint_errors, nag_errors, synth, template_json
 
+from cpu_inference._internal.nag import flatten
 from cpu_inference.artifacts import ModelBucket
 from cpu_inference.images import LlamaCppImage
-from cpu_inference.nag import flatten
 from cpu_inference.sagemaker import EngineImage, MultiModelEndpoint, MultiModelEndpointProps, TargetModel
+from tests.support.cdk import apply_nag, cfn_lint_errors, nag_errors, synth, template_json
 
 ENV = cdk.Environment(account="123456789012", region="us-east-1")
 DIGEST = "sha256:" + "cd" * 32
@@ -366,8 +366,9 @@ def test_instance_storage_pool_gets_no_volume_kms_key() -> None:
 
 def hot_model_pool(parameters_billions: float, instance_type: str) -> MultiModelEndpoint:
     """A catalog pool of one chat model sized as the farm sizes it (pool_sizing.model_slots: its `parallel`)."""
-    from cpu_inference import pool_sizing, sizing
+    from cpu_inference import sizing
     from cpu_inference.artifacts import ModelCatalog, ModelCatalogProps
+    from cpu_inference.sizing import pools as pool_sizing
     from model_download.catalog import CatalogEntry
 
     slots = pool_sizing.model_slots(sizing.ModelSpec(parameters_billions=parameters_billions, quantization="Q4_K_M", context_window=4096))
@@ -385,7 +386,7 @@ def test_a_single_hot_2b_model_can_scale_the_pool_out() -> None:
     # F12: admission is per loaded model (parallel + queue, queue = parallel: mme_adapter.py), the scaling target per
     # instance. A 3B model gets parallel 1 (pool_sizing.FARM_SLOTS) so it admits 2 and answers 429 beyond; on
     # ml.m8g.4xlarge (8 slots) a target of 6 would never be reached by it — the pool would never scale out.
-    from cpu_inference import pool_sizing
+    from cpu_inference.sizing import pools as pool_sizing
 
     ep = hot_model_pool(3, "ml.m8g.4xlarge")
     assert pool_sizing.FARM_SLOTS == 1 and ep.props.model_parallel == 1 and ep.props.model_admission == 2
@@ -531,6 +532,7 @@ def test_endpoint_resources_are_the_same_for_10_and_1000_catalog_models() -> Non
 
 def test_readme_example_runs_unchanged() -> None:
     from aws_cdk.assertions import Template
+
     from tests.sagemaker.readme import examples
 
     ns: dict[str, Any] = {}

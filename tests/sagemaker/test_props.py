@@ -11,7 +11,8 @@ from aws_cdk import aws_ecr as ecr
 
 from cpu_inference import sizing
 from cpu_inference.sagemaker import EngineImage, GravitonEndpointProps
-from cpu_inference.sagemaker.graviton_endpoint import default_target_concurrency, placement_slug
+from cpu_inference.sagemaker._naming import placement_slug
+from cpu_inference.sagemaker.endpoint_props import default_target_concurrency
 
 DIGEST = "sha256:" + "cd" * 32
 SPEC = sizing.ModelSpec(parameters_billions=8, quantization="Q4_K_M", context_window=4096)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aws_cdk.assertions import Template
 
-from cpu_inference.nag import flatten
+from cpu_inference._internal.nag import flatten
 from tests.sagemaker.readme import examples
 
 

@@ -26,12 +26,12 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ecr as ecr
 from aws_cdk.assertions import Template
-from tests.evaluation.sagemaker_emulator import SageMakerRuntimeEmulator
-from tests.runtime.engine.serving import start_endpoint, stop_endpoint
-from tests.sagemaker.readme import examples
 
 from cpu_inference import sizing
 from cpu_inference.sagemaker import EngineImage, GravitonEndpoint, GravitonEndpointProps
+from tests.evaluation.sagemaker_emulator import SageMakerRuntimeEmulator
+from tests.runtime.engine.serving import start_endpoint, stop_endpoint
+from tests.sagemaker.readme import examples
 
 pytestmark = pytest.mark.engine
 

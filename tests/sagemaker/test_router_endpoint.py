@@ -19,10 +19,17 @@ from aws_cdk import aws_ecr as ecr
 from aws_cdk.assertions import Template
 
 from cpu_inference import sizing
+from cpu_inference._internal.nag import flatten
 from cpu_inference.images import LlamaCppImage
-from cpu_inference.nag import flatten
 from cpu_inference.patterns.serving_foundation import ROUTER_IMAGE
-from cpu_inference.sagemaker import EngineImage, GravitonEndpoint, GravitonEndpointProps, RouterEndpoint, RouterEndpointProps, RouterEscalation
+from cpu_inference.sagemaker import (
+    EngineImage,
+    GravitonEndpoint,
+    GravitonEndpointProps,
+    RouterEndpoint,
+    RouterEndpointProps,
+    RouterEscalation,
+)
 from tests.sagemaker.readme import examples
 from tests.support.cdk import apply_nag, cfn_lint_errors, nag_errors, synth, template_json
 

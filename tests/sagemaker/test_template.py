@@ -12,10 +12,14 @@ import botocore.session
 import pytest
 
 from cpu_inference import sizing
-from cpu_inference.nag import flatten
-from cpu_inference.slm_context import slm_context_per_slot
-from cpu_inference.sagemaker.engine_settings import engine_settings, model_download_timeout_seconds, startup_health_check_timeout_seconds
-from cpu_inference.sagemaker.engine_settings import volume_size_gb
+from cpu_inference._internal.nag import flatten
+from cpu_inference.sagemaker.engine_settings import (
+    engine_settings,
+    model_download_timeout_seconds,
+    startup_health_check_timeout_seconds,
+    volume_size_gb,
+)
+from cpu_inference.sizing.slm_context import slm_context_per_slot
 from tests.sagemaker.conftest import LLAMA_8B, Serving, placement
 from tests.support.cdk import cfn_lint_errors, nag_errors
 
@@ -142,7 +146,7 @@ def test_engine_environment_for_8b_q4_k_m_4k_on_c7g_8xlarge(serving: Serving, tm
     # The container's own flag code turns exactly this environment into the llama-server command line.
     sys.path.insert(0, str(ENGINE_DIR))
     try:
-        import engine_flags
+        from inference_runtime import engine_flags
     finally:
         sys.path.remove(str(ENGINE_DIR))
     model = tmp_path / "Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf"
@@ -156,7 +160,8 @@ def test_smaller_instance_gets_its_own_threads_and_slots(serving: Serving) -> No
     env = _env(serving, "smollm2-1-7b")
     s = serving.endpoints["smollm2-1-7b"].sizing
     assert env["LLAMA_THREADS"] == "8" == str(sizing.instance("ml.c7g.2xlarge").vcpus)
-    # The router's SLM: each slot holds the router's classification prompt and an answer (cpu_inference.slm_context),
+    # The router's SLM: each slot holds the router's classification prompt and an answer
+    # (cpu_inference.sizing.slm_context),
     # not the classification task's 512 (tests/k8s/test_prefilter_fidelity.py runs this environment).
     assert (env["LLAMA_PARALLEL"], env["LLAMA_CTX_PER_SLOT"]) == (str(s.slots), str(slm_context_per_slot({})))
     assert s.fits

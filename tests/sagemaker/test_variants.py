@@ -10,7 +10,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 
 from cpu_inference import sizing
-from cpu_inference.nag import flatten
+from cpu_inference._internal.nag import flatten
 from cpu_inference.sagemaker import EngineImage, GravitonEndpoint, GravitonEndpointProps
 from tests.support.cdk import apply_nag, cfn_lint_errors, nag_errors, synth, template_json
 

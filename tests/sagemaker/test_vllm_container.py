@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from tests.sagemaker.vllm_stack import small_vllm_endpoint
 from tests.support.engine import free_port
 from tests.support.vllm import entrypoint_env, start_entrypoint, stop_group, vllm_model_dir, vllm_python, wait_ready

@@ -17,8 +17,6 @@ import aws_cdk as cdk
 import botocore.session
 import pytest
 from aws_cdk import aws_ecr as ecr
-from tests.sagemaker.vllm_stack import LLAMA_1B, SMOLLM2, SMOLLM2_PREFIX, VllmServing, build_vllm_serving
-from tests.support.cdk import cfn_lint_errors, nag_errors
 
 from cpu_inference import sizing
 from cpu_inference.artifacts import ModelArtifact, ModelArtifactProps, ModelBucket
@@ -31,6 +29,8 @@ from cpu_inference.sagemaker.engine_settings import (
     engine_settings,
     startup_health_check_timeout_seconds,
 )
+from tests.sagemaker.vllm_stack import LLAMA_1B, SMOLLM2, SMOLLM2_PREFIX, VllmServing, build_vllm_serving
+from tests.support.cdk import cfn_lint_errors, nag_errors
 
 pytestmark = pytest.mark.synth
 
@@ -99,7 +99,7 @@ def test_the_real_entrypoint_turns_the_env_into_the_sized_vllm_command(serving: 
     assert cmd[cmd.index("--max-model-len") + 1] == env["SERVE_MAX_MODEL_LEN"]
     assert cmd[cmd.index("--dtype") + 1] == "bfloat16"
     # SageMaker's port for the adapter, vLLM on loopback behind it; 429 beyond max-num-seqs + queue.
-    assert plan.adapter_port == 8080 and cmd[cmd.index("--host") + 1] == "127.0.0.1"
+    assert plan.adapter.port == 8080 and cmd[cmd.index("--host") + 1] == "127.0.0.1"
     slots = int(env["SERVE_MAX_NUM_SEQS"])
     assert plan.max_in_flight == slots + int(env["SERVE_QUEUE_DEPTH"]) == serving.endpoints[name].settings.max_in_flight
 
@@ -198,13 +198,12 @@ def test_latency_alarm_budgets_bf16_decode_but_stays_below_the_cut(serving: Vllm
     (tmp_path / "model.safetensors").write_bytes(b"")
     env = {**serving.container("smollm2-vllm")["Environment"], "MODEL_PATH": str(tmp_path)}
     assert "ADAPTER_GENERATION_BUDGET_SECONDS" not in env
-    assert vllm_entrypoint().sagemaker_plan(env).generation_budget == GENERATION_BUDGET_SECONDS
+    assert vllm_entrypoint().sagemaker_plan(env).adapter.generation_budget == GENERATION_BUDGET_SECONDS
 
 
 def test_a_given_generation_budget_moves_the_alarm_with_it() -> None:
-    from tests.sagemaker.vllm_stack import DIGEST
-
     from cpu_inference.sagemaker import GravitonEndpoint
+    from tests.sagemaker.vllm_stack import DIGEST
 
     def latency_threshold(budget: str) -> float:
         stack = cdk.Stack(cdk.App(), "VllmBudget")

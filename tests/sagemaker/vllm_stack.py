@@ -11,12 +11,12 @@ from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_ecr as ecr
-from tests.support.cdk import apply_nag, synth, template_json
 
 from cpu_inference import sizing
 from cpu_inference.artifacts import ModelArtifact, ModelArtifactProps, ModelBucket
 from cpu_inference.images import VLLM_IMAGE, LlamaCppImage
 from cpu_inference.sagemaker import EngineImage, GravitonEndpoint, GravitonEndpointProps
+from tests.support.cdk import apply_nag, synth, template_json
 
 ENV = cdk.Environment(account="123456789012", region="us-east-1")
 DIGEST = "sha256:" + "ef" * 32

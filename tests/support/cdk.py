@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
-
 from pathlib import Path
+from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk.assertions import Template

@@ -27,9 +27,8 @@ import os
 import subprocess
 from typing import Any
 
-from tests.support.vllm import vllm_python
-
 from cpu_inference.cli.local_models import encoder_files
+from tests.support.vllm import vllm_python
 
 # How close llama-server's answers must be to these references (tests/runtime/engine/test_encoder_fidelity.py
 # measures them; the task tests reuse them). Measured here (2 vCPUs, x86_64) with the F16 GGUFs

@@ -7,9 +7,9 @@ import socket
 import subprocess
 import time
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -74,7 +74,7 @@ def wait_healthy(base_url: str, proc: subprocess.Popen | None = None, timeout: f
 def llama_server(binary: Path, model: Path, *args: str, port: int | None = None, log: Path | None = None) -> Iterator[str]:
     """Run `llama-server -m model --host 127.0.0.1 --port N args...`; yields the base URL."""
     port = port or free_port()
-    out = open(log, "wb") if log else subprocess.DEVNULL
+    out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - the server's log stays open while it runs
     proc = subprocess.Popen([str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), *args], stdout=out, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:

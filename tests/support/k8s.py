@@ -4,15 +4,15 @@ kubernetes-validate (core kinds, at the target minor) and the upstream Karpenter
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import jsonschema
 import yaml
 
 from cpu_inference.testing import flatten
-from cpu_inference.testing.crd_validation import TOKEN  # what flatten puts where an intrinsic was
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED_CRDS = ROOT.parent / "shared" / "crds"
@@ -37,7 +37,7 @@ def helm_charts(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {lid: r["Properties"] for lid, r in template.get("Resources", {}).items() if r.get("Type") in HELM_TYPES}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _crd_schemas(crd_dir: str) -> dict[tuple[str, str], dict[str, Any]]:
     # A missing directory fails here, loudly: skipping the custom objects' validation would pass unchecked objects.
     assert Path(crd_dir).is_dir(), f"no CRD directory at {crd_dir}: the upstream CRDs (../shared/crds) belong beside the repo"

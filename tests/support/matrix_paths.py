@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
-from tests.support.engine import free_port, stop_process, wait_healthy
-from tests.support.k8s import objects
 
 from cpu_inference.testing.crd_validation import flatten
+from tests.support.engine import free_port, stop_process, wait_healthy
+from tests.support.k8s import objects
 
 ROOT = Path(__file__).resolve().parents[2]
 LLAMA_DIR = ROOT / "containers" / "llama-server"
@@ -55,10 +55,9 @@ class Synthesized:
 
 def synthesize(config_text: str, workdir: Path) -> Synthesized:
     """The app's stack for this config, as `cdk synth` writes it (cdk-nag included)."""
-    from tests.support.cdk import synth
-
     from cpu_inference.app import build_app
     from cpu_inference.config import load
+    from tests.support.cdk import synth
 
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / "config.yaml"

@@ -23,10 +23,9 @@ ROUTER_DIR = Path(__file__).resolve().parents[2] / "containers" / "router"
 if str(ROUTER_DIR) not in sys.path:
     sys.path.insert(0, str(ROUTER_DIR))
 
-from tests.support.encoder_reference import MIN_COSINE, RERANK_TOLERANCE  # noqa: E402  (measured there)
-
 from slm_router.classifier import Classifier  # noqa: E402  (the router's own request)
 from slm_router.config import Config as RouterConfig  # noqa: E402
+from tests.support.encoder_reference import MIN_COSINE, RERANK_TOLERANCE  # noqa: E402  (measured there)
 
 CHAT_TEXT = "Name one primary colour."
 COMPLETION_PROMPT = "The three primary colours are"

@@ -1,10 +1,11 @@
 """What a shipped config deploys, read back from its synthesized CloudFormation: the Kubernetes objects the EKS
-charts render and the SageMaker containers' environments (intrinsics flattened to tests.support.k8s.TOKEN)."""
+charts render and the SageMaker containers' environments (intrinsics flattened to
+cpu_inference.testing.crd_validation.TOKEN)."""
 
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from tests.support.k8s import objects
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@lru_cache(maxsize=None)
+@cache
 def template(config: str) -> dict[str, Any]:
     """The app's stack for `config` (a path relative to the repository), synthesized as `cdk synth` does."""
     import aws_cdk as cdk

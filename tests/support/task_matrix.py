@@ -97,7 +97,7 @@ PREFILTER_ROLES = ("slm", "llm")
 
 
 def prefilter_refusal(role: str, task: str) -> str | None:
-    from cpu_inference.engine_tasks import GENERATION_TASKS
+    from cpu_inference.engines.tasks import GENERATION_TASKS
 
     return None if task in GENERATION_TASKS else f"{task}: the slm-prefilter's {role} "
 

@@ -14,7 +14,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from cpu_inference._resources import cache_dir
+from cpu_inference._internal.resources import cache_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTAINER_DIR = ROOT / "containers" / "vllm-cpu"
@@ -55,8 +55,10 @@ def entrypoint_env(extra: Mapping[str, str]) -> dict[str, str]:
 
 def start_entrypoint(python: Path, env: Mapping[str, str], *args: str, log: Path) -> subprocess.Popen:
     """`python entrypoint.py [args]` in its own process group (vLLM starts EngineCore and worker children)."""
+    # The image copies the shared runtime package beside the entrypoint; here it is containers/inference_runtime.
+    env = {**env, "PYTHONPATH": str(ROOT / "containers")}
     with open(log, "wb") as out:
-        return subprocess.Popen([str(python), str(ENTRYPOINT), *args], env=dict(env), stdout=out, stderr=subprocess.STDOUT,
+        return subprocess.Popen([str(python), str(ENTRYPOINT), *args], env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
 
 

@@ -4,10 +4,9 @@ copied by one such job, O(1) in CloudFormation; one CatalogEntry per model). See
 
 The stack's shared copy provider (copy_provider.ModelCopyProvider) is internal: the constructs above create it."""
 
+from cpu_inference.artifacts.model_artifact import ModelArtifact, ModelArtifactProps
+from cpu_inference.artifacts.model_bucket import ModelBucket, ModelBucketProps
+from cpu_inference.artifacts.model_catalog import ModelCatalog, ModelCatalogProps
 from model_download.catalog import CatalogEntry
-
-from .model_artifact import ModelArtifact, ModelArtifactProps
-from .model_bucket import ModelBucket, ModelBucketProps
-from .model_catalog import ModelCatalog, ModelCatalogProps
 
 __all__ = ["CatalogEntry", "ModelArtifact", "ModelArtifactProps", "ModelBucket", "ModelBucketProps", "ModelCatalog", "ModelCatalogProps"]

@@ -15,10 +15,9 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from cpu_inference._internal import nag
+from cpu_inference.artifacts.copy_provider import ModelCopyProvider
 from model_download.build_job import QUEUED_TIMEOUT_MINUTES, SERVICE_TIMEOUT_SECONDS
-
-from .. import nag
-from .copy_provider import ModelCopyProvider
 
 # A region/account as cdk-nag prints them: a literal for env-bound stacks, a pseudo parameter otherwise.
 _REGION = r"(?:<AWS::Region>|[a-z0-9-]+)"

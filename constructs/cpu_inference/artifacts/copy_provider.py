@@ -22,14 +22,13 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
+from cpu_inference._internal import nag
+from cpu_inference._internal.aws_names import VENDED_LOGS_PREFIX
+from cpu_inference.artifacts.runtime_package import staged_root
 from model_download.build_job import (
-    MAX_COPY_TIMEOUT_MINUTES as MAX_COPY_TIMEOUT_MINUTES,  # re-exported for the props' validation
+    QUERY_INTERVAL_SECONDS,
+    WAITER_TOTAL_SECONDS,
 )
-from model_download.build_job import QUERY_INTERVAL_SECONDS, WAITER_TOTAL_SECONDS
-
-from .. import nag
-from ..aws_names import VENDED_LOGS_PREFIX
-from .runtime_package import staged_root
 
 PROVIDER_ID = "CpuInferenceModelCopyProvider"
 RUNTIME = lambda_.Runtime.PYTHON_3_14

@@ -43,18 +43,18 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
-from model_download.buildspec import BUILD_SPEC as BUILD_SPEC  # re-exported: the job's contract lives with the job
-from model_download.buildspec import SNAPSHOT_BUILD_SPEC
+from cpu_inference.artifacts.copy_job import acknowledge_copy_job, copy_job_project, copy_job_resource, copy_job_role
+from cpu_inference.artifacts.copy_provider import ModelCopyProvider
+from cpu_inference.artifacts.model_bucket import MODELS_PREFIX, ModelBucket
+from model_download.build_job import MAX_COPY_TIMEOUT_MINUTES
+from model_download.buildspec import BUILD_SPEC, SNAPSHOT_BUILD_SPEC
 from model_download.catalog import NAME, REPO, REVISION, SHA256
 from model_download.custom_resource import IDENTITY_PROPERTIES, build_environment
+from model_download.hub import DEFAULT_ENDPOINT
 from model_download.snapshot import MANIFEST_NAME
 from model_download.snapshot_resource import IDENTITY_PROPERTIES as SNAPSHOT_IDENTITY_PROPERTIES
 from model_download.snapshot_resource import SNAPSHOT_LAYOUT
 from model_download.snapshot_resource import build_environment as snapshot_environment
-
-from .copy_job import acknowledge_copy_job, copy_job_project, copy_job_resource, copy_job_role
-from .copy_provider import MAX_COPY_TIMEOUT_MINUTES, ModelCopyProvider
-from .model_bucket import MODELS_PREFIX, ModelBucket
 
 # CodeBuild CreateProject `description`: botocore codebuild ProjectDescription, max 255 characters.
 PROJECT_DESCRIPTION_MAX = 255
@@ -138,7 +138,7 @@ class ModelArtifactProps:
     token_secret_name: str | None = None
     existing_token_secret: secretsmanager.ISecret | None = None
     token_secret_key: kms.IKey | None = None
-    hf_endpoint: str = "https://huggingface.co"
+    hf_endpoint: str = DEFAULT_ENDPOINT
     copy_timeout_minutes: int = 55
     compute_type: codebuild.ComputeType = codebuild.ComputeType.LARGE
     build_image: codebuild.IBuildImage | None = None

@@ -29,7 +29,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from .. import nag
+from cpu_inference._internal import nag
 
 MODELS_PREFIX = "models/"
 ACCESS_LOG_PREFIX = "model-bucket/"

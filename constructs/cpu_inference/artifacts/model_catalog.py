@@ -28,6 +28,16 @@ from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
+from cpu_inference.artifacts.copy_job import acknowledge_copy_job, copy_job_project, copy_job_resource, copy_job_role
+from cpu_inference.artifacts.copy_provider import ModelCopyProvider
+from cpu_inference.artifacts.model_artifact import (
+    check_token_secret,
+    grant_token_secret,
+    import_token_secret,
+    project_description,
+)
+from cpu_inference.artifacts.model_bucket import ModelBucket
+from model_download.build_job import MAX_COPY_TIMEOUT_MINUTES
 from model_download.buildspec import CATALOG_BUILD_SPEC
 from model_download.catalog import (
     FARM_PREFIX,
@@ -40,11 +50,7 @@ from model_download.catalog import (
     receipt_key,
 )
 from model_download.catalog_resource import IDENTITY_PROPERTIES, build_environment
-
-from .copy_job import acknowledge_copy_job, copy_job_project, copy_job_resource, copy_job_role
-from .copy_provider import MAX_COPY_TIMEOUT_MINUTES, ModelCopyProvider
-from .model_artifact import check_token_secret, grant_token_secret, import_token_secret, project_description
-from .model_bucket import ModelBucket
+from model_download.hub import DEFAULT_ENDPOINT
 
 RESOURCE_TYPE = "Custom::ModelCatalog"
 
@@ -69,7 +75,7 @@ class ModelCatalogProps:
     model_bucket: ModelBucket
     entries: tuple[CatalogEntry, ...]
     layouts: tuple[str, ...] = ("gguf",)
-    hf_endpoint: str = "https://huggingface.co"
+    hf_endpoint: str = DEFAULT_ENDPOINT
     parallel_models: int = 4
     concurrency: int = 4
     copy_timeout_minutes: int = 55

@@ -1,6 +1,6 @@
 """The `model_download` runtime package as a CDK asset root: a directory holding only `model_download/*.py`.
 
-Found through cpu_inference._resources (lambda/model_download of a checkout, or the copy a wheel ships), and
+Found through cpu_inference._internal.resources (lambda/model_download of a checkout, or the copy a wheel ships), and
 staged into a content-addressed temp directory so the asset hash changes only when the code does."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .._resources import MODEL_DOWNLOAD, runtime_dir
+from cpu_inference._internal.resources import MODEL_DOWNLOAD, runtime_dir
 
 
 def package_dir() -> Path:

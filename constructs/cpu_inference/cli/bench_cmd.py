@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from .main import UserError
+from cpu_inference.cli.main import UserError
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -80,11 +80,11 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ..evaluation.bench import BenchPlan, run_bench
-    from ..evaluation.client import make_client
-    from ..evaluation.loadgen import LoadSettings, load_prompts
-    from ..evaluation.pricing import resolve_price
-    from ..evaluation.report import write_bench_report
+    from cpu_inference.evaluation.bench import BenchPlan, run_bench
+    from cpu_inference.evaluation.client import make_client
+    from cpu_inference.evaluation.loadgen import LoadSettings, load_prompts
+    from cpu_inference.evaluation.pricing import resolve_price
+    from cpu_inference.evaluation.report import write_bench_report
 
     if not args.endpoint:
         raise UserError("--endpoint is required (http(s)://host:port or sagemaker:NAME), or use `bench compare REPORT.json ...`")
@@ -138,7 +138,7 @@ def run_compare(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from ..evaluation.report import compare_rows, load_bench_report, markdown_table
+    from cpu_inference.evaluation.report import compare_rows, load_bench_report, markdown_table
 
     try:
         reports = [load_bench_report(p) for p in args.reports]

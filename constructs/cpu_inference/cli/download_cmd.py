@@ -13,7 +13,7 @@ import argparse
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
-from .main import UserError
+from cpu_inference.cli.main import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:

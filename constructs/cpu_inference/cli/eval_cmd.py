@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .main import UserError
+from cpu_inference.cli.main import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -48,9 +48,9 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ..evaluation.client import make_client
-    from ..evaluation.eval_report import REPORT_KIND, write_eval_report
-    from ..evaluation.quality import (
+    from cpu_inference.evaluation.client import make_client
+    from cpu_inference.evaluation.eval_report import REPORT_KIND, write_eval_report
+    from cpu_inference.evaluation.quality import (
         DEFAULT_MAX_TOKENS,
         evaluate,
         gate,

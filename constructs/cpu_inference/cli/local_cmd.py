@@ -37,18 +37,19 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from .local_config import closed_port, gateway_config, router_config
-from .local_models import (
+from cpu_inference.cli.local_config import closed_port, gateway_config, router_config
+from cpu_inference.cli.local_models import (
     GEMMA,
     SMOLLM2,
     gemma_path,
     llama_server_binary,
     router_pythonpath,
+    shared_runtime_pythonpath,
     smollm2_path,
     vllm_entrypoint,
     vllm_python,
 )
-from .local_plan import (
+from cpu_inference.cli.local_plan import (
     STAND_IN_LLM_CTX_PER_SLOT,
     STAND_IN_LLM_SLOTS,
     Engine,
@@ -57,8 +58,9 @@ from .local_plan import (
     serve_files,
     slots_args,
 )
-from .local_pools import LocalPool, cap_pools, plan_pools, pool_process, write_pool_dir
-from .main import UserError
+from cpu_inference.cli.local_pools import LocalPool, cap_pools, plan_pools, pool_process, write_pool_dir
+from cpu_inference.cli.main import UserError
+from inference_runtime.llama_flags import THREADS
 
 # The command's parts, importable from here as before the split: model locators (local_models), planning
 # (local_plan), the router/gateway config (local_config); this module parses the arguments and supervises.
@@ -127,7 +129,7 @@ def vllm_process(e: Engine, python: Path, threads: int) -> tuple[list[str], dict
         "OMP_NUM_THREADS": str(threads - reserved), "MKL_NUM_THREADS": str(threads - reserved),
         "VLLM_CPU_NUM_OF_RESERVED_CPU": str(reserved), "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # a shared machine
         "MODEL_PATH": str(e.vllm_dir), "SERVE_MODEL_NAME": e.name, "SERVE_HOST": "127.0.0.1", "SERVE_PORT": str(e.port),
-        "HF_HUB_OFFLINE": "1",
+        "HF_HUB_OFFLINE": "1", "PYTHONPATH": shared_runtime_pythonpath(),
     })
     return [str(python), str(vllm_entrypoint())], {**os.environ, **env}
 
@@ -179,8 +181,8 @@ class _Signals:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..config import load
-    from .model_cache import parse_model_map
+    from cpu_inference.cli.model_cache import parse_model_map
+    from cpu_inference.config import load
 
     config = load(args.config)
     if not 0 < args.port < 65536:
@@ -203,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:  # not `e`: the engine loop below reuses that name
             raise UserError(f"--port {args.port}: {args.host}:{args.port} is not free ({exc.strerror}) — pick another port") from None
     if pools:
-        from .model_cache import machine_memory
+        from cpu_inference.cli.model_cache import machine_memory
 
         notes = cap_pools(pools, engines, machine_memory(), stand_ins=args.stand_ins, mapping=mapping) + notes
     members = [e for p in pools for e in p.members]
@@ -237,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
                 e.proc = _spawn(argv, log_dir / f"{e.name}.log", env)
                 print(f"  {e.note}", flush=True)
                 continue
-            argv = [str(binary), "-m", str(e.gguf), "--host", "127.0.0.1", "--port", str(e.port), "--threads", str(threads),
+            argv = [str(binary), "-m", str(e.gguf), "--host", "127.0.0.1", "--port", str(e.port), *THREADS.args(threads),
                     "--alias", e.name, "--metrics", *e.args]
             e.proc = _spawn(argv, log_dir / f"{e.name}.log")
             print(f"  {e.note}", flush=True)

@@ -8,26 +8,25 @@ import socket
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from cpu_inference.cli.local_plan import Engine
 from slm_router.config import Config as RouterConfig
 from slm_router.config import Escalation, Gateway, GatewayModel, GatewayPool, Timeouts
 
-from .local_plan import Engine
-
 if TYPE_CHECKING:
-    from .local_pools import LocalPool
+    from cpu_inference.cli.local_pools import LocalPool
 
 
 def router_config(config, slm: Engine, llm: Engine, host: str, port: int) -> RouterConfig:
     """The router config the deployment renders (the same decision keys, through the same builder), with the
     upstreams on loopback: the local SLM, and the local LLM in place of the escalation target."""
-    from ..config.rules import router_decision_config
-    from ..slm_context import prefilter_router_config
+    from cpu_inference.config.rules import router_decision_config
+    from cpu_inference.sizing.slm_context import prefilter_router_config
 
     esc = config.escalation
     escalation = Escalation.of(kind="openai", url=f"{llm.url}/v1", **({"model_id": esc.model} if esc.kind == "model" else {}))
     cfg = prefilter_router_config(router_decision_config(config), slm_url=slm.url, escalation=escalation,
                                   slm_model=slm.name if slm.vllm_dir is not None else "")
-    # What the chart owns (k8s/router_chart.py router_config), then this machine's address. A laptop's CPU is
+    # What the chart owns (k8s/charts/router_chart.py router_config), then this machine's address. A laptop's CPU is
     # shared by every engine: generous timeouts rather than spurious fallbacks.
     return cfg.updated(mode="router", listen_host=host, listen_port=port,
                        timeouts=Timeouts.of(classify_s=30, first_byte_s=300, total_s=900))

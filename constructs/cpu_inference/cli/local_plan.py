@@ -13,9 +13,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from ..engine_tasks import task_args
-from .local_models import ENCODER, GEMMA, RERANKER, SMOLLM2, encoder_path, gemma_path, reranker_path, smollm2_path
-from .main import UserError
+from cpu_inference.cli.local_models import (
+    ENCODER,
+    GEMMA,
+    RERANKER,
+    SMOLLM2,
+    encoder_path,
+    gemma_path,
+    reranker_path,
+    smollm2_path,
+)
+from cpu_inference.cli.main import UserError
+from cpu_inference.engines.tasks import task_args
+from inference_runtime.llama_flags import CTX_SIZE, PARALLEL
 
 # The stand-in LLM for an escalation outside the config (openai / sagemaker / bedrock): no deployed counterpart.
 STAND_IN_LLM_SLOTS, STAND_IN_LLM_CTX_PER_SLOT = 2, 2048
@@ -65,13 +75,13 @@ def farm_stand_in(m) -> str:
 
 def slots_args(slots: int, ctx_per_slot: int) -> list[str]:
     """llama-server's flags for slots and their context (the entrypoint's spelling: --ctx-size is the total)."""
-    return ["--parallel", str(slots), "--ctx-size", str(slots * ctx_per_slot)]
+    return [*PARALLEL.args(slots), *CTX_SIZE.args(slots * ctx_per_slot)]
 
 
 def deployed_shape(config, m) -> tuple[int, int]:
     """The (slots, context per slot) the deployment gives model `m` (config.size_model: its SageMaker instance,
     or the smallest fitting EKS node)."""
-    from ..config import size_model
+    from cpu_inference.config import size_model
 
     s = size_model(config, m)
     if s is None:  # validation refuses such a config; kept for a config loaded without it
@@ -116,7 +126,7 @@ def plan(config, only: list[str] | None) -> tuple[list[Engine], list[str]]:
 
 def _serve_with_vllm(config, e: Engine, directory: Path) -> None:
     """Serve `e` with vLLM from `directory`, in the engine environment the deployment renders for it."""
-    from ..config import size_model
+    from cpu_inference.config import size_model
 
     if not (directory / "config.json").is_file():
         raise UserError(f"--model-map {e.name}={directory}: engine vllm needs a checkpoint directory with config.json "
@@ -154,7 +164,7 @@ def serve_files(config, engines: list[Engine], mapping: dict[str, Path], *, stan
     cached: dict[str, Any] = {}
     if wanted:
         if fetch is None:
-            from .model_cache import fetch_models
+            from cpu_inference.cli.model_cache import fetch_models
 
             fetch = fetch_models
         sized = [e.name for e in wanted if e.name in pooled]

@@ -1,6 +1,6 @@
 """`cpu-inference local` for a model farm's pools: one llama-server in router mode per pool, as a pool replica runs.
 
-The deployment (patterns/model_farm.py, k8s/model_pool_chart.py) sizes a pool with config.rules.plan_pool
+The deployment (patterns/model_farm.py, k8s/charts/model_pool_chart.py) sizes a pool with config.rules.plan_pool
 (ctx-size / parallel per model, threads per loaded model, models_max from memory), renders its ConfigMap's
 preset with pool_preset.pool_preset over the catalog's keys (`<name>/<idhash>/<file>` under /models) and runs
 `entrypoint.py pool` (LLAMA_MODELS_PRESET, LLAMA_MODELS_MAX). Locally the same plan and the same preset function
@@ -19,11 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..engine_tasks import task_options
-from ..pool_preset import PoolModel, pool_preset
-from ..pool_sizing import ROUTER_RSS_BYTES, PoolPlan
-from .local_plan import Engine, _selected, farm_stand_in
-from .main import UserError
+from cpu_inference.cli.local_plan import Engine, _selected, farm_stand_in
+from cpu_inference.cli.main import UserError
+from cpu_inference.engines.pool_preset import PoolModel, pool_preset
+from cpu_inference.sizing.pools import ROUTER_RSS_BYTES, PoolPlan
 
 
 @dataclass
@@ -43,13 +42,8 @@ class LocalPool:
         return f"http://127.0.0.1:{self.port}"
 
     def pool_models(self) -> list[PoolModel]:
-        """The PoolModels the chart builds from the plan (ModelPoolChartProps.from_plan), threads as run here."""
-        out = []
-        for e in self.members:
-            s = self.plan.per_model[e.name]
-            out.append(PoolModel(e.name, self.keys[e.name], ctx_size=s.ctx_size, parallel=s.parallel, threads=self.threads,
-                                 options=task_options(s.task)))
-        return out
+        """The PoolModels the chart builds from the plan (PoolPlan.pool_model), threads as run here."""
+        return [self.plan.pool_model(e.name, self.keys[e.name], threads=self.threads) for e in self.members]
 
 
 def deployed_key(m) -> str:
@@ -62,7 +56,7 @@ def deployed_key(m) -> str:
 
 def plan_pools(config, only: list[str] | None) -> list[LocalPool]:
     """The pools to start (those with a started model) with the deployment's plan; [] for an slm-prefilter."""
-    from ..config.rules import plan_pool
+    from cpu_inference.config.rules import plan_pool
 
     if config.pattern != "model-farm":
         return []
@@ -73,8 +67,8 @@ def plan_pools(config, only: list[str] | None) -> list[LocalPool]:
         members = [m for m in config.pool_models(fp.name) if m.name in started]
         if plan is None or not members:
             continue
-        # A pooled embedding / rerank model's section carries `embeddings` / `reranking` (pool_models: task_options,
-        # as the chart renders it); its stand-in is the encoder / cross-encoder (farm_stand_in), as for a dedicated one.
+        # A pooled embedding / rerank model's section carries `embeddings` / `reranking` (PoolPlan.pool_model, as the
+        # chart renders it); its stand-in is the encoder / cross-encoder (farm_stand_in), as for a dedicated one.
         engines = [Engine(m.name, m, plan.per_model[m.name].parallel, plan.per_model[m.name].ctx_per_slot, farm_stand_in(m))
                    for m in members]
         pools.append(LocalPool(fp.name, plan, engines, {m.name: deployed_key(m) for m in members},
@@ -88,7 +82,7 @@ def cap_pools(pools: list[LocalPool], engines: list[Engine], memory, *, stand_in
     dedicated engines: sizing's numbers against machine_memory), before any download; a pool that cannot hold
     its largest model even alone is refused with one line. Models served by a stand-in are not counted (as for
     dedicated engines: a stand-in is ~100-250 MiB). Returns notes."""
-    from .model_cache import _size, engine_memory
+    from cpu_inference.cli.model_cache import _size, engine_memory
 
     if memory is None:  # unknown here: the plan's models_max stands
         return []
@@ -144,7 +138,7 @@ def write_pool_dir(pool: LocalPool, root: Path) -> Path:
 def pool_process(pool: LocalPool, binary: Path) -> tuple[list[str], dict[str, str]]:
     """argv and environment of the pool's process: the image's `entrypoint.py pool` (the same file, from this
     package's runtime tree), on loopback, with this machine's llama-server."""
-    from .._resources import LLAMA_SERVER, runtime_dir
+    from cpu_inference._internal.resources import LLAMA_SERVER, runtime_dir
 
     assert pool.preset is not None
     try:

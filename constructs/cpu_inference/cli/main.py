@@ -17,7 +17,7 @@ class UserError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .. import __version__
+    from cpu_inference import __version__
 
     parser = argparse.ArgumentParser(prog="cpu-inference", description="CPU-first LLM/SLM inference on AWS: check, size and test before you deploy.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..config import ConfigError
+    from cpu_inference.config import ConfigError
 
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -34,12 +34,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
+from cpu_inference import sizing
+from cpu_inference._internal import resources as _resources
+from cpu_inference.cli.main import UserError
+from cpu_inference.config import Config, Model, model_spec, size_model
 from model_download import DownloadError, FileInfo, FileRef, Hub, HubAuthError, read_token
 from model_download.hub import HubFile
-
-from .. import _resources, sizing
-from ..config import Config, Model, model_spec, size_model
-from .main import UserError
 
 MIB = 1024 * 1024
 DEFAULT_WINDOW = 16 * MIB  # bytes per ranged GET; also what an interruption can lose at most per GET in flight

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from .main import UserError
+from cpu_inference.cli.main import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,8 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..k8s_object import Need
-    from ..testing.rehearsal import create_order, delete_order, load_assembly, plan
+    from cpu_inference._internal.k8s_object import Need
+    from cpu_inference.testing.rehearsal import create_order, delete_order, load_assembly, plan
 
     if len(args.assemblies) > 2:
         raise UserError("give one cloud assembly (first deploy) or two (BEFORE AFTER)")

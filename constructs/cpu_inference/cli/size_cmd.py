@@ -8,9 +8,10 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
-from .. import pool_sizing, sizing
-from ..config import Config, load, size_model
-from ..config.rules import plan_pool, pool_budget, pool_instance_of
+from cpu_inference import sizing
+from cpu_inference.config import Config, load, size_model
+from cpu_inference.config.rules import plan_pool, pool_budget, pool_instance_of
+from cpu_inference.sizing import pools as pool_sizing
 
 
 def register(sub: argparse._SubParsersAction) -> None:

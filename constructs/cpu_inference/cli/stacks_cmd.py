@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .main import UserError
+from cpu_inference.cli.main import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:

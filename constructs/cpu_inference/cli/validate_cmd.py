@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..config import load, warnings_for
+from cpu_inference.config import load, warnings_for
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from .schema import Config
+from cpu_inference.config.schema import Config
 
 
 def render() -> str:

@@ -10,9 +10,9 @@ from typing import Any, get_args
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from .problems import ConfigError, Problem
-from .rules import check
-from .schema import Config
+from cpu_inference.config.problems import ConfigError, Problem
+from cpu_inference.config.rules import check
+from cpu_inference.config.schema import Config
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

@@ -6,12 +6,13 @@ from __future__ import annotations
 import difflib
 import math
 
-from .. import pool_sizing, sizing
-from ..engine_tasks import GENERATION_TASKS
-from ..engines import DTYPE_BYTES
-from ..slm_context import RouterConfig, decision, slm_context_per_slot
-from .problems import Problem
-from .schema import Config, FarmPool, Model
+from cpu_inference import sizing
+from cpu_inference.config.problems import Problem
+from cpu_inference.config.schema import Config, FarmPool, Model
+from cpu_inference.engines import DTYPE_BYTES
+from cpu_inference.engines.tasks import GENERATION_TASKS
+from cpu_inference.sizing import pools as pool_sizing
+from cpu_inference.sizing.slm_context import RouterConfig, decision, slm_context_per_slot
 
 
 def model_spec(m: Model, config: Config | None = None) -> sizing.ModelSpec:
@@ -365,7 +366,8 @@ def _check_serving(config: Config) -> list[Problem]:
                 # botocore sagemaker ProductionVariant.InitialInstanceCount (shape InitialTaskCount): min 1.
                 out.append(Problem(f"farm.pools[{k}].replicas.min", "0 is not possible on a SageMaker multi-model endpoint (InitialInstanceCount ≥ 1) — use 1 or more"))
             elif pool.replicas.min < 1:
-                # k8s/model_pool_chart.py: the gateway routes to the pool's stable replica names, so a pool keeps ≥ 1.
+                # k8s/charts/model_pool_chart.py: the gateway routes to the pool's stable replica names, so a pool
+                # keeps ≥ 1.
                 out.append(Problem(f"farm.pools[{k}].replicas.min", "0 is not possible for a pool: a pool keeps at least one replica for the gateway to load its models on — use 1 or more (a model that should scale to zero: serving: dedicated with replicas.min 0)"))
             if config.target == "eks" and pool.instance_type:
                 out.append(Problem(f"farm.pools[{k}].instance_type", "only used on SageMaker (on EKS a pool replica is a pod of cpu and memory_gib) — remove it or use target: sagemaker", "warning"))

@@ -24,8 +24,8 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails
 
-from ..engines import DEFAULT_VLLM_DTYPE, LLAMA_CPP, VLLM, VLLM_TASKS
-from ..slm_context import DEFAULT_ANSWER_MAX_TOKENS
+from cpu_inference.engines import DEFAULT_VLLM_DTYPE, LLAMA_CPP, VLLM, VLLM_TASKS
+from cpu_inference.sizing.slm_context import DEFAULT_ANSWER_MAX_TOKENS
 
 
 class _Strict(BaseModel):
@@ -275,8 +275,18 @@ def _expand_entries(defaults: dict[str, Any], entries: list[tuple[int, dict[str,
     return models, origins, errors
 
 
+# The p95 latency SLO of one model's answer up to its first token (the part that does not grow with the answer's
+# length; on EKS the router's/gateway's time to the response head), the one default of every entry point:
+# config.yaml `slo.p95_latency_ms`, DeploymentProps.p95_latency_ms, GravitonEndpointProps / MultiModelEndpointProps
+# .latency_slo (the SageMaker alarm adds the answer's decode time: monitoring/latency.py). It lives here, the lowest
+# layer that states it, so config can read it. 2 s: the shipped configs serving a 7-8B model on CPU
+# (examples/slm-prefilter-sagemaker.yaml, vllm-*.yaml) all set 2000; an SLM-only deployment sets less (config.yaml:
+# 500).
+FIRST_TOKEN_SLO_MS = 2000
+
+
 class Slo(_Strict):
-    p95_latency_ms: Annotated[int, Field(gt=0, description="end-to-end p95 latency target in milliseconds, e.g. 500")] = 500
+    p95_latency_ms: Annotated[int, Field(gt=0, description="p95 latency SLO up to the first token (response head) in milliseconds, e.g. 500 for an SLM")] = FIRST_TOKEN_SLO_MS
     peak_requests_per_second: Annotated[float, Field(gt=0, description="sustained peak requests/s per endpoint, e.g. 20")] = 10
 
 

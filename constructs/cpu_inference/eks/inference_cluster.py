@@ -20,9 +20,9 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
-from .. import nag
-from ..k8s.karpenter_node_pool import Taint
-from ..k8s.karpenter_rules import family_architecture
+from cpu_inference._internal import nag
+from cpu_inference.k8s.specs.karpenter_node_pool import Taint
+from cpu_inference.k8s.specs.karpenter_rules import family_architecture
 
 KUBERNETES_MINORS = ("1.33", "1.34", "1.35")
 SYSTEM_LABEL = "cpu-inference/node-role"

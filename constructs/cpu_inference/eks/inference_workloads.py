@@ -4,7 +4,7 @@ For every model: a LlamaServerChart (cdk8s) rendered into bounded KubernetesMani
 EKS Pod Identity gives the model's service account — allowed to read only that model's S3 prefix (the
 init container downloads the model with it) — and a queue-depth KEDA ScaledObject. Plus the pattern's
 namespace (Pod Security "restricted"), the router chart, and, with Amazon Managed Prometheus, a rule
-groups namespace with the field-notes alerts (k8s/alerts.py) and a Grafana dashboard ConfigMap.
+groups namespace with the field-notes alerts (monitoring/alerts.py) and a Grafana dashboard ConfigMap.
 
 Order: namespace → Pod Identity associations + model copies (ModelArtifact.resource) → workloads →
 ScaledObjects (after KEDA's chart, which brings the CRDs). Associations come before the pods because the
@@ -26,19 +26,26 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct, IDependable
 
-from .. import engines, sizing
-from ..artifacts.model_artifact import ModelArtifact
-from ..artifacts.model_bucket import ModelBucket
-from ..k8s.alerts import ModelAlertSpec, dashboard, rule_groups_yaml
-from ..k8s.llama_server_chart import KedaSource, LlamaServerChart, LlamaServerChartProps, ModelWorkload, ServingPolicy
-from ..k8s.model_pool_chart import ModelPoolChart, ModelPoolChartProps, pool_object_name
-from ..k8s.namespace_chart import ServingNamespaceChart, ServingNamespaceProps
-from ..k8s.router_chart import RouterChart, RouterChartProps, gateway_cold_start_query, gateway_models
-from .inference_cluster import InferenceCluster
-from .keda import Keda
-from .manifests import add_bounded_manifests, object_key
-from .metrics import Metrics
-from .mountpoint import MountpointS3Csi
+from cpu_inference import engines, sizing
+from cpu_inference.artifacts.model_artifact import ModelArtifact
+from cpu_inference.artifacts.model_bucket import ModelBucket
+from cpu_inference.eks.inference_cluster import InferenceCluster
+from cpu_inference.eks.keda import Keda
+from cpu_inference.eks.manifests import add_bounded_manifests, object_key
+from cpu_inference.eks.metrics import Metrics
+from cpu_inference.eks.mountpoint import MountpointS3Csi
+from cpu_inference.k8s.charts.llama_server_chart import LlamaServerChart, LlamaServerChartProps
+from cpu_inference.k8s.charts.model_pool_chart import ModelPoolChart, ModelPoolChartProps, pool_object_name
+from cpu_inference.k8s.charts.namespace_chart import ServingNamespaceChart, ServingNamespaceProps
+from cpu_inference.k8s.charts.router_chart import (
+    RouterChart,
+    RouterChartProps,
+    gateway_cold_start_query,
+    gateway_models,
+)
+from cpu_inference.k8s.workloads.model_workload import ModelWorkload
+from cpu_inference.k8s.workloads.serving_policy import KedaSource, ServingPolicy
+from cpu_inference.monitoring.alerts import ModelAlertSpec, dashboard, rule_groups_yaml
 
 POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
 # The gateway's wait for a pooled model's response head, a cold load on its replica included (slm_router.config
@@ -104,9 +111,10 @@ class InferenceWorkloadsProps:
     collector subnets or the in-cluster Prometheus namespace), the bucket region and the Kubernetes minor.
     router: RouterChartProps to deploy the router/gateway in the same namespace; router_policy_statements:
     what its Pod Identity role may do (e.g. sagemaker:InvokeEndpoint on the escalation endpoint).
-    p95_latency_slo_ms: adds the router-latency alert. alerts / dashboard: AMP rule groups namespace
-    (AMP only) and the Grafana dashboard ConfigMap (label grafana_dashboard=1). create_namespace: render
-    the pattern's namespace (skipped when it is the cluster's own workload namespace).
+    p95_latency_slo_ms: adds the router-latency alert (the first-token SLO: the patterns pass config.yaml's
+        slo.p95_latency_ms, default config.schema.FIRST_TOKEN_SLO_MS; None: no alert). alerts / dashboard: AMP rule
+    groups namespace (AMP only) and the Grafana dashboard ConfigMap (label grafana_dashboard=1). create_namespace:
+    render the pattern's namespace (skipped when it is the cluster's own workload namespace).
     depends_on: anything the workloads must wait for (e.g. Karpenter's node pools).
     pools: multi-model pools (k8s/model_pool_chart.ModelPoolChartProps), one StatefulSet each; their policy and
     namespace are this construct's effective policy. With a gateway router, `gateway.pools` (and
@@ -258,7 +266,7 @@ class InferenceWorkloads(Construct):
         router_mode = props.router.mode if props.router is not None else "router"
         slo = props.p95_latency_slo_ms / 1000 if props.p95_latency_slo_ms is not None and router_app else None
         # Dedicated models are watched on their engine's metrics; pools have none at the pod (router mode serves
-        # /metrics per loaded model only), so they are watched through the gateway's series (k8s/alerts.py).
+        # /metrics per loaded model only), so they are watched through the gateway's series (monitoring/alerts.py).
         alert_pools = [pool.name for pool in props.pools] if router_mode == "gateway" else []
         watched = bool(alert_models or alert_pools or slo is not None)
         self.alert_rules_yaml = (

@@ -22,14 +22,14 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct, IDependable
 
-from .. import nag
-from ..k8s.bottlerocket import BottlerocketNodeClass
-from ..k8s.default_node_pools import default_node_pools
-from ..k8s.karpenter_node_class import EC2NodeClassSpec
-from ..k8s.karpenter_node_pool import NodePoolSpec, Taint
-from . import karpenter_policy as policy
-from .inference_cluster import DISCOVERY_TAG, InferenceCluster
-from .manifests import add_bounded_manifests
+from cpu_inference._internal import nag
+from cpu_inference.eks import karpenter_policy as policy
+from cpu_inference.eks.inference_cluster import DISCOVERY_TAG, InferenceCluster
+from cpu_inference.eks.manifests import add_bounded_manifests
+from cpu_inference.k8s.specs.bottlerocket import BottlerocketNodeClass
+from cpu_inference.k8s.specs.default_node_pools import default_node_pools
+from cpu_inference.k8s.specs.karpenter_node_class import EC2NodeClassSpec
+from cpu_inference.k8s.specs.karpenter_node_pool import NodePoolSpec, Taint
 
 VERSION = "1.14.1"
 REPOSITORY = "oci://public.ecr.aws/karpenter"

@@ -13,10 +13,10 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct, IDependable
 
-from ..k8s.keda_specs import AwsTriggerAuthentication, ScaledObjectSpec
-from .inference_cluster import InferenceCluster
-from .manifests import add_bounded_manifests
-from .metrics import Metrics
+from cpu_inference.eks.inference_cluster import InferenceCluster
+from cpu_inference.eks.manifests import add_bounded_manifests
+from cpu_inference.eks.metrics import Metrics
+from cpu_inference.k8s.specs.keda import AwsTriggerAuthentication, ScaledObjectSpec
 
 VERSION = "2.20.2"
 REPOSITORY = "https://kedacore.github.io/charts"

@@ -40,7 +40,7 @@ from typing import Any
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IDependable
 
-from ..k8s_object import needs, object_key, provides
+from cpu_inference._internal.k8s_object import needs, object_key, provides
 
 __all__ = ["BUCKET_DIGITS", "DEFAULT_MAX_BYTES", "Bucket", "ManifestBoundError", "add_bounded_manifests", "bucketize", "chunk",
            "object_key", "object_size"]

@@ -1,7 +1,7 @@
 """Metrics for KEDA to query: Amazon Managed Prometheus + an AWS managed scraper (default), or an
 in-cluster Prometheus (prometheus-community `prometheus` chart, pinned).
 
-Both scrape pods carrying the `prometheus.io/scrape|port|path` annotations (cpu_inference.k8s.scrape),
+Both scrape pods carrying the `prometheus.io/scrape|port|path` annotations (cpu_inference.k8s.specs.scrape),
 which is how llama-server pods expose `/metrics`.
 
 AMP notes: the managed collector needs the cluster endpoint to include private access (both
@@ -24,10 +24,10 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from constructs import Construct, IDependable
 
-from ..k8s.alerts import alertmanager_definition
-from ..k8s.keda_specs import amp_query_url
-from ..k8s.scrape import collector_rbac, scrape_config_yaml
-from .inference_cluster import InferenceCluster
+from cpu_inference.eks.inference_cluster import InferenceCluster
+from cpu_inference.k8s.specs.keda import amp_query_url
+from cpu_inference.k8s.specs.scrape import collector_rbac, scrape_config_yaml
+from cpu_inference.monitoring.alerts import alertmanager_definition
 
 COLLECTOR_USER = "aps-collector-user"
 

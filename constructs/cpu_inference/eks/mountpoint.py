@@ -1,7 +1,7 @@
 """MountpointS3Csi: the Mountpoint for Amazon S3 CSI driver of a cluster — the EKS add-on, installed once per cluster by
 the platform (EksPlatform `mountpoint`), and the driver role every model farm on that cluster grants its prefix to.
 
-The multi-model pools (k8s/model_pool_chart.py) mount `s3://<bucket>/farm/` read-only at /models through a
+The multi-model pools (k8s/charts/model_pool_chart.py) mount `s3://<bucket>/farm/` read-only at /models through a
 static PersistentVolume of driver `s3.csi.aws.com` instead of copying every model into every pod.
 
 - Add-on name `aws-mountpoint-s3-csi-driver` (EKS user guide, "Mountpoint for Amazon S3 CSI Driver" add-on page).
@@ -43,12 +43,13 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from .. import nag
-from ..artifacts.model_bucket import ModelBucket
-from ..k8s.default_node_pools import MOUNTPOINT_STARTUP_TAINT
-from ..k8s.karpenter_node_pool import Taint
-from ..k8s.model_pool_chart import CSI_DRIVER, FARM_PREFIX
-from .inference_cluster import MOUNTPOINT_VERSION, InferenceCluster
+from cpu_inference._internal import nag
+from cpu_inference.artifacts.model_bucket import ModelBucket
+from cpu_inference.eks.inference_cluster import MOUNTPOINT_VERSION, InferenceCluster
+from cpu_inference.k8s.charts.model_pool_chart import CSI_DRIVER
+from cpu_inference.k8s.specs.default_node_pools import MOUNTPOINT_STARTUP_TAINT
+from cpu_inference.k8s.specs.karpenter_node_pool import Taint
+from model_download.catalog import FARM_PREFIX
 
 ADDON_NAME = "aws-mountpoint-s3-csi-driver"
 DRIVER_NAMESPACE = "kube-system"

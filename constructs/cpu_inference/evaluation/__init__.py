@@ -2,12 +2,12 @@
 and `eval` (a quality gate of a candidate model against a baseline). Plain Python, no aws_cdk; boto3 only
 for SageMaker endpoints and the AWS Price List API; matplotlib only when a plot is written."""
 
-from .bench import BenchPlan, build_report, run_bench
-from .client import ChatResult, OpenAIClient, SageMakerClient, chat_body, make_client
-from .loadgen import LoadSettings, load_prompts, run_level
-from .pricing import Price, cost_per_1k_queries, lookup_price, resolve_price
-from .quality import GateResult, evaluate, gate, load_dataset, make_task, parse_threshold
-from .stats import LevelStats, percentile, pick_concurrency, summarize
+from cpu_inference.evaluation.bench import BenchPlan, build_report, run_bench
+from cpu_inference.evaluation.client import ChatResult, OpenAIClient, SageMakerClient, chat_body, make_client
+from cpu_inference.evaluation.loadgen import LoadSettings, load_prompts, run_level
+from cpu_inference.evaluation.pricing import Price, cost_per_1k_queries, lookup_price, resolve_price
+from cpu_inference.evaluation.quality import GateResult, evaluate, gate, load_dataset, make_task, parse_threshold
+from cpu_inference.evaluation.stats import LevelStats, percentile, pick_concurrency, summarize
 
 __all__ = [
     "BenchPlan",

@@ -9,11 +9,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .client import ChatClient, ChatResult
-from .loadgen import LoadSettings, run_level
-from .pricing import Price, cost_per_1k_queries, queries_per_hour
-from .server import ServerInfo
-from .stats import LevelStats, meets_target, pick_concurrency, summarize
+from cpu_inference.evaluation.client import ChatClient, ChatResult
+from cpu_inference.evaluation.loadgen import LoadSettings, run_level
+from cpu_inference.evaluation.pricing import Price, cost_per_1k_queries, queries_per_hour
+from cpu_inference.evaluation.server import ServerInfo
+from cpu_inference.evaluation.stats import LevelStats, meets_target, pick_concurrency, summarize
 
 REPORT_KIND = "cpu-inference.bench"
 REPORT_VERSION = 1

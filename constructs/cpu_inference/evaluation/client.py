@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from .server import ServerInfo, from_models_body
-from .stream import ChatStream, StreamError
+from cpu_inference.evaluation.server import ServerInfo, from_models_body
+from cpu_inference.evaluation.stream import ChatStream, StreamError
 
 
 @dataclass(frozen=True)

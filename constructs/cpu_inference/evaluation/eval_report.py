@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .report import markdown_table
+from cpu_inference.evaluation.report import markdown_table
 
 REPORT_KIND = "cpu-inference.eval"
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .client import ChatClient, ChatResult, chat_body
+from cpu_inference.evaluation.client import ChatClient, ChatResult, chat_body
 
 # Used when no --prompt-file is given: short support-desk prompts, the workload CPU serving targets.
 DEFAULT_PROMPTS = (

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .client import ChatClient, chat_body
-from .tasks import TASKS, ClassificationTask, Example, ExtractionTask, RoutingTask, Task
+from cpu_inference.evaluation.client import ChatClient, chat_body
+from cpu_inference.evaluation.tasks import TASKS, ClassificationTask, Example, ExtractionTask, RoutingTask, Task
 
 DEFAULT_MAX_TOKENS = {"classification": 24, "routing": 24, "extraction": 256}
 

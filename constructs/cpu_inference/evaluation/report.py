@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .bench import REPORT_KIND
-from .server import engine_label, model_label
+from cpu_inference.evaluation.bench import REPORT_KIND
+from cpu_inference.evaluation.server import engine_label, model_label
 
 
 def _fmt(v: Any, spec: str = ".1f", none: str = "—") -> str:

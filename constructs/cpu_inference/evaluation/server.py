@@ -12,7 +12,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..engines import LLAMA_CPP, VLLM
+from cpu_inference.engines import LLAMA_CPP, VLLM
 
 # owned_by as each engine reports it -> our engine name (cpu_inference.engines.ENGINES).
 OWNED_BY_ENGINE = {"llamacpp": LLAMA_CPP, "vllm": VLLM}

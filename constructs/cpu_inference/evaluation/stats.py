@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
-from .client import ChatResult
+from cpu_inference.evaluation.client import ChatResult
 
 LATENCY_METRICS = ("e2e", "ttft")
 

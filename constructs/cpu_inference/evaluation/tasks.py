@@ -12,7 +12,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .metrics import INVALID, accuracy, confusion, exact_match, field_matches, macro_f1, per_class, schema_errors
+from cpu_inference.evaluation.metrics import (
+    INVALID,
+    accuracy,
+    confusion,
+    exact_match,
+    field_matches,
+    macro_f1,
+    per_class,
+    schema_errors,
+)
 
 TASKS = ("classification", "extraction", "routing")
 

@@ -30,12 +30,12 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-from .._resources import IMAGE_BUILD, runtime_dir
-from ..aws_names import VENDED_LOGS_PREFIX
-from ..nag import acknowledge, acknowledge_wildcards
-from .buildspecs import manifest_buildspec, platform_buildspec
-from .props import PROVIDER_WAIT_MINUTES, LlamaCppImageProps
-from .reviewed_wildcards import REVIEWED_WILDCARDS
+from cpu_inference._internal.aws_names import VENDED_LOGS_PREFIX
+from cpu_inference._internal.nag import acknowledge, acknowledge_wildcards
+from cpu_inference._internal.resources import IMAGE_BUILD, runtime_dir
+from cpu_inference.images.buildspecs import manifest_buildspec, platform_buildspec
+from cpu_inference.images.props import PROVIDER_WAIT_MINUTES, LlamaCppImageProps
+from cpu_inference.images.reviewed_wildcards import REVIEWED_WILDCARDS
 
 __all__ = ["LlamaCppImage", "LlamaCppImageProps"]
 
@@ -70,6 +70,27 @@ def _dockerignore(context: Path) -> list[str]:
     return [line for line in lines if line and not line.startswith("#")]
 
 
+def _build_context(props: LlamaCppImageProps) -> tuple[Path, str, list[str]]:
+    """The directory shipped as the Docker build context, the Dockerfile's path in it and the asset's exclusions.
+
+    Without shared directories: context_dir itself. With them (the library's images: containers/inference_runtime,
+    props.shared_paths()): their common parent (containers/), holding only context_dir and the shared directories, so
+    the asset hash covers exactly what the image copies; the Dockerfile then names its files from that root
+    (`COPY llama-server/entrypoint.py ...`, `COPY inference_runtime/ ...`). Every sibling is listed by name, so the
+    same file set (and hash) comes from a checkout and from a wheel's _bundled/containers."""
+    context = props.context_path
+    shared = props.shared_paths()
+    if not shared:
+        # The Dockerfile is always sent to the builder, whatever .dockerignore says.
+        return context, props.dockerfile, [*_DEFAULT_EXCLUDES, *_dockerignore(context), f"!{props.dockerfile}"]
+    root, name = context.parent, context.name
+    keep = {name, *(p.name for p in shared)}
+    others = sorted(p.name for p in root.iterdir() if p.name not in keep)
+    ignored = [f"!{name}/{line[1:]}" if line.startswith("!") else f"{name}/{line}" for line in _dockerignore(context)]
+    dockerfile = f"{name}/{props.dockerfile}"
+    return root, dockerfile, [*_DEFAULT_EXCLUDES, *others, *ignored, f"!{dockerfile}"]
+
+
 class LlamaCppImage(Construct):
     """Builds `props.context_dir` natively for each platform into ECR, by digest, at deploy time.
 
@@ -92,20 +113,18 @@ class LlamaCppImage(Construct):
         self.key: kms.IKey = props.existing_key or self._create_key(stack)
         self.repository: ecr.IRepository = props.existing_repository or self._create_repository()
 
-        context = props.context_path
+        root, dockerfile, exclude = _build_context(props)
         self.context_asset = s3_assets.Asset(
             self,
             "Context",
-            path=str(context),
+            path=str(root),
             ignore_mode=cdk.IgnoreMode.DOCKER,
-            # The context holds symlinks to files shared between images (the router's slm_router/http1.py is
-            # containers/llama-server/http1.py): the asset carries the files they point to.
+            # A user's context may hold symlinks: the asset carries the files they point to (the builder gets no link).
             follow_symlinks=cdk.SymlinkFollowMode.ALWAYS,
-            # The Dockerfile is always sent to the builder, whatever .dockerignore says.
-            exclude=[*_DEFAULT_EXCLUDES, *_dockerignore(context), f"!{props.dockerfile}"],
+            exclude=exclude,
         )
 
-        specs = {arch: platform_buildspec(dockerfile=props.dockerfile, build_args=self.build_args) for arch in props.platforms}
+        specs = {arch: platform_buildspec(dockerfile=dockerfile, build_args=self.build_args) for arch in props.platforms}
         manifest_spec = manifest_buildspec(platforms=props.platforms)
         images = {"arm64": props.arm64_build_image, "amd64": props.amd64_build_image}
         recipe = {

@@ -13,11 +13,14 @@ from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 
-from .._resources import LLAMA_SERVER, runtime_dir
-from ..engines import ENGINES, LLAMA_CPP
-from .engine_pin import check_build_arg, read_pin
+from cpu_inference._internal.resources import INFERENCE_RUNTIME, LLAMA_SERVER, runtime_dir
+from cpu_inference.engines import ENGINES, LLAMA_CPP
+from cpu_inference.images.engine_pin import check_build_arg, read_pin
 
 DEFAULT_CONTEXT_DIR = runtime_dir(LLAMA_SERVER)
+# The runtime package the library's images share (containers/inference_runtime): its directory name, looked for beside
+# context_dir when `shared_dirs` is left at None.
+SHARED_RUNTIME = Path(INFERENCE_RUNTIME).name
 PLATFORMS = ("arm64", "amd64")
 _NAME = re.compile(r"^[a-z0-9](?:[a-z0-9._-]{0,46}[a-z0-9])?$")
 # A custom resource (and so the CDK Provider framework's isComplete loop) waits at most 1 hour;
@@ -39,8 +42,9 @@ def _default_amd64_image() -> codebuild.IBuildImage:
 class LlamaCppImageProps:
     """What to build and where to publish it. Every field has a working default.
 
-    context_dir: the Docker build context, shipped as an S3 asset (default: containers/llama-server, from the
-        installed package or the source checkout). A second instance builds containers/router the same way.
+    context_dir: the image's directory (Dockerfile, pin, files), shipped as an S3 asset: the Docker build context
+        itself, or with shared_dirs inside their common parent (default: containers/llama-server, from the installed
+        package or the source checkout). A second instance builds containers/router the same way.
     dockerfile: path of the Dockerfile inside context_dir (default "Dockerfile").
     name: short image name; prefixes the tag `<name>-<content hash>` and names the resources'
         descriptions (default "llama-server"; lowercase, digits, `.`, `_`, `-`, at most 48 chars).
@@ -68,6 +72,11 @@ class LlamaCppImageProps:
         policy must let CloudWatch Logs in this region use it).
     removal_policy: for the created repository, key and log groups (default RETAIN: images and
         their build logs outlive the stack).
+    shared_dirs: names of directories beside context_dir that the build also gets (default None: the library's shared
+        runtime package, inference_runtime, when it sits beside context_dir, as it does for the library's own images
+        from a checkout or a wheel; else none). With any, the Docker build context is context_dir's parent holding only
+        context_dir and them, and the Dockerfile names its files from there (`COPY <context_dir name>/...`); () for a
+        context of its own.
     engine: the inference engine the image serves, "llama.cpp" (default) or "vllm" (VLLM_IMAGE). Not part
         of the build: the SageMaker endpoints check it against the model's engine (a vLLM checkpoint on the
         llama-server image, or a vLLM image behind a multi-model endpoint, is refused at synth).
@@ -92,10 +101,19 @@ class LlamaCppImageProps:
     existing_key: kms.IKey | None = None
     removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN
     engine: str = LLAMA_CPP
+    shared_dirs: tuple[str, ...] | None = None
 
     @property
     def context_path(self) -> Path:
         return Path(self.context_dir).resolve()
+
+    def shared_paths(self) -> list[Path]:
+        """The shared directories the build gets besides context_dir (see shared_dirs)."""
+        parent = self.context_path.parent
+        if self.shared_dirs is None:
+            default = parent / SHARED_RUNTIME
+            return [default] if default.is_dir() else []
+        return [parent / name for name in self.shared_dirs]
 
     @property
     def dockerfile_path(self) -> Path:
@@ -124,6 +142,9 @@ class LlamaCppImageProps:
             raise ValueError(f"dockerfile {self.dockerfile!r} must be inside context_dir {context}")
         if not dockerfile.is_file():
             raise ValueError(f"dockerfile {dockerfile} does not exist")
+        for shared in self.shared_paths():
+            if shared.parent != context.parent or shared.name in ("", ".", "..") or shared == context or not shared.is_dir():
+                raise ValueError(f"shared_dirs: {shared.name!r} must name a directory beside context_dir {context} (found none at {shared})")
         if self.pin_file is not None and not (context / self.pin_file).is_file():
             raise ValueError(f"pin_file {context / self.pin_file} does not exist (use pin_file=None for no pin)")
         for key, value in self.build_args.items():

@@ -4,7 +4,7 @@ Anything not listed here stays a cdk-nag finding (see nag.acknowledge_wildcards)
 
 from __future__ import annotations
 
-from ..nag import Wildcard
+from cpu_inference._internal.nag import Wildcard
 
 # Actions without resource-level permissions: '*' is their only possible resource.
 NO_RESOURCE_LEVEL = {

@@ -27,9 +27,9 @@ and 15 for the manifest list, within the custom resource's 1-hour wait.
 
 from __future__ import annotations
 
-from .._resources import VLLM_CPU, runtime_dir
-from ..engines import VLLM, VLLM_ARCHITECTURES, VLLM_VERSION
-from .props import PLATFORMS, LlamaCppImageProps
+from cpu_inference._internal.resources import VLLM_CPU, runtime_dir
+from cpu_inference.engines import VLLM, VLLM_ARCHITECTURES, VLLM_VERSION
+from cpu_inference.images.props import PLATFORMS, LlamaCppImageProps
 
 # The Dockerfile's `ARG` for the vLLM release. Passed explicitly so the image ships engines.VLLM_VERSION, the
 # library's one pin for vLLM (a changed pin changes the buildspec, so the tag, so the image is rebuilt).

@@ -1,40 +1,34 @@
-"""Kubernetes objects as typed Python: Karpenter NodePools/EC2NodeClasses, the Bottlerocket SOCI node
-class, KEDA ScaledObjects/TriggerAuthentications and the Prometheus scrape contract. Plain Python (no aws_cdk) so CDK
-manifests, cdk8s charts and tests share them.
+"""Kubernetes objects as typed Python, in three layers: specs/ (Karpenter NodePools/EC2NodeClasses, the Bottlerocket
+SOCI node class, KEDA ScaledObjects/TriggerAuthentications and the Prometheus scrape contract: plain Python, no
+aws_cdk), workloads/ (the containers, pod hardening, placement, time budgets and scaling every workload is built
+from) and charts/ (cdk8s-plus-27: LlamaServerChart, one served model on llama-server or vLLM; ModelPoolChart, a
+multi-model pool; RouterChart, router / gateway; ServingNamespaceChart). See README.md beside this file.
 
-The cdk8s charts (cdk8s-plus-27): LlamaServerChart (one served model, llama-server or vLLM), ModelPoolChart (a
-multi-model pool), RouterChart (router / gateway), ServingNamespaceChart; and the alert rules and dashboards. See
-README.md beside this file. Exported here: what users construct or call. The planning and wiring helpers (bin_packing,
-the gateway and preset renderers, queue targets) are internal and stay in their modules; the checks of rendered
-objects (Pod Security "restricted", the CRD schema and CEL validator) are test helpers: cpu_inference.testing."""
+Exported here: what users construct or call. The planning and wiring helpers (bin_packing, the gateway and preset
+renderers, queue targets) are internal and stay in their modules; the alert rules are cpu_inference.monitoring; the
+checks of rendered objects (Pod Security "restricted", the CRD schema and CEL validator) are cpu_inference.testing."""
 
-from .alerts import ModelAlertSpec, dashboard, rule_groups, rule_groups_yaml
-from .bottlerocket import BottlerocketNodeClass, SociSettings
-from .karpenter_specs import (
-    BlockDevice,
-    Budget,
-    Disruption,
-    EC2NodeClassSpec,
-    MetadataOptions,
-    NodePoolSpec,
-    Requirement,
-    Taint,
-    default_node_pools,
-)
-from .keda_specs import (
+from cpu_inference.engines.pool_preset import PoolModel
+from cpu_inference.k8s.charts.llama_server_chart import LlamaServerChart, LlamaServerChartProps
+from cpu_inference.k8s.charts.model_pool_chart import ModelPoolChart, ModelPoolChartProps
+from cpu_inference.k8s.charts.namespace_chart import ServingNamespaceChart, ServingNamespaceProps
+from cpu_inference.k8s.charts.router_chart import RouterChart, RouterChartProps
+from cpu_inference.k8s.specs.bottlerocket import BottlerocketNodeClass, SociSettings
+from cpu_inference.k8s.specs.default_node_pools import default_node_pools
+from cpu_inference.k8s.specs.karpenter_node_class import BlockDevice, EC2NodeClassSpec, MetadataOptions
+from cpu_inference.k8s.specs.karpenter_node_pool import Budget, Disruption, NodePoolSpec, Requirement, Taint
+from cpu_inference.k8s.specs.keda import (
     AwsTriggerAuthentication,
     PrometheusTrigger,
     ScaledObjectSpec,
     ScalingModifiers,
     amp_query_url,
-    llama_queue_scaled_object,
     pool_in_flight_scaled_object,
 )
-from .llama_server_chart import KedaSource, LlamaServerChart, LlamaServerChartProps, ModelWorkload, ServingPolicy
-from .model_pool_chart import ModelPoolChart, ModelPoolChartProps, PoolModel
-from .namespace_chart import ServingNamespaceChart, ServingNamespaceProps
-from .router_chart import RouterChart, RouterChartProps
-from .scrape import scrape_annotations, scrape_config
+from cpu_inference.k8s.specs.scrape import scrape_annotations, scrape_config
+from cpu_inference.k8s.workloads.model_scaling import llama_queue_scaled_object
+from cpu_inference.k8s.workloads.model_workload import ModelWorkload
+from cpu_inference.k8s.workloads.serving_policy import KedaSource, ServingPolicy
 
 __all__ = [
     "AwsTriggerAuthentication",
@@ -47,7 +41,6 @@ __all__ = [
     "LlamaServerChart",
     "LlamaServerChartProps",
     "MetadataOptions",
-    "ModelAlertSpec",
     "ModelPoolChart",
     "ModelPoolChartProps",
     "ModelWorkload",
@@ -65,12 +58,9 @@ __all__ = [
     "SociSettings",
     "Taint",
     "amp_query_url",
-    "dashboard",
     "default_node_pools",
     "llama_queue_scaled_object",
     "pool_in_flight_scaled_object",
-    "rule_groups",
-    "rule_groups_yaml",
     "scrape_annotations",
     "scrape_config",
 ]

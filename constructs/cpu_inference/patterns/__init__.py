@@ -1,14 +1,14 @@
 """The two production patterns (SlmPrefilter, ModelFarm) and the pieces they compose. See README.md beside this file."""
 
-from .deployment import DeploymentProps, SageMakerSettings
-from .eks_platform import EksPlatform, EksPlatformProps, NodePoolSettings
-from .escalation import EscalationTarget
-from .farm_pool import FarmPoolSettings
-from .model_farm import ModelFarm, ModelFarmProps
-from .router_settings import RouterSettings
-from .served_model import ServedModel
-from .serving_foundation import ROUTER_IMAGE, ServingFoundation, ServingFoundationProps
-from .slm_prefilter import SlmPrefilter, SlmPrefilterProps
+from cpu_inference.patterns.deployment import DeploymentProps, SageMakerSettings
+from cpu_inference.patterns.eks_platform import EksPlatform, EksPlatformProps, NodePoolSettings
+from cpu_inference.patterns.escalation import EscalationTarget
+from cpu_inference.patterns.farm_pool import FarmPoolSettings
+from cpu_inference.patterns.model_farm import ModelFarm, ModelFarmProps
+from cpu_inference.patterns.router_settings import RouterSettings
+from cpu_inference.patterns.served_model import ServedModel
+from cpu_inference.patterns.serving_foundation import ROUTER_IMAGE, ServingFoundation, ServingFoundationProps
+from cpu_inference.patterns.slm_prefilter import SlmPrefilter, SlmPrefilterProps
 
 __all__ = [
     "DeploymentProps",

@@ -9,21 +9,22 @@ from typing import Literal
 from aws_cdk import aws_iam as iam
 from constructs import Construct, IDependable
 
-from ..artifacts import ModelBucketProps
-from ..eks import InferenceWorkloads, InferenceWorkloadsProps
-from ..eks.inference_workloads import KubernetesPatch, ModelDeployment
-from ..eks.mountpoint import MountpointS3Csi
-from ..images import VLLM_IMAGE, LlamaCppImageProps
-from ..k8s.karpenter_specs import MEMORY_POOL, MEMORY_TAINT
-from ..k8s.llama_server_chart import ServingPolicy
-from ..k8s.model_pool_chart import ModelPoolChartProps
-from ..k8s.model_workload import DNS_LABEL
-from ..k8s.router_chart import RouterChartProps
-from ..sagemaker import GravitonEndpoint
-from .eks_platform import EksPlatform, EksPlatformProps
-from .sagemaker_endpoints import graviton_endpoint_props
-from .served_model import ServedModel
-from .serving_foundation import ROUTER_IMAGE, ServingFoundation
+from cpu_inference._internal.k8s_object import is_dns_label
+from cpu_inference.artifacts import ModelBucketProps
+from cpu_inference.config.schema import FIRST_TOKEN_SLO_MS
+from cpu_inference.eks import InferenceWorkloads, InferenceWorkloadsProps
+from cpu_inference.eks.inference_workloads import KubernetesPatch, ModelDeployment
+from cpu_inference.eks.mountpoint import MountpointS3Csi
+from cpu_inference.images import VLLM_IMAGE, LlamaCppImageProps
+from cpu_inference.k8s.charts.model_pool_chart import ModelPoolChartProps
+from cpu_inference.k8s.charts.router_chart import RouterChartProps
+from cpu_inference.k8s.specs.default_node_pools import MEMORY_POOL, MEMORY_TAINT
+from cpu_inference.k8s.workloads.serving_policy import ServingPolicy
+from cpu_inference.patterns.eks_platform import EksPlatform, EksPlatformProps
+from cpu_inference.patterns.sagemaker_endpoints import graviton_endpoint_props
+from cpu_inference.patterns.served_model import ServedModel
+from cpu_inference.patterns.serving_foundation import ROUTER_IMAGE, ServingFoundation
+from cpu_inference.sagemaker import GravitonEndpoint
 
 TARGETS = ("eks", "sagemaker")
 
@@ -51,7 +52,7 @@ class DeploymentProps:
     platform: EksPlatformProps = field(default_factory=EksPlatformProps)
     existing_platform: EksPlatform | None = None
     sagemaker: SageMakerSettings = field(default_factory=SageMakerSettings)
-    p95_latency_ms: int = 500
+    p95_latency_ms: int = FIRST_TOKEN_SLO_MS
     bucket: ModelBucketProps = ModelBucketProps()
     engine_image: LlamaCppImageProps = LlamaCppImageProps()
     router_image: LlamaCppImageProps = ROUTER_IMAGE
@@ -82,7 +83,7 @@ class DeploymentProps:
 
 def validate_namespace(namespace: str, key: str) -> None:
     """`key`: the prop that set it (e.g. ModelFarmProps.namespace), named in the error."""
-    if not DNS_LABEL.match(namespace):  # a Namespace's name is an RFC 1123 label (Kubernetes "Object Names and IDs")
+    if not is_dns_label(namespace):  # a Namespace's name is an RFC 1123 label (Kubernetes "Object Names and IDs")
         raise ValueError(f"{key} {namespace!r} must be a DNS label (lowercase letters, digits and '-', at most 63 characters)")
 
 

@@ -7,7 +7,7 @@ from typing import Literal
 
 from constructs import Construct
 
-from ..eks import (
+from cpu_inference.eks import (
     InferenceCluster,
     InferenceClusterProps,
     Karpenter,
@@ -19,7 +19,7 @@ from ..eks import (
     MountpointS3Csi,
     MountpointS3CsiProps,
 )
-from ..eks.mountpoint import MountpointSettings
+from cpu_inference.eks.mountpoint import MountpointSettings
 
 
 @dataclass(frozen=True)

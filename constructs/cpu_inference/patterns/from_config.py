@@ -5,19 +5,19 @@ from __future__ import annotations
 
 from typing import Literal, cast
 
-from .. import sizing
-from ..config import Config, model_spec
-from ..config.rules import pool_budget, pool_instance_of
-from ..eks import InferenceClusterProps
-from ..eks.mountpoint import MountpointSettings
-from .deployment import DeploymentProps, SageMakerSettings
-from .eks_platform import EksPlatformProps, NodePoolSettings
-from .escalation import EscalationTarget
-from .farm_pool import FarmPoolSettings
-from .model_farm import ModelFarmProps
-from .router_settings import RouterSettings
-from .served_model import ServedModel
-from .slm_prefilter import SlmPrefilterProps
+from cpu_inference import sizing
+from cpu_inference.config import Config, model_spec
+from cpu_inference.config.rules import pool_budget, pool_instance_of
+from cpu_inference.eks import InferenceClusterProps
+from cpu_inference.eks.mountpoint import MountpointSettings
+from cpu_inference.patterns.deployment import DeploymentProps, SageMakerSettings
+from cpu_inference.patterns.eks_platform import EksPlatformProps, NodePoolSettings
+from cpu_inference.patterns.escalation import EscalationTarget
+from cpu_inference.patterns.farm_pool import FarmPoolSettings
+from cpu_inference.patterns.model_farm import ModelFarmProps
+from cpu_inference.patterns.router_settings import RouterSettings
+from cpu_inference.patterns.served_model import ServedModel
+from cpu_inference.patterns.slm_prefilter import SlmPrefilterProps
 
 
 def served_models(config: Config) -> tuple[ServedModel, ...]:

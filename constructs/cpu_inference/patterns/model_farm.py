@@ -21,21 +21,27 @@ import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from constructs import Construct, IDependable
 
+from cpu_inference import sizing
+from cpu_inference.artifacts import ModelCatalog, ModelCatalogProps
+from cpu_inference.eks.mountpoint import MountpointS3Csi, MountpointSettings
+from cpu_inference.k8s.charts.model_pool_chart import ModelPoolChartProps
+from cpu_inference.k8s.charts.router_chart import RouterChartProps
+from cpu_inference.monitoring import latency
+from cpu_inference.patterns.deployment import (
+    DeploymentProps,
+    claim_namespace,
+    eks_workloads,
+    endpoints,
+    served_policy,
+    validate_namespace,
+)
+from cpu_inference.patterns.eks_platform import EksPlatform
+from cpu_inference.patterns.farm_pool import FarmPoolSettings
+from cpu_inference.patterns.served_model import ServedModel
+from cpu_inference.patterns.serving_foundation import ServingFoundation, ServingFoundationProps
+from cpu_inference.sagemaker import MultiModelEndpoint, MultiModelEndpointProps
+from cpu_inference.sizing.pools import PoolPlan, pool_plan
 from model_download.catalog import FARM_PREFIX, CatalogEntry
-
-from .. import sizing
-from ..artifacts import ModelCatalog, ModelCatalogProps
-from ..eks.mountpoint import MountpointS3Csi, MountpointSettings
-from ..k8s.model_pool_chart import ModelPoolChartProps
-from ..k8s.router_chart import RouterChartProps
-from ..pool_sizing import PoolPlan, pool_plan
-from ..sagemaker import MultiModelEndpoint, MultiModelEndpointProps
-from ..sagemaker.props import ALARM_OUTPUT_TOKENS
-from .deployment import DeploymentProps, claim_namespace, eks_workloads, endpoints, served_policy, validate_namespace
-from .eks_platform import EksPlatform
-from .farm_pool import FarmPoolSettings
-from .served_model import ServedModel
-from .serving_foundation import ServingFoundation, ServingFoundationProps
 
 NAMESPACE = "model-farm"  # ModelFarmProps.namespace's default
 
@@ -165,7 +171,7 @@ class ModelFarm(Construct):
                         # The latency alarm as for one model's endpoint: the SLO plus the longest answer a member's
                         # task produces (an embedding/rerank pool: the SLO alone).
                         latency_slo=cdk.Duration.millis(d.p95_latency_ms),
-                        alarm_output_tokens=max(ALARM_OUTPUT_TOKENS.get(m.spec.task, ALARM_OUTPUT_TOKENS["chat"]) for m in props.members(p.name)),
+                        alarm_output_tokens=latency.alarm_output_tokens(m.spec.task for m in props.members(p.name)),
                     ),
                 )
             return

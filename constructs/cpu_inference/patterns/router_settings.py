@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..slm_context import DEFAULT_ANSWER_MAX_TOKENS, RouterConfig, decision, slm_context_per_slot
+from cpu_inference.sizing.slm_context import DEFAULT_ANSWER_MAX_TOKENS, RouterConfig, decision, slm_context_per_slot
 
 
 @dataclass(frozen=True)

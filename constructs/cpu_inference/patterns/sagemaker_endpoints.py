@@ -9,14 +9,20 @@ from typing import Any
 
 import aws_cdk as cdk
 
-from ..artifacts import ModelArtifact
-from ..engines import is_vllm
-from ..images import LlamaCppImage
-from ..sagemaker import EngineImage, GravitonEndpoint, GravitonEndpointProps, RouterEndpointProps, RouterEscalation
-from ..sagemaker.props import ALARM_OUTPUT_TOKENS
-from .escalation import EscalationTarget
-from .router_settings import RouterSettings
-from .served_model import ServedModel
+from cpu_inference.artifacts import ModelArtifact
+from cpu_inference.engines import is_vllm
+from cpu_inference.images import LlamaCppImage
+from cpu_inference.monitoring import latency
+from cpu_inference.patterns.escalation import EscalationTarget
+from cpu_inference.patterns.router_settings import RouterSettings
+from cpu_inference.patterns.served_model import ServedModel
+from cpu_inference.sagemaker import (
+    EngineImage,
+    GravitonEndpoint,
+    GravitonEndpointProps,
+    RouterEndpointProps,
+    RouterEscalation,
+)
 
 
 def graviton_endpoint_props(
@@ -47,7 +53,7 @@ def graviton_endpoint_props(
     if latency_slo_ms is not None:
         kwargs["latency_slo"] = cdk.Duration.millis(latency_slo_ms)
     if served.role == "slm":  # the router's SLM also answers (simple requests), not only classifies
-        kwargs["alarm_output_tokens"] = max(ALARM_OUTPUT_TOKENS.get(served.spec.task, 0), ALARM_OUTPUT_TOKENS["chat"])
+        kwargs["alarm_output_tokens"] = latency.alarm_output_tokens((served.spec.task,), answers=True)
     kwargs.update(overrides)
     return GravitonEndpointProps(**kwargs)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import sizing
-from ..engines import is_vllm
+from cpu_inference import sizing
+from cpu_inference.engines import is_vllm
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 from constructs import Construct
 
-from .._resources import ROUTER, runtime_dir
-from ..artifacts import ModelArtifact, ModelArtifactProps, ModelBucket, ModelBucketProps
-from ..engines import is_vllm
-from ..images import VLLM_IMAGE, LlamaCppImage, LlamaCppImageProps
-from .served_model import ServedModel
+from cpu_inference._internal.resources import ROUTER, runtime_dir
+from cpu_inference.artifacts import ModelArtifact, ModelArtifactProps, ModelBucket, ModelBucketProps
+from cpu_inference.engines import is_vllm
+from cpu_inference.images import VLLM_IMAGE, LlamaCppImage, LlamaCppImageProps
+from cpu_inference.patterns.served_model import ServedModel
 
 # The router/gateway image is built by the same native multi-arch pipeline; it carries no engine pin.
 ROUTER_IMAGE = LlamaCppImageProps(context_dir=runtime_dir(ROUTER), name="router", pin_file=None)

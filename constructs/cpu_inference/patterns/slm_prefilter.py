@@ -9,18 +9,25 @@ from typing import Any
 import aws_cdk as cdk
 from constructs import Construct
 
-from ..eks import InferenceWorkloads
-from ..engines import is_vllm
-from ..k8s.router_chart import RouterChartProps
-from ..sagemaker import GravitonEndpoint, RouterEndpoint
-from ..slm_context import RouterConfig, prefilter_router_config
-from .deployment import DeploymentProps, claim_namespace, eks_workloads, endpoints, served_policy, validate_namespace
-from .eks_platform import EksPlatform
-from .escalation import EscalationTarget
-from .router_settings import RouterSettings
-from .sagemaker_endpoints import router_endpoint_props
-from .served_model import ServedModel
-from .serving_foundation import ServingFoundation, ServingFoundationProps
+from cpu_inference.eks import InferenceWorkloads
+from cpu_inference.engines import is_vllm
+from cpu_inference.k8s.charts.router_chart import RouterChartProps
+from cpu_inference.patterns.deployment import (
+    DeploymentProps,
+    claim_namespace,
+    eks_workloads,
+    endpoints,
+    served_policy,
+    validate_namespace,
+)
+from cpu_inference.patterns.eks_platform import EksPlatform
+from cpu_inference.patterns.escalation import EscalationTarget
+from cpu_inference.patterns.router_settings import RouterSettings
+from cpu_inference.patterns.sagemaker_endpoints import router_endpoint_props
+from cpu_inference.patterns.served_model import ServedModel
+from cpu_inference.patterns.serving_foundation import ServingFoundation, ServingFoundationProps
+from cpu_inference.sagemaker import GravitonEndpoint, RouterEndpoint
+from cpu_inference.sizing.slm_context import RouterConfig, prefilter_router_config
 
 NAMESPACE = "slm-prefilter"  # SlmPrefilterProps.namespace's default
 

@@ -5,13 +5,14 @@ SLM pre-filter's router. See README.md.
 Exported here: the constructs, their props and what they expose. How the engine is tuned per instance
 (engine_settings.py) and the endpoint plumbing (placement, target concurrency) are internal to their modules."""
 
-from .graviton_endpoint import GravitonEndpoint
-from .monitoring import EndpointMonitoring, MonitoringSettings
-from .multi_model_endpoint import MultiModelEndpoint
-from .multi_model_props import MultiModelEndpointProps, TargetModel
-from .props import EngineImage, GravitonEndpointProps
-from .router_endpoint import RouterEndpoint
-from .router_props import RouterEndpointProps, RouterEscalation
+from cpu_inference.sagemaker.engine_image import EngineImage
+from cpu_inference.sagemaker.graviton_endpoint import GravitonEndpoint
+from cpu_inference.sagemaker.monitoring import EndpointMonitoring, MonitoringSettings
+from cpu_inference.sagemaker.multi_model_endpoint import MultiModelEndpoint
+from cpu_inference.sagemaker.multi_model_props import MultiModelEndpointProps, TargetModel
+from cpu_inference.sagemaker.props import GravitonEndpointProps
+from cpu_inference.sagemaker.router_endpoint import RouterEndpoint
+from cpu_inference.sagemaker.router_props import RouterEndpointProps, RouterEscalation
 
 __all__ = [
     "EndpointMonitoring",

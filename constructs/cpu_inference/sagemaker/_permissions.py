@@ -11,11 +11,11 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 
-from .. import nag
+from cpu_inference._internal import nag
 
 if TYPE_CHECKING:
-    from ..images import LlamaCppImage
-    from .engine_image import EngineImage
+    from cpu_inference.images import LlamaCppImage
+    from cpu_inference.sagemaker.engine_image import EngineImage
 
 INVOKE_ACTIONS = ["sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithResponseStream"]
 VPC_DESCRIBE = ["ec2:DescribeVpcs", "ec2:DescribeDhcpOptions", "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups", "ec2:DescribeNetworkInterfaces"]

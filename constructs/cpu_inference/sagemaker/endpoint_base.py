@@ -26,12 +26,12 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct, IDependable
 
-from .. import nag
-from . import _permissions as permissions
-from ._naming import endpoint_name, log_group_name, placement_slug
-from .endpoint_props import EndpointPropsBase
-from .engine_image import sagemaker_image_uri
-from .monitoring import EndpointMonitoring, MonitoringSettings
+from cpu_inference._internal import nag
+from cpu_inference.sagemaker import _permissions as permissions
+from cpu_inference.sagemaker._naming import endpoint_name, log_group_name, placement_slug
+from cpu_inference.sagemaker.endpoint_props import EndpointPropsBase
+from cpu_inference.sagemaker.engine_image import sagemaker_image_uri
+from cpu_inference.sagemaker.monitoring import EndpointMonitoring, MonitoringSettings
 
 SCALABLE_DIMENSION = "sagemaker:variant:DesiredInstanceCount"
 _SUBNET_FIELDS = ("availability_zones", "one_per_az", "subnet_filters", "subnet_group_name", "subnets", "subnet_type")

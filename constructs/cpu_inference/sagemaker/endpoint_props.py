@@ -17,15 +17,16 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 
-from .. import sizing
-from ..engines import LLAMA_CPP, VLLM
-from ..images import LlamaCppImage
-from .engine_image import EngineImage, image_architectures, image_engine
-from .engine_settings import (
+from cpu_inference import sizing
+from cpu_inference.config.schema import FIRST_TOKEN_SLO_MS
+from cpu_inference.engines import LLAMA_CPP, VLLM
+from cpu_inference.images import LlamaCppImage
+from cpu_inference.monitoring import latency
+from cpu_inference.sagemaker.engine_image import EngineImage, image_architectures, image_engine
+from cpu_inference.sagemaker.engine_settings import (
     GENERATION_BUDGET_ENV,
     GENERATION_BUDGET_SECONDS,
     INVOKE_TIMEOUT_SECONDS,
-    LATENCY_ALARM_BUDGET_FRACTION,
     TIMEOUT_MAX_SECONDS,
     TIMEOUT_MIN_SECONDS,
 )
@@ -37,12 +38,6 @@ ENDPOINT_PREFIX = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,53}$")
 VARIANT = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,1023}$")
 TARGET_SLOT_UTILIZATION = 0.75  # an engine endpoint's default scaling target: 3/4 of the slots busy per instance
-# The decode time per output token the latency alarm budgets for, by engine. llama.cpp: 100 ms = 10 tok/s per stream
-# (AWS guidance: a 7B Q4 decodes 10-20 tok/s on 32 cores). vLLM serves BF16 checkpoints: decode is memory-bandwidth
-# bound and BF16 reads 16 bits a weight where Q4_K_M reads 4.85 (sizing.BITS_PER_WEIGHT), and the vLLM + ZenDNN
-# reference (FIELD-NOTES: Qwen3-8B BF16, 24 vCPUs, concurrency 4) decodes 40 tok/s in all = 100 ms a token per
-# stream — at llama.cpp's budget a normal 8B vLLM endpoint would sit on the alarm. 250 ms (4 tok/s) leaves it 2.5x.
-TIME_PER_OUTPUT_TOKEN_MS = {LLAMA_CPP: 100, VLLM: 250}
 
 
 def default_target_concurrency(slots: int) -> float:
@@ -66,10 +61,11 @@ class EndpointPropsBase:
     encryption_key: KMS key for the ML storage volume and the created log group (default: a new key with
         rotation). log_retention: container logs (default 3 months). existing_role: the execution role to use
         instead of a new one (grants are added to it).
-    latency_slo: the p95 latency target the latency alarm starts from. error_rate_4xx_percent /
-        error_rate_5xx_percent: alarm thresholds (default 5 / 1). utilization_alarm_percent: CPU and memory alarm
-        threshold (default 85). alarm_topic: SNS topic notified on alarm and OK (default none). dashboard: create
-        one (default True).
+    latency_slo: the p95 latency target the latency alarm starts from (default: an engine endpoint's first-token
+        SLO, config.schema.FIRST_TOKEN_SLO_MS; the router's: monitoring.latency.ROUTED_REQUEST_SLO_MS).
+        error_rate_4xx_percent / error_rate_5xx_percent: alarm thresholds (default 5 / 1). utilization_alarm_percent:
+        CPU and memory alarm threshold (default 85). alarm_topic: SNS topic notified on alarm and OK (default none).
+        dashboard: create one (default True).
     endpoint_name_prefix: prefix of the generated endpoint name (default `<stack>-<name>`, at most 54 characters);
         the name always ends in a hash of the placement, so it changes with the instance type.
     variant_name: production variant (default AllTraffic). removal_policy: for the created key (and capture
@@ -93,7 +89,7 @@ class EndpointPropsBase:
     encryption_key: kms.IKey | None = None
     log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS
     existing_role: iam.IRole | None = None
-    latency_slo: cdk.Duration = field(default_factory=lambda: cdk.Duration.seconds(2))
+    latency_slo: cdk.Duration = field(default_factory=lambda: cdk.Duration.millis(FIRST_TOKEN_SLO_MS))
     error_rate_4xx_percent: float = 5.0
     error_rate_5xx_percent: float = 1.0
     utilization_alarm_percent: float = 85.0
@@ -120,14 +116,18 @@ class EndpointPropsBase:
     def initial_count(self) -> int:
         return self.initial_instance_count if self.initial_instance_count is not None else self.min_capacity
 
+    def _latency_alarm(self) -> latency.LatencyAlarm:
+        """The latency alarm's rule (monitoring/latency.py): here the SLO alone; an engine endpoint adds its answer."""
+        return latency.latency_alarm(self.latency_slo.to_milliseconds())
+
     @property
-    def latency_alarm(self) -> cdk.Duration | None:
-        """The p95 ModelLatency the alarm allows (None: latency_slo)."""
-        return None
+    def latency_alarm(self) -> cdk.Duration:
+        """The p95 ModelLatency the alarm allows."""
+        return cdk.Duration.millis(self._latency_alarm().threshold_ms)
 
     @property
     def latency_alarm_basis(self) -> str:
-        return ""
+        return self._latency_alarm().basis
 
     # -- checks -----------------------------------------------------------------------------------
 
@@ -222,9 +222,8 @@ class EngineEndpointPropsBase(EndpointPropsBase):
         (ml.r7gd), which get local NVMe and no EBS volume.
     network_isolation: no outbound network from the container (default True; the engine runs --offline).
     alarm_output_tokens / time_per_output_token: the latency alarm watches ModelLatency, the whole generation, so
-        its threshold is latency_slo + output tokens x time_per_output_token (default by engine,
-        TIME_PER_OUTPUT_TOKEN_MS: llama.cpp 100 ms = 10 tok/s — AWS guidance: a 7B Q4 decodes 10-20 tok/s on 32
-        cores, 5-10 on 16 —, vLLM's BF16 250 ms); the output tokens default per endpoint.
+        its threshold is latency_slo + output tokens x time_per_output_token, capped below the generation budget
+        (the rule and its defaults by engine and task: monitoring/latency.py); the output tokens default per endpoint.
     """
 
     environment: Mapping[str, str] = field(default_factory=dict)
@@ -243,7 +242,7 @@ class EngineEndpointPropsBase(EndpointPropsBase):
         """time_per_output_token, or the engine's default."""
         if self.time_per_output_token is not None:
             return self.time_per_output_token
-        return cdk.Duration.millis(TIME_PER_OUTPUT_TOKEN_MS[self.engine])
+        return cdk.Duration.millis(latency.time_per_output_token_ms(self.engine))
 
     @property
     def output_tokens_budget(self) -> int:
@@ -259,30 +258,14 @@ class EngineEndpointPropsBase(EndpointPropsBase):
             return float(GENERATION_BUDGET_SECONDS)
         return float(raw)
 
-    @property
-    def _decode_budget_ms(self) -> float:
-        return self.latency_slo.to_milliseconds() + self.output_tokens_budget * self.decode_time_per_token.to_milliseconds()
-
-    @property
-    def _latency_alarm_ceiling_ms(self) -> float:
-        # A non-streamed answer's ModelLatency stops at the budget (the adapter answers 504 there): a threshold at or
-        # above it could never be crossed.
-        return self.generation_budget_seconds * 1000 * LATENCY_ALARM_BUDGET_FRACTION
-
-    @property
-    def latency_alarm(self) -> cdk.Duration:
-        """The p95 ModelLatency the alarm allows: the first-token SLO plus the decode budget of the answer, at most
-        LATENCY_ALARM_BUDGET_FRACTION of the generation budget."""
-        return cdk.Duration.millis(min(self._decode_budget_ms, self._latency_alarm_ceiling_ms))
-
-    @property
-    def latency_alarm_basis(self) -> str:
-        basis = (f"{self.latency_slo.to_milliseconds():g} ms first-token SLO + {self.output_tokens_budget} output tokens x "
-                 f"{self.decode_time_per_token.to_milliseconds():g} ms")
-        if self._decode_budget_ms > self._latency_alarm_ceiling_ms:
-            basis = (f"{basis} = {self._decode_budget_ms:g} ms, capped at {LATENCY_ALARM_BUDGET_FRACTION:.0%} of the "
-                     f"{self.generation_budget_seconds:g} s at which a non-streamed answer is cut")
-        return basis
+    def _latency_alarm(self) -> latency.LatencyAlarm:
+        """The first-token SLO plus the decode budget of the answer, capped below the generation budget
+        (monitoring/latency.py owns the rule)."""
+        return latency.latency_alarm(
+            self.latency_slo.to_milliseconds(), output_tokens=self.output_tokens_budget,
+            time_per_output_token_ms=self.decode_time_per_token.to_milliseconds(),
+            generation_budget_seconds=self.generation_budget_seconds,
+        )
 
     def _check_environment_keys(self, p: str) -> None:
         bad = [k for k in self.environment if not ENV_KEY.match(k)]

@@ -10,8 +10,8 @@ import aws_cdk as cdk
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
 
-from ..engines import ENGINES, LLAMA_CPP
-from ..images import LlamaCppImage
+from cpu_inference.engines import ENGINES, LLAMA_CPP
+from cpu_inference.images import LlamaCppImage
 
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")

@@ -13,8 +13,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .. import sizing
-from ..engines import LLAMA_CPP, VLLM
+from cpu_inference import sizing
+from cpu_inference.engines import LLAMA_CPP, VLLM
+from inference_runtime.engine_flags import ENGINE_DEFAULT_CACHE_RAM_MIB
+from inference_runtime.llama_flags import CACHE_RAM, CTX_PER_SLOT_ENV, PARALLEL, THREADS
 
 SAGEMAKER_MODEL_DIR = "/opt/ml/model"  # where SageMaker puts ModelDataSource files (entrypoint's default)
 
@@ -22,9 +24,9 @@ SAGEMAKER_MODEL_DIR = "/opt/ml/model"  # where SageMaker puts ModelDataSource fi
 # parallel_slots / context_per_slot, or the props, instead) so autoscaling and alarms stay consistent.
 COMPUTED_KEYS = frozenset(
     {
-        "LLAMA_THREADS", "LLAMA_PARALLEL", "LLAMA_CTX_PER_SLOT", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+        THREADS.image_env, PARALLEL.image_env, CTX_PER_SLOT_ENV, "OMP_NUM_THREADS", "MKL_NUM_THREADS",
         "OPENBLAS_NUM_THREADS", "INTRA_OP_NUM_THREADS", "NUM_INTER_THREADS", "LLAMA_QUEUE_DEPTH",
-        "LLAMA_CACHE_RAM_MIB", "LLAMA_MODEL_ALIAS", "MODEL_PATH", "MODEL_DIR", "SM_MODEL_DIR",
+        CACHE_RAM.image_env, "LLAMA_MODEL_ALIAS", "MODEL_PATH", "MODEL_DIR", "SM_MODEL_DIR",
         "SAGEMAKER_BIND_TO_PORT", "LLAMA_ENGINE_PORT", "ADAPTER_HOST", "LLAMA_HOST", "LLAMA_PORT",
         "LLAMA_SERVER_BIN",
     }
@@ -47,7 +49,6 @@ def computed_keys(engine: str) -> frozenset[str]:
     return VLLM_COMPUTED_KEYS if engine == VLLM else COMPUTED_KEYS
 
 
-ENGINE_CACHE_RAM_CAP_MIB = 8192  # llama-server's own default for --cache-ram
 MEMORY_BUDGET_FRACTION = 0.80  # weights + KV + prompt cache stay under this share of RAM (alarm at 85%)
 
 # Start-up sizing. Download: SageMaker's S3 download into the ML storage volume, assumed >= 50 MiB/s
@@ -68,16 +69,13 @@ SAFETY_FACTOR = 2.0
 VLLM_START_SECONDS = 90
 # Time of one non-streamed answer. InvokeEndpoint: "A customer's model containers must respond to requests within 60
 # seconds" (botocore sagemaker-runtime InvokeEndpoint documentation). The adapter of both engine images cuts a
-# non-streamed generation at its budget, 10 s less, and answers 504 (containers/llama-server/sagemaker_adapter.py
+# non-streamed generation at its budget, 10 s less, and answers 504 (containers/inference_runtime/sagemaker_adapter.py
 # INVOKE_ENDPOINT_TIMEOUT_SECONDS / DEFAULT_GENERATION_BUDGET_SECONDS, which it reads from GENERATION_BUDGET_ENV;
 # tests/sagemaker/test_engine_settings.py keeps these equal to them). The construct side's one copy of the figures.
 INVOKE_TIMEOUT_SECONDS = 60
 ANSWER_MARGIN_SECONDS = 10  # the answer leaves the container this long before SageMaker gives up
 GENERATION_BUDGET_SECONDS = INVOKE_TIMEOUT_SECONDS - ANSWER_MARGIN_SECONDS
 GENERATION_BUDGET_ENV = "ADAPTER_GENERATION_BUDGET_SECONDS"
-# ModelLatency of a non-streamed answer never exceeds the budget (cut there), so the latency alarm's threshold stays
-# below it, at this share, or it could never fire.
-LATENCY_ALARM_BUDGET_FRACTION = 0.9
 
 # botocore sagemaker ProductionVariantModelDataDownloadTimeoutInSeconds and
 # ProductionVariantContainerStartupHealthCheckTimeoutInSeconds: min 60, max 3600 (both).
@@ -137,7 +135,7 @@ def prompt_cache_mib(s: sizing.Sizing) -> int:
     """--cache-ram: what is left of MEMORY_BUDGET_FRACTION of RAM after weights + KV + runtime, at most
     llama-server's own 8 GiB default; 0 (off) when nothing is left. Keeps a full cache below the 85% alarm."""
     budget = int(s.instance.memory_gib * sizing.GIB * MEMORY_BUDGET_FRACTION) - s.memory_needed_bytes
-    return max(0, min(ENGINE_CACHE_RAM_CAP_MIB, budget // sizing.MIB))
+    return max(0, min(ENGINE_DEFAULT_CACHE_RAM_MIB, budget // sizing.MIB))
 
 
 @dataclass(frozen=True)
@@ -164,7 +162,7 @@ class EngineSettings:
             return self._vllm_environment()
         env = dict(self.sizing.engine_env())
         env["LLAMA_QUEUE_DEPTH"] = str(self.queue_depth)
-        env["LLAMA_CACHE_RAM_MIB"] = str(self.cache_ram_mib)
+        env[CACHE_RAM.image_env] = str(self.cache_ram_mib)
         env["LLAMA_MODEL_ALIAS"] = self.alias
         if self.model_path:
             env["MODEL_PATH"] = self.model_path

@@ -22,24 +22,20 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct, IDependable
 
-from .. import nag
-from ..artifacts import ModelArtifact
-from ._naming import placement_slug as placement_slug  # re-exported (public helpers of this module)
-from ._permissions import INVOKE_ACTIONS as INVOKE_ACTIONS
-from .endpoint_base import SCALABLE_DIMENSION as SCALABLE_DIMENSION
-from .endpoint_base import Descriptions, SageMakerEndpointBase
-from .endpoint_props import TARGET_SLOT_UTILIZATION as TARGET_SLOT_UTILIZATION
-from .endpoint_props import default_target_concurrency
-from .engine_settings import (
+from cpu_inference._internal import nag
+from cpu_inference.artifacts import ModelArtifact
+from cpu_inference.sagemaker.endpoint_base import Descriptions, SageMakerEndpointBase
+from cpu_inference.sagemaker.endpoint_props import default_target_concurrency
+from cpu_inference.sagemaker.engine_settings import (
     EngineSettings,
     engine_settings,
     model_download_timeout_seconds,
     startup_health_check_timeout_seconds,
     volume_size_gb,
 )
-from .props import GravitonEndpointProps
+from cpu_inference.sagemaker.props import GravitonEndpointProps
 
-__all__ = ["INVOKE_ACTIONS", "SCALABLE_DIMENSION", "GravitonEndpoint", "default_target_concurrency", "placement_slug"]
+__all__ = ["GravitonEndpoint"]
 
 
 class GravitonEndpoint(SageMakerEndpointBase):

@@ -8,7 +8,7 @@ so nothing here waits on the endpoint resource.
 ModelLatency is the container's whole answer (AWS: "the time taken to complete the inference in the container"),
 i.e. the whole generation, not the time to the first token: the latency alarm's threshold is a generation budget
 (`latency_alarm`, for an engine endpoint the SLO plus its output tokens' decode budget), never the request SLO alone,
-which every normal chat answer would exceed.
+which every normal chat answer would exceed. The rule is monitoring/latency.py's; the props compute the threshold.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_sns as sns
 from constructs import Construct
+
+from cpu_inference.monitoring import latency
 
 SAGEMAKER = "AWS/SageMaker"
 INSTANCE = "/aws/sagemaker/Endpoints"
@@ -76,7 +78,9 @@ class MonitoringSettings:
 
     @property
     def latency_alarm_ms(self) -> float:
-        return (self.latency_alarm or self.latency_slo).to_milliseconds()
+        if self.latency_alarm is not None:
+            return self.latency_alarm.to_milliseconds()
+        return latency.latency_alarm(self.latency_slo.to_milliseconds()).threshold_ms
 
 
 class EndpointMonitoring(Construct):

@@ -49,9 +49,14 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct, IDependable
 
-from .endpoint_base import Descriptions, SageMakerEndpointBase
-from .engine_settings import GENERATION_BUDGET_ENV
-from .multi_model_props import MEMORY_BUDGET_ENV, THREADS_ENV, MultiModelEndpointProps, TargetModel
+from cpu_inference.sagemaker.endpoint_base import Descriptions, SageMakerEndpointBase
+from cpu_inference.sagemaker.engine_settings import GENERATION_BUDGET_ENV
+from cpu_inference.sagemaker.multi_model_props import (
+    MEMORY_BUDGET_ENV,
+    MultiModelEndpointProps,
+    TargetModel,
+)
+from inference_runtime.llama_flags import THREADS
 
 # InvokeEndpointWithResponseStream takes no TargetModel (botocore sagemaker-runtime): an MME is invoked with
 # InvokeEndpoint only.
@@ -81,7 +86,7 @@ class MultiModelEndpoint(SageMakerEndpointBase):
         props = self.props
         return {
             **props.environment,
-            THREADS_ENV: str(props.threads_per_model),
+            THREADS.image_env: str(props.threads_per_model),
             MEMORY_BUDGET_ENV: str(props.memory_budget),
             GENERATION_BUDGET_ENV: f"{props.generation_budget_seconds:g}",
         }

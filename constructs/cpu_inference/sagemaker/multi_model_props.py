@@ -12,19 +12,23 @@ from typing import Any
 import aws_cdk as cdk
 from constructs import IDependable
 
-from .. import sizing
-from ..artifacts import ModelBucket, ModelCatalog
-from ..engines import VLLM
-from ..images import LlamaCppImage
-from .endpoint_props import NAME, EngineEndpointPropsBase, default_target_concurrency
-from .engine_image import EngineImage, image_engine
-from .engine_settings import (
+from cpu_inference import sizing
+from cpu_inference.artifacts import ModelBucket, ModelCatalog
+from cpu_inference.engines import VLLM
+from cpu_inference.images import LlamaCppImage
+from cpu_inference.monitoring import latency
+from cpu_inference.sagemaker.endpoint_props import NAME, EngineEndpointPropsBase, default_target_concurrency
+from cpu_inference.sagemaker.engine_image import EngineImage, image_engine
+from cpu_inference.sagemaker.engine_settings import (
     ANSWER_MARGIN_SECONDS,
     GENERATION_BUDGET_ENV,
     INVOKE_TIMEOUT_SECONDS,
     VOLUME_MAX_GB,
     VOLUME_MIN_GB,
 )
+from cpu_inference.sizing.pools import concurrent_models
+from inference_runtime.engine_flags import DEFAULT_PARALLEL
+from inference_runtime.llama_flags import PARALLEL, THREADS
 
 # botocore sagemaker ContainerDefinition.ModelDataUrl (shape Url): max 1024, pattern (https|s3)://([^/]+)/?(.*).
 MODEL_DATA_URL_MAX = 1024
@@ -47,15 +51,13 @@ ENV_VALUE_MAX = 1024
 # models into before it answers 507 (the adapter's own default is the cgroup limit, else MemTotal: all of it, no room
 # for the kernel, SageMaker's agents or the tarball's extraction — so the construct always renders its own); and the
 # generation budget of a request, which on an MME may first have waited on a cold load (GENERATION_BUDGET_ENV).
-THREADS_ENV = "LLAMA_THREADS"
 MEMORY_BUDGET_ENV = "MME_MEMORY_BUDGET_BYTES"
-COMPUTED_KEYS = frozenset({THREADS_ENV, MEMORY_BUDGET_ENV, GENERATION_BUDGET_ENV})
+COMPUTED_KEYS = frozenset({THREADS.image_env, MEMORY_BUDGET_ENV, GENERATION_BUDGET_ENV})
 # The adapter's per-model admission (containers/llama-server mme_adapter.py, ChildDefaults / load): a loaded model
 # takes its engine.json `parallel` (else LLAMA_PARALLEL, default 1) plus LLAMA_QUEUE_DEPTH (default: as many as its
 # parallel) requests, and answers 429 beyond them.
-PARALLEL_ENV = "LLAMA_PARALLEL"
 QUEUE_DEPTH_ENV = "LLAMA_QUEUE_DEPTH"
-DEFAULT_MODEL_PARALLEL = 1
+DEFAULT_MODEL_PARALLEL = DEFAULT_PARALLEL  # the image's (every child's LLAMA_PARALLEL default: mme_adapter.ChildDefaults)
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,7 @@ class MultiModelEndpointProps(EngineEndpointPropsBase):
         engine.json has no ctx-size); may not set LLAMA_THREADS or MME_MEMORY_BUDGET_BYTES.
     startup_health_check_timeout: default SageMaker's. volume_size_gb: the on-disk model cache (default
         SageMaker's multi-model size).
-    alarm_output_tokens: default 256.
+    alarm_output_tokens: default an answer's (monitoring.latency.alarm_output_tokens; ModelFarm: its members' longest).
     cold_load_alarm: Maximum ModelLoadingWaitTime (download + load of a model not in memory) alarm (default 30 s,
         half of InvokeEndpoint's 60 s; below 50 s). It is also the cold load a request's time is planned for: a
         non-streamed answer is cut (504) at 60 s - cold_load_alarm - 10 s (ADAPTER_GENERATION_BUDGET_SECONDS, 20 s
@@ -122,7 +124,7 @@ class MultiModelEndpointProps(EngineEndpointPropsBase):
     memory_budget_bytes: int | None = None
     model_parallel: int | None = None
     model_cache: bool = True
-    alarm_output_tokens: int = 256
+    alarm_output_tokens: int | None = None
     cold_load_alarm: cdk.Duration = field(default_factory=lambda: cdk.Duration.seconds(INVOKE_TIMEOUT_SECONDS // 2))
     cache_hit_alarm_percent: float = 50.0
 
@@ -131,7 +133,7 @@ class MultiModelEndpointProps(EngineEndpointPropsBase):
     @property
     def slots(self) -> int:
         """Generations an instance runs at once: its vCPUs shared by threads_per_model each."""
-        return max(1, self.instance.vcpus // self.threads_per_model)
+        return concurrent_models(self.instance.vcpus, self.threads_per_model)
 
     @property
     def memory_budget(self) -> int:
@@ -149,7 +151,7 @@ class MultiModelEndpointProps(EngineEndpointPropsBase):
     @property
     def model_admission(self) -> int:
         """Requests the least admitting loaded model takes before 429: its parallel + the queue depth."""
-        parallel = self.model_parallel if self.model_parallel is not None else self._env_int(PARALLEL_ENV, DEFAULT_MODEL_PARALLEL)
+        parallel = self.model_parallel if self.model_parallel is not None else self._env_int(PARALLEL.image_env, DEFAULT_MODEL_PARALLEL)
         return parallel + self._env_int(QUEUE_DEPTH_ENV, parallel)
 
     def _env_int(self, key: str, default: int) -> int:
@@ -169,7 +171,9 @@ class MultiModelEndpointProps(EngineEndpointPropsBase):
 
     @property
     def output_tokens_budget(self) -> int:
-        return self.alarm_output_tokens
+        if self.alarm_output_tokens is not None:
+            return self.alarm_output_tokens
+        return latency.alarm_output_tokens(())
 
     def target(self, name: str) -> TargetModel:
         path = self.target_models[name]
@@ -288,7 +292,7 @@ class MultiModelEndpointProps(EngineEndpointPropsBase):
         smallest `parallel` of their engine_args (model_parallel)."""
         names = [e.name for e in catalog.catalog.entries] if models is None else list(models)
         chosen = set(names)
-        given = [int(e.engine_args["parallel"]) for e in catalog.catalog.entries if e.name in chosen and "parallel" in (e.engine_args or {})]
+        given = [int(e.engine_args[PARALLEL.key]) for e in catalog.catalog.entries if e.name in chosen and PARALLEL.key in (e.engine_args or {})]
         # A model without `parallel` in its engine.json runs with the adapter's default: count it as that.
         if len(given) < len(chosen):
             given.append(DEFAULT_MODEL_PARALLEL)

@@ -10,22 +10,16 @@ import aws_cdk as cdk
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 
-from .. import sizing
-from ..artifacts import ModelArtifact
-from ..engines import VLLM, VLLM_DTYPES, VLLM_TASKS, check_engine
-from .endpoint_props import (
-    SAGEMAKER_FAMILIES as SAGEMAKER_FAMILIES,  # re-exported: the catalog families SageMaker offers
+from cpu_inference import sizing
+from cpu_inference.artifacts import ModelArtifact
+from cpu_inference.engines import VLLM, VLLM_DTYPES, VLLM_TASKS, check_engine
+from cpu_inference.monitoring import latency
+from cpu_inference.sagemaker.endpoint_props import (
+    EngineEndpointPropsBase,
 )
-from .endpoint_props import EngineEndpointPropsBase
-from .engine_image import EngineImage as EngineImage  # re-exported: the image type's old home
-from .engine_image import image_architectures as image_architectures
-from .engine_settings import VOLUME_MAX_GB, computed_keys, required_volume_gb
+from cpu_inference.sagemaker.engine_settings import VOLUME_MAX_GB, computed_keys, required_volume_gb
 
 _S3_PREFIX = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(?P<prefix>[^*]+/)$")
-
-# Output tokens the latency alarm budgets per request, by task: routing/classification answers are a label
-# (AWS guidance: 2-3 output tokens), embeddings/rerank generate none, generations are budgeted at 256 tokens.
-ALARM_OUTPUT_TOKENS = {"classification": 8, "routing": 8, "embedding": 0, "rerank": 0, "extraction": 256, "chat": 256, "batch": 256}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,9 +55,9 @@ class GravitonEndpointProps(EngineEndpointPropsBase):
         (default "data-capture/<name>"); data_capture_retention_days: expiry of captured objects in a created
         bucket (default 90).
     latency_slo: p95 target for the first token, the part of an answer that does not grow with its length
-        (default 2 s). alarm_output_tokens: output tokens per request the alarm budgets for (p95 of your answers'
-        length; default by spec.task, ALARM_OUTPUT_TOKENS: 256 for chat/extraction/batch, 8 for
-        classification/routing; an SLM that also answers uses the chat figure).
+        (default config.schema.FIRST_TOKEN_SLO_MS). alarm_output_tokens: output tokens per request the alarm budgets
+        for (p95 of your answers' length; default by spec.task, monitoring.latency.alarm_output_tokens; an SLM that
+        also answers uses an answer's figure).
     removal_policy: for the created key and capture bucket (default RETAIN).
     """
 
@@ -98,7 +92,7 @@ class GravitonEndpointProps(EngineEndpointPropsBase):
     def output_tokens_budget(self) -> int:
         if self.alarm_output_tokens is not None:
             return self.alarm_output_tokens
-        return ALARM_OUTPUT_TOKENS.get(self.spec.task, ALARM_OUTPUT_TOKENS["chat"])
+        return latency.alarm_output_tokens((self.spec.task,))
 
     @property
     def capture_prefix(self) -> str:

@@ -20,10 +20,10 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct, IDependable
 
-from ._permissions import INVOKE_ACTIONS
-from .endpoint_base import Descriptions, SageMakerEndpointBase
-from .graviton_endpoint import GravitonEndpoint
-from .router_props import ENV_VALUE_MAX_BYTES, ROUTER_PORT, RouterEndpointProps
+from cpu_inference.sagemaker._permissions import INVOKE_ACTIONS
+from cpu_inference.sagemaker.endpoint_base import Descriptions, SageMakerEndpointBase
+from cpu_inference.sagemaker.graviton_endpoint import GravitonEndpoint
+from cpu_inference.sagemaker.router_props import ENV_VALUE_MAX_BYTES, ROUTER_PORT, RouterEndpointProps
 
 BEDROCK_ACTIONS = ["bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"]  # also authorize Converse / ConverseStream
 

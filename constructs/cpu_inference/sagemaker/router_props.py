@@ -12,11 +12,11 @@ from typing import Any, Literal
 import aws_cdk as cdk
 from aws_cdk import aws_secretsmanager as secretsmanager
 
+from cpu_inference.monitoring.latency import ROUTED_REQUEST_SLO_MS
+from cpu_inference.sagemaker.endpoint_props import EndpointPropsBase
+from cpu_inference.sagemaker.graviton_endpoint import GravitonEndpoint
+from cpu_inference.sizing.slm_context import decision
 from slm_router.config import ConfigError, Escalation, config_of
-
-from ..slm_context import decision
-from .endpoint_props import EndpointPropsBase
-from .graviton_endpoint import GravitonEndpoint
 
 ROUTER_PORT = 8080  # SageMaker's container contract: /ping and /invocations on 8080
 # SageMaker's ContainerDefinition.Environment: at most 1024 bytes per value (32 KB in all).
@@ -175,7 +175,7 @@ class RouterEndpointProps(EndpointPropsBase):
     vpc / security_groups: a created group's egress is HTTPS only (SageMaker Runtime and Bedrock through VPC
         interface endpoints or NAT), plus the port of an openai URL.
     latency_slo: p95 ModelLatency target, end to end (classification + the answering model's generation;
-        default 10 s).
+        default monitoring.latency.ROUTED_REQUEST_SLO_MS, 10 s); the alarm's threshold is this SLO alone.
 
     Network isolation is always off for the router: it calls SageMaker Runtime and Bedrock, which an
     isolated container cannot reach.
@@ -196,7 +196,7 @@ class RouterEndpointProps(EndpointPropsBase):
     max_capacity: int = 4
     scale_out_cooldown: cdk.Duration = field(default_factory=lambda: cdk.Duration.seconds(60))
     scale_in_cooldown: cdk.Duration = field(default_factory=lambda: cdk.Duration.seconds(300))
-    latency_slo: cdk.Duration = field(default_factory=lambda: cdk.Duration.seconds(10))
+    latency_slo: cdk.Duration = field(default_factory=lambda: cdk.Duration.millis(ROUTED_REQUEST_SLO_MS))
 
     # -- derived (instance, scales, initial_count: EndpointPropsBase) -----------------------------
 

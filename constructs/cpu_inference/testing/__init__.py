@@ -13,10 +13,10 @@ for your snapshot tests too. Plain Python (no jsii): they read the objects (dict
     objs = template_objects(Template.from_stack(stack).to_json())
     assert [v for o in objs for v in restricted_violations(o)] == []
 
-Nothing in the library imports this package (tests/test_layering.py checks it); the old paths
-cpu_inference.k8s.pod_security / crd_validation / crd_cel re-export from here."""
+Nothing in the library imports this package but the `cpu-inference plan` command (tests/test_layering.py checks
+it)."""
 
-from .crd_validation import flatten, load_schemas, template_objects, validate
-from .pod_security import has_pod_spec, restricted_violations
+from cpu_inference.testing.crd_validation import flatten, load_schemas, template_objects, validate
+from cpu_inference.testing.pod_security import has_pod_spec, restricted_violations
 
 __all__ = ["flatten", "has_pod_spec", "load_schemas", "restricted_violations", "template_objects", "validate"]

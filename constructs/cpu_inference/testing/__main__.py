@@ -3,6 +3,6 @@
 
 import sys
 
-from .crd_validation import main
+from cpu_inference.testing.crd_validation import main
 
 sys.exit(main())

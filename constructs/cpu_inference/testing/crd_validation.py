@@ -13,7 +13,7 @@ transition rules need an old object, so on this create-style check they are skip
 `--dump DIR` also writes every object as YAML for a live-cluster check: `kubectl apply --dry-run=server -f DIR`.
 
 Needs `jsonschema` and `cel-expr-python` (the `dev` extra). CloudFormation intrinsics inside manifests are
-replaced by the placeholder "TOKEN" before validation. Was cpu_inference.k8s.crd_validation (that path still works).
+replaced by the placeholder "TOKEN" before validation. Was cpu_inference.testing.crd_validation (that path still works).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def validate(obj: dict[str, Any], schemas: dict[tuple[str, str], dict[str, Any]]
     name = obj.get("metadata", {}).get("name")
     if key not in schemas:
         return [f"{key[1]}/{name}: no CRD for {key[0]} {key[1]}"]
-    from .crd_cel import BLOCKING_KEYWORDS, validate_rules
+    from cpu_inference.testing.crd_cel import BLOCKING_KEYWORDS, validate_rules
 
     errors = list(jsonschema.Draft7Validator(schemas[key]).iter_errors(obj))
     problems = [f"{key[1]}/{name}: {'/'.join(map(str, e.path)) or '<root>'}: {e.message}" for e in errors]

@@ -1,6 +1,5 @@
 """Checks rendered objects against the Pod Security Standards "restricted" profile (Kubernetes 1.35, which
-includes "baseline"; was cpu_inference.k8s.pod_security — the settings that make our pods pass live in
-k8s/workload_defaults.py).
+includes "baseline"; the settings that make our pods pass live in k8s/workloads/workload_defaults.py).
 These are the plain checks the API server's Pod Security admission enforces in a namespace labelled
 `pod-security.kubernetes.io/enforce: restricted`, so a violation fails at synth/test time instead of as a
 rejected ReplicaSet at deploy time.
@@ -15,7 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ..k8s_object import pod_specs as pod_specs  # re-exported: where the pod specs of an object are
+from cpu_inference._internal.k8s_object import (
+    pod_specs,
+)
 
 RESTRICTED_VOLUME_TYPES = frozenset({"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"})
 BASELINE_CAPABILITIES = frozenset({

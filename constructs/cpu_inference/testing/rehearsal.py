@@ -45,8 +45,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..k8s_object import BUILTIN_GROUPS, BUILTIN_NAMESPACES, Need, api_group, is_pruned, needs, object_key, provides
-from .crd_validation import MANIFEST_TYPE, flatten
+from cpu_inference._internal.k8s_object import (
+    BUILTIN_GROUPS,
+    BUILTIN_NAMESPACES,
+    Need,
+    api_group,
+    is_pruned,
+    needs,
+    object_key,
+    provides,
+)
+from cpu_inference.testing.crd_validation import MANIFEST_TYPE, flatten
 
 HELM_CHART = "Custom::AWSCDK-EKS-HelmChart"
 POD_IDENTITY = "AWS::EKS::PodIdentityAssociation"

@@ -31,10 +31,11 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
+from inference_runtime.http1 import error_body
+
 from .answer import Answer, unavailable_status
 from .client import UpstreamError
 from .config import Escalation, Timeouts
-from .http1 import error_body
 
 _POOL = ThreadPoolExecutor(max_workers=64, thread_name_prefix="aws")
 _DONE = object()

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
-from .http1 import (
+from inference_runtime.http1 import (
     Connection,
     Head,
     HttpError,
@@ -68,7 +68,8 @@ class Response:
         try:
             while True:
                 try:
-                    data = await asyncio.wait_for(anext(source), idle_timeout)
+                    async with asyncio.timeout(idle_timeout):  # not wait_for: no Task per piece
+                        data = await anext(source)
                 except StopAsyncIteration:
                     break
                 yield data
@@ -77,6 +78,19 @@ class Response:
             self._finish(reusable and ok)
 
     async def read(self, timeout: float, max_bytes: int = 64 << 20) -> bytes:
+        if not self._no_body and not self.head.chunked and (length := self.head.content_length()) is not None:
+            # The common answer (a JSON body with a Content-Length): one read of exactly that many bytes, no iterator.
+            reusable = False
+            try:
+                if length > max_bytes:
+                    raise HttpError(502, f"upstream body larger than {max_bytes} bytes")
+                async with asyncio.timeout(timeout):
+                    data = await self._conn.reader.readexactly(length) if length else b""
+                reusable = self.head.reusable
+                return data
+            finally:
+                self._finish(reusable)
+
         async def collect() -> bytes:
             parts, total = [], 0
             async for data in self.iter(timeout):
@@ -86,7 +100,8 @@ class Response:
                 parts.append(data)
             return b"".join(parts)
 
-        return await asyncio.wait_for(collect(), timeout)
+        async with asyncio.timeout(timeout):
+            return await collect()
 
     def close(self) -> None:
         """Abandon the body: closing the connection makes llama-server stop the generation and free the slot."""
@@ -147,7 +162,8 @@ class HttpClient:
             try:
                 conn.writer.write(raw)
                 await conn.writer.drain()
-                head = await asyncio.wait_for(read_head(conn.reader), head_timeout)
+                async with asyncio.timeout(head_timeout):  # not wait_for: no Task per request
+                    head = await read_head(conn.reader)
                 if head is None:
                     raise _Stale()
                 return Response(self, conn, head, method)

@@ -20,6 +20,8 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+from inference_runtime.env import EngineConfigError, env_float, env_int
+
 DEFAULT_CONFIG_PATH = "/etc/router/config.json"
 
 DEFAULT_INSTRUCTIONS = (
@@ -464,11 +466,15 @@ def load(env: Mapping[str, str] | None = None) -> Config:
     for name, (keys, typ) in ENV_OVERRIDES.items():
         if name not in env:
             continue
-        raw = env[name]
-        try:
-            value: Any = typ(raw)
-        except ValueError:
-            raise ConfigError(f"{name}: not a valid {typ.__name__}: {raw!r}") from None
+        value: Any = env[name]
+        if typ is not str:
+            parse = env_int if typ is int else env_float
+            try:
+                value = parse(env, name, None)
+            except EngineConfigError as e:  # "<NAME> must be an integer, got 'x'": the router's config error
+                raise ConfigError(str(e)) from None
+            if value is None:  # blank: not set, as every image reads its variables (inference_runtime.env)
+                continue
         target = data
         for k in keys[:-1]:
             target = target.setdefault(k, {})

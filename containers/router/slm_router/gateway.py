@@ -21,11 +21,13 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
+
+from inference_runtime.http1 import HttpError, Request
 
 from .backends import Answer
 from .client import HttpClient, Response, UpstreamError
 from .config import Config
-from .http1 import HttpError, Request
 from .metrics import GatewayMetrics
 from .pools import NO_REPLICA, Pool
 from .server import Front, error_response, json_response
@@ -68,6 +70,7 @@ class GatewayServer(Front):
         self.pools = [Pool(p, cfg, metrics) for p in cfg.gateway.pools]
         self.pool_of = {m: pool for pool in self.pools for m in pool.spec.models}
         self.names = [m.name for m in cfg.gateway.models] + list(self.pool_of)
+        self._children: dict[tuple[object, tuple[str, ...]], Any] = {}
         self.retry_after = str(cfg.gateway.retry_after_s)
         self._created = int(time.time())
 
@@ -101,6 +104,15 @@ class GatewayServer(Front):
             return 200, {"object": "list", "data": data}
         return None
 
+    def _child(self, metric: Any, *labels: str) -> Any:
+        """metric.labels(*labels), looked up once per label set: prometheus_client's labels() takes a lock and builds
+        its key on every call, several times a request. The label sets are bounded (models, pools, status codes)."""
+        key = (metric, labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
     async def handle_post(self, req: Request, writer: asyncio.StreamWriter, ka: bool) -> bool:
         try:
             body = json.loads(req.body)
@@ -125,17 +137,17 @@ class GatewayServer(Front):
             await writer.drain()
             return ka
         pool = self.pool_of.get(model)
-        self.metrics.in_flight.labels(model).inc()
+        self._child(self.metrics.in_flight, model).inc()
         if pool is not None:
-            self.metrics.pool_in_flight.labels(pool.name).inc()
+            self._child(self.metrics.pool_in_flight, pool.name).inc()
         try:
             if pool is not None:
                 return await self._forward_pooled(pool, model, req, writer, ka)
             return await self._forward(model, req, writer, ka)
         finally:
-            self.metrics.in_flight.labels(model).dec()
+            self._child(self.metrics.in_flight, model).dec()
             if pool is not None:
-                self.metrics.pool_in_flight.labels(pool.name).dec()
+                self._child(self.metrics.pool_in_flight, pool.name).dec()
 
     def _unavailable(self, model: str, detail: str, ka: bool, retry_after: str = "") -> bytes:
         self.metrics.unavailable.labels(model).inc()
@@ -185,7 +197,7 @@ class GatewayServer(Front):
                     writer.write(self._unavailable(model, detail, ka))
                     await writer.drain()
                     return ka
-                self.metrics.request_seconds.labels(model).observe(time.perf_counter() - start)
+                self._child(self.metrics.request_seconds, model).observe(time.perf_counter() - start)
                 return await self._relay(model, resp, writer, ka, pool.counter(replica), pool=pool.name)
             finally:
                 pool.affinity.finished(model, replica)
@@ -224,7 +236,7 @@ class GatewayServer(Front):
             return ka
         if resp.status == 429:
             out.append(("Retry-After", resp.header("retry-after") or "1"))
-        self.metrics.requests.labels(model, str(resp.status)).inc()
+        self._child(self.metrics.requests, model, str(resp.status)).inc()
         count(str(resp.status))
         writer.write(json_response(resp.status, None, keep_alive=ka, content_type=content_type, headers=out, raw=raw))
         await writer.drain()

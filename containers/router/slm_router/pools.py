@@ -12,11 +12,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Any
+
+from inference_runtime.http1 import HttpError
 
 from .affinity import PoolAffinity
 from .client import HttpClient, UpstreamError
 from .config import Config, GatewayPool
-from .http1 import HttpError
 from .metrics import GatewayMetrics
 
 log = logging.getLogger("router.gateway.pool")
@@ -39,15 +41,25 @@ class Pool:
         self._probes = [HttpClient(u, connect_timeout=probe_timeout, max_idle=1) for u in spec.replicas]
         self._probe_timeout = probe_timeout
         self._slow = [0] * len(spec.replicas)
+        self._counted: dict[str, dict[str, Any]] = {}  # replica label -> status -> gateway_pool_requests_total child
         self._task: asyncio.Task | None = None
 
     def replica_label(self, i: int) -> str:
         return str(i)  # the StatefulSet ordinal: replicas are listed in ordinal order
 
     def counter(self, replica: int) -> Callable[[str], None]:
-        """Counts an answer of this replica in gateway_pool_requests_total by the status returned."""
+        """Counts an answer of this replica in gateway_pool_requests_total by the status returned (each label set's
+        child looked up once: labels() takes a lock and builds its key on every call)."""
         label = self.replica_label(replica)
-        return lambda code: self.metrics.pool_requests.labels(self.name, label, code).inc()
+        children = self._counted.setdefault(label, {})
+
+        def count(code: str) -> None:
+            child = children.get(code)
+            if child is None:
+                child = children[code] = self.metrics.pool_requests.labels(self.name, label, code)
+            child.inc()
+
+        return count
 
     def set_live(self, i: int, live: bool, why: str = "") -> None:
         if self.affinity.live[i] != live:

@@ -10,9 +10,10 @@ import logging
 import time
 from collections.abc import Callable
 
+from inference_runtime.http1 import LAST_CHUNK, Http1Server, HttpError, Request, encode_chunk, encode_head, error_body
+
 from .answer import Answer
 from .client import HttpClient, UpstreamError
-from .http1 import LAST_CHUNK, Http1Server, HttpError, Request, encode_chunk, encode_head, error_body
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import Metrics
 from .router import BadRequest, NoUpstream, Routed, Router

@@ -10,14 +10,14 @@ import asyncio
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
 
-from engine_flags import EngineConfig, llama_server_args
-from sagemaker_adapter import ENGINE_KEEPALIVE_SECONDS, SageMakerAdapter
+from inference_runtime.engine_flags import EngineConfig, llama_server_args
+from inference_runtime.sagemaker_adapter import ENGINE_KEEPALIVE_SECONDS, SageMakerAdapter
 from tests.runtime.engine.serving import chat_body
 from tests.support.engine import free_port, wait_healthy
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+
 from tests.support.encoder_reference import MIN_COSINE, RERANK_TOLERANCE, cosine, reference_embeddings, reference_rerank
 from tests.support.engine import llama_server
 

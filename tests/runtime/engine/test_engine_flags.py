@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-import engine_flags as ef
 from cpu_inference.sizing import ModelSpec, instance, size
 from entrypoint import eks_command, sagemaker_plan
+from inference_runtime import engine_flags as ef
 from tests.runtime.engine.serving import ENGINE_DIR
 
 
@@ -154,9 +154,9 @@ def test_sagemaker_plan_binds_the_engine_to_loopback(model: Path) -> None:
     assert _flag(plan.command, "--host") == "127.0.0.1"
     assert _flag(plan.command, "--port") == "8081"
     assert _flag(plan.command, "--model") == str(model)
-    assert plan.adapter_port == 8080 and plan.max_in_flight == 8
+    assert plan.adapter.port == 8080 and plan.max_in_flight == 8
     piped = sagemaker_plan({**env, "SAGEMAKER_BIND_TO_PORT": "8081"}, cpus=4, memory_limit=None)
-    assert piped.adapter_port == 8081 and _flag(piped.command, "--port") == "8082"
+    assert piped.adapter.port == 8081 and _flag(piped.command, "--port") == "8082"
 
 
 def _run_entrypoint(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:

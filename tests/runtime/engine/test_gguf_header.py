@@ -9,9 +9,9 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from tests.support.engine import pinned_sdist
 
 from gguf_header import GgufError, kv_shape, read_metadata
+from tests.support.engine import pinned_sdist
 
 
 @pytest.fixture(scope="module")

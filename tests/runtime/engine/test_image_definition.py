@@ -140,7 +140,9 @@ def test_starts_as_root_for_sagemaker_and_ships_every_module() -> None:
     user = re.findall(r"^USER (\S+)", text, re.M)
     assert user[-1] == "0:0"
     assert re.search(r"SageMaker starts containers as root.*\n(#.*\n)*# hadolint ignore=DL3002\nUSER 0:0\n", text)
-    copied = set(re.search(r"^COPY (entrypoint\.py[^\n]*) /opt/llama/$", text, re.M).group(1).split())  # type: ignore[union-attr]
-    assert copied == {p.name for p in ENGINE_DIR.glob("*.py")}
+    # The build context is containers/: this image's directory and the shared runtime package.
+    copied = set(re.search(r"^COPY (llama-server/entrypoint\.py[^\n]*) /opt/llama/$", text, re.M).group(1).split())  # type: ignore[union-attr]
+    assert copied == {f"llama-server/{p.name}" for p in ENGINE_DIR.glob("*.py")}
+    assert "\nCOPY inference_runtime/ /opt/llama/inference_runtime/\n" in text
     assert 'ENTRYPOINT ["python3", "/opt/llama/entrypoint.py"]' in text
     assert "EXPOSE 8080" in text

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from tests.runtime.engine.serving import ENGINE_DIR, chat_body, serve_env
 from tests.support.engine import free_port, process_gone, wait_healthy
 

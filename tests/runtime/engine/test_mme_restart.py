@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from tests.runtime.engine.serving import ENGINE_DIR, chat_body
 from tests.runtime.engine.test_mme_contract import mme_container
 from tests.support.engine import process_gone

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from tests.runtime.engine.serving import ENGINE_DIR
 from tests.support.engine import free_port, stop_process, wait_healthy
 
@@ -98,9 +99,9 @@ def test_models_max_is_required(tmp_path: Path, value: str) -> None:
 
 @pytest.fixture(scope="module")
 def pool(llama_server_bin: Path, smollm2_gguf: Path, gemma_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.Popen, str]]:
-    """The preset exactly as the pool chart renders it (k8s/model_pool_chart.py render_preset) over the farm's
+    """The preset exactly as the pool chart renders it (k8s/charts/model_pool_chart.py render_preset) over the farm's
     key layout (<name>/<idhash>/<file>.gguf, catalog.gguf_key), with the volume's /models moved to a temp dir."""
-    from cpu_inference.k8s.model_pool_chart import PoolModel, render_preset
+    from cpu_inference.engines.pool_preset import PoolModel, render_preset
 
     work = tmp_path_factory.mktemp("pool")
     sources = {"m-0001": (smollm2_gguf, 256), "m-0002": (smollm2_gguf, 512), "m-0003": (gemma_gguf, 256)}

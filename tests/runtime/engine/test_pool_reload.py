@@ -22,10 +22,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from cpu_inference.engines.pool_preset import PoolModel, render_preset
+from cpu_inference.k8s.charts.model_pool_chart import PRESET_FILE
 from tests.runtime.engine.serving import ENGINE_DIR
 from tests.support.engine import free_port, stop_process, wait_healthy
-
-from cpu_inference.k8s.model_pool_chart import PRESET_FILE, PoolModel, render_preset
 
 ENTRYPOINT = ENGINE_DIR / "entrypoint.py"
 POLL = "0.5"  # LLAMA_PRESET_POLL_SECONDS (default 5)

@@ -98,8 +98,8 @@ def test_an_unsearchable_model_directory_is_named(reachable) -> None:
 def test_eks_pods_run_as_the_uid_serve_drops_to() -> None:
     """The image's USER is root, so runAsNonRoot holds only through an explicit runAsUser/runAsGroup: the pod
     securityContext must name the same ids that `serve` drops to."""
-    from cpu_inference.k8s.pod_hardening import container_security_context, pod_security_context
-    from privileges import DEFAULT_RUN_AS
+    from cpu_inference.k8s.workloads.workload_defaults import container_security_context, pod_security_context
+    from inference_runtime.privileges import DEFAULT_RUN_AS
 
     for ctx in (pod_security_context(), container_security_context()):
         assert (ctx.user, ctx.group) == DEFAULT_RUN_AS and ctx.ensure_non_root is True
@@ -107,8 +107,8 @@ def test_eks_pods_run_as_the_uid_serve_drops_to() -> None:
 
 @pytest.mark.parametrize("raw", ["root", "65532", "a:b", "-1:0"])
 def test_run_as_must_be_numeric_ids(raw) -> None:
-    from engine_flags import EngineConfigError
-    from privileges import run_as
+    from inference_runtime.engine_flags import EngineConfigError
+    from inference_runtime.privileges import run_as
 
     with pytest.raises(EngineConfigError, match=r"LLAMA_RUN_AS must be UID:GID"):
         run_as({"LLAMA_RUN_AS": raw})

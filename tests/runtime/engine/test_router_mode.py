@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
 from tests.support.engine import free_port, wait_healthy
 
 pytestmark = pytest.mark.engine

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from entrypoint import MAX_DRAIN_SECONDS, SIGKILL_AFTER_SECONDS, sagemaker_plan
-from engine_flags import EngineConfigError
+from inference_runtime.engine_flags import EngineConfigError
 from tests.runtime.engine.serving import chat_body, metric, sagemaker_endpoint, start_endpoint, stop_endpoint
 from tests.support.engine import process_gone
 
@@ -60,7 +60,7 @@ def test_the_default_shutdown_fits_sagemakers_sigkill_window(tmp_path: Path) -> 
     (tmp_path / "m.gguf").write_bytes(b"GGUF")
     env = {"SM_MODEL_DIR": str(tmp_path), "LLAMA_SERVER_BIN": "/bin/true"}
     plan = sagemaker_plan(env, cpus=2, memory_limit=None)
-    assert plan.drain_seconds == MAX_DRAIN_SECONDS and plan.shutdown_seconds <= SIGKILL_AFTER_SECONDS - 5
+    assert plan.adapter.drain_seconds == MAX_DRAIN_SECONDS and plan.shutdown_seconds <= SIGKILL_AFTER_SECONDS - 5
     with pytest.raises(EngineConfigError, match=r"ADAPTER_DRAIN_SECONDS must be in 0\.\.19, got 20: SageMaker kills the container 30 s after SIGTERM"):
         sagemaker_plan({**env, "ADAPTER_DRAIN_SECONDS": "20"}, cpus=2, memory_limit=None)
 

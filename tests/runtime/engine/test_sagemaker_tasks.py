@@ -1,7 +1,7 @@
 """Every task's request through SageMaker's two data paths, exactly as deployed: `/invocations` of a single-model
 endpoint (`entrypoint.py serve`, the environment GravitonEndpoint renders for the task) and `/models/<name>/invoke`
 of a multi-model endpoint (`serve` with SAGEMAKER_MULTI_MODEL=true, each model's engine.json the one the catalog's
-tarball carries: cpu_inference.pool_sizing.PoolPlan.engine_args). Real engines, real models: all-MiniLM-L6-v2 (a
+tarball carries: cpu_inference.sizing.pools.PoolPlan.engine_args). Real engines, real models: all-MiniLM-L6-v2 (a
 sentence encoder) for embeddings and a BERT cross-encoder for rerank (tests/conftest.py: minilm_gguf,
 reranker_gguf).
 
@@ -24,13 +24,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.runtime.engine.serving import ENGINE_DIR, Endpoint, chat_body, start_endpoint, stop_endpoint
-from tests.runtime.engine.test_mme_contract import Mme, mme_container
 
 from cpu_inference import sizing
-from cpu_inference.engine_tasks import task_env
-from cpu_inference.pool_sizing import pool_plan
+from cpu_inference.engines.tasks import task_env
 from cpu_inference.sagemaker.engine_settings import engine_settings
+from cpu_inference.sizing.pools import pool_plan
+from tests.runtime.engine.serving import ENGINE_DIR, Endpoint, chat_body, start_endpoint, stop_endpoint
+from tests.runtime.engine.test_mme_contract import Mme, mme_container
 
 pytestmark = pytest.mark.engine
 
@@ -192,7 +192,7 @@ def test_each_shape_reaches_its_engine_route_and_only_generation_gets_the_engine
 
     if str(ENGINE_DIR) not in sys.path:
         sys.path.insert(0, str(ENGINE_DIR))
-    from sagemaker_adapter import SageMakerAdapter
+    from inference_runtime.sagemaker_adapter import SageMakerAdapter
 
     _Recorder.bodies = []
     engine = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)

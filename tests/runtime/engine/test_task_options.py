@@ -1,5 +1,5 @@
 """An embedding model serves /v1/embeddings wherever it is deployed: the task's llama-server options
-(cpu_inference.engine_tasks) reach a dedicated engine's environment, a pool's preset INI and a multi-model
+(cpu_inference.engines.tasks) reach a dedicated engine's environment, a pool's preset INI and a multi-model
 endpoint's engine.json, and the real engine answers with exactly what each renders. Without them the pinned
 llama-server answers 501 ("This server does not support embeddings. Start it with `--embeddings`"), which is what
 every deployed embedding model did before."""
@@ -16,9 +16,9 @@ import httpx
 import pytest
 
 from cpu_inference import sizing
-from cpu_inference.engine_tasks import task_args, task_env, task_options
-from cpu_inference.pool_preset import PoolModel, pool_preset
-from cpu_inference.pool_sizing import pool_plan
+from cpu_inference.engines.pool_preset import PoolModel, pool_preset
+from cpu_inference.engines.tasks import task_args, task_env, task_options
+from cpu_inference.sizing.pools import pool_plan
 from tests.support.engine import free_port, stop_process, wait_healthy
 
 ENGINE_DIR = Path(__file__).resolve().parents[3] / "containers" / "llama-server"
@@ -86,7 +86,7 @@ def test_a_pools_preset_serves_its_embedding_model_and_its_chat_model(llama_serv
 def test_a_multi_model_endpoints_engine_json_turns_the_task_option_into_the_flag(tmp_path: Path) -> None:
     if str(ENGINE_DIR) not in sys.path:
         sys.path.insert(0, str(ENGINE_DIR))
-    from engine_flags import llama_server_args
+    from inference_runtime.engine_flags import llama_server_args
     from mme_adapter import ChildDefaults, child_config
 
     plan = pool_plan({"emb": EMBEDDING}, cpu=2, memory_bytes=2 * sizing.GIB)

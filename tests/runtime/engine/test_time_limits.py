@@ -72,19 +72,18 @@ def test_a_request_still_queued_at_the_budget_is_cancelled_and_answered_504(budg
     queued behind it gets no token before its budget: 504 with a message that names the remedy, on time.
     Its engine task is cancelled (not left to run for nobody) once the engine notices the closed connection,
     which it does when no other result is flowing: here, after the stream's client leaves too."""
-    with httpx.Client(timeout=120) as client:
-        with client.stream("POST", f"{budgeted.url}/invocations",
-                           json=chat_body(COUNTING, max_tokens=3000, ignore_eos=True, stream=True)) as stream:
-            assert stream.status_code == 200
-            lines = stream.iter_lines()
-            next(lines)
-            t0 = time.monotonic()
-            r = client.post(f"{budgeted.url}/invocations", json=chat_body("Say hi.", max_tokens=8))
-            elapsed = time.monotonic() - t0
-            assert r.status_code == 504 and r.json()["error"]["type"] == "timeout_error"
-            assert "InvokeEndpointWithResponseStream" in r.json()["error"]["message"]
-            assert BUDGET - 0.2 < elapsed < BUDGET + MARGIN, elapsed
-            assert processing(budgeted) == 1  # the stream goes on
+    with httpx.Client(timeout=120) as client, client.stream("POST", f"{budgeted.url}/invocations",
+                       json=chat_body(COUNTING, max_tokens=3000, ignore_eos=True, stream=True)) as stream:
+        assert stream.status_code == 200
+        lines = stream.iter_lines()
+        next(lines)
+        t0 = time.monotonic()
+        r = client.post(f"{budgeted.url}/invocations", json=chat_body("Say hi.", max_tokens=8))
+        elapsed = time.monotonic() - t0
+        assert r.status_code == 504 and r.json()["error"]["type"] == "timeout_error"
+        assert "InvokeEndpointWithResponseStream" in r.json()["error"]["message"]
+        assert BUDGET - 0.2 < elapsed < BUDGET + MARGIN, elapsed
+        assert processing(budgeted) == 1  # the stream goes on
     wait_until(lambda: processing(budgeted) == 0 and deferred(budgeted) == 0, 10,
                "the engine kept working for clients that left", poll=QUIET_POLL)
 

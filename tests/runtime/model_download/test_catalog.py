@@ -19,9 +19,6 @@ from pathlib import Path
 import boto3
 import botocore.session
 import pytest
-from tests.runtime.engine.serving import ENGINE_DIR
-from tests.runtime.model_download.constants import FILE, GATED_REPO, GOOD_TOKEN
-from tests.runtime.model_download.fake_hub import FakeHub, ServedFile
 
 from model_download.buildspec import CATALOG_BUILD_SPEC, CATALOG_RECEIPT
 from model_download.catalog import (
@@ -43,6 +40,9 @@ from model_download.copy import MIB
 from model_download.credentials import read_token
 from model_download.custom_resource import is_complete, on_event
 from model_download.hub import RetryPolicy
+from tests.runtime.engine.serving import ENGINE_DIR
+from tests.runtime.model_download.constants import FILE, GATED_REPO, GOOD_TOKEN
+from tests.runtime.model_download.fake_hub import FakeHub, ServedFile
 
 FAST_RETRY = RetryPolicy(attempts=3, backoff_seconds=0.01, max_backoff_seconds=0.02)
 PART = 5 * MIB  # S3's minimum: a 7 MiB file is two parts

@@ -28,9 +28,6 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from tests.runtime.model_download.constants import FILE, PUBLIC_REPO
-from tests.runtime.model_download.fake_hub import FakeHub, ServedFile
-from tests.runtime.model_download.snapshot_repo import SELECTED, SKIPPED, SnapshotRepo
 
 from model_download import CopyRequest, DownloadError, Hub, HubError, RetryPolicy, copy_model
 from model_download.catalog import Catalog, CatalogEntry, gguf_key, mme_key
@@ -42,6 +39,9 @@ from model_download.snapshot import SnapshotRequest, copy_snapshot
 from model_download.snapshot_files import copy_file
 from model_download.snapshot_select import SnapshotError, select
 from model_download.tarball import UPLOAD_WORKERS
+from tests.runtime.model_download.constants import FILE, PUBLIC_REPO
+from tests.runtime.model_download.fake_hub import FakeHub, ServedFile
+from tests.runtime.model_download.snapshot_repo import SELECTED, SKIPPED, SnapshotRepo
 
 FAST_RETRY = RetryPolicy(attempts=3, backoff_seconds=0.01, max_backoff_seconds=0.02)
 PART = 5 * MIB

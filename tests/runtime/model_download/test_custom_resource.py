@@ -14,7 +14,6 @@ from pathlib import Path
 import boto3
 import botocore.session
 import pytest
-from tests.runtime.model_download.constants import FILE, PUBLIC_REPO
 
 from model_download.build_job import deployed
 from model_download.build_job import job_error_line as _job_error_line
@@ -28,6 +27,7 @@ from model_download.custom_resource import (
     is_complete,
     on_event,
 )
+from tests.runtime.model_download.constants import FILE, PUBLIC_REPO
 
 PROPS = {
     "ServiceToken": "arn:aws:lambda:us-east-1:123456789012:function:provider",

@@ -25,7 +25,16 @@ from model_download.snapshot import MANIFEST_NAME
 from tests.runtime.model_download.constants import GOOD_TOKEN
 from tests.runtime.model_download.fake_hub import FakeHub, sha256_file
 from tests.runtime.model_download.snapshot_repo import (
-    BIN_ONLY, CORRUPT, GATED, INDEX, MOVING, REPO, SELECTED, SHARD_1, SHARD_2, SKIPPED,
+    BIN_ONLY,
+    CORRUPT,
+    GATED,
+    INDEX,
+    MOVING,
+    REPO,
+    SELECTED,
+    SHARD_1,
+    SHARD_2,
+    SKIPPED,
 )
 
 FAST_RETRY = RetryPolicy(attempts=3, backoff_seconds=0.01, max_backoff_seconds=0.02)

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import boto3
 import pytest
-from tests.runtime.model_download.snapshot_repo import CORRUPT, REPO, SELECTED, SHARD_2
 
 from model_download.build_job import deployed
 from model_download.buildspec import SNAPSHOT_BUILD_SPEC, SNAPSHOT_RECEIPT
@@ -26,6 +25,7 @@ from model_download.snapshot_resource import (
     completion,
     identity_environment,
 )
+from tests.runtime.model_download.snapshot_repo import CORRUPT, REPO, SELECTED, SHARD_2
 
 
 @pytest.fixture

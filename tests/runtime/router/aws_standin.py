@@ -18,9 +18,10 @@ import re
 import struct
 import threading
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 
@@ -57,7 +58,7 @@ class AwsStandIn:
     url: str = ""
     _server: ThreadingHTTPServer | None = None
 
-    def start(self) -> "AwsStandIn":
+    def start(self) -> AwsStandIn:
         standin = self
 
         class Handler(BaseHTTPRequestHandler):

@@ -16,8 +16,8 @@ from collections import Counter
 
 import pytest
 
-from tests.runtime.router.harness import ROUTER_DIR
 from slm_router.affinity import PoolAffinity, home_set, ranking, weight
+from tests.runtime.router.harness import ROUTER_DIR
 
 REPLICAS = tuple(f"http://pool-small-{i}.pool-small.model-farm.svc.cluster.local:8080" for i in range(8))
 MODELS = tuple(f"m-{i:04d}" for i in range(1000))

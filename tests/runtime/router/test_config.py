@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from tests.runtime.router.harness import ROUTER_DIR
 from slm_router import config as rc
+from tests.runtime.router.harness import ROUTER_DIR
 
 LLM = {"escalation": {"kind": "openai", "url": "http://llm:8080/v1"}}
 
@@ -113,7 +113,7 @@ def test_gateway_mode_needs_no_router_keys():
 
 
 def test_bad_env_and_missing_file(tmp_path):
-    with pytest.raises(rc.ConfigError, match="ROUTER_PORT: not a valid int: 'http'"):
+    with pytest.raises(rc.ConfigError, match="ROUTER_PORT must be an integer, got 'http'"):
         rc.load({"ROUTER_CONFIG_JSON": json.dumps(LLM), "ROUTER_PORT": "http"})
     with pytest.raises(rc.ConfigError, match="does not exist"):
         rc.load({"ROUTER_CONFIG": str(tmp_path / "absent.json")})

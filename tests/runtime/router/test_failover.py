@@ -10,7 +10,17 @@ from contextlib import ExitStack
 import httpx
 import pytest
 
-from tests.runtime.router.harness import COMPLEX, LLM_ALIAS, SIMPLE, SLM_ALIAS, SLM_ARGS, chat, metric, router_config, running_router
+from tests.runtime.router.harness import (
+    COMPLEX,
+    LLM_ALIAS,
+    SIMPLE,
+    SLM_ALIAS,
+    SLM_ARGS,
+    chat,
+    metric,
+    router_config,
+    running_router,
+)
 from tests.support.engine import free_port, llama_server
 
 pytestmark = pytest.mark.engine

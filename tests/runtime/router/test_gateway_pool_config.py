@@ -9,9 +9,9 @@ import time
 import httpx
 import pytest
 
+from slm_router import config as rc
 from tests.runtime.router.harness import metric, running_router
 from tests.support.engine import free_port
-from slm_router import config as rc
 
 REPLICAS = ["http://pool-default-0.pool-default.model-farm.svc.cluster.local:8080",
             "http://pool-default-1.pool-default.model-farm.svc.cluster.local:8080"]

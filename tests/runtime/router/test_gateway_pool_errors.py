@@ -16,11 +16,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from cpu_inference.engines.pool_preset import PoolModel, render_preset
+from cpu_inference.k8s.charts.router_chart import gateway_pool
 from tests.runtime.router.harness import metric, running_router
 from tests.support.engine import free_port, stop_process, wait_healthy
-
-from cpu_inference.k8s.model_pool_chart import PoolModel, render_preset
-from cpu_inference.k8s.router_chart import gateway_pool
 
 pytestmark = pytest.mark.engine
 

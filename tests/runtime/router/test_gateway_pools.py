@@ -7,8 +7,8 @@ one home replica; the names are chosen (by the gateway's own hashing, over the r
 three models live on replica 0 and one on replica 1: replica 0 must then unload its least recently used model.
 Where a request landed is read from the engines themselves (GET /v1/models: each model's status).
 
-What deploys is what runs: the preset is the library's `render_preset` (k8s/model_pool_chart.py) and the pool
-entry of the gateway config its `gateway_pool` (k8s/router_chart.py), with threads and context scaled down.
+What deploys is what runs: the preset is the library's `render_preset` (k8s/charts/model_pool_chart.py) and the pool
+entry of the gateway config its `gateway_pool` (k8s/charts/router_chart.py), with threads and context scaled down.
 The tests run in file order on shared processes (as tests/runtime/engine/test_router_mode.py does).
 """
 
@@ -22,11 +22,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.runtime.router.harness import metric, running_router
-from cpu_inference.k8s.model_pool_chart import PoolModel, render_preset
-from cpu_inference.k8s.router_chart import gateway_pool
-from tests.support.engine import free_port, stop_process, wait_healthy
+from cpu_inference.engines.pool_preset import PoolModel, render_preset
+from cpu_inference.k8s.charts.router_chart import gateway_pool
 from slm_router.affinity import home_set
+from tests.runtime.router.harness import metric, running_router
+from tests.support.engine import free_port, stop_process, wait_healthy
 
 pytestmark = pytest.mark.engine
 

@@ -1,4 +1,4 @@
-"""The one HTTP layer (containers/llama-server/http1.py, also slm_router/http1.py) against malformed input,
+"""The one HTTP layer (containers/inference_runtime/http1.py) against malformed input,
 through both real fronts: the router as its image runs it (`python -m slm_router`) and the SageMaker adapter
 (in-process, as entrypoint.py serves it). Raw bytes on a socket, because an HTTP client library refuses to
 send most of these.
@@ -29,7 +29,7 @@ ENGINE_DIR = Path(__file__).resolve().parents[3] / "containers" / "llama-server"
 if str(ENGINE_DIR) not in sys.path:
     sys.path.insert(0, str(ENGINE_DIR))
 
-from sagemaker_adapter import SageMakerAdapter  # noqa: E402
+from inference_runtime.sagemaker_adapter import SageMakerAdapter  # noqa: E402
 
 MAX_BODY = 4096
 

@@ -44,7 +44,8 @@ def test_wheels_are_pinned_with_hashes_and_cover_every_third_party_import() -> N
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 imported.add(node.module.split(".")[0])
     third_party = imported - set(sys.stdlib_module_names) - {"__future__"}
-    assert third_party == {"prometheus_client", "botocore"}
+    # inference_runtime is the shared package (its own wheels: tests/runtime/test_inference_runtime.py).
+    assert third_party == {"prometheus_client", "botocore", "inference_runtime"}
     assert "--require-hashes" in DOCKERFILE.read_text() and "--no-deps" in DOCKERFILE.read_text()
 
 
@@ -52,7 +53,8 @@ def test_runs_the_package_as_numeric_non_root() -> None:
     text = DOCKERFILE.read_text()
     user = re.findall(r"^USER (\S+)", text, re.M)
     assert user and re.fullmatch(r"[1-9]\d*:[1-9]\d*", user[-1])
-    assert "COPY slm_router/ /opt/router/app/slm_router/" in text
+    assert "COPY router/slm_router/ /opt/router/app/slm_router/" in text
+    assert "COPY inference_runtime/ /opt/router/app/inference_runtime/" in text  # on PYTHONPATH, beside slm_router
     assert 'ENTRYPOINT ["python3", "-m", "slm_router"]' in text
     assert "EXPOSE 8000" in text
     assert re.search(r"^ENV PYTHONPATH=/opt/router/app:/opt/router/lib", text, re.M)
@@ -73,6 +75,7 @@ def test_serves_sagemaker_without_privileges_or_a_writable_directory(tmp_path: P
     import time
 
     import httpx
+
     from tests.runtime.router.harness import router_config
     from tests.support.engine import free_port, stop_process
 

@@ -11,7 +11,17 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from tests.runtime.router.harness import COMPLEX, LABELS, LLM_ALIAS, SIMPLE, SLM_ALIAS, chat, metric, router_config, running_router
+from tests.runtime.router.harness import (
+    COMPLEX,
+    LABELS,
+    LLM_ALIAS,
+    SIMPLE,
+    SLM_ALIAS,
+    chat,
+    metric,
+    router_config,
+    running_router,
+)
 
 pytestmark = pytest.mark.engine
 
@@ -157,7 +167,7 @@ def test_client_leaving_a_stream_frees_the_engine_slot(router, slm):
     with httpx.stream("POST", f"{router.url}/v1/chat/completions", json=body, timeout=240) as resp:
         assert resp.headers["x-router-route"] == "slm"
         lines = resp.iter_lines()
-        assert sum(1 for line, _ in zip(lines, range(6)) if line.startswith("data: ")) >= 2
+        assert sum(1 for line, _ in zip(lines, range(6), strict=False) if line.startswith("data: ")) >= 2
         assert metric(slm, "llamacpp:requests_processing") >= 1
     deadline = time.monotonic() + 20  # 2000 tokens would take minutes on this box
     while metric(slm, "llamacpp:requests_processing") > 0:

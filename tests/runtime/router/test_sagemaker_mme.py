@@ -13,9 +13,9 @@ import botocore.session
 import httpx
 import pytest
 
+from slm_router import config as rc
 from tests.runtime.router.aws_standin import AwsStandIn
 from tests.runtime.router.harness import COMPLEX, LLM_ALIAS, router_config, running_router
-from slm_router import config as rc
 
 pytestmark = pytest.mark.engine
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+
 from tests.support.engine import free_port
 from tests.support.vllm import CONTAINER_DIR, VllmServer, entrypoint_env, vllm_model_dir, vllm_python, vllm_server
 
@@ -87,7 +88,7 @@ def chart_engine_env() -> dict[str, str]:
 
     from cpu_inference import sizing
     from cpu_inference.k8s import LlamaServerChart, LlamaServerChartProps, ModelWorkload, ServingPolicy
-    from cpu_inference.k8s.llama_server_chart import rendered_engine_env as chart_env
+    from cpu_inference.k8s.charts.llama_server_chart import rendered_engine_env as chart_env
 
     spec = sizing.ModelSpec(parameters_billions=0.135, engine="vllm", task="chat", context_window=2048, layers=30,
                             kv_heads=3, head_dim=64)

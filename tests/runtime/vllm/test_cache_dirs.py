@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from tests.support.engine import free_port
 from tests.support.vllm import ENTRYPOINT
 

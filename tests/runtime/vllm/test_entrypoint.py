@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from tests.runtime.vllm.conftest import load_entrypoint, rendered_engine_env
 from tests.support.vllm import ENTRYPOINT, entrypoint_env
 
@@ -58,6 +59,22 @@ def test_serve_command_binds_vllm_to_loopback(checkpoint: Path):
     flags = dict(zip(argv[3::2], argv[4::2], strict=False))
     assert (flags["--host"], flags["--port"]) == ("127.0.0.1", "8081")  # SageMaker's 8080 is the adapter's
     assert flags["--served-model-name"] == checkpoint.name  # SERVE_MODEL_NAME unset: the directory's name
+
+
+def test_serve_adapter_takes_every_adapter_setting_as_llama_servers_does(checkpoint: Path, entrypoint_module):
+    """One adapter_settings for both images: ADAPTER_POOL_IDLE_SECONDS was dropped here (the adapter kept 3 s whatever
+    was set) although vLLM's server, like llama-server, closes an idle keep-alive connection after 5 s
+    (vllm/envs.py VLLM_HTTP_TIMEOUT_KEEP_ALIVE)."""
+    env = {**rendered_engine_env(), "MODEL_PATH": str(checkpoint), "ADAPTER_POOL_IDLE_SECONDS": "1.5",
+           "ADAPTER_RETRY_AFTER_SECONDS": "4", "ADAPTER_GENERATION_BUDGET_SECONDS": "30"}
+    plan = entrypoint_module.sagemaker_plan(env)
+    adapter = entrypoint_module.make_adapter(plan)
+    try:
+        assert isinstance(adapter, entrypoint_module.VllmSageMakerAdapter)
+        assert (adapter.pool.idle_seconds, adapter.retry_after, adapter.generation_budget) == (1.5, 4, 30.0)
+        assert adapter.engine == ("127.0.0.1", plan.engine_port) and plan.engine.port == plan.engine_port == 8081
+    finally:
+        adapter.release()
 
 
 @pytest.mark.parametrize(("change", "message"), [

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from tests.support.vllm import CONTAINER_DIR, ROOT
 
 pytestmark = pytest.mark.vllm
@@ -81,7 +82,7 @@ def test_zentorch_only_on_amd64() -> None:
 
 def _verifier() -> Path:
     """The check the Dockerfile runs on the downloaded wheel (copied into the build, run before pip install)."""
-    assert "COPY verify_release_wheel.py /tmp/verify_release_wheel.py" in TEXT
+    assert "COPY vllm-cpu/verify_release_wheel.py /tmp/verify_release_wheel.py" in TEXT
     assert 'sha256=$(python3 /tmp/verify_release_wheel.py "/tmp/vllm-release/${wheel}" "$VLLM_VERSION" "$pinned")' in TEXT
     return CONTAINER_DIR / "verify_release_wheel.py"
 
@@ -125,21 +126,35 @@ def test_the_build_refuses_a_wheel_that_is_not_vllms_release(tmp_path: Path) -> 
 
 
 def test_the_image_has_every_module_the_entrypoint_imports() -> None:
-    copied = set(re.search(r"^COPY (.+) /opt/vllm/app/$", TEXT, re.M).group(1).split())  # type: ignore[union-attr]
+    """The build context is containers/: this image's own files are copied by name, the shared runtime package whole."""
+    copied = set(re.search(r"^COPY (vllm-cpu/.+) /opt/vllm/app/$", TEXT, re.M).group(1).split())  # type: ignore[union-attr]
+    assert "\nCOPY inference_runtime/ /opt/vllm/app/inference_runtime/\n" in TEXT
+    shared = CONTAINER_DIR.parent / "inference_runtime"
     local = {p.stem for p in CONTAINER_DIR.glob("*.py")}
+    pinned = {line.split("==")[0] for line in (shared / "requirements.txt").read_text().splitlines() if line and not line.startswith("#")}
     needed = {"entrypoint"}
-    todo = ["entrypoint"]
+    todo = [CONTAINER_DIR / "entrypoint.py"]
+    seen: set[Path] = set()
     while todo:
-        tree = ast.parse((CONTAINER_DIR / f"{todo.pop()}.py").read_text())
-        for node in ast.walk(tree):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        path = todo.pop()
+        seen.add(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:  # inside inference_runtime
+                names = [f"inference_runtime.{node.module}"] if node.module else [f"inference_runtime.{a.name}" for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
             for name in names:
                 top = name.split(".")[0]
-                assert top in local or top in sys.stdlib_module_names or top == "__future__", f"{top}: not stdlib"
+                assert top in local | {"inference_runtime", "__future__"} | set(sys.stdlib_module_names) | pinned, f"{top}: not stdlib"
                 if top in local and top not in needed:
                     needed.add(top)
-                    todo.append(top)
-    assert {f"{m}.py" for m in needed} == copied
-    for m in needed - {"entrypoint"}:
-        link = CONTAINER_DIR / f"{m}.py"
-        assert link.is_symlink() and link.resolve() == (CONTAINER_DIR.parent / "llama-server" / f"{m}.py").resolve()
+                    todo.append(CONTAINER_DIR / f"{top}.py")
+                module = shared / f"{name.split('.')[1]}.py" if top == "inference_runtime" and "." in name else None
+                if module is not None and module.is_file() and module not in seen:
+                    todo.append(module)
+    assert {f"vllm-cpu/{m}.py" for m in needed} == copied
+    assert shared / "sagemaker_adapter.py" in seen and shared / "http1.py" in seen  # the walk reached the shared package

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from tests.runtime.router.harness import COMPLEX, SLM_ALIAS, SLM_ARGS, chat, router_config, running_router
 from tests.support.engine import free_port, llama_server
 

@@ -14,6 +14,7 @@ from types import ModuleType
 
 import httpx
 import pytest
+
 from tests.runtime.router.harness import metric
 from tests.support.engine import free_port
 
@@ -28,7 +29,7 @@ def running_adapter(entrypoint: ModuleType, env: dict[str, str]) -> Iterator[tup
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
-    port = asyncio.run_coroutine_threadsafe(adapter.start(plan.adapter_host, plan.adapter_port), loop).result(10)
+    port = asyncio.run_coroutine_threadsafe(adapter.start(plan.adapter.host, plan.adapter.port), loop).result(10)
     try:
         yield f"http://127.0.0.1:{port}", plan
     finally:

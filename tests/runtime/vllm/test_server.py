@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from tests.runtime.router.harness import metric
 
 pytestmark = pytest.mark.vllm

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
+
 from tests.support.matrix_requests import Reference, via_openai, via_sagemaker
 from tests.support.task_matrix import Cell, config_yaml, model_name, served
 from tests.support.vllm import ENTRYPOINT, entrypoint_env, start_entrypoint, stop_group, vllm_model_dir, vllm_python
@@ -95,9 +96,8 @@ def sagemaker(tmp_path_factory, llama_server_bin, smollm2_gguf, preload):
 def local(tmp_path_factory, llama_server_bin):
     """`cpu-inference local` on the EKS config, the checkpoint mapped to the first vLLM model and only that one
     started (`--models`): the deployed sizing of every vLLM model is the same (checked below)."""
-    from tests.cli.test_local import LocalRun
-
     from cpu_inference.config import load, size_model
+    from tests.cli.test_local import LocalRun
 
     work = tmp_path_factory.mktemp("vllm-local")
     config = work / "config.yaml"

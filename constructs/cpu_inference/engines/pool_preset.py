@@ -1,0 +1,80 @@
+"""The llama-server preset INI of a multi-model pool (tools/server/README.md "Model presets"): PoolModel,
+render_preset and pool_preset. Pure (no cdk8s): k8s/charts/model_pool_chart.py renders the pool's ConfigMap with it and
+`cpu-inference local` the preset of its local pool, without starting the jsii runtime. Why `[*]` holds
+`load-mode = none`: k8s/charts/model_pool_chart.py (Mountpoint for S3 drops a file's page cache on every open)."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from inference_runtime.llama_flags import LOAD_MODE, MODEL_KEY, POOLED_SIZED, pooled_model_flags
+
+MODEL_DIR = "/models"  # where a replica reads the weights: the volume's mount (k8s/workloads/engine_container.py)
+# The llama-server router's own defaults a preset can name (README "Model presets": keys are flags without dashes).
+PRESET_VERSION = "1"
+POOL_DEFAULTS = ((LOAD_MODE.key, "none"),)  # the `[*]` keys every pool replica runs with (see the docstring)
+_OPTION = re.compile(r"^[a-z][a-z0-9-]{0,63}$")
+_SECTION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # no ':' (a tag separator for the router), no ']'
+
+
+@dataclass(frozen=True)
+class PoolModel:
+    """One model of a pool. name: the `model` clients send (the INI section). path: the GGUF's key under the
+    farm prefix (`<name>/<idhash>/<file>.gguf`, catalog.gguf_key without `farm/`), read at /models/<path>.
+    ctx_size / parallel / threads: the child llama-server's --ctx-size / --parallel / --threads (pool plan).
+    options: more keys of its section (engines.tasks.task_options: `embeddings = true` for an embedding model).
+    Its section's flags: `flags()` (llama_flags.pooled_model_flags, as its engine.json on SageMaker)."""
+
+    name: str
+    path: str
+    ctx_size: int
+    parallel: int = 1
+    threads: int = 1
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        where = f"PoolModel {self.name!r}"
+        if not _SECTION.match(self.name):
+            raise ValueError(f"{where}: name must be 1-128 of letters, digits, '.', '_', '-' starting with a letter or digit "
+                             "(it is a preset INI section and the request's `model`)")
+        if self.path.startswith("/") or ".." in self.path.split("/") or not self.path.endswith(".gguf") or any(c in self.path for c in "\n\r;#"):
+            raise ValueError(f"{where}: path must be a relative key under the farm prefix ending in .gguf (e.g. {self.name}/<idhash>/model.gguf), got {self.path!r}")
+        for key in ("ctx_size", "parallel", "threads"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{where}: {key} must be ≥ 1, got {getattr(self, key)}")
+        reserved = (MODEL_KEY, *(o.key for o in POOLED_SIZED))
+        for key, value in self.options.items():
+            if not _OPTION.match(key) or key in reserved or any(c in str(value) for c in "\n\r"):
+                raise ValueError(f"{where}: options key {key!r} must be a llama-server flag without dashes other than {'/'.join(reserved)}, one-line value")
+
+    def flags(self) -> dict[str, str]:
+        """Its llama-server flags (its preset section's keys besides `model`)."""
+        return pooled_model_flags(ctx_size=self.ctx_size, parallel=self.parallel, threads=self.threads, options=self.options)
+
+
+def render_preset(models: Sequence[PoolModel], *, model_dir: str = MODEL_DIR, defaults: Mapping[str, str] | None = None) -> str:
+    """The llama-server preset INI of a pool (tools/server/README.md "Model presets"): `[*]` holds `defaults`
+    plus the most common value of each sized option (llama_flags.POOLED_SIZED); each model's section holds
+    `model = <model_dir>/<path>` and only the flags (PoolModel.flags) whose value differs from `[*]` (a section
+    overrides `[*]`)."""
+    flags = [m.flags() for m in models]
+    sized = [o.key for o in POOLED_SIZED]
+    base: dict[str, str] = dict(defaults or {})
+    for key in sized:
+        (common, _), = Counter(f[key] for f in flags).most_common(1)
+        base[key] = common
+    lines = [f"version = {PRESET_VERSION}", "[*]", *(f"{k} = {v}" for k, v in base.items())]
+    for m, own in zip(models, flags, strict=True):
+        lines += [f"[{m.name}]", f"{MODEL_KEY} = {model_dir.rstrip('/')}/{m.path}"]
+        lines += [f"{key} = {value}" for key, value in own.items() if key not in sized or value != base[key]]
+    return "\n".join(lines) + "\n"
+
+
+
+def pool_preset(models: Sequence[PoolModel], *, model_dir: str = MODEL_DIR) -> str:
+    """The preset a pool replica runs: render_preset with the pool's `[*]` defaults (POOL_DEFAULTS). One definition
+    for the chart and `cpu-inference local` (which moves `model_dir` to a local directory)."""
+    return render_preset(models, model_dir=model_dir, defaults=dict(POOL_DEFAULTS))

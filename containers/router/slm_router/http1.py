@@ -1,1 +1,0 @@
-../../llama-server/http1.py

@@ -1,1 +1,0 @@
-../llama-server/engine_flags.py

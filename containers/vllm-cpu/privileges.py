@@ -1,1 +1,0 @@
-../llama-server/privileges.py

@@ -1,1 +1,0 @@
-../llama-server/sagemaker_adapter.py

@@ -1,0 +1,58 @@
+"""The Hugging Face Hub endpoint default has one definition, model_download.hub.DEFAULT_ENDPOINT: the library's
+props, the copy jobs' custom resources and the job CLIs' help all take it from there (issue 24, one owner per fact)."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import re
+from pathlib import Path
+
+from cpu_inference.artifacts.model_artifact import ModelArtifactProps
+from cpu_inference.artifacts.model_catalog import ModelCatalogProps
+from model_download import args, catalog_job, catalog_resource, custom_resource, snapshot_job, snapshot_resource
+from model_download.hub import DEFAULT_ENDPOINT, Hub
+
+ROOT = Path(__file__).resolve().parents[3]
+# The endpoint itself, not a page below it (https://huggingface.co/docs/... links are documentation).
+_ENDPOINT_TEXT = re.compile(re.escape(DEFAULT_ENDPOINT) + r"(?![/\w.-])")
+
+
+def _string_constants(path: Path) -> list[tuple[int, str]]:
+    return [(node.lineno, node.value) for node in ast.walk(ast.parse(path.read_text(), filename=str(path)))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+
+
+def test_the_endpoint_is_written_once_in_the_library_and_the_lambdas() -> None:
+    owner = ROOT / "lambda" / "model_download" / "hub.py"
+    hits = [f"{path.relative_to(ROOT)}:{line}"
+            for tree in (ROOT / "constructs", ROOT / "lambda") for path in sorted(tree.rglob("*.py"))
+            for line, text in _string_constants(path) if _ENDPOINT_TEXT.search(text)]
+    owner_line = next(i for i, line in enumerate(owner.read_text().splitlines(), 1) if line.startswith("DEFAULT_ENDPOINT ="))
+    assert hits == [f"{owner.relative_to(ROOT)}:{owner_line}"], "import model_download.hub.DEFAULT_ENDPOINT instead"
+
+
+def test_props_default_to_the_hub_default() -> None:
+    for props in (ModelArtifactProps, ModelCatalogProps):
+        default = {f.name: f.default for f in dataclasses.fields(props)}["hf_endpoint"]
+        assert default == DEFAULT_ENDPOINT, props.__name__
+
+
+def test_custom_resources_fall_back_to_the_hub_default() -> None:
+    base = {"Bucket": "b", "KeyPrefix": "models/m", "HfRepo": "o/r", "File": "m.gguf",
+            "CatalogBucket": "c", "CatalogKey": "k", "Fingerprint": "f"}
+    for module in (catalog_resource, snapshot_resource, custom_resource):
+        env = {e["name"]: e["value"] for e in module.build_environment(dict(base))}
+        assert env["HF_ENDPOINT"] == DEFAULT_ENDPOINT, module.__name__
+
+
+def test_cli_help_names_the_hub_default(monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    copy_parser = argparse.ArgumentParser()
+    args.add_arguments(copy_parser)
+    for p in (copy_parser, catalog_job.parser(), snapshot_job.parser()):
+        action = next(a for a in p._actions if "--endpoint" in a.option_strings)
+        assert action.help is not None and DEFAULT_ENDPOINT in action.help
+        assert action.default is None  # None: the Hub client falls back to HF_ENDPOINT, then DEFAULT_ENDPOINT
+    assert Hub(None).endpoint == DEFAULT_ENDPOINT
