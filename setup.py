@@ -15,7 +15,9 @@ HERE = Path(__file__).resolve().parent
 
 def _resources():
     # Loaded by path: importing the package would import its dependencies, which a build does not have.
-    spec = importlib.util.spec_from_file_location("_cpu_inference_resources", HERE / "constructs" / "cpu_inference" / "_internal" / "resources.py")
+    spec = importlib.util.spec_from_file_location(
+        "_cpu_inference_resources", HERE / "constructs" / "cpu_inference" / "_internal" / "resources.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

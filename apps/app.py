@@ -38,7 +38,9 @@ def main() -> None:
     except RuntimeError as exc:
         if "Validation failed" not in str(exc):
             raise
-        print("cdk-nag AwsSolutions findings above fail this synth (see cdk.out/validation-report.json)", file=sys.stderr)
+        print(
+            "cdk-nag AwsSolutions findings above fail this synth (see cdk.out/validation-report.json)", file=sys.stderr
+        )
         sys.exit(1)
 
 

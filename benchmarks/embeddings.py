@@ -34,7 +34,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # Not this script's own directory first: benchmarks/model_download.py would shadow the model_download module.
-sys.path[:] = [str(ROOT), str(ROOT / "constructs")] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
+sys.path[:] = [str(ROOT), str(ROOT / "constructs")] + [
+    p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"
+]
 
 from tests.support.encoder_reference import cosine  # noqa: E402
 from tests.support.engine import free_port, llama_server_path, stop_process, wait_healthy  # noqa: E402
@@ -44,19 +46,63 @@ from tests.support.vllm import vllm_python  # noqa: E402
 EXAMPLE = ROOT / "examples" / "model-farm-eks.yaml"
 MODEL = "all-minilm"  # the example's all-MiniLM-L6-v2, pooled in `small`
 
-SUBJECTS = ["The engineer", "A small cat", "Our new model", "The city council", "My neighbour", "This query", "The pod",
-            "A red kite", "The scheduler", "An old library"]
-VERBS = ["describes", "ignores", "rebuilds", "measures", "questions", "celebrates", "moves", "explains", "sorts", "watches"]
-OBJECTS = ["the quarterly budget", "a noisy kettle", "every failing test", "the mountain trail", "three blue boxes",
-           "the cache eviction policy", "a late train to Zürich", "the river at dawn", "its own reflection", "the long report"]
-TAILS = ["before lunch.", "with great care.", "for the second time today.", "although nobody asked.", "in under a minute.",
-         "while it rains.", "and then sleeps.", "using only a pencil.", "after the update.", "near the old bridge."]
+SUBJECTS = [
+    "The engineer",
+    "A small cat",
+    "Our new model",
+    "The city council",
+    "My neighbour",
+    "This query",
+    "The pod",
+    "A red kite",
+    "The scheduler",
+    "An old library",
+]
+VERBS = [
+    "describes",
+    "ignores",
+    "rebuilds",
+    "measures",
+    "questions",
+    "celebrates",
+    "moves",
+    "explains",
+    "sorts",
+    "watches",
+]
+OBJECTS = [
+    "the quarterly budget",
+    "a noisy kettle",
+    "every failing test",
+    "the mountain trail",
+    "three blue boxes",
+    "the cache eviction policy",
+    "a late train to Zürich",
+    "the river at dawn",
+    "its own reflection",
+    "the long report",
+]
+TAILS = [
+    "before lunch.",
+    "with great care.",
+    "for the second time today.",
+    "although nobody asked.",
+    "in under a minute.",
+    "while it rains.",
+    "and then sleeps.",
+    "using only a pencil.",
+    "after the update.",
+    "near the old bridge.",
+]
 
 
 def sentences(n: int, seed: int) -> list[str]:
     """n distinct sentences of 16-22 tokens with [CLS]/[SEP] (a seeded mix, numbered so none repeats)."""
     rng = random.Random(seed)
-    return [f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)} {rng.choice(TAILS)} ({seed}-{i})" for i in range(n)]
+    return [
+        f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)} {rng.choice(TAILS)} ({seed}-{i})"
+        for i in range(n)
+    ]
 
 
 def farm_options(max_threads: int) -> dict[str, str]:
@@ -86,9 +132,21 @@ class Engine:
         valued = [a for k, v in options.items() if v != "true" for a in (f"--{k}", v)]
         self.port = free_port()
         self.out = open(log, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen([str(llama_server_path()), "-m", str(encoder_files()["encoder_gguf"]), "--host",
-                                      "127.0.0.1", "--port", str(self.port), *valued, *flags],
-                                     stdout=self.out, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [
+                str(llama_server_path()),
+                "-m",
+                str(encoder_files()["encoder_gguf"]),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                *valued,
+                *flags,
+            ],
+            stdout=self.out,
+            stderr=subprocess.STDOUT,
+        )
         wait_healthy(f"http://127.0.0.1:{self.port}", self.proc)
 
     def post(self, conn: http.client.HTTPConnection, inputs: str | list[str]) -> list[list[float]]:
@@ -134,7 +192,7 @@ class Engine:
         first: list[list[float]] = []
         start = time.perf_counter()
         for i in range(0, len(texts), size):
-            out = self.post(conn, texts[i:i + size])
+            out = self.post(conn, texts[i : i + size])
             first = first or out
         elapsed = time.perf_counter() - start
         conn.close()
@@ -182,8 +240,13 @@ class Torch:
 
     def __init__(self, threads: int) -> None:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error", "OMP_NUM_THREADS": str(threads)}
-        self.proc = subprocess.Popen([str(vllm_python()), "-c", TORCH_WORKER, str(encoder_files()["encoder_dir"]), str(threads)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        self.proc = subprocess.Popen(
+            [str(vllm_python()), "-c", TORCH_WORKER, str(encoder_files()["encoder_dir"]), str(threads)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         assert self.proc.stdout is not None
         self.version = json.loads(self.proc.stdout.readline())["ready"]
 
@@ -208,7 +271,9 @@ def main() -> int:
     ap.add_argument("--sentences", type=int, default=256, help="sentences per measurement (each round new ones)")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--concurrency", type=int, help="single-sentence requests in flight (default: the engine's slots)")
-    ap.add_argument("--parallel", type=int, help="override the plan's slots (what-if; the farm's figure is the default)")
+    ap.add_argument(
+        "--parallel", type=int, help="override the plan's slots (what-if; the farm's figure is the default)"
+    )
     ap.add_argument("--json", metavar="PATH")
     args = ap.parse_args()
 
@@ -245,24 +310,41 @@ def main() -> int:
             if r >= 0:
                 for k, v in rates.items():
                     results[k].append(v)
-            print(f"round {r + 1 if r >= 0 else 'warm-up'}: " + ", ".join(f"{k} {v:.1f}/s" for k, v in rates.items()), flush=True)
+            print(
+                f"round {r + 1 if r >= 0 else 'warm-up'}: " + ", ".join(f"{k} {v:.1f}/s" for k, v in rates.items()),
+                flush=True,
+            )
     finally:
         engine.stop()
         torch_.stop()
     med = {k: statistics.median(v) for k, v in results.items()}
     summary = {
-        "options": options, "concurrency": concurrency, "batch": args.batch, "sentences": args.sentences,
-        "rounds": args.rounds, "torch": torch_.version, "cpus": cpus, "load_avg": [load_start, os.getloadavg()[0]],
-        "median_embeddings_per_s": med, "ratio_single": med["llama single"] / med["torch single"],
-        "ratio_batch": med["llama batch"] / med["torch batch"], "min_cosine_first_batch": min_cos,
+        "options": options,
+        "concurrency": concurrency,
+        "batch": args.batch,
+        "sentences": args.sentences,
+        "rounds": args.rounds,
+        "torch": torch_.version,
+        "cpus": cpus,
+        "load_avg": [load_start, os.getloadavg()[0]],
+        "median_embeddings_per_s": med,
+        "ratio_single": med["llama single"] / med["torch single"],
+        "ratio_batch": med["llama batch"] / med["torch batch"],
+        "min_cosine_first_batch": min_cos,
     }
     opts = " ".join(f"{k}={v}" for k, v in options.items())
-    print(f"\nllama-server ({opts}; {concurrency} in flight) vs transformers (torch {torch_.version}, {threads} threads), "
-          f"medians of {args.rounds} rounds x {args.sentences} sentences; load avg {load_start:.2f} -> {os.getloadavg()[0]:.2f}")
-    print(f"  single sentence: llama-server {med['llama single']:.1f}/s  transformers {med['torch single']:.1f}/s  "
-          f"ratio {summary['ratio_single']:.2f}x")
-    print(f"  batch of {args.batch}:     llama-server {med['llama batch']:.1f}/s  transformers {med['torch batch']:.1f}/s  "
-          f"ratio {summary['ratio_batch']:.2f}x")
+    print(
+        f"\nllama-server ({opts}; {concurrency} in flight) vs transformers (torch {torch_.version}, {threads} threads), "
+        f"medians of {args.rounds} rounds x {args.sentences} sentences; load avg {load_start:.2f} -> {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        f"  single sentence: llama-server {med['llama single']:.1f}/s  transformers {med['torch single']:.1f}/s  "
+        f"ratio {summary['ratio_single']:.2f}x"
+    )
+    print(
+        f"  batch of {args.batch}:     llama-server {med['llama batch']:.1f}/s  transformers {med['torch batch']:.1f}/s  "
+        f"ratio {summary['ratio_batch']:.2f}x"
+    )
     print(f"  same embeddings: min cosine {min_cos:.6f} (first batch of each round)")
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2))

@@ -42,10 +42,18 @@ from tests.runtime.engine.serving import Endpoint, start_endpoint, stop_endpoint
 from tests.support.engine import llama_server_path  # noqa: E402
 
 PROMPTS = [
-    "Explain how a heat pump works.", "Write a haiku about autumn rain.", "List three uses of copper.",
-    "Summarize the plot of Hamlet.", "Describe a sunrise over the sea.", "Why is the sky blue?",
-    "Give tips for a job interview.", "What is a prime number?", "Describe the water cycle.",
-    "Write a limerick about a cat.", "How do vaccines work?", "Explain recursion to a child.",
+    "Explain how a heat pump works.",
+    "Write a haiku about autumn rain.",
+    "List three uses of copper.",
+    "Summarize the plot of Hamlet.",
+    "Describe a sunrise over the sea.",
+    "Why is the sky blue?",
+    "Give tips for a job interview.",
+    "What is a prime number?",
+    "Describe the water cycle.",
+    "Write a limerick about a cat.",
+    "How do vaccines work?",
+    "Explain recursion to a child.",
 ]
 MODELS = {
     "smollm2": ModelSpec(parameters_billions=0.135, quantization="Q4_1", task="chat"),
@@ -108,7 +116,9 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
-def run_batch(label: str, base: str, path: str, *, requests: int, concurrency: int, max_tokens: int, ep: Endpoint) -> Batch:
+def run_batch(
+    label: str, base: str, path: str, *, requests: int, concurrency: int, max_tokens: int, ep: Endpoint
+) -> Batch:
     """`concurrency` workers send `requests` streaming chats in total, back to back."""
     lock = threading.Lock()
     next_i = [0]
@@ -123,8 +133,13 @@ def run_batch(label: str, base: str, path: str, *, requests: int, concurrency: i
                 if i >= requests:
                     return
                 next_i[0] += 1
-            body = {"messages": [{"role": "user", "content": f"{PROMPTS[i % len(PROMPTS)]} (#{i})"}],
-                    "max_tokens": max_tokens, "ignore_eos": True, "stream": True, "temperature": 0.7}
+            body = {
+                "messages": [{"role": "user", "content": f"{PROMPTS[i % len(PROMPTS)]} (#{i})"}],
+                "max_tokens": max_tokens,
+                "ignore_eos": True,
+                "stream": True,
+                "temperature": 0.7,
+            }
             try:
                 ttft, n = _one(base, path, body)
             except Exception as e:  # noqa: BLE001 - counted and reported
@@ -149,7 +164,18 @@ def run_batch(label: str, base: str, path: str, *, requests: int, concurrency: i
     adapter_cpu, engine_cpu = (cpu_seconds(p) - c for p, c in zip(pids, cpu0, strict=True))
     others = machine_busy_seconds() - busy0 - (sum(os.times()[:2]) - own0) - adapter_cpu - engine_cpu
     q = statistics.quantiles(ttfts, n=20, method="inclusive") if len(ttfts) > 1 else ttfts * 19
-    return Batch(label, requests, tokens[0], seconds, statistics.median(ttfts), q[18], errors[0], adapter_cpu, engine_cpu, max(0.0, others / seconds))
+    return Batch(
+        label,
+        requests,
+        tokens[0],
+        seconds,
+        statistics.median(ttfts),
+        q[18],
+        errors[0],
+        adapter_cpu,
+        engine_cpu,
+        max(0.0, others / seconds),
+    )
 
 
 QUIET_CORES = 0.25  # a batch is quiet when other work kept fewer CPUs than this busy on average
@@ -166,8 +192,11 @@ def figures(results: dict[str, list[Batch]], quiet_only: bool) -> dict | None:
     direct, adapter, np1 = rate["direct"], rate["adapter"], rate["np1"]
     return {
         "batches": {k: len(bs) for k, bs in chosen.items()},
-        "direct_tok_s": round(direct, 1), "adapter_tok_s": round(adapter, 1), "np1_tok_s": round(np1, 1),
-        "adapter_vs_direct": round(adapter / direct, 3), "sized_vs_np1": round(direct / np1, 2),
+        "direct_tok_s": round(direct, 1),
+        "adapter_tok_s": round(adapter, 1),
+        "np1_tok_s": round(np1, 1),
+        "adapter_vs_direct": round(adapter / direct, 3),
+        "sized_vs_np1": round(direct / np1, 2),
         "ttft_p95_s": {k: round(v, 3) for k, v in ttft.items()},
         "goals": {
             "adapter >= 0.95 x direct": adapter >= 0.95 * direct,
@@ -180,7 +209,9 @@ def figures(results: dict[str, list[Batch]], quiet_only: bool) -> dict | None:
 def local_instance(cpus: int) -> InstanceType:
     """This machine as a SageMaker-like instance whose engine owns `cpus` CPUs."""
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3
-    return InstanceType("local", cpus, mem, "amd64" if os.uname().machine == "x86_64" else "arm64", "local", "native", False)
+    return InstanceType(
+        "local", cpus, mem, "amd64" if os.uname().machine == "x86_64" else "arm64", "local", "native", False
+    )
 
 
 def model_path(name: str) -> Path:
@@ -189,11 +220,19 @@ def model_path(name: str) -> Path:
     return smollm2_path() if name == "smollm2" else gemma_path()
 
 
-def start(binary: Path, model: Path, workdir: Path, *, threads: int, slots: int, ctx_per_slot: int, queue: int) -> Endpoint:
+def start(
+    binary: Path, model: Path, workdir: Path, *, threads: int, slots: int, ctx_per_slot: int, queue: int
+) -> Endpoint:
     workdir.mkdir(parents=True, exist_ok=True)
     return start_endpoint(
-        binary, model, workdir, LLAMA_THREADS=str(threads), LLAMA_PARALLEL=str(slots),
-        LLAMA_CTX_PER_SLOT=str(ctx_per_slot), LLAMA_QUEUE_DEPTH=str(queue), LLAMA_CACHE_RAM_MIB="256",
+        binary,
+        model,
+        workdir,
+        LLAMA_THREADS=str(threads),
+        LLAMA_PARALLEL=str(slots),
+        LLAMA_CTX_PER_SLOT=str(ctx_per_slot),
+        LLAMA_QUEUE_DEPTH=str(queue),
+        LLAMA_CACHE_RAM_MIB="256",
     )
 
 
@@ -205,24 +244,50 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests", type=int, default=8, help="requests per batch")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=6, help="rounds of the three measurements")
-    ap.add_argument("--cpus", type=int, default=len(os.sched_getaffinity(0)),
-                    help="CPUs the engine owns (default: all); lower it when other work holds some of them")
+    ap.add_argument(
+        "--cpus",
+        type=int,
+        default=len(os.sched_getaffinity(0)),
+        help="CPUs the engine owns (default: all); lower it when other work holds some of them",
+    )
     ap.add_argument("--json", type=Path, help="write the results here")
     args = ap.parse_args(argv)
 
     binary = llama_server_path()
     model = args.model_path or model_path(args.model)
     spec = MODELS[args.model]
-    sized = size(ModelSpec(**{**asdict(spec), "file_size_bytes": model.stat().st_size}), local_instance(args.cpus), target="sagemaker")
+    sized = size(
+        ModelSpec(**{**asdict(spec), "file_size_bytes": model.stat().st_size}),
+        local_instance(args.cpus),
+        target="sagemaker",
+    )
     print(f"model {model.name}; engine {binary}")
-    print(f"sized for this machine: threads={sized.threads} slots={sized.slots} ctx/slot={sized.ctx_per_slot}; concurrency {args.concurrency}")
+    print(
+        f"sized for this machine: threads={sized.threads} slots={sized.slots} ctx/slot={sized.ctx_per_slot}; concurrency {args.concurrency}"
+    )
     common = dict(requests=args.requests, concurrency=args.concurrency, max_tokens=args.max_tokens)
     results: dict[str, list[Batch]] = {"direct": [], "adapter": [], "np1": []}
     with tempfile.TemporaryDirectory() as tmp:
         # Both engines stay up; only one is loaded at a time. Rounds rotate the order of the three
         # measurements so drift and noise from other work on the machine spread over all of them.
-        sized_ep = start(binary, model, Path(tmp) / "sized", threads=sized.threads, slots=sized.slots, ctx_per_slot=sized.ctx_per_slot, queue=args.concurrency)
-        np1_ep = start(binary, model, Path(tmp) / "np1", threads=sized.threads, slots=1, ctx_per_slot=sized.ctx_per_slot, queue=args.concurrency)
+        sized_ep = start(
+            binary,
+            model,
+            Path(tmp) / "sized",
+            threads=sized.threads,
+            slots=sized.slots,
+            ctx_per_slot=sized.ctx_per_slot,
+            queue=args.concurrency,
+        )
+        np1_ep = start(
+            binary,
+            model,
+            Path(tmp) / "np1",
+            threads=sized.threads,
+            slots=1,
+            ctx_per_slot=sized.ctx_per_slot,
+            queue=args.concurrency,
+        )
         targets = [
             ("direct", sized_ep, sized_ep.engine_url, "/v1/chat/completions"),
             ("adapter", sized_ep, sized_ep.url, "/invocations"),
@@ -232,30 +297,47 @@ def main(argv: list[str] | None = None) -> int:
             for _, ep, base, path in targets:
                 run_batch("warm-up", base, path, **{**common, "requests": args.concurrency}, ep=ep)
             for r in range(args.rounds):
-                for label, ep, base, path in targets[r % 3:] + targets[: r % 3]:
+                for label, ep, base, path in targets[r % 3 :] + targets[: r % 3]:
                     b = run_batch(label, base, path, **common, ep=ep)
                     results[label].append(b)
-                    print(f"  round {r + 1} {label:8s} {b.tokens_per_second:7.1f} tok/s  TTFT p50 {b.ttft_p50:.3f}s p95 {b.ttft_p95:.3f}s"
-                          f"  cpu adapter {b.adapter_cpu_s:.2f}s engine {b.engine_cpu_s:.2f}s  other load {b.others_cores:.1f} cores  errors {b.errors}", flush=True)
+                    print(
+                        f"  round {r + 1} {label:8s} {b.tokens_per_second:7.1f} tok/s  TTFT p50 {b.ttft_p50:.3f}s p95 {b.ttft_p95:.3f}s"
+                        f"  cpu adapter {b.adapter_cpu_s:.2f}s engine {b.engine_cpu_s:.2f}s  other load {b.others_cores:.1f} cores  errors {b.errors}",
+                        flush=True,
+                    )
         finally:
             stop_endpoint(sized_ep)
             stop_endpoint(np1_ep)
 
     summary = {
-        "model": model.name, "threads": sized.threads, "slots": sized.slots, "ctx_per_slot": sized.ctx_per_slot,
-        "concurrency": args.concurrency, "max_tokens": args.max_tokens, "requests_per_batch": args.requests, "rounds": args.rounds,
+        "model": model.name,
+        "threads": sized.threads,
+        "slots": sized.slots,
+        "ctx_per_slot": sized.ctx_per_slot,
+        "concurrency": args.concurrency,
+        "max_tokens": args.max_tokens,
+        "requests_per_batch": args.requests,
+        "rounds": args.rounds,
         # On a shared machine other work swings tokens/s by 10x (the engine's threads meet at a barrier every
         # op, so one preempted thread stalls all): figures over all batches, and over the quiet ones only.
         "all_batches": figures(results, quiet_only=False),
         "quiet_batches": figures(results, quiet_only=True),
-        "adapter_cpu_per_engine_cpu": round(sum(b.adapter_cpu_s for b in results["adapter"]) / sum(b.engine_cpu_s for b in results["adapter"]), 4),
-        "adapter_cpu_ms_per_token": round(1000 * sum(b.adapter_cpu_s for b in results["adapter"]) / sum(b.tokens for b in results["adapter"]), 3),
+        "adapter_cpu_per_engine_cpu": round(
+            sum(b.adapter_cpu_s for b in results["adapter"]) / sum(b.engine_cpu_s for b in results["adapter"]), 4
+        ),
+        "adapter_cpu_ms_per_token": round(
+            1000 * sum(b.adapter_cpu_s for b in results["adapter"]) / sum(b.tokens for b in results["adapter"]), 3
+        ),
         "other_load_cores_median": round(statistics.median(b.others_cores for bs in results.values() for b in bs), 2),
         "errors": sum(b.errors for bs in results.values() for b in bs),
     }
     print(json.dumps(summary, indent=2))
     if args.json:
-        args.json.write_text(json.dumps({"summary": summary, "batches": {k: [asdict(b) for b in v] for k, v in results.items()}}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {"summary": summary, "batches": {k: [asdict(b) for b in v] for k, v in results.items()}}, indent=2
+            )
+        )
     return 0
 
 

@@ -62,7 +62,11 @@ SHAPE = dict(parameters_billions=0.135, layers=30, kv_heads=3, head_dim=64, task
 
 
 def pin() -> dict[str, str]:
-    pairs = (ln.split("=", 1) for ln in (ROOT / "containers/llama-server/engine-pin.env").read_text().splitlines() if "=" in ln and not ln.startswith("#"))
+    pairs = (
+        ln.split("=", 1)
+        for ln in (ROOT / "containers/llama-server/engine-pin.env").read_text().splitlines()
+        if "=" in ln and not ln.startswith("#")
+    )
     return {k.strip(): v.strip() for k, v in pairs}
 
 
@@ -76,7 +80,9 @@ def gguf_path(quant: str) -> Path:
 def prepare_models(python: str) -> dict[str, Path]:
     """BF16 checkpoint -> BF16 GGUF (convert_hf_to_gguf.py) -> Q8_0 / Q4_K_M (llama-quantize); cached."""
     if not (BF16_DIR / "config.json").is_file():
-        raise SystemExit(f"{BF16_DIR} missing: make it with `{python} scripts/gguf_to_safetensors.py <smollm2 .gguf> {BF16_DIR}`")
+        raise SystemExit(
+            f"{BF16_DIR} missing: make it with `{python} scripts/gguf_to_safetensors.py <smollm2 .gguf> {BF16_DIR}`"
+        )
     out = {q: gguf_path(q) for q in QUANTS}
     if all(p.is_file() for p in out.values()):
         return out
@@ -84,23 +90,57 @@ def prepare_models(python: str) -> dict[str, Path]:
     sdist = CACHE / "sdist" / p["LLAMA_CPP_PYTHON_SDIST"]
     if not sdist.is_file():
         sdist.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:", f"llama-cpp-python=={p['LLAMA_CPP_PYTHON_VERSION']}", "-d", str(sdist.parent)], check=True)
-    subprocess.run(["sha256sum", "-c", "--quiet", "-"], input=f"{p['LLAMA_CPP_PYTHON_SHA256']}  {sdist}\n", text=True, check=True)
-    quantize = subprocess.run(["bash", str(ROOT / "scripts/build_llama_quantize.sh")], check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                f"llama-cpp-python=={p['LLAMA_CPP_PYTHON_VERSION']}",
+                "-d",
+                str(sdist.parent),
+            ],
+            check=True,
+        )
+    subprocess.run(
+        ["sha256sum", "-c", "--quiet", "-"], input=f"{p['LLAMA_CPP_PYTHON_SHA256']}  {sdist}\n", text=True, check=True
+    )
+    quantize = (
+        subprocess.run(
+            ["bash", str(ROOT / "scripts/build_llama_quantize.sh")], check=True, capture_output=True, text=True
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     with tempfile.TemporaryDirectory(prefix="engines-bench-") as tmp:
         prefix = f"llama_cpp_python-{p['LLAMA_CPP_PYTHON_VERSION']}/vendor/llama.cpp/"
         keep = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/")
         with tarfile.open(sdist) as tar:
-            members = [m for m in tar.getmembers() if m.name.startswith(prefix) and m.name[len(prefix):].startswith(keep)]
+            members = [
+                m for m in tar.getmembers() if m.name.startswith(prefix) and m.name[len(prefix) :].startswith(keep)
+            ]
             tar.extractall(tmp, members=members, filter="data")
         src = Path(tmp) / prefix
         bf16 = Path(tmp) / f"{BASE}-bf16.gguf"
         # The sdist's own gguf-py goes first on sys.path (the script inserts it unless NO_LOCAL_GGUF is set).
-        subprocess.run([python, str(src / "convert_hf_to_gguf.py"), str(BF16_DIR), "--outtype", "bf16", "--outfile", str(bf16)], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [python, str(src / "convert_hf_to_gguf.py"), str(BF16_DIR), "--outtype", "bf16", "--outfile", str(bf16)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         for quant, dest in out.items():
             if not dest.is_file():
                 tmp_out = dest.with_suffix(".gguf.tmp")
-                subprocess.run([quantize, str(bf16), str(tmp_out), quant], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                subprocess.run(
+                    [quantize, str(bf16), str(tmp_out), quant],
+                    check=True,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
                 tmp_out.replace(dest)
     return out
 
@@ -232,13 +272,50 @@ def engines(ggufs: dict[str, Path], vllm_python: str, port: int, only: set[str])
     out = []
     if LLAMA_CPP in only:
         for quant, path in ggufs.items():
-            sized = size(ModelSpec(**SHAPE, quantization=quant, file_size_bytes=path.stat().st_size), it, target="eks", cpu=2).engine_env()
-            env = {**sized, "MODEL_PATH": str(path), "LLAMA_SERVER_BIN": str(llama_server_path()), "LLAMA_HOST": "127.0.0.1", "LLAMA_PORT": str(port), "LLAMA_MODEL_ALIAS": path.stem}
-            out.append(Engine(f"llama.cpp {quant}", LLAMA_CPP, f"GGUF {quant}", path, path.stem, [sys.executable, str(ROOT / "containers/llama-server/entrypoint.py")], env, sized))
+            sized = size(
+                ModelSpec(**SHAPE, quantization=quant, file_size_bytes=path.stat().st_size), it, target="eks", cpu=2
+            ).engine_env()
+            env = {
+                **sized,
+                "MODEL_PATH": str(path),
+                "LLAMA_SERVER_BIN": str(llama_server_path()),
+                "LLAMA_HOST": "127.0.0.1",
+                "LLAMA_PORT": str(port),
+                "LLAMA_MODEL_ALIAS": path.stem,
+            }
+            out.append(
+                Engine(
+                    f"llama.cpp {quant}",
+                    LLAMA_CPP,
+                    f"GGUF {quant}",
+                    path,
+                    path.stem,
+                    [sys.executable, str(ROOT / "containers/llama-server/entrypoint.py")],
+                    env,
+                    sized,
+                )
+            )
     if VLLM in only:
         sized = size(ModelSpec(**SHAPE, engine=VLLM, dtype="bfloat16"), it, target="eks", cpu=2).engine_env()
-        env = {**sized, "MODEL_PATH": str(BF16_DIR), "SERVE_MODEL_NAME": BF16_DIR.name, "SERVE_HOST": "127.0.0.1", "SERVE_PORT": str(port)}
-        out.append(Engine("vLLM BF16", VLLM, "safetensors BF16", BF16_DIR, BF16_DIR.name, [vllm_python, str(ROOT / "containers/vllm-cpu/entrypoint.py")], env, sized))
+        env = {
+            **sized,
+            "MODEL_PATH": str(BF16_DIR),
+            "SERVE_MODEL_NAME": BF16_DIR.name,
+            "SERVE_HOST": "127.0.0.1",
+            "SERVE_PORT": str(port),
+        }
+        out.append(
+            Engine(
+                "vLLM BF16",
+                VLLM,
+                "safetensors BF16",
+                BF16_DIR,
+                BF16_DIR.name,
+                [vllm_python, str(ROOT / "containers/vllm-cpu/entrypoint.py")],
+                env,
+                sized,
+            )
+        )
     return out
 
 
@@ -261,17 +338,32 @@ def stop_group(proc: subprocess.Popen, timeout: float = 30) -> None:
 
 def record_stream(base: str, model: str, path: Path) -> None:
     """Keep one short streamed answer's raw bytes: what each engine's SSE looks like (a test replays vLLM's)."""
-    body = {"model": model, "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
-    req = urllib.request.Request(f"{base}/v1/chat/completions", json.dumps(body).encode(), {"Content-Type": "application/json"})
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "Say hello."}],
+        "max_tokens": 8,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    req = urllib.request.Request(
+        f"{base}/v1/chat/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=300) as r:
         path.write_bytes(r.read())
 
 
-def run_engine(e: Engine, prompts: list, *, requests: int, concurrency: int, max_tokens: int, out_dir: Path, port: int, wait: float) -> dict:
+def run_engine(
+    e: Engine, prompts: list, *, requests: int, concurrency: int, max_tokens: int, out_dir: Path, port: int, wait: float
+) -> dict:
     base = f"http://127.0.0.1:{port}"
     log_path = out_dir / f"{e.served_name}.log"
     load_before = os.getloadavg()
-    print(f"== {e.label}: starting ({' '.join(e.command)}), load average {load_before[0]:.2f}", file=sys.stderr, flush=True)
+    print(
+        f"== {e.label}: starting ({' '.join(e.command)}), load average {load_before[0]:.2f}",
+        file=sys.stderr,
+        flush=True,
+    )
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "LLAMA_", "SERVE_"))}, **e.env}
     with open(log_path, "wb") as log:
         t0 = time.perf_counter()
@@ -286,16 +378,40 @@ def run_engine(e: Engine, prompts: list, *, requests: int, concurrency: int, max
                 record_stream(base, e.served_name, out_dir / f"{e.served_name}.chat-stream.sse")
                 client = OpenAIClient(base, timeout=600)
                 quiet = wait_quiet(tree_pids(proc.pid), wait)
-                print(f"   healthy after {startup_s:.1f} s; other load before measuring {quiet:.2f} cores", file=sys.stderr, flush=True)
+                print(
+                    f"   healthy after {startup_s:.1f} s; other load before measuring {quiet:.2f} cores",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 load = LoadSettings(max_tokens=max_tokens, model=e.served_name, ignore_eos=True, max_seconds=3600)
                 try:
                     # Warm-up at the measured concurrency: batch shapes, caches and compiled graphs before timing.
-                    warm = run_level(client, prompts, concurrency=concurrency, requests=concurrency, settings=load, prompt_offset=requests)
+                    warm = run_level(
+                        client,
+                        prompts,
+                        concurrency=concurrency,
+                        requests=concurrency,
+                        settings=load,
+                        prompt_offset=requests,
+                    )
                     pids = tree_pids(proc.pid)
-                    cpu0, busy0, self0, wall0 = cpu_seconds(pids), machine_busy_seconds(), cpu_seconds([os.getpid()]), time.perf_counter()
+                    cpu0, busy0, self0, wall0 = (
+                        cpu_seconds(pids),
+                        machine_busy_seconds(),
+                        cpu_seconds([os.getpid()]),
+                        time.perf_counter(),
+                    )
                     # No latency target here (an hour): every run is "selected" at its one level, so compare lists all.
-                    plan = BenchPlan(endpoint=base, concurrency=(concurrency,), requests=requests, p95_ms=3_600_000, instance_type=None, warmup=0,
-                                     prompt_source=f"{PROMPTS.relative_to(ROOT)} ({len(prompts)})", load=load)
+                    plan = BenchPlan(
+                        endpoint=base,
+                        concurrency=(concurrency,),
+                        requests=requests,
+                        p95_ms=3_600_000,
+                        instance_type=None,
+                        warmup=0,
+                        prompt_source=f"{PROMPTS.relative_to(ROOT)} ({len(prompts)})",
+                        load=load,
+                    )
                     report = run_bench(client, prompts, plan, Price(None, "unknown", "engine benchmark: no price"))
                     wall = time.perf_counter() - wall0
                     engine_cpu = cpu_seconds(pids) - cpu0
@@ -312,20 +428,40 @@ def run_engine(e: Engine, prompts: list, *, requests: int, concurrency: int, max
     ok = level["ok"] or 1
     out_tokens = [r.output_tokens for r in warm if r.ok]
     return {
-        "label": e.label, "engine": e.engine, "weights": e.weights, "model": str(e.model), "model_size_mib": model_size_mib(e.model),
-        "served_name": e.served_name, "sized_env": e.sized_env, "server": report["server"], "v1_models": models_body,
+        "label": e.label,
+        "engine": e.engine,
+        "weights": e.weights,
+        "model": str(e.model),
+        "model_size_mib": model_size_mib(e.model),
+        "served_name": e.served_name,
+        "sized_env": e.sized_env,
+        "server": report["server"],
+        "v1_models": models_body,
         "startup_s": round(startup_s, 1),
-        "requests": level["requests"], "ok": level["ok"], "errors": level["errors"],
-        "output_tok_s": level["output_tok_s"], "ttft_p50_ms": level["ttft_p50_ms"], "ttft_p95_ms": level["ttft_p95_ms"],
-        "e2e_p50_ms": level["e2e_p50_ms"], "e2e_p95_ms": level["e2e_p95_ms"], "tpot_p50_ms": level["tpot_p50_ms"],
-        "output_tokens_per_request": round(level["output_tokens"] / ok, 2), "prompt_tokens_per_request": round(level["prompt_tokens"] / ok, 1),
+        "requests": level["requests"],
+        "ok": level["ok"],
+        "errors": level["errors"],
+        "output_tok_s": level["output_tok_s"],
+        "ttft_p50_ms": level["ttft_p50_ms"],
+        "ttft_p95_ms": level["ttft_p95_ms"],
+        "e2e_p50_ms": level["e2e_p50_ms"],
+        "e2e_p95_ms": level["e2e_p95_ms"],
+        "tpot_p50_ms": level["tpot_p50_ms"],
+        "output_tokens_per_request": round(level["output_tokens"] / ok, 2),
+        "prompt_tokens_per_request": round(level["prompt_tokens"] / ok, 1),
         "warmup_output_tokens": out_tokens,
-        "peak_pss_mib": round(mem.peak_pss_kib / 1024, 1), "peak_rss_mib": round(mem.peak_rss_kib / 1024, 1), "steady_pss_mib": round(steady_pss / 1024, 1),
+        "peak_pss_mib": round(mem.peak_pss_kib / 1024, 1),
+        "peak_rss_mib": round(mem.peak_rss_kib / 1024, 1),
+        "steady_pss_mib": round(steady_pss / 1024, 1),
         "processes_at_peak": mem.at_peak,
         "engine_cpu_s_per_1k_tokens": round(1000 * engine_cpu / max(level["output_tokens"], 1), 2),
-        "engine_cores_busy": round(engine_cpu / wall, 2), "other_load_cores": round(max(others, 0.0), 2),
-        "other_load_cores_before": quiet, "load_average_before": [round(v, 2) for v in load_before], "load_average_after": [round(v, 2) for v in os.getloadavg()],
-        "bench_json": str(out_dir / e.served_name / "bench.json"), "log": str(log_path),
+        "engine_cores_busy": round(engine_cpu / wall, 2),
+        "other_load_cores": round(max(others, 0.0), 2),
+        "other_load_cores_before": quiet,
+        "load_average_before": [round(v, 2) for v in load_before],
+        "load_average_after": [round(v, 2) for v in os.getloadavg()],
+        "bench_json": str(out_dir / e.served_name / "bench.json"),
+        "log": str(log_path),
     }
 
 
@@ -333,14 +469,46 @@ def run_engine(e: Engine, prompts: list, *, requests: int, concurrency: int, max
 
 
 def table(results: list[dict]) -> str:
-    header = ["engine", "model form", "size MiB", "sized threads", "startup s", "output tok/s", "TTFT p50 ms", "TTFT p95 ms", "e2e p95 ms",
-              "out tokens/req", "prompt tokens/req", "peak PSS MiB (tree)", "peak RSS MiB (tree, summed)", "CPU s / 1k tok", "other load (cores)", "ok/total"]
-    rows = [[
-        r["label"], r["weights"], f"{r['model_size_mib']:.0f}", r["sized_env"].get("LLAMA_THREADS") or f"{r['sized_env']['OMP_NUM_THREADS']} OMP + {r['sized_env']['VLLM_CPU_NUM_OF_RESERVED_CPU']} reserved",
-        f"{r['startup_s']:.1f}", f"{r['output_tok_s']:.1f}", f"{r['ttft_p50_ms']:.0f}", f"{r['ttft_p95_ms']:.0f}", f"{r['e2e_p95_ms']:.0f}",
-        f"{r['output_tokens_per_request']:g}", f"{r['prompt_tokens_per_request']:g}", f"{r['peak_pss_mib']:.0f}", f"{r['peak_rss_mib']:.0f}",
-        f"{r['engine_cpu_s_per_1k_tokens']:.1f}", f"{r['other_load_cores']:.2f}", f"{r['ok']}/{r['requests']}",
-    ] for r in results]
+    header = [
+        "engine",
+        "model form",
+        "size MiB",
+        "sized threads",
+        "startup s",
+        "output tok/s",
+        "TTFT p50 ms",
+        "TTFT p95 ms",
+        "e2e p95 ms",
+        "out tokens/req",
+        "prompt tokens/req",
+        "peak PSS MiB (tree)",
+        "peak RSS MiB (tree, summed)",
+        "CPU s / 1k tok",
+        "other load (cores)",
+        "ok/total",
+    ]
+    rows = [
+        [
+            r["label"],
+            r["weights"],
+            f"{r['model_size_mib']:.0f}",
+            r["sized_env"].get("LLAMA_THREADS")
+            or f"{r['sized_env']['OMP_NUM_THREADS']} OMP + {r['sized_env']['VLLM_CPU_NUM_OF_RESERVED_CPU']} reserved",
+            f"{r['startup_s']:.1f}",
+            f"{r['output_tok_s']:.1f}",
+            f"{r['ttft_p50_ms']:.0f}",
+            f"{r['ttft_p95_ms']:.0f}",
+            f"{r['e2e_p95_ms']:.0f}",
+            f"{r['output_tokens_per_request']:g}",
+            f"{r['prompt_tokens_per_request']:g}",
+            f"{r['peak_pss_mib']:.0f}",
+            f"{r['peak_rss_mib']:.0f}",
+            f"{r['engine_cpu_s_per_1k_tokens']:.1f}",
+            f"{r['other_load_cores']:.2f}",
+            f"{r['ok']}/{r['requests']}",
+        ]
+        for r in results
+    ]
     return markdown_table(header, rows)
 
 
@@ -377,11 +545,20 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--only", default=f"{LLAMA_CPP},{VLLM}", help="engines to run, comma-separated (default both)")
-    ap.add_argument("--vllm-python", default=None, help="a python with vllm-cpu installed, also running convert_hf_to_gguf.py "
-                    "(default: the scripts/build_vllm_env.sh environment, built first if missing)")
+    ap.add_argument(
+        "--vllm-python",
+        default=None,
+        help="a python with vllm-cpu installed, also running convert_hf_to_gguf.py "
+        "(default: the scripts/build_vllm_env.sh environment, built first if missing)",
+    )
     ap.add_argument("--out", type=Path, help="results directory (default benchmarks/results/engines-<UTC time>)")
     ap.add_argument("--json", type=Path, help="also write the results JSON here")
-    ap.add_argument("--wait-quiet", type=float, default=300, help="before measuring an engine, wait up to this many s for other work to leave the CPUs (default 300)")
+    ap.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=300,
+        help="before measuring an engine, wait up to this many s for other work to leave the CPUs (default 300)",
+    )
     ap.add_argument("--prepare-only", action="store_true", help="make the GGUF forms and stop")
     args = ap.parse_args()
     only = {s.strip() for s in args.only.split(",") if s.strip()}
@@ -391,7 +568,10 @@ def main() -> int:
 
         args.vllm_python = str(vllm_python())
     ggufs = prepare_models(args.vllm_python)
-    print(f"models ready in {time.perf_counter() - t0:.0f} s: {', '.join(str(p) for p in ggufs.values())}, {BF16_DIR}", file=sys.stderr)
+    print(
+        f"models ready in {time.perf_counter() - t0:.0f} s: {', '.join(str(p) for p in ggufs.values())}, {BF16_DIR}",
+        file=sys.stderr,
+    )
     if args.prepare_only:
         return 0
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
@@ -400,20 +580,52 @@ def main() -> int:
     # Every request gets its own ticket number up front, so no engine can answer a repeated prompt from its prefix
     # or prompt cache (only the chat template's system preamble is shared, by both engines alike).
     base_prompts = load_prompts(PROMPTS)
-    prompts = [[{"role": "user", "content": f"Ticket {4100 + i}: {base_prompts[i % len(base_prompts)][0]['content']}"}] for i in range(args.requests + args.concurrency)]
+    prompts = [
+        [{"role": "user", "content": f"Ticket {4100 + i}: {base_prompts[i % len(base_prompts)][0]['content']}"}]
+        for i in range(args.requests + args.concurrency)
+    ]
     results = []
     for e in engines(ggufs, args.vllm_python, free_port(), only):
         port = int(e.env.get("LLAMA_PORT") or e.env["SERVE_PORT"])
-        results.append(run_engine(e, prompts, requests=args.requests, concurrency=args.concurrency, max_tokens=args.max_tokens, out_dir=out_dir, port=port, wait=args.wait_quiet))
+        results.append(
+            run_engine(
+                e,
+                prompts,
+                requests=args.requests,
+                concurrency=args.concurrency,
+                max_tokens=args.max_tokens,
+                out_dir=out_dir,
+                port=port,
+                wait=args.wait_quiet,
+            )
+        )
     md = table(results)
     line = implies(results, args.max_tokens)
-    header, rows = compare_rows([json.loads(Path(r["bench_json"]).read_text()) | {"_path": Path(r["bench_json"]).parent.name} for r in results])
+    header, rows = compare_rows(
+        [json.loads(Path(r["bench_json"]).read_text()) | {"_path": Path(r["bench_json"]).parent.name} for r in results]
+    )
     compare = markdown_table(header, rows)
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name")), "?")
-    setup = (f"{os.cpu_count()} vCPUs ({cpu}); concurrency {args.concurrency}, {args.requests} measured requests per engine after {args.concurrency} warm-up, "
-             f"max_tokens {args.max_tokens} with ignore_eos, prompts {PROMPTS.relative_to(ROOT)}")
+    cpu = next(
+        (
+            ln.split(":", 1)[1].strip()
+            for ln in Path("/proc/cpuinfo").read_text().splitlines()
+            if ln.startswith("model name")
+        ),
+        "?",
+    )
+    setup = (
+        f"{os.cpu_count()} vCPUs ({cpu}); concurrency {args.concurrency}, {args.requests} measured requests per engine after {args.concurrency} warm-up, "
+        f"max_tokens {args.max_tokens} with ignore_eos, prompts {PROMPTS.relative_to(ROOT)}"
+    )
     print(f"\n{setup}\n\n{md}\n\n{line}\n\n`cpu-inference bench compare` of the runs:\n\n{compare}\n")
-    record = {"kind": "cpu-inference.engines-benchmark", "started": stamp, "setup": setup, "results": results, "implies": line, "compare": compare}
+    record = {
+        "kind": "cpu-inference.engines-benchmark",
+        "started": stamp,
+        "setup": setup,
+        "results": results,
+        "implies": line,
+        "compare": compare,
+    }
     (out_dir / "engines.json").write_text(json.dumps(record, indent=2) + "\n")
     (out_dir / "engines.md").write_text(f"{setup}\n\n{md}\n\n{line}\n\n{compare}\n")
     if args.json:

@@ -42,7 +42,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # Not this script's own directory first: benchmarks/model_download.py would shadow the model_download module
 # that cpu_inference's model cache (gemma_path) imports.
-sys.path[:] = [str(ROOT), str(ROOT / "constructs")] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
+sys.path[:] = [str(ROOT), str(ROOT / "constructs")] + [
+    p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"
+]
 
 from cpu_inference.sizing import GIB, ModelSpec  # noqa: E402
 from cpu_inference.sizing.pools import pool_plan  # noqa: E402
@@ -52,8 +54,16 @@ STAND_INS = {
     "smollm2": ModelSpec(parameters_billions=0.135, quantization="Q4_1", task="chat"),
     "gemma": ModelSpec(parameters_billions=0.27, quantization="Q4_K_M", task="chat"),
 }
-PROMPTS = ["Why is the sky blue?", "Name three uses of copper.", "What is a prime number?", "Describe rain.",
-           "Give one tip for an interview.", "What does a heat pump do?", "Say hello in French.", "Define recursion."]
+PROMPTS = [
+    "Why is the sky blue?",
+    "Name three uses of copper.",
+    "What is a prime number?",
+    "Describe rain.",
+    "Give one tip for an interview.",
+    "What does a heat pump do?",
+    "Say hello in French.",
+    "Define recursion.",
+]
 
 
 def stand_in_path(name: str) -> Path:
@@ -89,7 +99,7 @@ def zipf_mix(models: list[FarmModel], requests: int, s: float, seed: int) -> lis
     rng = random.Random(seed)
     ranked = [m.name for m in models]
     rng.shuffle(ranked)
-    weights = [1 / (r ** s) for r in range(1, len(ranked) + 1)]
+    weights = [1 / (r**s) for r in range(1, len(ranked) + 1)]
     return rng.choices(ranked, weights=weights, k=requests)
 
 
@@ -134,7 +144,11 @@ class MemorySampler(threading.Thread):
     def run(self) -> None:
         while not self.stop_event.is_set():
             rss, pss, procs = self.sample()
-            self.peak_rss, self.peak_pss, self.peak_procs = max(self.peak_rss, rss), max(self.peak_pss, pss), max(self.peak_procs, procs)
+            self.peak_rss, self.peak_pss, self.peak_procs = (
+                max(self.peak_rss, rss),
+                max(self.peak_pss, pss),
+                max(self.peak_procs, procs),
+            )
             self.stop_event.wait(self.interval)
 
     def stop(self) -> None:
@@ -162,7 +176,12 @@ class Result:
 def chat(port: int, model: str, prompt: str, max_tokens: int) -> tuple[int, int]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=900)
     try:
-        body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "ignore_eos": True}
+        body = {
+            "model": model,
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+        }
         conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
         r = conn.getresponse()
         data = json.loads(r.read() or b"{}")
@@ -231,15 +250,25 @@ def latency(values: list[float]) -> dict:
     return {"n": len(values), "p50_s": pct(values, 0.50), "p95_s": pct(values, 0.95)}
 
 
-def report(mode: str, n_models: int, mem: MemorySampler, results: list[Result], wall: float, cold_values: list[float], **kw) -> ModeReport:
+def report(
+    mode: str, n_models: int, mem: MemorySampler, results: list[Result], wall: float, cold_values: list[float], **kw
+) -> ModeReport:
     ok = [r for r in results if r.status == 200]
     return ModeReport(
-        mode=mode, models=n_models, processes_peak=mem.peak_procs,
-        peak_rss_gib=round(mem.peak_rss / GIB, 3), peak_pss_gib=round(mem.peak_pss / GIB, 3),
+        mode=mode,
+        models=n_models,
+        processes_peak=mem.peak_procs,
+        peak_rss_gib=round(mem.peak_rss / GIB, 3),
+        peak_pss_gib=round(mem.peak_pss / GIB, 3),
         models_per_gib_rss=round(n_models / (mem.peak_rss / GIB), 2) if mem.peak_rss else 0.0,
-        requests=len(results), errors=len(results) - len(ok), wall_s=round(wall, 2),
-        requests_per_s=round(len(ok) / wall, 3), tokens_per_s=round(sum(r.tokens for r in ok) / wall, 2),
-        warm=latency([r.seconds for r in ok if not r.cold]), cold=latency(cold_values), **kw,
+        requests=len(results),
+        errors=len(results) - len(ok),
+        wall_s=round(wall, 2),
+        requests_per_s=round(len(ok) / wall, 3),
+        tokens_per_s=round(sum(r.tokens for r in ok) / wall, 2),
+        warm=latency([r.seconds for r in ok if not r.cold]),
+        cold=latency(cold_values),
+        **kw,
     )
 
 
@@ -286,12 +315,32 @@ class RouterEvents(threading.Thread):
         return state != "loaded"
 
 
-def run_pool(binary: Path, models_dir: Path, models: list[FarmModel], mix: list[str], models_max: int, args, workdir: Path) -> ModeReport:
+def run_pool(
+    binary: Path, models_dir: Path, models: list[FarmModel], mix: list[str], models_max: int, args, workdir: Path
+) -> ModeReport:
     port = free_port()
     with open(workdir / "router.log", "wb") as log:
-        proc = subprocess.Popen([str(binary), "--host", "127.0.0.1", "--port", str(port), "--models-dir", str(models_dir),
-                                 "--models-max", str(models_max), "-t", str(args.threads), "-c", str(args.ctx), "-np", str(args.slots)],
-                                stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [
+                str(binary),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--models-dir",
+                str(models_dir),
+                "--models-max",
+                str(models_max),
+                "-t",
+                str(args.threads),
+                "-c",
+                str(args.ctx),
+                "-np",
+                str(args.slots),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         try:
             wait_healthy(f"http://127.0.0.1:{port}", proc, timeout=60)
             events = RouterEvents(port)
@@ -306,8 +355,17 @@ def run_pool(binary: Path, models_dir: Path, models: list[FarmModel], mix: list[
             for r in results:
                 r.cold = events.was_cold(r)
             statuses = [s for _, _, s in events.events]
-            return report("pool", len(models), mem, results, wall, [r.seconds for r in results if r.cold and r.status == 200],
-                          loads=statuses.count("loaded"), unloads=statuses.count("unloaded"), models_max=models_max)
+            return report(
+                "pool",
+                len(models),
+                mem,
+                results,
+                wall,
+                [r.seconds for r in results if r.cold and r.status == 200],
+                loads=statuses.count("loaded"),
+                unloads=statuses.count("unloaded"),
+                models_max=models_max,
+            )
         finally:
             proc.terminate()  # the router stops its children (unload_all) before it exits
             try:
@@ -327,14 +385,35 @@ def run_per_model(binary: Path, models: list[FarmModel], mix: list[str], args, w
             # Started a few at a time (start-up is CPU-bound); each one's start-to-healthy time is its cold start.
             pending = list(models)
             while pending:
-                batch, pending = pending[: args.start_batch], pending[args.start_batch:]
+                batch, pending = pending[: args.start_batch], pending[args.start_batch :]
                 t0 = time.monotonic()
                 for m in batch:
                     port = free_port()
                     log = logs.enter_context(open(workdir / f"{m.name}.log", "wb"))
-                    procs[m.name] = (subprocess.Popen([str(binary), "-m", str(m.path), "--host", "127.0.0.1", "--port", str(port), "--alias", m.name,
-                                                       "-t", str(args.threads), "-c", str(args.ctx), "-np", str(args.slots)],
-                                                      stdout=log, stderr=subprocess.STDOUT), port)
+                    procs[m.name] = (
+                        subprocess.Popen(
+                            [
+                                str(binary),
+                                "-m",
+                                str(m.path),
+                                "--host",
+                                "127.0.0.1",
+                                "--port",
+                                str(port),
+                                "--alias",
+                                m.name,
+                                "-t",
+                                str(args.threads),
+                                "-c",
+                                str(args.ctx),
+                                "-np",
+                                str(args.slots),
+                            ],
+                            stdout=log,
+                            stderr=subprocess.STDOUT,
+                        ),
+                        port,
+                    )
                 for m in batch:
                     p, port = procs[m.name]
                     wait_healthy(f"http://127.0.0.1:{port}", p, timeout=300)
@@ -343,7 +422,9 @@ def run_per_model(binary: Path, models: list[FarmModel], mix: list[str], args, w
             mem.start()
             results, wall = closed_loop(mix, lambda m: procs[m][1], args.concurrency, args.max_tokens)
             mem.stop()
-            return report("per-model", len(models), mem, results, wall, start_times, extra={"start_batch": args.start_batch})
+            return report(
+                "per-model", len(models), mem, results, wall, start_times, extra={"start_batch": args.start_batch}
+            )
         finally:
             for p, _ in procs.values():
                 p.terminate()
@@ -358,28 +439,42 @@ def run_per_model(binary: Path, models: list[FarmModel], mix: list[str], args, w
 
 
 def markdown(summary: dict, reports: list[ModeReport]) -> str:
-    head = (f"# Farm density: {summary['models']} models, {summary['requests']} requests (Zipf s={summary['zipf_s']}, seed {summary['seed']})\n\n"
-            f"Engine flags per model: `-t {summary['threads']} -c {summary['ctx']} -np {summary['slots']}`, concurrency {summary['concurrency']}, "
-            f"{summary['max_tokens']} tokens out; model files: {summary['link']} of {', '.join(summary['stand_ins'])}; "
-            f"pool --models-max {summary['models_max']} (budget {summary['memory_budget_gib']} GiB / {summary['estimate_per_model_mib']} MiB per model); "
-            f"load average {summary['loadavg_start']} -> {summary['loadavg_end']}.\n\n")
-    rows = ["| mode | processes (peak) | peak RSS GiB | peak PSS GiB | models / GiB (RSS) | req/s | tok/s | warm p50 / p95 s | cold p50 / p95 s (n) | loads / unloads | errors |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    head = (
+        f"# Farm density: {summary['models']} models, {summary['requests']} requests (Zipf s={summary['zipf_s']}, seed {summary['seed']})\n\n"
+        f"Engine flags per model: `-t {summary['threads']} -c {summary['ctx']} -np {summary['slots']}`, concurrency {summary['concurrency']}, "
+        f"{summary['max_tokens']} tokens out; model files: {summary['link']} of {', '.join(summary['stand_ins'])}; "
+        f"pool --models-max {summary['models_max']} (budget {summary['memory_budget_gib']} GiB / {summary['estimate_per_model_mib']} MiB per model); "
+        f"load average {summary['loadavg_start']} -> {summary['loadavg_end']}.\n\n"
+    )
+    rows = [
+        "| mode | processes (peak) | peak RSS GiB | peak PSS GiB | models / GiB (RSS) | req/s | tok/s | warm p50 / p95 s | cold p50 / p95 s (n) | loads / unloads | errors |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in reports:
-        rows.append(f"| {r.mode} | {r.processes_peak} | {r.peak_rss_gib} | {r.peak_pss_gib} | {r.models_per_gib_rss} | {r.requests_per_s} | {r.tokens_per_s} | "
-                    f"{r.warm['p50_s']} / {r.warm['p95_s']} | {r.cold['p50_s']} / {r.cold['p95_s']} ({r.cold['n']}) | "
-                    f"{'-' if r.loads is None else f'{r.loads} / {r.unloads}'} | {r.errors} |")
-    note = ("\nPool cold = the model was not loaded when the request arrived (router /models/sse). Per-model cold = a server's "
-            "start-to-healthy time (its requests are all warm).\n")
+        rows.append(
+            f"| {r.mode} | {r.processes_peak} | {r.peak_rss_gib} | {r.peak_pss_gib} | {r.models_per_gib_rss} | {r.requests_per_s} | {r.tokens_per_s} | "
+            f"{r.warm['p50_s']} / {r.warm['p95_s']} | {r.cold['p50_s']} / {r.cold['p95_s']} ({r.cold['n']}) | "
+            f"{'-' if r.loads is None else f'{r.loads} / {r.unloads}'} | {r.errors} |"
+        )
+    note = (
+        "\nPool cold = the model was not loaded when the request arrived (router /models/sse). Per-model cold = a server's "
+        "start-to-healthy time (its requests are all warm).\n"
+    )
     return head + "\n".join(rows) + "\n" + note
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", type=int, default=50, help="distinct GGUF model files")
-    ap.add_argument("--stand-ins", default="smollm2,gemma", help="comma-separated, cycled over the files: smollm2, gemma")
-    ap.add_argument("--link", choices=["copy", "hardlink", "symlink"], default="copy",
-                    help="copy = distinct files (default, the issue's setup); links share one file's page cache")
+    ap.add_argument(
+        "--stand-ins", default="smollm2,gemma", help="comma-separated, cycled over the files: smollm2, gemma"
+    )
+    ap.add_argument(
+        "--link",
+        choices=["copy", "hardlink", "symlink"],
+        default="copy",
+        help="copy = distinct files (default, the issue's setup); links share one file's page cache",
+    )
     ap.add_argument("--requests", type=int, default=400)
     ap.add_argument("--zipf-s", type=float, default=1.1)
     ap.add_argument("--seed", type=int, default=13)
@@ -388,13 +483,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="llama.cpp threads per model server")
     ap.add_argument("--ctx", type=int, default=512, help="context size per model server")
     ap.add_argument("--slots", type=int, default=1, help="parallel slots per model server")
-    ap.add_argument("--memory-budget-gib", type=float, default=4.0,
-                    help="the pool replica's memory: --models-max from cpu_inference.sizing.pools.pool_plan for this budget")
+    ap.add_argument(
+        "--memory-budget-gib",
+        type=float,
+        default=4.0,
+        help="the pool replica's memory: --models-max from cpu_inference.sizing.pools.pool_plan for this budget",
+    )
     ap.add_argument("--models-max", type=int, help="override the budget-derived --models-max")
     ap.add_argument("--modes", default="pool,per-model", help="comma-separated: pool, per-model (run in this order)")
     ap.add_argument("--start-batch", type=int, default=4, help="per-model servers started at once")
     ap.add_argument("--workdir", type=Path, help="where the model files go (default: a temp dir, removed at the end)")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="directory for the JSON and Markdown results")
+    ap.add_argument(
+        "--out", type=Path, default=ROOT / "benchmarks" / "results", help="directory for the JSON and Markdown results"
+    )
     args = ap.parse_args(argv)
 
     stand_ins = [s.strip() for s in args.stand_ins.split(",") if s.strip()]
@@ -409,22 +510,47 @@ def main(argv: list[str] | None = None) -> int:
         # --models-max as the library sizes a pool (cpu_inference.sizing.pools, what the EKS pools and `size` use): the
         # budget minus the router's RSS over the largest loaded footprint (weights + KV for the slots + compute
         # buffers + the measured per-child runtime), with the same ctx and slots the servers run here.
-        specs = {m.name: ModelSpec(**{**asdict(STAND_INS[m.stand_in]), "file_size_bytes": m.path.stat().st_size,
-                                      "parallel_slots": args.slots, "context_per_slot": args.ctx // args.slots})
-                 for m in models}
-        plan = pool_plan(specs, cpu=args.threads, memory_bytes=int(args.memory_budget_gib * GIB), models_max=args.models_max)
+        specs = {
+            m.name: ModelSpec(
+                **{
+                    **asdict(STAND_INS[m.stand_in]),
+                    "file_size_bytes": m.path.stat().st_size,
+                    "parallel_slots": args.slots,
+                    "context_per_slot": args.ctx // args.slots,
+                }
+            )
+            for m in models
+        }
+        plan = pool_plan(
+            specs, cpu=args.threads, memory_bytes=int(args.memory_budget_gib * GIB), models_max=args.models_max
+        )
         estimate = plan.per_model[plan.largest_model].memory_bytes
         models_max = max(1, plan.models_max)
         mix = zipf_mix(models, args.requests, args.zipf_s, args.seed)
         summary = {
-            "models": len(models), "stand_ins": stand_ins, "link": args.link, "requests": args.requests, "zipf_s": args.zipf_s,
-            "seed": args.seed, "distinct_models_requested": len(set(mix)), "concurrency": args.concurrency, "max_tokens": args.max_tokens,
-            "threads": args.threads, "ctx": args.ctx, "slots": args.slots, "memory_budget_gib": args.memory_budget_gib,
-            "estimate_per_model_mib": round(estimate / 2**20), "models_max": models_max, "engine": str(binary),
+            "models": len(models),
+            "stand_ins": stand_ins,
+            "link": args.link,
+            "requests": args.requests,
+            "zipf_s": args.zipf_s,
+            "seed": args.seed,
+            "distinct_models_requested": len(set(mix)),
+            "concurrency": args.concurrency,
+            "max_tokens": args.max_tokens,
+            "threads": args.threads,
+            "ctx": args.ctx,
+            "slots": args.slots,
+            "memory_budget_gib": args.memory_budget_gib,
+            "estimate_per_model_mib": round(estimate / 2**20),
+            "models_max": models_max,
+            "engine": str(binary),
             "loadavg_start": os.getloadavg()[0],
         }
-        print(f"{len(models)} models ({args.link}), {args.requests} requests over {summary['distinct_models_requested']} models; "
-              f"pool --models-max {models_max}", flush=True)
+        print(
+            f"{len(models)} models ({args.link}), {args.requests} requests over {summary['distinct_models_requested']} models; "
+            f"pool --models-max {models_max}",
+            flush=True,
+        )
         reports = []
         for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
             (workdir / mode).mkdir(exist_ok=True)
@@ -442,7 +568,9 @@ def main(argv: list[str] | None = None) -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"farm_density-{time.strftime('%Y%m%dT%H%M%S')}"
-    stem.with_suffix(".json").write_text(json.dumps({"summary": summary, "modes": [asdict(r) for r in reports]}, indent=2))
+    stem.with_suffix(".json").write_text(
+        json.dumps({"summary": summary, "modes": [asdict(r) for r in reports]}, indent=2)
+    )
     md = markdown(summary, reports)
     stem.with_suffix(".md").write_text(md)
     print(md)

@@ -56,17 +56,36 @@ def main() -> None:
     runs: dict[tuple[str, int], list[dict]] = {c: [] for c in cases}
     for r in range(args.rounds):
         for c in cases:
-            out = subprocess.run([sys.executable, "-c", CHILD, str(paths[c]), str(tmp / f"out-{c[0]}-{c[1]}-{r}")],
-                                 cwd=ROOT, capture_output=True, text=True, check=True)
+            out = subprocess.run(
+                [sys.executable, "-c", CHILD, str(paths[c]), str(tmp / f"out-{c[0]}-{c[1]}-{r}")],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             runs[c].append(json.loads(out.stdout.strip().splitlines()[-1]))
     rows = []
     for (target, n), rs in runs.items():
         t = rs[0]["templates"]
-        rows.append({"target": target, "models": n, "synth_s": statistics.median(x["synth_s"] for x in rs),
-                     "templates": len(t), "largest_bytes": max(x["bytes"] for x in t), "total_bytes": sum(x["bytes"] for x in t),
-                     "resources": max(x["resources"] for x in t)})
-    md = ["| target | models | synth s (median) | templates | largest template bytes | resources |", "|---|---:|---:|---:|---:|---:|"]
-    md += [f"| {r['target']} | {r['models']} | {r['synth_s']:.1f} | {r['templates']} | {r['largest_bytes']:,} | {r['resources']} |" for r in rows]
+        rows.append(
+            {
+                "target": target,
+                "models": n,
+                "synth_s": statistics.median(x["synth_s"] for x in rs),
+                "templates": len(t),
+                "largest_bytes": max(x["bytes"] for x in t),
+                "total_bytes": sum(x["bytes"] for x in t),
+                "resources": max(x["resources"] for x in t),
+            }
+        )
+    md = [
+        "| target | models | synth s (median) | templates | largest template bytes | resources |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    md += [
+        f"| {r['target']} | {r['models']} | {r['synth_s']:.1f} | {r['templates']} | {r['largest_bytes']:,} | {r['resources']} |"
+        for r in rows
+    ]
     print("\n".join(md))
     results = ROOT / "benchmarks" / "results"
     results.mkdir(exist_ok=True)

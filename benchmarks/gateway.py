@@ -38,9 +38,16 @@ MODEL = "bench-model"
 PATH = "/v1/chat/completions"
 BODY = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 8})
 # What llama-server answers a short non-streamed chat, trimmed: the relay's work depends on its size, not its words.
-ANSWER = json.dumps({"id": "chatcmpl-bench", "object": "chat.completion", "created": 1, "model": MODEL,
-                     "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "Hi there!"}}],
-                     "usage": {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12}})
+ANSWER = json.dumps(
+    {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion",
+        "created": 1,
+        "model": MODEL,
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "Hi there!"}}],
+        "usage": {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12},
+    }
+)
 TICKS = os.sysconf("SC_CLK_TCK")
 
 NGINX_CONF = """worker_processes 1;
@@ -120,16 +127,24 @@ def gateway_env(tree: Path, config: Path) -> dict[str, str]:
     (a `containers/` directory); ahead of the project venv's editable install, which maps slm_router to this
     checkout."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROUTER_")}
-    env.update(PYTHONPATH=os.pathsep.join([str(tree / "router"), str(tree)]), ROUTER_CONFIG=str(config),
-               PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1")
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(tree / "router"), str(tree)]),
+        ROUTER_CONFIG=str(config),
+        PYTHONDONTWRITEBYTECODE="1",
+        PYTHONUNBUFFERED="1",
+    )
     return env
 
 
 def loaded_from(tree: Path, env: dict[str, str]) -> str:
     """Where the gateway's HTTP layer is imported from with that environment (a check that each tree runs its own)."""
-    code = ("import sys, slm_router.server as s; print([m.__file__ for n, m in sys.modules.items() "
-            "if n.endswith('http1')][0])")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, cwd=tempfile.gettempdir())
+    code = (
+        "import sys, slm_router.server as s; print([m.__file__ for n, m in sys.modules.items() "
+        "if n.endswith('http1')][0])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, cwd=tempfile.gettempdir()
+    )
     path = Path(out.stdout.strip())
     if not path.resolve().is_relative_to(tree.resolve()):
         raise SystemExit(f"the gateway for {tree} imports its HTTP layer from {path}")
@@ -139,24 +154,44 @@ def loaded_from(tree: Path, env: dict[str, str]) -> str:
 def start_gateway(tree: Path, backend_port: int, tmp: Path, log_level: str) -> tuple[subprocess.Popen, int, str]:
     port = free_port()
     config = tmp / "router.json"
-    config.write_text(json.dumps({
-        "mode": "gateway", "listen_host": "127.0.0.1", "listen_port": port, "log_level": log_level,
-        "gateway": {"pools": [{"name": "bench", "models": [MODEL], "replicas": [f"http://127.0.0.1:{backend_port}"],
-                               "replication": 1}]},
-    }))
+    config.write_text(
+        json.dumps(
+            {
+                "mode": "gateway",
+                "listen_host": "127.0.0.1",
+                "listen_port": port,
+                "log_level": log_level,
+                "gateway": {
+                    "pools": [
+                        {
+                            "name": "bench",
+                            "models": [MODEL],
+                            "replicas": [f"http://127.0.0.1:{backend_port}"],
+                            "replication": 1,
+                        }
+                    ]
+                },
+            }
+        )
+    )
     env = gateway_env(tree, config)
     http1 = loaded_from(tree, env)
     log = open(tmp / "gateway.log", "wb")  # noqa: SIM115 (kept open for the process's life)
-    proc = subprocess.Popen([sys.executable, "-m", "slm_router"], env=env, stdout=log, stderr=subprocess.STDOUT,
-                            cwd=tempfile.gettempdir())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "slm_router"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tempfile.gettempdir()
+    )
     wait_http(f"http://127.0.0.1:{port}/ready")
     return proc, port, http1
 
 
 def wrk(port: int, connections: int, seconds: float, script: Path, pid: int | None) -> dict:
     before = cpu_seconds(pid) if pid else 0.0
-    out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "-s", str(script), f"http://127.0.0.1:{port}{PATH}"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "-s", str(script), f"http://127.0.0.1:{port}{PATH}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     cpu = cpu_seconds(pid) - before if pid else 0.0
     requests = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
     bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
@@ -221,9 +256,16 @@ def main() -> None:
                 except subprocess.TimeoutExpired:
                     proc.kill()
 
-    summary: dict = {"rounds": args.rounds, "duration_s": args.duration, "trees": {k: str(v) for k, v in trees.items()}, "results": {}}
-    print(f"\n{'tree':<11} {'conns':>5} {'req/s':>8} {'CPU ms/req':>11} {'x nginx':>8} {'x nginx-proxy':>14}   "
-          f"(medians of {args.rounds} rounds)")
+    summary: dict = {
+        "rounds": args.rounds,
+        "duration_s": args.duration,
+        "trees": {k: str(v) for k, v in trees.items()},
+        "results": {},
+    }
+    print(
+        f"\n{'tree':<11} {'conns':>5} {'req/s':>8} {'CPU ms/req':>11} {'x nginx':>8} {'x nginx-proxy':>14}   "
+        f"(medians of {args.rounds} rounds)"
+    )
     for c in args.connections:
         nginx_rps = statistics.median(x["rps"] for x in results["nginx"][c])
         proxy_rps = statistics.median(x["rps"] for x in results["nginx-proxy"][c])
@@ -231,8 +273,13 @@ def main() -> None:
             runs = results[name][c]
             rps = statistics.median(x["rps"] for x in runs)
             cpu = statistics.median(x["cpu_ms_per_request"] for x in runs)
-            summary["results"].setdefault(name, {})[c] = {"rps": rps, "cpu_ms_per_request": cpu, "x_nginx": rps / nginx_rps,
-                                                          "x_nginx_proxy": rps / proxy_rps, "runs": runs}
+            summary["results"].setdefault(name, {})[c] = {
+                "rps": rps,
+                "cpu_ms_per_request": cpu,
+                "x_nginx": rps / nginx_rps,
+                "x_nginx_proxy": rps / proxy_rps,
+                "runs": runs,
+            }
             print(f"{name:<11} {c:>5} {rps:>8.0f} {cpu:>11.3f} {rps / nginx_rps:>7.2f}x {rps / proxy_rps:>13.2f}x")
         summary["results"].setdefault("nginx", {})[c] = {"rps": nginx_rps}
         summary["results"].setdefault("nginx-proxy", {})[c] = {"rps": proxy_rps}
@@ -241,8 +288,10 @@ def main() -> None:
     if "before" in trees:
         for c in args.connections:
             b, a = summary["results"]["before"][c], summary["results"]["after"][c]
-            print(f"after/before at {c} connections: CPU per request {a['cpu_ms_per_request'] / b['cpu_ms_per_request']:.3f}x, "
-                  f"req/s {a['rps'] / b['rps']:.3f}x")
+            print(
+                f"after/before at {c} connections: CPU per request {a['cpu_ms_per_request'] / b['cpu_ms_per_request']:.3f}x, "
+                f"req/s {a['rps'] / b['rps']:.3f}x"
+            )
     if args.json:
         args.json.write_text(json.dumps(summary, indent=2))
 

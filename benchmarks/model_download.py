@@ -80,7 +80,12 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--part-size-mib", type=int, default=8)
-    ap.add_argument("--per-connection-mbps", type=float, default=25.0, help="CDN per-connection cap for the cdn-limited scenario (MB/s)")
+    ap.add_argument(
+        "--per-connection-mbps",
+        type=float,
+        default=25.0,
+        help="CDN per-connection cap for the cdn-limited scenario (MB/s)",
+    )
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     args = ap.parse_args()
     path = args.file or default_file()
@@ -88,7 +93,8 @@ def main() -> int:
     port = _free_port()
     moto = subprocess.Popen(
         [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     parent, child = mp.Pipe()
     hub_proc = mp.get_context("spawn").Process(target=_serve_hub, args=(str(path), None, child), daemon=True)
@@ -96,10 +102,14 @@ def main() -> int:
         _wait_port(port)
         hub_proc.start()
         hub_url = parent.recv()
-        os.environ.update({
-            "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_ENDPOINT_URL_S3": f"http://127.0.0.1:{port}",
-        })
+        os.environ.update(
+            {
+                "AWS_ACCESS_KEY_ID": "bench",
+                "AWS_SECRET_ACCESS_KEY": "bench",
+                "AWS_DEFAULT_REGION": "us-east-1",
+                "AWS_ENDPOINT_URL_S3": f"http://127.0.0.1:{port}",
+            }
+        )
         from model_download import CopyRequest, Hub, copy_model, s3_client
 
         s3 = s3_client(args.concurrency)
@@ -114,8 +124,14 @@ def main() -> int:
             runs: dict[str, list[float]] = {"parallel": [], "single": []}
             for r in range(args.rounds):
                 for mode, conc in (("parallel", args.concurrency), ("single", 1)):
-                    req = CopyRequest(REPO, NAME, bucket, f"models/bench/{scenario}-{mode}-{r}", concurrency=conc,
-                                      part_size=args.part_size_mib * 1024 * 1024)
+                    req = CopyRequest(
+                        REPO,
+                        NAME,
+                        bucket,
+                        f"models/bench/{scenario}-{mode}-{r}",
+                        concurrency=conc,
+                        part_size=args.part_size_mib * 1024 * 1024,
+                    )
                     result = copy_model(req, hub=Hub(hub_url), s3=s3)
                     assert result.copied and result.size == size
                     runs[mode].append(result.size / 1e6 / result.seconds)
@@ -128,8 +144,13 @@ def main() -> int:
             hub_proc.terminate()
 
     summary = {
-        "file": path.name, "bytes": size, "rounds": args.rounds, "concurrency": args.concurrency,
-        "part_size_mib": args.part_size_mib, "per_connection_mbps": args.per_connection_mbps, "cpus": os.cpu_count(),
+        "file": path.name,
+        "bytes": size,
+        "rounds": args.rounds,
+        "concurrency": args.concurrency,
+        "part_size_mib": args.part_size_mib,
+        "per_connection_mbps": args.per_connection_mbps,
+        "cpus": os.cpu_count(),
         "scenarios": {
             name: {
                 "parallel_mb_s": round(statistics.median(runs["parallel"]), 1),
@@ -142,8 +163,10 @@ def main() -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
-    print(f"{path.name}: {size / 1e6:.1f} MB, {args.rounds} rounds, medians; {os.cpu_count()} CPUs; "
-          f"parallel = {args.concurrency} ranged GETs of {args.part_size_mib} MiB, single = 1 stream")
+    print(
+        f"{path.name}: {size / 1e6:.1f} MB, {args.rounds} rounds, medians; {os.cpu_count()} CPUs; "
+        f"parallel = {args.concurrency} ranged GETs of {args.part_size_mib} MiB, single = 1 stream"
+    )
     print(f"{'scenario':<28} {'parallel MB/s':>14} {'single MB/s':>12} {'ratio':>7}")
     for name, s in summary["scenarios"].items():
         label = name if name == "loopback" else f"{name} ({args.per_connection_mbps:g} MB/s/conn)"

@@ -39,7 +39,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:] = [str(ROOT), str(ROOT / "constructs")] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
+sys.path[:] = [str(ROOT), str(ROOT / "constructs")] + [
+    p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"
+]
 
 from cpu_inference._internal.resources import cache_dir  # noqa: E402
 from tests.support.engine import free_port, llama_server_path, stop_process, wait_healthy  # noqa: E402
@@ -70,7 +72,9 @@ def evict(path: Path) -> None:
 
 
 def resident_bytes(path: Path) -> int:
-    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", str(path)], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["fincore", "--bytes", "--noheadings", "--output", "RES", str(path)], capture_output=True, text=True, check=True
+    )
     return int(out.stdout.split()[0])
 
 
@@ -110,10 +114,30 @@ def run_scenario(name: str, binary: Path, source: Path, work: Path, threads: int
         for f in files:
             port = free_port()
             start = time.monotonic()
-            procs.append(subprocess.Popen(
-                [str(binary), "-m", str(f), "--host", "127.0.0.1", "--port", str(port), "-t", str(threads), "-c", "256", "-np", "1",
-                 "--load-mode", load_mode], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                env={**os.environ, "LLAMA_ARG_REPACK": os.environ.get("LLAMA_ARG_REPACK", "0")}))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        str(binary),
+                        "-m",
+                        str(f),
+                        "--host",
+                        "127.0.0.1",
+                        "--port",
+                        str(port),
+                        "-t",
+                        str(threads),
+                        "-c",
+                        "256",
+                        "-np",
+                        "1",
+                        "--load-mode",
+                        load_mode,
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    env={**os.environ, "LLAMA_ARG_REPACK": os.environ.get("LLAMA_ARG_REPACK", "0")},
+                )
+            )
             base = f"http://127.0.0.1:{port}"
             wait_healthy(base, procs[-1], timeout=300)
             loads.append(time.monotonic() - start)
@@ -147,22 +171,32 @@ def median_result(rs: list[Result]) -> Result:
     return Result(
         rs[0].scenario,
         [round(statistics.median(r.first_load_s[i] for r in rs), 3) for i in range(2)],
-        med([r.pss_anon_bytes for r in rs]), med([r.pss_file_bytes for r in rs]), med([r.page_cache_bytes for r in rs]),
-        med([r.cached_growth_bytes for r in rs]), med([r.node_bytes for r in rs]), rs[0].disk_bytes,
+        med([r.pss_anon_bytes for r in rs]),
+        med([r.pss_file_bytes for r in rs]),
+        med([r.page_cache_bytes for r in rs]),
+        med([r.cached_growth_bytes for r in rs]),
+        med([r.node_bytes for r in rs]),
+        rs[0].disk_bytes,
     )
 
 
 def markdown(results: list[Result], model: Path, rounds: int, reads: dict[str, float]) -> str:
     size = model.stat().st_size / MIB
-    lines = [f"Model {model.name} ({size:.0f} MiB), two llama-server processes per scenario, medians of {rounds} rounds. "
-             f"Reading the file: cold (disk) {reads['cold']:.2f} s = {size / reads['cold']:.0f} MiB/s, warm (page cache) "
-             f"{reads['warm']:.2f} s = {size / reads['warm']:.0f} MiB/s.", "",
-             "| scenario | first load p0 (s) | first load p1 (s) | Σ Pss_Anon MiB | Σ Pss_File MiB | model page cache MiB | "
-             "node MiB (anon + cache) | Δ Cached MiB | disk MiB |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"Model {model.name} ({size:.0f} MiB), two llama-server processes per scenario, medians of {rounds} rounds. "
+        f"Reading the file: cold (disk) {reads['cold']:.2f} s = {size / reads['cold']:.0f} MiB/s, warm (page cache) "
+        f"{reads['warm']:.2f} s = {size / reads['warm']:.0f} MiB/s.",
+        "",
+        "| scenario | first load p0 (s) | first load p1 (s) | Σ Pss_Anon MiB | Σ Pss_File MiB | model page cache MiB | "
+        "node MiB (anon + cache) | Δ Cached MiB | disk MiB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in results:
-        lines.append(f"| {r.scenario} | {r.first_load_s[0]:.2f} | {r.first_load_s[1]:.2f} | {r.pss_anon_bytes / MIB:.0f} | "
-                     f"{r.pss_file_bytes / MIB:.0f} | {r.page_cache_bytes / MIB:.0f} | {r.node_bytes / MIB:.0f} | "
-                     f"{r.cached_growth_bytes / MIB:.0f} | {r.disk_bytes / MIB:.0f} |")
+        lines.append(
+            f"| {r.scenario} | {r.first_load_s[0]:.2f} | {r.first_load_s[1]:.2f} | {r.pss_anon_bytes / MIB:.0f} | "
+            f"{r.pss_file_bytes / MIB:.0f} | {r.page_cache_bytes / MIB:.0f} | {r.node_bytes / MIB:.0f} | "
+            f"{r.cached_growth_bytes / MIB:.0f} | {r.disk_bytes / MIB:.0f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -178,6 +212,7 @@ def main() -> int:
         return 2
     if a.model is None:
         from tests.support.models import gemma_path
+
         a.model = gemma_path()
     binary = llama_server_path()
     runs: dict[str, list[Result]] = {s: [] for s in SCENARIOS}
@@ -198,7 +233,9 @@ def main() -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S")
     read = {k: statistics.median(v) for k, v in reads.items()}
-    (a.out / f"weights_sharing-{stamp}.json").write_text(json.dumps({"file_read_s": read, "scenarios": [asdict(r) for r in results]}, indent=2))
+    (a.out / f"weights_sharing-{stamp}.json").write_text(
+        json.dumps({"file_read_s": read, "scenarios": [asdict(r) for r in results]}, indent=2)
+    )
     text = markdown(results, a.model, a.rounds, read)
     (a.out / f"weights_sharing-{stamp}.md").write_text(text)
     print(text)

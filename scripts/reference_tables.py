@@ -85,7 +85,9 @@ def yaml_value(value: Any) -> str:
     return str(value)
 
 
-def config_rows(model: type[BaseModel], instance: BaseModel | None, prefix: str, no_expand: frozenset[type]) -> Iterator[tuple[str, str, str]]:
+def config_rows(
+    model: type[BaseModel], instance: BaseModel | None, prefix: str, no_expand: frozenset[type]
+) -> Iterator[tuple[str, str, str]]:
     """(key, default, description) of every key below `model`, depth first in declaration order. `instance`: the
     block's default as its parent sets it (None: the block's own field defaults)."""
     for name, info in model.model_fields.items():
@@ -102,7 +104,11 @@ def config_rows(model: type[BaseModel], instance: BaseModel | None, prefix: str,
         if sub is None or sub in no_expand:
             yield key, "required" if required else code(yaml_value(default)), info.description or ""
             continue
-        block_doc = info.description or (sub.__doc__ if sub.__doc__ and sub.__doc__ != BaseModel.__doc__ else "") or "a block: its keys follow"
+        block_doc = (
+            info.description
+            or (sub.__doc__ if sub.__doc__ and sub.__doc__ != BaseModel.__doc__ else "")
+            or "a block: its keys follow"
+        )
         if is_list:  # a list of blocks: its default, then each entry's keys under key[]
             yield key, "required" if required else code(yaml_value(default)), block_doc
             yield from config_rows(sub, None, f"{key}[].", no_expand)
@@ -120,7 +126,10 @@ def config_table() -> str:
 
     partials = frozenset({schema.ModelDefaults, schema.ModelEntry, schema.PartialModelSource})
     lines = ["| key | default | what |", "|---|---|---|"]
-    lines += [f"| {code(key)} | {md(default)} | {md(what)} |" for key, default, what in config_rows(schema.Config, None, "", partials)]
+    lines += [
+        f"| {code(key)} | {md(default)} | {md(what)} |"
+        for key, default, what in config_rows(schema.Config, None, "", partials)
+    ]
     return "\n".join(lines)
 
 
@@ -175,8 +184,10 @@ def props_table(cls: type, rows: Sequence[Row]) -> str:
     missing, unknown = sorted(set(fields) - set(listed)), sorted(set(listed) - set(fields))
     twice = sorted({n for n in listed if listed.count(n) > 1})
     if missing or unknown or twice:
-        raise SystemExit(f"{cls.__name__}: every field in exactly one row (scripts/reference_tables.py) — "
-                         f"missing {missing}, unknown {unknown}, twice {twice}")
+        raise SystemExit(
+            f"{cls.__name__}: every field in exactly one row (scripts/reference_tables.py) — "
+            f"missing {missing}, unknown {unknown}, twice {twice}"
+        )
     lines = ["| prop | default | what |", "|---|---|---|"]
     for row in rows:
         shown: list[str] = []
@@ -184,8 +195,10 @@ def props_table(cls: type, rows: Sequence[Row]) -> str:
             has, value = _field_default(fields[name])
             described = row.computed.get(name)
             if (described is not None or row.together is not None) and has and not _unset(value):
-                raise SystemExit(f"{cls.__name__}.{name}: its default {value!r} is set in the dataclass; only an unset "
-                                 "default (None, empty) may be described in scripts/reference_tables.py")
+                raise SystemExit(
+                    f"{cls.__name__}.{name}: its default {value!r} is set in the dataclass; only an unset "
+                    "default (None, empty) may be described in scripts/reference_tables.py"
+                )
             if not has:
                 shown.append("required")
             elif described is not None:
@@ -234,44 +247,146 @@ def _in_flight_target() -> str:
 
 
 _VPC = "no VPC"
-_ALARMS = ("latency_slo", "error_rate_4xx_percent", "error_rate_5xx_percent", "utilization_alarm_percent", "alarm_topic", "dashboard")
+_ALARMS = (
+    "latency_slo",
+    "error_rate_4xx_percent",
+    "error_rate_5xx_percent",
+    "utilization_alarm_percent",
+    "alarm_topic",
+    "dashboard",
+)
 
 GRAVITON_ROWS = (
-    Row(("name", "model", "spec", "image"), "DNS label; `ModelArtifact` or `s3://bucket/prefix/`; `sizing.ModelSpec` (`engine` llama.cpp or vllm); `LlamaCppImage` or `EngineImage(repository, tag=/digest=, engine=)` serving `spec.engine`"),
-    Row(("instance_type",), "must be a SageMaker instance of `sizing`'s catalog, the model must fit it (else the error names a larger one), and the image must have its architecture"),
-    Row(("min_capacity", "max_capacity", "initial_instance_count"), "instance bounds (min ≥ 1: real-time endpoints do not scale to zero)", {"initial_instance_count": "min"}),
-    Row(("autoscaling", "target_concurrency"), "target tracking on `ConcurrentRequestsPerModel` (below) when max > min", {"target_concurrency": _slot_target}),
-    Row(("scale_out_cooldown", "scale_in_cooldown"), "a new instance takes minutes (boot, download, load), so scale in slowly"),
-    Row(("queue_depth",), "requests admitted per instance beyond the slots; more get 429 + `Retry-After`", {"queue_depth": "= slots"}),
-    Row(("environment",), "extra engine settings (`LLAMA_FLASH_ATTN`, `LLAMA_EXTRA_ARGS`, …; vLLM: `SERVE_EXTRA_ARGS`); the computed keys are refused"),
-    Row(("model_file", "model_key"), "S3-URI models: the GGUF's path under the prefix (`MODEL_PATH`; refused for vLLM, which serves the directory), the bucket's KMS key"),
-    Row(("model_download_timeout", "startup_health_check_timeout"), "60..3600 s (below)", together="sized to the model file (vLLM: + its compile warm-up)"),
-    Row(("volume_size_gb",), "ML storage volume in GB (SageMaker downloads the model onto it; `VolumeSizeInGB` 1–512 per botocore). Not set on instance-storage types (`ml.r7gd`): SageMaker attaches no EBS volume there and refuses the field", {"volume_size_gb": "model file + 10 % + 6 GiB (vLLM: 10 GiB)"}),
-    Row(("vpc", "vpc_subnets", "security_groups"), "with a VPC and no groups: one group, no inbound, HTTPS egress only (S3/ECR via VPC endpoints or NAT)", together=_VPC),
-    Row(("network_isolation",), "no network from the container (the engine runs `--offline`; SageMaker still downloads the model and pulls the image)"),
-    Row(("encryption_key",), "ML storage volume, container logs (created key only) and captured data", {"encryption_key": "new key, rotation on"}),
-    Row(("data_capture_percent", "data_capture_bucket", "data_capture_prefix", "data_capture_retention_days"), "request/response capture to S3 (0 = off), KMS-encrypted; a created bucket is TLS-only, access-logged and expires captures (days)", {"data_capture_bucket": "new bucket", "data_capture_prefix": "`data-capture/<name>`"}),
+    Row(
+        ("name", "model", "spec", "image"),
+        "DNS label; `ModelArtifact` or `s3://bucket/prefix/`; `sizing.ModelSpec` (`engine` llama.cpp or vllm); `LlamaCppImage` or `EngineImage(repository, tag=/digest=, engine=)` serving `spec.engine`",
+    ),
+    Row(
+        ("instance_type",),
+        "must be a SageMaker instance of `sizing`'s catalog, the model must fit it (else the error names a larger one), and the image must have its architecture",
+    ),
+    Row(
+        ("min_capacity", "max_capacity", "initial_instance_count"),
+        "instance bounds (min ≥ 1: real-time endpoints do not scale to zero)",
+        {"initial_instance_count": "min"},
+    ),
+    Row(
+        ("autoscaling", "target_concurrency"),
+        "target tracking on `ConcurrentRequestsPerModel` (below) when max > min",
+        {"target_concurrency": _slot_target},
+    ),
+    Row(
+        ("scale_out_cooldown", "scale_in_cooldown"),
+        "a new instance takes minutes (boot, download, load), so scale in slowly",
+    ),
+    Row(
+        ("queue_depth",),
+        "requests admitted per instance beyond the slots; more get 429 + `Retry-After`",
+        {"queue_depth": "= slots"},
+    ),
+    Row(
+        ("environment",),
+        "extra engine settings (`LLAMA_FLASH_ATTN`, `LLAMA_EXTRA_ARGS`, …; vLLM: `SERVE_EXTRA_ARGS`); the computed keys are refused",
+    ),
+    Row(
+        ("model_file", "model_key"),
+        "S3-URI models: the GGUF's path under the prefix (`MODEL_PATH`; refused for vLLM, which serves the directory), the bucket's KMS key",
+    ),
+    Row(
+        ("model_download_timeout", "startup_health_check_timeout"),
+        "60..3600 s (below)",
+        together="sized to the model file (vLLM: + its compile warm-up)",
+    ),
+    Row(
+        ("volume_size_gb",),
+        "ML storage volume in GB (SageMaker downloads the model onto it; `VolumeSizeInGB` 1–512 per botocore). Not set on instance-storage types (`ml.r7gd`): SageMaker attaches no EBS volume there and refuses the field",
+        {"volume_size_gb": "model file + 10 % + 6 GiB (vLLM: 10 GiB)"},
+    ),
+    Row(
+        ("vpc", "vpc_subnets", "security_groups"),
+        "with a VPC and no groups: one group, no inbound, HTTPS egress only (S3/ECR via VPC endpoints or NAT)",
+        together=_VPC,
+    ),
+    Row(
+        ("network_isolation",),
+        "no network from the container (the engine runs `--offline`; SageMaker still downloads the model and pulls the image)",
+    ),
+    Row(
+        ("encryption_key",),
+        "ML storage volume, container logs (created key only) and captured data",
+        {"encryption_key": "new key, rotation on"},
+    ),
+    Row(
+        ("data_capture_percent", "data_capture_bucket", "data_capture_prefix", "data_capture_retention_days"),
+        "request/response capture to S3 (0 = off), KMS-encrypted; a created bucket is TLS-only, access-logged and expires captures (days)",
+        {"data_capture_bucket": "new bucket", "data_capture_prefix": "`data-capture/<name>`"},
+    ),
     Row(("existing_role",), "execution role to use (grants are added to it)", {"existing_role": "new role"}),
     Row(_ALARMS, "alarms and dashboard (below); `latency_slo` is the first-token target"),
-    Row(("alarm_output_tokens", "time_per_output_token"), "the answer length and decode speed the latency alarm budgets for (below)", {"alarm_output_tokens": _alarm_output_tokens, "time_per_output_token": _time_per_output_token}),
-    Row(("endpoint_name_prefix", "variant_name"), "the endpoint name is `<prefix>-<placement hash>`", {"endpoint_name_prefix": "`<stack>-<name>`"}),
+    Row(
+        ("alarm_output_tokens", "time_per_output_token"),
+        "the answer length and decode speed the latency alarm budgets for (below)",
+        {"alarm_output_tokens": _alarm_output_tokens, "time_per_output_token": _time_per_output_token},
+    ),
+    Row(
+        ("endpoint_name_prefix", "variant_name"),
+        "the endpoint name is `<prefix>-<placement hash>`",
+        {"endpoint_name_prefix": "`<stack>-<name>`"},
+    ),
     Row(("log_retention", "removal_policy"), "container logs; created key and capture bucket"),
 )
 
 ROUTER_ROWS = (
-    Row(("image", "slm", "escalation"), "the router image (`LlamaCppImage` from `containers/router`, or `EngineImage`); the SLM's `GravitonEndpoint` or an existing endpoint's name; `RouterEscalation.sagemaker(endpoint or name)` / `.bedrock(model_id)` / `.openai(url, model_id=)`"),
+    Row(
+        ("image", "slm", "escalation"),
+        "the router image (`LlamaCppImage` from `containers/router`, or `EngineImage`); the SLM's `GravitonEndpoint` or an existing endpoint's name; `RouterEscalation.sagemaker(endpoint or name)` / `.bedrock(model_id)` / `.openai(url, model_id=)`",
+    ),
     Row(("name",), "names and tags"),
-    Row(("labels", "slm_labels", "confidence_threshold", "few_shot", "instructions"), "the decision (router README); custom labels need `few_shot`", {"few_shot": "the router's built-in examples", "instructions": "the router's built-in prompt"}),
+    Row(
+        ("labels", "slm_labels", "confidence_threshold", "few_shot", "instructions"),
+        "the decision (router README); custom labels need `few_shot`",
+        {"few_shot": "the router's built-in examples", "instructions": "the router's built-in prompt"},
+    ),
     Row(("max_in_flight",), "requests in progress per instance; more get 429 + `Retry-After`"),
-    Row(("config_overrides",), "other router keys: `timeouts`, `retries`, `breaker`, `top_logprobs`, `classify_max_chars`, `cache_prompt`, `max_body_bytes`, `log_level`, `slm_model`"),
+    Row(
+        ("config_overrides",),
+        "other router keys: `timeouts`, `retries`, `breaker`, `top_logprobs`, `classify_max_chars`, `cache_prompt`, `max_body_bytes`, `log_level`, `slm_model`",
+    ),
     Row(("instance_type",), "any SageMaker CPU instance of the catalog; the image must have its architecture"),
-    Row(("min_capacity", "max_capacity", "initial_instance_count"), "two instances by default: SageMaker spreads them over Availability Zones, and the router is the front door", {"initial_instance_count": "min"}),
-    Row(("autoscaling", "target_concurrency", "scale_out_cooldown", "scale_in_cooldown"), "target tracking on in-flight requests when max > min (below)", {"target_concurrency": _in_flight_target}),
-    Row(("startup_health_check_timeout",), "time for `/ping` to answer 200", {"startup_health_check_timeout": "SageMaker's"}),
-    Row(("vpc", "vpc_subnets", "security_groups"), "with a VPC and no groups: one group, no inbound, egress 443 (SageMaker Runtime, Bedrock, ECR through VPC endpoints or NAT) plus an `openai` URL's port", together=_VPC),
-    Row(("encryption_key", "log_retention", "existing_role"), "as `GravitonEndpoint`", {"encryption_key": "new key (rotation)", "existing_role": "new role"}),
-    Row(_ALARMS, "`EndpointMonitoring`'s alarms; the latency is end to end (classification + the answering model's generation)"),
-    Row(("endpoint_name_prefix", "variant_name", "removal_policy"), "as `GravitonEndpoint`", {"endpoint_name_prefix": "`<stack>-<name>`"}),
+    Row(
+        ("min_capacity", "max_capacity", "initial_instance_count"),
+        "two instances by default: SageMaker spreads them over Availability Zones, and the router is the front door",
+        {"initial_instance_count": "min"},
+    ),
+    Row(
+        ("autoscaling", "target_concurrency", "scale_out_cooldown", "scale_in_cooldown"),
+        "target tracking on in-flight requests when max > min (below)",
+        {"target_concurrency": _in_flight_target},
+    ),
+    Row(
+        ("startup_health_check_timeout",),
+        "time for `/ping` to answer 200",
+        {"startup_health_check_timeout": "SageMaker's"},
+    ),
+    Row(
+        ("vpc", "vpc_subnets", "security_groups"),
+        "with a VPC and no groups: one group, no inbound, egress 443 (SageMaker Runtime, Bedrock, ECR through VPC endpoints or NAT) plus an `openai` URL's port",
+        together=_VPC,
+    ),
+    Row(
+        ("encryption_key", "log_retention", "existing_role"),
+        "as `GravitonEndpoint`",
+        {"encryption_key": "new key (rotation)", "existing_role": "new role"},
+    ),
+    Row(
+        _ALARMS,
+        "`EndpointMonitoring`'s alarms; the latency is end to end (classification + the answering model's generation)",
+    ),
+    Row(
+        ("endpoint_name_prefix", "variant_name", "removal_policy"),
+        "as `GravitonEndpoint`",
+        {"endpoint_name_prefix": "`<stack>-<name>`"},
+    ),
 )
 
 
@@ -323,7 +438,9 @@ def write() -> list[str]:
         text = path.read_text(encoding="utf-8")
         pattern = _block(name)
         if pattern.search(text) is None:
-            raise SystemExit(f"{path.relative_to(ROOT)}: no {BEGIN.format(name=name)} … {END.format(name=name)} markers; add them where the table goes")
+            raise SystemExit(
+                f"{path.relative_to(ROOT)}: no {BEGIN.format(name=name)} … {END.format(name=name)} markers; add them where the table goes"
+            )
         new = pattern.sub(lambda _m, n=name: rendered(n), text, count=1)  # type: ignore[misc]
         if new != text:
             path.write_text(new, encoding="utf-8")

@@ -85,7 +85,7 @@ def worker_group(nodeid: str) -> str:
     tests), or a top-level test file. A directory's conftest session fixtures (a synthesized app, a started engine)
     are then made once, not once per worker."""
     parts = nodeid.split("::", 1)[0].split("/")  # tests/<dir>/.../test_x.py or tests/test_x.py
-    return "/".join(parts[:3 if parts[1:2] == ["runtime"] else 2])
+    return "/".join(parts[: 3 if parts[1:2] == ["runtime"] else 2])
 
 
 @pytest.hookimpl(optionalhook=True)

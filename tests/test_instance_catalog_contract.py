@@ -45,13 +45,27 @@ def test_non_hosting_types_are_not_sagemaker_instances(name: str) -> None:
     assert name[3:] in sizing.CATALOG  # still an EC2 (EKS node) type
 
 
-@pytest.mark.parametrize("name", ["ml.c8g.medium", "ml.c8g.48xlarge", "ml.c7g.large", "ml.c7g.16xlarge", "ml.r7gd.medium", "ml.m7i.48xlarge"])
+@pytest.mark.parametrize(
+    "name", ["ml.c8g.medium", "ml.c8g.48xlarge", "ml.c7g.large", "ml.c7g.16xlarge", "ml.r7gd.medium", "ml.m7i.48xlarge"]
+)
 def test_hosting_types_at_both_ends_of_a_family_are_sagemaker_instances(name: str) -> None:
     assert name in HOSTING
     assert sizing.instance(name).sagemaker_name == name
 
 
-@pytest.mark.parametrize("params_b,quant", [(0.135, "Q4_1"), (1.7, "Q4_K_M"), (7, "Q4_K_M"), (8, "Q8_0"), (13, "Q4_K_M"), (34, "Q4_K_M"), (70, "Q4_K_M"), (70, "Q8_0")])
+@pytest.mark.parametrize(
+    "params_b,quant",
+    [
+        (0.135, "Q4_1"),
+        (1.7, "Q4_K_M"),
+        (7, "Q4_K_M"),
+        (8, "Q8_0"),
+        (13, "Q4_K_M"),
+        (34, "Q4_K_M"),
+        (70, "Q4_K_M"),
+        (70, "Q8_0"),
+    ],
+)
 @pytest.mark.parametrize("arch", ["arm64", "amd64"])
 def test_smallest_fitting_on_sagemaker_returns_a_hosting_type(params_b: float, quant: str, arch: str) -> None:
     spec = sizing.ModelSpec(params_b, quantization=quant)
@@ -72,11 +86,19 @@ def _validate(tmp_path: Path, mutate) -> subprocess.CompletedProcess:
     doc = yaml.safe_load((ROOT / "config.yaml").read_text())
     mutate(doc)
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-    return subprocess.run([sys.executable, "-m", "cpu_inference.cli.main", "validate", "config.yaml"], cwd=tmp_path, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "cpu_inference.cli.main", "validate", "config.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
 
 
 def test_config_with_a_non_hosting_sagemaker_type_is_one_line_naming_the_key_and_a_hosted_type(tmp_path: Path) -> None:
-    proc = _validate(tmp_path, lambda d: (d.update(target="sagemaker"), d.setdefault("sagemaker", {}).update(instance_type="ml.m7g.2xlarge")))
+    proc = _validate(
+        tmp_path,
+        lambda d: (d.update(target="sagemaker"), d.setdefault("sagemaker", {}).update(instance_type="ml.m7g.2xlarge")),
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.splitlines() == [
         "config.yaml: sagemaker.instance_type: 'ml.m7g.2xlarge' is not a SageMaker hosting instance type "
@@ -87,7 +109,9 @@ def test_config_with_a_non_hosting_sagemaker_type_is_one_line_naming_the_key_and
 
 def test_config_too_big_suggests_a_hosting_type(tmp_path: Path) -> None:
     # The README's example error: a 70B model on the default ml.c7g.2xlarge.
-    proc = _validate(tmp_path, lambda d: (d.update(target="sagemaker"), d["models"][0].update(parameters_billions=70, task="batch")))
+    proc = _validate(
+        tmp_path, lambda d: (d.update(target="sagemaker"), d["models"][0].update(parameters_billions=70, task="batch"))
+    )
     assert proc.returncode == 2
     (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("config.yaml: models[0]: ")]
     suggested = line.rsplit("such as ", 1)[1]

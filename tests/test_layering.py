@@ -28,7 +28,10 @@ TIERS: tuple[tuple[str, ...], ...] = (
     ("testing",),
     ("evaluation",),  # bench/eval tools on top of the engines' facts
     ("config",),  # config.yaml: schema, loader, decision rules
-    ("k8s", "_internal.nag"),  # typed Kubernetes specs, workload builders, cdk8s charts; cdk-nag acknowledgments (aws_cdk)
+    (
+        "k8s",
+        "_internal.nag",
+    ),  # typed Kubernetes specs, workload builders, cdk8s charts; cdk-nag acknowledgments (aws_cdk)
     ("monitoring",),  # alert and alarm rules (Prometheus rule groups, the latency/cold-load thresholds)
     ("artifacts", "images"),  # the S3 model store and the engine image
     ("eks", "sagemaker"),  # the two targets
@@ -40,10 +43,24 @@ TIERS: tuple[tuple[str, ...], ...] = (
 # and budget, the model-download job's shared pieces.
 RUNTIME_PACKAGES = frozenset({"inference_runtime", "slm_router", "model_download"})
 # What the runtime code must never import: the library, or anything that starts jsii.
-FORBIDDEN_IN_RUNTIME = frozenset({"cpu_inference", "aws_cdk", "constructs", "cdk8s", "cdk8s_plus_27", "jsii", "cdk_nag"})
+FORBIDDEN_IN_RUNTIME = frozenset(
+    {"cpu_inference", "aws_cdk", "constructs", "cdk8s", "cdk8s_plus_27", "jsii", "cdk_nag"}
+)
 # The pure tiers (and the CLI's pure commands, which import them) never start jsii.
-PURE_UNITS = frozenset({"_internal.jsii_node", "_internal.resources", "_internal.aws_names", "_internal.k8s_object",
-                        "_internal.tokens", "engines", "sizing", "testing", "evaluation", "config"})
+PURE_UNITS = frozenset(
+    {
+        "_internal.jsii_node",
+        "_internal.resources",
+        "_internal.aws_names",
+        "_internal.k8s_object",
+        "_internal.tokens",
+        "engines",
+        "sizing",
+        "testing",
+        "evaluation",
+        "config",
+    }
+)
 # Private internals: a package of unrelated helpers, so each module is its own unit.
 INTERNAL = "_internal"
 # The CLI commands that are the face of a checker in cpu_inference.testing (`cpu-inference plan` runs the rehearsal).
@@ -79,8 +96,11 @@ def imported_modules(path: Path, module: tuple[str, ...]) -> Iterator[tuple[int,
 
 
 def units() -> set[str]:
-    top = {p.stem if p.suffix == ".py" else p.name for p in PACKAGE.iterdir()
-           if (p.suffix == ".py" or (p / "__init__.py").exists()) and p.name != "__pycache__"}
+    top = {
+        p.stem if p.suffix == ".py" else p.name
+        for p in PACKAGE.iterdir()
+        if (p.suffix == ".py" or (p / "__init__.py").exists()) and p.name != "__pycache__"
+    }
     internal = {f"{INTERNAL}.{p.stem}" for p in (PACKAGE / INTERNAL).glob("*.py") if p.stem != "__init__"}
     return (top - {INTERNAL}) | internal
 
@@ -121,7 +141,9 @@ def graph_text(edges: dict[tuple[str, str], list[str]]) -> str:
     by_src: dict[str, set[str]] = {}
     for src, dst in edges:
         by_src.setdefault(src, set()).add(dst)
-    return "\n".join(f"{src:12} -> {', '.join(sorted(by_src[src]))}" for src in sorted(by_src, key=lambda u: (TIER_OF.get(u, -1), u)))
+    return "\n".join(
+        f"{src:12} -> {', '.join(sorted(by_src[src]))}" for src in sorted(by_src, key=lambda u: (TIER_OF.get(u, -1), u))
+    )
 
 
 def test_every_unit_has_a_tier() -> None:
@@ -146,8 +168,11 @@ def test_pure_units_never_import_a_jsii_library() -> None:
     for path in sorted(PACKAGE.rglob("*.py")):
         module = _module_name(path, PACKAGE, "cpu_inference")
         if len(module) > 1 and _unit(module[1:]) in PURE_UNITS:
-            bad += [f"{path.relative_to(ROOT)}:{line} {dotted}" for line, dotted in imported_modules(path, module)
-                    if dotted.split(".")[0] in JSII_LIBRARIES]
+            bad += [
+                f"{path.relative_to(ROOT)}:{line} {dotted}"
+                for line, dotted in imported_modules(path, module)
+                if dotted.split(".")[0] in JSII_LIBRARIES
+            ]
     assert bad == []
 
 
@@ -157,7 +182,10 @@ def test_construct_code_never_imports_the_test_helpers() -> None:
         str(path.relative_to(PACKAGE))
         for path in PACKAGE.rglob("*.py")
         if path.relative_to(PACKAGE).parts[0] != "testing"
-        and any(unit_of(d, units()) == "testing" for _, d in imported_modules(path, _module_name(path, PACKAGE, "cpu_inference")))
+        and any(
+            unit_of(d, units()) == "testing"
+            for _, d in imported_modules(path, _module_name(path, PACKAGE, "cpu_inference"))
+        )
     )
     assert set(users) <= TESTING_COMMANDS, users
 
@@ -173,8 +201,13 @@ def test_no_module_only_re_exports() -> None:
         tree = ast.parse(path.read_text())
         if all(isinstance(n, (ast.Expr, ast.Import, ast.ImportFrom)) for n in tree.body):
             shims.append(str(path.relative_to(PACKAGE)))
-        marked += [f"{path.relative_to(PACKAGE)}:{n.lineno} {a.name}" for n in ast.walk(tree)
-                   if isinstance(n, ast.ImportFrom) for a in n.names if a.asname == a.name]
+        marked += [
+            f"{path.relative_to(PACKAGE)}:{n.lineno} {a.name}"
+            for n in ast.walk(tree)
+            if isinstance(n, ast.ImportFrom)
+            for a in n.names
+            if a.asname == a.name
+        ]
     assert (shims, marked) == ([], [])
 
 
@@ -209,7 +242,11 @@ def test_the_readme_lists_every_layer_in_order() -> None:
     naming exactly that tier's units at its start, so the picture cannot drift from what this test enforces."""
     text = (ROOT / "README.md").read_text()
     block = text.split("<!-- BEGIN layers -->", 1)[1].split("<!-- END layers -->", 1)[0]
-    rows = [line.split("  ", 1)[0].split() for line in block.strip().strip("`").splitlines() if line and not line[0].isspace()]
+    rows = [
+        line.split("  ", 1)[0].split()
+        for line in block.strip().strip("`").splitlines()
+        if line and not line[0].isspace()
+    ]
     assert [tuple(r) for r in rows] == list(TIERS)
 
 

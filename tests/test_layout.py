@@ -25,7 +25,9 @@ def test_constructs_import_from_repo_root_is_the_library() -> None:
         "import constructs, jsii, pathlib; from constructs import Construct;"
         "print(pathlib.Path(constructs.__file__).resolve()); print(Construct.__module__)"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     assert "site-packages" in out[0], out
     assert not out[0].startswith(str(ROOT / "constructs")), out
     assert out[1] == "constructs"
@@ -50,8 +52,13 @@ def _cache_path_rules(path: Path) -> list[int]:
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             name = node.func.attr
-            if name == HOME_CALL or name in ("get", "getenv") and node.args and isinstance(node.args[0], ast.Constant) \
-                    and node.args[0].value == CACHE_ENV:
+            if (
+                name == HOME_CALL
+                or name in ("get", "getenv")
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and node.args[0].value == CACHE_ENV
+            ):
                 lines.append(node.lineno)
         elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value == CACHE_ENV:
             lines.append(node.lineno)
@@ -63,8 +70,13 @@ def test_one_rule_says_where_the_cache_is() -> None:
     scripts/cache_lib.sh: no other file builds the path from the home directory or reads CPU_INFERENCE_CACHE itself
     (a test reading a path no `make test` step creates passes only on a machine someone prepared by hand)."""
     owners = {ROOT / "constructs" / "cpu_inference" / "_internal" / "resources.py", ROOT / "scripts" / "cache_lib.sh"}
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "*.py", "*.sh", "Makefile"], cwd=ROOT,
-                           capture_output=True, text=True, check=True).stdout.split()
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "*.py", "*.sh", "Makefile"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     shell = ("CPU_INFERENCE_CACHE:-", "CPU_INFERENCE_CACHE ?=", "CPU_INFERENCE_CACHE=")
     offenders = []
     for name in files:
@@ -83,7 +95,9 @@ def test_one_rule_says_where_the_cache_is() -> None:
 def test_the_cache_rule_check_finds_each_form(tmp_path: Path) -> None:
     """The check above on the forms it must catch, and on prose that only names them."""
     sample = tmp_path / "sample.py"
-    sample.write_text(f'"""Path.{HOME_CALL}() in a docstring"""\nimport os\nfrom pathlib import Path\n'
-                      f'a = Path.{HOME_CALL}()\nb = os.environ.get("{CACHE_ENV}")\nc = os.environ["{CACHE_ENV}"]\n'
-                      f'd = os.getenv("{CACHE_ENV}")  # Path.{HOME_CALL}()\ne = Path("~/x").expanduser()\n')
+    sample.write_text(
+        f'"""Path.{HOME_CALL}() in a docstring"""\nimport os\nfrom pathlib import Path\n'
+        f'a = Path.{HOME_CALL}()\nb = os.environ.get("{CACHE_ENV}")\nc = os.environ["{CACHE_ENV}"]\n'
+        f'd = os.getenv("{CACHE_ENV}")  # Path.{HOME_CALL}()\ne = Path("~/x").expanduser()\n'
+    )
     assert _cache_path_rules(sample) == [4, 5, 6, 7]

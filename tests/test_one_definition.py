@@ -103,8 +103,11 @@ def queue_scaled_objects(field: str | tuple[str, ...]) -> Occurrences:
 
 
 def _latency_alarms(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {k: r["Properties"] for k, r in template["Resources"].items()
-            if r["Type"] == "AWS::CloudWatch::Alarm" and r["Properties"].get("MetricName") == "ModelLatency"}
+    return {
+        k: r["Properties"]
+        for k, r in template["Resources"].items()
+        if r["Type"] == "AWS::CloudWatch::Alarm" and r["Properties"].get("MetricName") == "ModelLatency"
+    }
 
 
 _BASIS = re.compile(r"\((?P<slo>[\d.]+) ms first-token SLO \+ (?P<tokens>\d+) output tokens x (?P<tpot>[\d.]+) ms")
@@ -195,31 +198,93 @@ def _wrap_latency_alarm(original: Callable[..., Any]) -> Callable[..., Any]:
 SCALING = "cpu_inference.k8s.workloads.model_scaling"
 LATENCY = "cpu_inference.monitoring.latency"
 FACTS = [
-    Fact("KEDA queue formula", Patch(SCALING, "queue_formula", lambda f: lambda **kw: f(**kw) + " + (0 * waiting)"),
-         tuple(EKS), queue_scaled_objects("formula")),
-    Fact("KEDA queue weight", Patch(SCALING, "QUEUE_WEIGHT", lambda w: w + 1), tuple(EKS), queue_scaled_objects(("formula", "target"))),
-    Fact("KEDA queue target", Patch(SCALING, "queue_target", lambda f: lambda slots: f(slots) + 1), tuple(EKS), queue_scaled_objects("target")),
-    Fact("KEDA activation", Patch(SCALING, "QUEUE_ACTIVATION", lambda a: a + 1), tuple(EKS), queue_scaled_objects("activationTarget")),
-    Fact("SageMaker latency alarm rule", Patch(LATENCY, "latency_alarm", _wrap_latency_alarm), tuple(SAGEMAKER), latency_thresholds),
-    Fact("alarm output tokens by task", Patch(LATENCY, "ALARM_OUTPUT_TOKENS", lambda t: {k: v + 1 for k, v in t.items()}),
-         tuple(SAGEMAKER), alarm_basis("tokens")),
-    Fact("decode time per output token", Patch(LATENCY, "TIME_PER_OUTPUT_TOKEN_MS", lambda t: {k: v + 1 for k, v in t.items()}),
-         tuple(SAGEMAKER), alarm_basis("tpot")),
-    Fact("latency alarm cap (share of the generation budget)", Patch(LATENCY, "LATENCY_ALARM_BUDGET_FRACTION", lambda f: f - 0.1),
-         tuple(SAGEMAKER), alarm_basis("", capped_only=True)),
-    Fact("first-token SLO default",
-         Edit("constructs/cpu_inference/config/schema.py", "FIRST_TOKEN_SLO_MS = 2000", "FIRST_TOKEN_SLO_MS = 2345", defaults=(
-             ("Slo", "config.schema.Slo().p95_latency_ms"),
-             ("DeploymentProps", "fields_of(patterns.deployment.DeploymentProps)['p95_latency_ms'].default"),
-             ("GravitonEndpointProps", "fields_of(sagemaker.props.GravitonEndpointProps)['latency_slo'].default_factory().to_milliseconds()"),
-             ("MultiModelEndpointProps", "fields_of(sagemaker.multi_model_props.MultiModelEndpointProps)['latency_slo'].default_factory().to_milliseconds()"),
-         )),
-         ("config.yaml", "examples/slm-prefilter-sagemaker.yaml", "examples/model-farm-sagemaker.yaml"), first_token_slo, drop_slo=True),
-    Fact("routed request SLO default",
-         Edit("constructs/cpu_inference/monitoring/latency.py", "ROUTED_REQUEST_SLO_MS = 10_000", "ROUTED_REQUEST_SLO_MS = 12_345", defaults=(
-             ("RouterEndpointProps", "fields_of(sagemaker.router_props.RouterEndpointProps)['latency_slo'].default_factory().to_milliseconds()"),
-         )),
-         tuple(c for c in SAGEMAKER if yaml.safe_load((ROOT / c).read_text())["pattern"] == "slm-prefilter"), routed_slo),
+    Fact(
+        "KEDA queue formula",
+        Patch(SCALING, "queue_formula", lambda f: lambda **kw: f(**kw) + " + (0 * waiting)"),
+        tuple(EKS),
+        queue_scaled_objects("formula"),
+    ),
+    Fact(
+        "KEDA queue weight",
+        Patch(SCALING, "QUEUE_WEIGHT", lambda w: w + 1),
+        tuple(EKS),
+        queue_scaled_objects(("formula", "target")),
+    ),
+    Fact(
+        "KEDA queue target",
+        Patch(SCALING, "queue_target", lambda f: lambda slots: f(slots) + 1),
+        tuple(EKS),
+        queue_scaled_objects("target"),
+    ),
+    Fact(
+        "KEDA activation",
+        Patch(SCALING, "QUEUE_ACTIVATION", lambda a: a + 1),
+        tuple(EKS),
+        queue_scaled_objects("activationTarget"),
+    ),
+    Fact(
+        "SageMaker latency alarm rule",
+        Patch(LATENCY, "latency_alarm", _wrap_latency_alarm),
+        tuple(SAGEMAKER),
+        latency_thresholds,
+    ),
+    Fact(
+        "alarm output tokens by task",
+        Patch(LATENCY, "ALARM_OUTPUT_TOKENS", lambda t: {k: v + 1 for k, v in t.items()}),
+        tuple(SAGEMAKER),
+        alarm_basis("tokens"),
+    ),
+    Fact(
+        "decode time per output token",
+        Patch(LATENCY, "TIME_PER_OUTPUT_TOKEN_MS", lambda t: {k: v + 1 for k, v in t.items()}),
+        tuple(SAGEMAKER),
+        alarm_basis("tpot"),
+    ),
+    Fact(
+        "latency alarm cap (share of the generation budget)",
+        Patch(LATENCY, "LATENCY_ALARM_BUDGET_FRACTION", lambda f: f - 0.1),
+        tuple(SAGEMAKER),
+        alarm_basis("", capped_only=True),
+    ),
+    Fact(
+        "first-token SLO default",
+        Edit(
+            "constructs/cpu_inference/config/schema.py",
+            "FIRST_TOKEN_SLO_MS = 2000",
+            "FIRST_TOKEN_SLO_MS = 2345",
+            defaults=(
+                ("Slo", "config.schema.Slo().p95_latency_ms"),
+                ("DeploymentProps", "fields_of(patterns.deployment.DeploymentProps)['p95_latency_ms'].default"),
+                (
+                    "GravitonEndpointProps",
+                    "fields_of(sagemaker.props.GravitonEndpointProps)['latency_slo'].default_factory().to_milliseconds()",
+                ),
+                (
+                    "MultiModelEndpointProps",
+                    "fields_of(sagemaker.multi_model_props.MultiModelEndpointProps)['latency_slo'].default_factory().to_milliseconds()",
+                ),
+            ),
+        ),
+        ("config.yaml", "examples/slm-prefilter-sagemaker.yaml", "examples/model-farm-sagemaker.yaml"),
+        first_token_slo,
+        drop_slo=True,
+    ),
+    Fact(
+        "routed request SLO default",
+        Edit(
+            "constructs/cpu_inference/monitoring/latency.py",
+            "ROUTED_REQUEST_SLO_MS = 10_000",
+            "ROUTED_REQUEST_SLO_MS = 12_345",
+            defaults=(
+                (
+                    "RouterEndpointProps",
+                    "fields_of(sagemaker.router_props.RouterEndpointProps)['latency_slo'].default_factory().to_milliseconds()",
+                ),
+            ),
+        ),
+        tuple(c for c in SAGEMAKER if yaml.safe_load((ROOT / c).read_text())["pattern"] == "slm-prefilter"),
+        routed_slo,
+    ),
 ]
 
 
@@ -236,19 +301,30 @@ def _defaults(expressions: tuple[tuple[str, str], ...]) -> str:
 
 def _render_edited(edit: Edit, texts: dict[str, str], tmp: Path) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """Copy the package, apply `edit`, and render `texts` (config → YAML) and the defaults from the copy."""
-    shutil.copytree(ROOT / "constructs" / "cpu_inference", tmp / "constructs" / "cpu_inference", ignore=shutil.ignore_patterns("__pycache__"))
-    for top in ("containers", "lambda"):  # the runtime trees the package finds beside constructs/ (_resources.runtime_dir)
+    shutil.copytree(
+        ROOT / "constructs" / "cpu_inference",
+        tmp / "constructs" / "cpu_inference",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    for top in (
+        "containers",
+        "lambda",
+    ):  # the runtime trees the package finds beside constructs/ (_resources.runtime_dir)
         (tmp / top).symlink_to(ROOT / top)
     owner = tmp / edit.path
     source = owner.read_text()
     assert source.count(edit.old) == 1, f"{edit.path}: {edit.old!r} must occur once — the owner changed; update the row"
     owner.write_text(source.replace(edit.old, edit.new))
     (tmp / "configs.json").write_text(json.dumps(texts))
-    script = _RENDER + _defaults(edit.defaults) + textwrap.dedent(f"""
+    script = (
+        _RENDER
+        + _defaults(edit.defaults)
+        + textwrap.dedent(f"""
         texts = json.loads(open({str(tmp / "configs.json")!r}).read())
         out = {{"templates": {{c: render(t) for c, t in texts.items()}}, "defaults": defaults}}
         open({str(tmp / "out.json")!r}, "w").write(json.dumps(out))
     """)
+    )
     paths = [str(tmp / "constructs"), str(ROOT / "lambda"), str(ROOT / "containers" / "router"), str(ROOT)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     run = subprocess.run([sys.executable, "-c", script], cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
@@ -264,7 +340,9 @@ def _current_defaults(expressions: tuple[tuple[str, str], ...]) -> dict[str, Any
 
 
 @pytest.mark.parametrize("fact", FACTS, ids=[f.name for f in FACTS])
-def test_changing_the_owner_changes_every_rendered_occurrence(fact: Fact, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_changing_the_owner_changes_every_rendered_occurrence(
+    fact: Fact, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     before = {c: fact.occurrences(baseline(c, fact.drop_slo)) for c in fact.configs}
     assert any(before.values()), f"{fact.name}: no shipped config renders it — the occurrences finder is stale"
     if isinstance(fact.owner, Patch):
@@ -280,8 +358,12 @@ def test_changing_the_owner_changes_every_rendered_occurrence(fact: Fact, monkey
         old_defaults = _current_defaults(fact.owner.defaults)
         same = sorted(name for name, value in defaults.items() if value == old_defaults[name])
         assert not same, f"{fact.name}: the default of {same} did not follow {fact.owner.path} — a second definition"
-    unchanged = [f"{c}: {where} = {value!r}" for c in fact.configs for where, value in before[c].items()
-                 if after[c].get(where) == value]
+    unchanged = [
+        f"{c}: {where} = {value!r}"
+        for c in fact.configs
+        for where, value in before[c].items()
+        if after[c].get(where) == value
+    ]
     assert not unchanged, f"{fact.name}: rendered from somewhere other than its owner:\n" + "\n".join(unchanged)
 
 
@@ -300,12 +382,17 @@ def test_the_readme_alarm_example_is_what_the_shipped_config_renders() -> None:
     """The SageMaker README's worked latency alarm (the Zephyr-7B endpoint of examples/slm-prefilter-sagemaker.yaml)
     states the threshold that config's stack renders."""
     text = (ROOT / "constructs" / "cpu_inference" / "sagemaker" / "README.md").read_text()
-    m = re.search(r"(?P<slo>[\d.]+) s \+ (?P<tokens>\d+) × (?P<tpot>\d+) ms = (?P<total>[\d.]+) s for `(?P<model>[a-z0-9-]+)`", text)
+    m = re.search(
+        r"(?P<slo>[\d.]+) s \+ (?P<tokens>\d+) × (?P<tpot>\d+) ms = (?P<total>[\d.]+) s for `(?P<model>[a-z0-9-]+)`",
+        text,
+    )
     assert m, "the README's worked example is gone or reworded: update this test with it"
     config = "examples/slm-prefilter-sagemaker.yaml"
     doc = yaml.safe_load((ROOT / config).read_text())
     assert float(m["slo"]) * 1000 == doc["slo"]["p95_latency_ms"]
-    alarms = [p for p in _latency_alarms(baseline(config, False)).values() if f"-{m['model']}-" in p["AlarmDescription"]]
+    alarms = [
+        p for p in _latency_alarms(baseline(config, False)).values() if f"-{m['model']}-" in p["AlarmDescription"]
+    ]
     assert len(alarms) == 1, alarms
     basis = _BASIS.search(alarms[0]["AlarmDescription"])
     assert basis is not None and (basis["tokens"], basis["tpot"]) == (m["tokens"], m["tpot"])
@@ -314,7 +401,9 @@ def test_the_readme_alarm_example_is_what_the_shipped_config_renders() -> None:
     from cpu_inference.config.schema import FIRST_TOKEN_SLO_MS
 
     assert float(m["slo"]) * 1000 == FIRST_TOKEN_SLO_MS
-    defaulted = [p for p in _latency_alarms(baseline(config, True)).values() if f"-{m['model']}-" in p["AlarmDescription"]]
+    defaulted = [
+        p for p in _latency_alarms(baseline(config, True)).values() if f"-{m['model']}-" in p["AlarmDescription"]
+    ]
     assert [p["Threshold"] for p in defaulted] == [alarms[0]["Threshold"]]
 
 
@@ -323,6 +412,10 @@ def test_the_k8s_readme_states_the_owners_queue_rule() -> None:
     from cpu_inference.k8s.workloads.model_scaling import QUEUE_ACTIVATION, QUEUE_WEIGHT, queue_formula
 
     text = " ".join((ROOT / "constructs" / "cpu_inference" / "k8s" / "README.md").read_text().split())
-    for phrase in (f"`{queue_formula()}`", f"`{queue_formula(cold_start=True)}`", f"`queue_target(slots) = slots + {QUEUE_WEIGHT}`",
-                   f"`activationTarget` is {QUEUE_ACTIVATION}."):
+    for phrase in (
+        f"`{queue_formula()}`",
+        f"`{queue_formula(cold_start=True)}`",
+        f"`queue_target(slots) = slots + {QUEUE_WEIGHT}`",
+        f"`activationTarget` is {QUEUE_ACTIVATION}.",
+    ):
         assert phrase in text, f"k8s/README.md no longer says {phrase}: update it from k8s/workloads/model_scaling.py"

@@ -103,8 +103,12 @@ def preset_keys(text: str) -> Iterator[tuple[str, str, str]]:
 @pytest.fixture
 def renamed() -> Iterator[None]:
     """The rows renamed in place (frozen dataclasses: object.__setattr__), restored afterwards."""
-    rows = [(llama_flags.CTX_SIZE, "flag"), (llama_flags.EMBEDDINGS, "flag"), (llama_flags.EMBEDDINGS, "arg_env"),
-            (llama_flags.THREADS, "image_env")]
+    rows = [
+        (llama_flags.CTX_SIZE, "flag"),
+        (llama_flags.EMBEDDINGS, "flag"),
+        (llama_flags.EMBEDDINGS, "arg_env"),
+        (llama_flags.THREADS, "image_env"),
+    ]
     saved = [(row, attr, getattr(row, attr)) for row, attr in rows]
     try:
         for row, attr, old in saved:
@@ -117,7 +121,12 @@ def renamed() -> Iterator[None]:
 
 def test_renaming_a_row_renames_every_rendered_flag(renamed: None) -> None:
     r = render_all()
-    ctx, emb, emb_env, threads_env = "ctx-size-probe", "embeddings-probe", "LLAMA_ARG_EMBEDDINGS_PROBE", "LLAMA_THREADS_PROBE"
+    ctx, emb, emb_env, threads_env = (
+        "ctx-size-probe",
+        "embeddings-probe",
+        "LLAMA_ARG_EMBEDDINGS_PROBE",
+        "LLAMA_THREADS_PROBE",
+    )
     # Something of each kind was rendered (the shipped configs pool models on both targets, pool embedding models,
     # and run dedicated llama.cpp engines): the checks below are not vacuous.
     assert r.presets and r.engine_jsons and r.embedding_pooled and r.mme_envs and r.llama_envs, r
@@ -146,7 +155,9 @@ def test_the_table_is_what_ships() -> None:
     r = render_all()
     assert all(("*", "ctx-size") in {(s, k) for s, k, _ in preset_keys(text)} for text in r.presets)
     assert all("ctx-size" in flags and "parallel" in flags and "threads" in flags for flags in r.engine_jsons.values())
-    assert all(flags.get("embeddings") == "true" for name, flags in r.engine_jsons.items() if name in r.embedding_pooled)
+    assert all(
+        flags.get("embeddings") == "true" for name, flags in r.engine_jsons.items() if name in r.embedding_pooled
+    )
     assert all("LLAMA_THREADS" in env for env in [*r.mme_envs, *r.llama_envs])
 
 
@@ -157,13 +168,22 @@ ENGINE_DIR = ROOT / "containers" / "llama-server"  # the image's scripts (mme_ad
 def runtime_renamed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Rows the image reads renamed in place (long flags, a short flag, the image's variables), restored afterwards."""
     monkeypatch.syspath_prepend(str(ENGINE_DIR))
-    rows = [(llama_flags.MODEL, "flag"), (llama_flags.THREADS, "flag"), (llama_flags.CTX_SIZE, "flag"),
-            (llama_flags.PARALLEL, "short"), (llama_flags.MODELS_MAX, "flag"), (llama_flags.THREADS, "image_env"),
-            (llama_flags.CACHE_RAM, "image_env"), (llama_flags.MODELS_PRESET, "image_env")]
+    rows = [
+        (llama_flags.MODEL, "flag"),
+        (llama_flags.THREADS, "flag"),
+        (llama_flags.CTX_SIZE, "flag"),
+        (llama_flags.PARALLEL, "short"),
+        (llama_flags.MODELS_MAX, "flag"),
+        (llama_flags.THREADS, "image_env"),
+        (llama_flags.CACHE_RAM, "image_env"),
+        (llama_flags.MODELS_PRESET, "image_env"),
+    ]
     saved = [(row, attr, getattr(row, attr)) for row, attr in rows]
     try:
         for row, attr, old in saved:
-            object.__setattr__(row, attr, old + (PROBE if attr in ("flag", "short") else PROBE.upper().replace("-", "_")))
+            object.__setattr__(
+                row, attr, old + (PROBE if attr in ("flag", "short") else PROBE.upper().replace("-", "_"))
+            )
         yield
     finally:
         for row, attr, old in saved:
@@ -184,16 +204,26 @@ def test_renaming_a_row_renames_what_the_image_runs(runtime_renamed: None, tmp_p
     gguf = model_dir / "m.gguf"
     gguf.write_bytes(b"GGUF")
     # One engine (EKS / SageMaker mode): the env contract's variables and the command line's flags are the rows'.
-    env = {"MODEL_PATH": str(gguf), "LLAMA_THREADS_PROBE": "3", "LLAMA_THREADS": "9", "LLAMA_CACHE_RAM_MIB_PROBE": "7",
-           "LLAMA_PARALLEL": "2", "LLAMA_CTX_PER_SLOT": "512"}
+    env = {
+        "MODEL_PATH": str(gguf),
+        "LLAMA_THREADS_PROBE": "3",
+        "LLAMA_THREADS": "9",
+        "LLAMA_CACHE_RAM_MIB_PROBE": "7",
+        "LLAMA_PARALLEL": "2",
+        "LLAMA_CTX_PER_SLOT": "512",
+    }
     argv = engine_flags.llama_server_args(engine_flags.config_from_env(env, cpus=1, memory_limit=None))
     assert _after(argv, "--threads-probe") == "3" and "--threads" not in argv, argv
     assert _after(argv, "--ctx-size-probe") == "1024" and "--ctx-size" not in argv, argv
     assert _after(argv, "--model-probe") == str(gguf) and "--model" not in argv, argv
     assert _after(argv, "--cache-ram") == "7", argv
     # A multi-model child: engine.json keys by the row (its long key, its short one), its command line by the row.
-    (model_dir / "engine.json").write_text(json.dumps({"ctx-size-probe": "1024", "np-probe": "2", "threads-probe": "1"}))
-    defaults = mme_adapter.child_defaults({"LLAMA_CACHE_RAM_MIB_PROBE": "5", "LLAMA_CACHE_RAM_MIB": "9"}, binary="-", threads=4)
+    (model_dir / "engine.json").write_text(
+        json.dumps({"ctx-size-probe": "1024", "np-probe": "2", "threads-probe": "1"})
+    )
+    defaults = mme_adapter.child_defaults(
+        {"LLAMA_CACHE_RAM_MIB_PROBE": "5", "LLAMA_CACHE_RAM_MIB": "9"}, binary="-", threads=4
+    )
     child = mme_adapter.child_config("m", model_dir, defaults)
     assert (child.parallel, child.ctx_per_slot, child.threads, child.cache_ram_mib) == (2, 512, 1, 5), child
     child_argv = engine_flags.llama_server_args(child)
@@ -201,8 +231,11 @@ def test_renaming_a_row_renames_what_the_image_runs(runtime_renamed: None, tmp_p
     # A pool replica's router: the preset's model key, the router's flags and the image's variables are the rows'.
     preset = tmp_path / "preset.ini"
     preset.write_text(f"[m]\nmodel-probe = {gguf}\nthreads-probe = 1\n")
-    pool = pool_mode.pool_command({"LLAMA_MODELS_PRESET_PROBE": str(preset), "LLAMA_MODELS_MAX": "2",
-                                   "LLAMA_CACHE_RAM_MIB_PROBE": "6"}, "/bin/true", memory_limit=1 << 30)
+    pool = pool_mode.pool_command(
+        {"LLAMA_MODELS_PRESET_PROBE": str(preset), "LLAMA_MODELS_MAX": "2", "LLAMA_CACHE_RAM_MIB_PROBE": "6"},
+        "/bin/true",
+        memory_limit=1 << 30,
+    )
     assert [(m.name, m.path, m.threads) for m in pool.models] == [("m", gguf, "1")]
     assert _after(pool.command, "--models-max-probe") == "2" and "--models-max" not in pool.command, pool.command
     assert _after(pool.command, "--models-preset") == str(preset) and _after(pool.command, "--cache-ram") == "6"

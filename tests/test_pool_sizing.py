@@ -24,12 +24,18 @@ GEMMA = sizing.ModelSpec(parameters_billions=0.27, quantization="Q4_K_M", task="
 
 
 def test_models_max_is_what_fits_at_the_largest_footprint() -> None:
-    specs = {f"m-{i}": SMOLLM2 for i in range(30)} | {"big": sizing.ModelSpec(parameters_billions=3.2, task="extraction")}
+    specs = {f"m-{i}": SMOLLM2 for i in range(30)} | {
+        "big": sizing.ModelSpec(parameters_billions=3.2, task="extraction")
+    }
     plan = pool_plan(specs, cpu=8, memory_bytes=16 * GIB)
     big = plan.per_model["big"]
     assert plan.largest_model == "big"
     assert plan.models_max == plan.models_max_fit == (16 * GIB - ROUTER_RSS_BYTES) // big.memory_bytes
-    assert plan.models_max * big.memory_bytes + ROUTER_RSS_BYTES <= 16 * GIB < (plan.models_max + 1) * big.memory_bytes + ROUTER_RSS_BYTES
+    assert (
+        plan.models_max * big.memory_bytes + ROUTER_RSS_BYTES
+        <= 16 * GIB
+        < (plan.models_max + 1) * big.memory_bytes + ROUTER_RSS_BYTES
+    )
     # the request holds the router and the models_max heaviest models: any loaded set fits in it
     heaviest = sorted((s.memory_bytes for s in plan.per_model.values()), reverse=True)[: plan.models_max]
     assert plan.memory_request_bytes == ROUTER_RSS_BYTES + sum(heaviest) <= 16 * GIB and plan.fits
@@ -38,7 +44,10 @@ def test_models_max_is_what_fits_at_the_largest_footprint() -> None:
 def test_few_models_load_all_and_request_only_their_memory() -> None:
     plan = pool_plan({"a": SMOLLM2, "b": GEMMA}, cpu=4, memory_bytes=8 * GIB)
     assert plan.models_max == 2 and plan.models_max_fit > 2
-    assert plan.memory_request_bytes == ROUTER_RSS_BYTES + plan.per_model["a"].memory_bytes + plan.per_model["b"].memory_bytes
+    assert (
+        plan.memory_request_bytes
+        == ROUTER_RSS_BYTES + plan.per_model["a"].memory_bytes + plan.per_model["b"].memory_bytes
+    )
 
 
 def test_a_models_max_override_is_kept_and_flags_what_memory_allows() -> None:
@@ -95,27 +104,51 @@ def _children(pid: int) -> list[int]:
 
 
 def _chat(base: str, model: str) -> None:
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Hi there, tell me a story"}], "max_tokens": 8})
-    req = urllib.request.Request(f"{base}/v1/chat/completions", data=body.encode(), headers={"Content-Type": "application/json"})
+    body = json.dumps(
+        {"model": model, "messages": [{"role": "user", "content": "Hi there, tell me a story"}], "max_tokens": 8}
+    )
+    req = urllib.request.Request(
+        f"{base}/v1/chat/completions", data=body.encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=300) as r:
         assert r.status == 200
 
 
 @pytest.mark.engine
-def test_plan_bounds_the_real_router_and_its_children(llama_server_bin: Path, smollm2_gguf: Path, gemma_gguf: Path, tmp_path: Path) -> None:
+def test_plan_bounds_the_real_router_and_its_children(
+    llama_server_bin: Path, smollm2_gguf: Path, gemma_gguf: Path, tmp_path: Path
+) -> None:
     """Each child's RSS after a request is within its planned footprint, the router within ROUTER_RSS_BYTES and
     the whole pool within the plan's memory request (fails if the measured constants are set too low)."""
     files = {"smollm2": smollm2_gguf, "gemma": gemma_gguf}
     specs = {"smollm2": SMOLLM2, "gemma": GEMMA}
-    specs = {n: sizing.ModelSpec(**{**s.__dict__, "file_size_bytes": files[n].stat().st_size}) for n, s in specs.items()}
+    specs = {
+        n: sizing.ModelSpec(**{**s.__dict__, "file_size_bytes": files[n].stat().st_size}) for n, s in specs.items()
+    }
     plan = pool_plan(specs, cpu=1, memory_bytes=2 * GIB)
     assert plan.models_max == 2 and plan.threads_per_model == 1
-    sections = "".join(f"[{n}]\nmodel = {files[n]}\n" + "".join(f"{k} = {v}\n" for k, v in plan.engine_args(n).items()) for n in plan.per_model)
+    sections = "".join(
+        f"[{n}]\nmodel = {files[n]}\n" + "".join(f"{k} = {v}\n" for k, v in plan.engine_args(n).items())
+        for n in plan.per_model
+    )
     (tmp_path / "pool.ini").write_text("version = 1\n" + sections)
     port = free_port()
     with open(tmp_path / "router.log", "wb") as log:
-        proc = subprocess.Popen([str(llama_server_bin), "--host", "127.0.0.1", "--port", str(port), "--models-preset",
-                                 str(tmp_path / "pool.ini"), "--models-max", str(plan.models_max)], stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [
+                str(llama_server_bin),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--models-preset",
+                str(tmp_path / "pool.ini"),
+                "--models-max",
+                str(plan.models_max),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         try:
             base = f"http://127.0.0.1:{port}"
             wait_healthy(base, proc, timeout=60)
@@ -133,8 +166,10 @@ def test_plan_bounds_the_real_router_and_its_children(llama_server_bin: Path, sm
             router_rss = _rss(proc.pid)
         finally:
             stop_process(proc, timeout=30)
-    print({n: f"{v / MIB:.1f} MiB (plan {plan.per_model[n].memory_bytes / MIB:.1f})" for n, v in child_rss.items()},
-          f"router {router_rss / MIB:.1f} MiB")
+    print(
+        {n: f"{v / MIB:.1f} MiB (plan {plan.per_model[n].memory_bytes / MIB:.1f})" for n, v in child_rss.items()},
+        f"router {router_rss / MIB:.1f} MiB",
+    )
     for name, rss in child_rss.items():
         assert files[name].stat().st_size < rss <= plan.per_model[name].memory_bytes, name
     assert router_rss <= ROUTER_RSS_BYTES

@@ -27,13 +27,17 @@ SUBPACKAGES = ("artifacts", "config", "eks", "evaluation", "images", "k8s", "pat
 def _type_checking_imports() -> dict[str, set[str]]:
     """module → names imported under `if TYPE_CHECKING:` in cpu_inference/__init__.py (each must be `X as X`)."""
     tree = ast.parse((PACKAGE / "__init__.py").read_text())
-    blocks = [n for n in tree.body if isinstance(n, ast.If) and isinstance(n.test, ast.Name) and n.test.id == "TYPE_CHECKING"]
+    blocks = [
+        n for n in tree.body if isinstance(n, ast.If) and isinstance(n.test, ast.Name) and n.test.id == "TYPE_CHECKING"
+    ]
     assert len(blocks) == 1
     out: dict[str, set[str]] = {}
     for node in blocks[0].body:
         assert isinstance(node, ast.ImportFrom) and node.level == 0, ast.dump(node)
         for alias in node.names:
-            assert alias.asname == alias.name, f"{alias.name}: write `{alias.name} as {alias.name}` (an explicit re-export)"
+            assert alias.asname == alias.name, (
+                f"{alias.name}: write `{alias.name} as {alias.name}` (an explicit re-export)"
+            )
             out.setdefault(str(node.module), set()).add(alias.name)
     return out
 
@@ -59,8 +63,19 @@ def test_lazy_exports_are_the_subpackages_own_objects() -> None:
 def test_the_pool_farm_constructs_are_public() -> None:
     """Issue 13's constructs and the types their props need, importable from the package root."""
     wanted = {
-        "ModelCatalog", "ModelCatalogProps", "CatalogEntry", "MultiModelEndpoint", "MultiModelEndpointProps", "TargetModel",
-        "ModelPoolChart", "ModelPoolChartProps", "PoolModel", "MountpointS3Csi", "MountpointS3CsiProps", "MountpointSettings", "FarmPoolSettings",
+        "ModelCatalog",
+        "ModelCatalogProps",
+        "CatalogEntry",
+        "MultiModelEndpoint",
+        "MultiModelEndpointProps",
+        "TargetModel",
+        "ModelPoolChart",
+        "ModelPoolChartProps",
+        "PoolModel",
+        "MountpointS3Csi",
+        "MountpointS3CsiProps",
+        "MountpointSettings",
+        "FarmPoolSettings",
     }
     assert wanted <= set(cpu_inference.__all__)
 
@@ -74,8 +89,22 @@ def test_subpackage_exports_resolve(sub: str) -> None:
 @pytest.mark.parametrize(
     ("sub", "internal"),
     [
-        ("k8s", ("pack", "choose", "packing_table", "model_pod", "served_model_pods", "PackingPlan", "restricted_violations",
-                 "gateway_pool", "gateway_models", "render_preset", "queue_target")),
+        (
+            "k8s",
+            (
+                "pack",
+                "choose",
+                "packing_table",
+                "model_pod",
+                "served_model_pods",
+                "PackingPlan",
+                "restricted_violations",
+                "gateway_pool",
+                "gateway_models",
+                "render_preset",
+                "queue_target",
+            ),
+        ),
         ("sagemaker", ("engine_settings", "prompt_cache_mib", "placement_slug", "default_target_concurrency")),
         ("artifacts", ("ModelCopyProvider",)),
     ],
@@ -92,8 +121,12 @@ def test_the_testing_helpers_are_the_checks_the_old_paths_had() -> None:
 
     assert testing.restricted_violations is pod_security.restricted_violations
     assert testing.validate is crd_validation.validate
-    bad = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"},
-           "spec": {"template": {"spec": {"containers": [{"name": "c", "securityContext": {"privileged": True}}]}}}}
+    bad = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "x"},
+        "spec": {"template": {"spec": {"containers": [{"name": "c", "securityContext": {"privileged": True}}]}}},
+    }
     assert testing.has_pod_spec(bad)
     assert any("privileged" in v for v in testing.restricted_violations(bad))
 
@@ -110,7 +143,7 @@ def test_import_does_not_start_jsii() -> None:
 def test_the_readme_lists_the_public_api() -> None:
     """The README's library section names every top-level export (and nothing that is not one)."""
     text = README.read_text()
-    section = text[text.index("## Use it in your own CDK app"):]
+    section = text[text.index("## Use it in your own CDK app") :]
     section = section[: section.index("\n## ", 1)]
-    listed = set(re.findall(r"`(\w+)`", section[section.index("**Public API**"):].split("\n\n")[0]))
+    listed = set(re.findall(r"`(\w+)`", section[section.index("**Public API**") :].split("\n\n")[0]))
     assert listed == set(cpu_inference.__all__)

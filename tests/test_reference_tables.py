@@ -18,10 +18,17 @@ def test_every_generated_block_is_current() -> None:
 
 
 def test_the_config_table_has_every_key_with_its_schema_default() -> None:
-    rows = {key: (default, what) for key, default, what in tables.config_rows(schema.Config, None, "", frozenset({schema.ModelDefaults, schema.ModelEntry, schema.PartialModelSource}))}
+    rows = {
+        key: (default, what)
+        for key, default, what in tables.config_rows(
+            schema.Config, None, "", frozenset({schema.ModelDefaults, schema.ModelEntry, schema.PartialModelSource})
+        )
+    }
     slo = schema.Slo.model_fields["p95_latency_ms"]
     assert rows["slo.p95_latency_ms"] == (f"`{slo.default}`", slo.description)
-    assert rows["router.replicas.min"][0] == f"`{schema.Router().replicas.min}`"  # the block's default as its parent sets it
+    assert (
+        rows["router.replicas.min"][0] == f"`{schema.Router().replicas.min}`"
+    )  # the block's default as its parent sets it
     assert rows["models[].replicas.min"][0] == f"`{schema.Replicas().min}`"
     assert rows["models[].name"][0] == "required"
     for block in (schema.Project, schema.Eks, schema.SageMaker):
@@ -42,8 +49,10 @@ def test_a_changed_default_shows_in_the_rendered_table(monkeypatch: pytest.Monke
 def test_a_props_row_cannot_describe_a_literal_default() -> None:
     from cpu_inference.sagemaker.props import GravitonEndpointProps
 
-    rows = tuple(dataclasses.replace(r, computed={"instance_type": "whatever"}) if r.fields == ("instance_type",) else r
-                 for r in tables.GRAVITON_ROWS)
+    rows = tuple(
+        dataclasses.replace(r, computed={"instance_type": "whatever"}) if r.fields == ("instance_type",) else r
+        for r in tables.GRAVITON_ROWS
+    )
     with pytest.raises(SystemExit, match="instance_type"):
         tables.props_table(GravitonEndpointProps, rows)
 
@@ -52,4 +61,6 @@ def test_a_props_field_left_out_of_the_rows_is_refused() -> None:
     from cpu_inference.sagemaker.props import GravitonEndpointProps
 
     with pytest.raises(SystemExit, match="missing \\['queue_depth'\\]"):
-        tables.props_table(GravitonEndpointProps, tuple(r for r in tables.GRAVITON_ROWS if r.fields != ("queue_depth",)))
+        tables.props_table(
+            GravitonEndpointProps, tuple(r for r in tables.GRAVITON_ROWS if r.fields != ("queue_depth",))
+        )

@@ -41,8 +41,11 @@ def test_every_shipped_config_is_covered() -> None:
 
 
 def _eks_configs(config: str) -> dict[str, str]:
-    return {o["metadata"]["name"]: o["data"]["config.json"] for o in objects(template(config))
-            if o["kind"] == "ConfigMap" and "config.json" in o.get("data", {})}
+    return {
+        o["metadata"]["name"]: o["data"]["config.json"]
+        for o in objects(template(config))
+        if o["kind"] == "ConfigMap" and "config.json" in o.get("data", {})
+    }
 
 
 def _loaded_back(data: dict[str, Any]) -> rc.Config:
@@ -96,7 +99,9 @@ def test_local_runs_the_router_config_the_deployment_renders(config: str) -> Non
     # The decision keys are the deployment's, key for key (the upstreams, address and timeouts are this machine's).
     local_only = {"slm_url", "escalation", "listen_host", "listen_port", "timeouts"}
     deployed = json.loads(_eks_configs(config)["router"])
-    assert {k: v for k, v in local.to_dict().items() if k not in local_only} == {k: v for k, v in deployed.items() if k not in local_only}
+    assert {k: v for k, v in local.to_dict().items() if k not in local_only} == {
+        k: v for k, v in deployed.items() if k not in local_only
+    }
 
 
 def test_local_runs_a_gateway_the_router_reads() -> None:
@@ -112,11 +117,18 @@ def test_local_runs_a_gateway_the_router_reads() -> None:
 def test_the_router_endpoint_props_render_each_escalation_as_the_router_reads_it() -> None:
     from cpu_inference.sagemaker import RouterEndpointProps, RouterEscalation
 
-    for escalation in (RouterEscalation.sagemaker("big-llm", model_id="zephyr"), RouterEscalation.bedrock("amazon.nova-lite-v1:0"),
-                       RouterEscalation.openai("http://llm.internal/v1", model_id="m")):
-        props = RouterEndpointProps(image=None, slm="slm-endpoint", escalation=escalation,  # type: ignore[arg-type]
-                                    few_shot=({"text": "hi", "label": "simple"},),
-                                    config_overrides={"timeouts": {"classify_s": 10}, "log_level": "DEBUG"})
+    for escalation in (
+        RouterEscalation.sagemaker("big-llm", model_id="zephyr"),
+        RouterEscalation.bedrock("amazon.nova-lite-v1:0"),
+        RouterEscalation.openai("http://llm.internal/v1", model_id="m"),
+    ):
+        props = RouterEndpointProps(
+            image=None,
+            slm="slm-endpoint",
+            escalation=escalation,  # type: ignore[arg-type]
+            few_shot=({"text": "hi", "label": "simple"},),
+            config_overrides={"timeouts": {"classify_s": 10}, "log_level": "DEBUG"},
+        )
         loaded = _loaded_back(props.router_config("eu-west-1"))
         assert loaded.escalation.kind == escalation.kind and loaded.timeouts.classify_s == 10
 
@@ -126,18 +138,27 @@ def test_a_wrong_override_fails_at_synth_with_the_key() -> None:
     not by a router that exits 2 on every instance of the endpoint (the old props rendered it)."""
     from cpu_inference.sagemaker import RouterEndpointProps, RouterEscalation
 
-    props = RouterEndpointProps(image=None, slm="slm-endpoint", escalation=RouterEscalation.bedrock("amazon.nova-lite-v1:0"),  # type: ignore[arg-type]
-                                config_overrides={"timeouts": {"classify_s": "ten"}})
-    with pytest.raises(ValueError, match=r"RouterEndpointProps\.config_overrides\.timeouts\.classify_s: must be a number"):
+    props = RouterEndpointProps(
+        image=None,
+        slm="slm-endpoint",
+        escalation=RouterEscalation.bedrock("amazon.nova-lite-v1:0"),  # type: ignore[arg-type]
+        config_overrides={"timeouts": {"classify_s": "ten"}},
+    )
+    with pytest.raises(
+        ValueError, match=r"RouterEndpointProps\.config_overrides\.timeouts\.classify_s: must be a number"
+    ):
         props.router_config("eu-west-1")
 
 
 def test_every_escalation_target_kind_is_the_routers_one_escalation_type() -> None:
     from cpu_inference.patterns import EscalationTarget
 
-    targets = (EscalationTarget(kind="openai", url="https://llm.example/v1", model_id="m", api_key_secret_name="prod/key"),
-               EscalationTarget(kind="sagemaker", endpoint_name="big-llm"), EscalationTarget(kind="bedrock", model_id="amazon.nova-lite-v1:0"),
-               EscalationTarget(kind="model", model="llama"))
+    targets = (
+        EscalationTarget(kind="openai", url="https://llm.example/v1", model_id="m", api_key_secret_name="prod/key"),
+        EscalationTarget(kind="sagemaker", endpoint_name="big-llm"),
+        EscalationTarget(kind="bedrock", model_id="amazon.nova-lite-v1:0"),
+        EscalationTarget(kind="model", model="llama"),
+    )
     for target in targets:
         escalation = target.router_escalation(llm_url="http://llama.ns.svc.cluster.local:8080", region="eu-west-1")
         assert isinstance(escalation, rc.Escalation)
@@ -152,9 +173,14 @@ def test_a_producer_renders_exactly_the_keys_it_set_in_the_order_it_set_them() -
     assert list(cfg.to_dict()) == ["labels", "confidence_threshold", "escalation"]
     assert cfg.to_dict()["labels"] == ["simple", "complex"]  # the router's default, set on purpose: rendered
     later = cfg.updated(mode="router", labels=("a", "b"))
-    assert list(later.to_dict()) == ["labels", "confidence_threshold", "escalation", "mode"] and later.labels == ("a", "b")
+    assert list(later.to_dict()) == ["labels", "confidence_threshold", "escalation", "mode"] and later.labels == (
+        "a",
+        "b",
+    )
     assert rc.Config().to_dict() == {} and rc.Timeouts(first_byte_s=300).to_dict() == {"first_byte_s": 300}
-    assert json.dumps(rc.unvalidated({"timeouts": {"total_s": 900}}).to_dict()) == '{"timeouts": {"total_s": 900}}'  # an int stays one
+    assert (
+        json.dumps(rc.unvalidated({"timeouts": {"total_s": 900}}).to_dict()) == '{"timeouts": {"total_s": 900}}'
+    )  # an int stays one
 
 
 # --- the README's config table, checked against the definition ------------------------------------------
@@ -172,7 +198,9 @@ def defined_keys() -> dict[str, tuple[Any, tuple[str, ...]]]:
                 continue
             element = re.fullmatch(r"tuple\[(\w+), \.\.\.\]", str(f.type))
             item = getattr(rc, element[1], None) if element else None
-            subkeys = tuple(g.name for g in fields(item)) if isinstance(item, type) and issubclass(item, rc.Document) else ()
+            subkeys = (
+                tuple(g.name for g in fields(item)) if isinstance(item, type) and issubclass(item, rc.Document) else ()
+            )
             out[prefix + f.name] = (default, subkeys)
 
     walk(rc.Config, "")
@@ -220,8 +248,11 @@ def table_problems(readme: str) -> list[str]:
             ok = value == rc._json(default)
         if not ok:
             problems.append(f"{key}: the README says default {cell}, the definition has {rc._json(default)!r}")
-        problems += [f"{key}: the README does not name its elements' key {s!r}" for s in subkeys
-                     if not re.search(rf"[`\"]{s}[`\"]", meaning)]
+        problems += [
+            f"{key}: the README does not name its elements' key {s!r}"
+            for s in subkeys
+            if not re.search(rf"[`\"]{s}[`\"]", meaning)
+        ]
     return problems
 
 
@@ -236,10 +267,14 @@ def test_the_table_check_catches_a_missing_key_a_wrong_default_and_an_unknown_ke
     text = README.read_text(encoding="utf-8")
     row = next(line for line in text.splitlines() if line.startswith("| `top_logprobs` |"))
     assert table_problems(text.replace(row + "\n", "")) == ["top_logprobs: not in the README's config table"]
-    assert table_problems(text.replace(row, row.replace("`10`", "`12`"))) == \
-        ["top_logprobs: the README says default `12`, the definition has 10"]
-    assert table_problems(text.replace(row, row.replace("`top_logprobs`", "`top_k`"))) == \
-        ["top_logprobs: not in the README's config table", "top_k: in the README but not a config key"]
+    assert table_problems(text.replace(row, row.replace("`10`", "`12`"))) == [
+        "top_logprobs: the README says default `12`, the definition has 10"
+    ]
+    assert table_problems(text.replace(row, row.replace("`top_logprobs`", "`top_k`"))) == [
+        "top_logprobs: not in the README's config table",
+        "top_k: in the README but not a config key",
+    ]
     pools = next(line for line in text.splitlines() if line.startswith("| `gateway.pools` |"))
-    assert table_problems(text.replace(pools, pools.replace("`hot_in_flight`", "hot in flight"))) == \
-        ["gateway.pools: the README does not name its elements' key 'hot_in_flight'"]
+    assert table_problems(text.replace(pools, pools.replace("`hot_in_flight`", "hot in flight"))) == [
+        "gateway.pools: the README does not name its elements' key 'hot_in_flight'"
+    ]

@@ -44,12 +44,19 @@ def test_8b_q4_k_m_on_ml_c7g_8xlarge() -> None:
     assert s.memory_needed_bytes == weights + 4 * GIB + 256 * MIB + int(0.1 * weights)
     assert s.fits and s.memory_available_bytes == 63 * GIB
     env = s.engine_env()
-    assert env["LLAMA_THREADS"] == env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == env["OPENBLAS_NUM_THREADS"] == "32"
+    assert (
+        env["LLAMA_THREADS"] == env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == env["OPENBLAS_NUM_THREADS"] == "32"
+    )
     assert env["NUM_INTER_THREADS"] == "1"
 
 
 def test_classification_uses_short_context_per_slot() -> None:
-    s = sizing.size(ModelSpec(0.135, "Q4_1", context_window=8192, task="classification"), sizing.instance("c7g.xlarge"), target="eks", cpu=2)
+    s = sizing.size(
+        ModelSpec(0.135, "Q4_1", context_window=8192, task="classification"),
+        sizing.instance("c7g.xlarge"),
+        target="eks",
+        cpu=2,
+    )
     assert s.ctx_per_slot == 512
     assert s.threads == 2 and s.slots == 4  # small model: 2 slots per thread, measured 1.5x over -np 1
 
@@ -60,7 +67,10 @@ def test_a_context_floor_raises_the_task_context_within_the_window() -> None:
     base = ModelSpec(1.7, "Q4_K_M", context_window=4096, task="classification")
     floored = ModelSpec(1.7, "Q4_K_M", context_window=4096, task="classification", min_context_per_slot=2176)
     assert sizing.context_per_slot(base) == 512 and sizing.context_per_slot(floored) == 2176
-    assert sizing.context_per_slot(ModelSpec(1.7, context_window=2048, task="classification", min_context_per_slot=2176)) == 2048
+    assert (
+        sizing.context_per_slot(ModelSpec(1.7, context_window=2048, task="classification", min_context_per_slot=2176))
+        == 2048
+    )
     assert sizing.context_per_slot(ModelSpec(1.7, context_window=4096, task="chat", min_context_per_slot=2176)) == 4096
     it = sizing.instance("c7g.2xlarge")
     small, big = sizing.size(base, it, target="eks"), sizing.size(floored, it, target="eks")

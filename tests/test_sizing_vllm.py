@@ -13,7 +13,9 @@ import pytest
 from cpu_inference import sizing
 from cpu_inference.engines import queue_metrics
 
-SMOLLM2 = sizing.ModelSpec(parameters_billions=0.135, engine="vllm", task="chat", context_window=2048, layers=30, kv_heads=3, head_dim=64)
+SMOLLM2 = sizing.ModelSpec(
+    parameters_billions=0.135, engine="vllm", task="chat", context_window=2048, layers=30, kv_heads=3, head_dim=64
+)
 # PSS of the whole vLLM process tree (API server, EngineCore, worker) serving SmolLM2-135M BF16 with a 1 GiB KV
 # pool, idle and under 4 concurrent generations, measured on this machine (/proc/<pid>/smaps_rollup, summed).
 MEASURED_PSS_MIB = 3170
@@ -29,8 +31,12 @@ INSTANCES = ["m7i.large", "c7i.2xlarge", "r7g.4xlarge", "m8g.8xlarge", "r7i.16xl
 
 
 # Every instance on EKS; on SageMaker only those it offers (an ml. type).
-PLACES = [(target, name) for target in ("eks", "sagemaker") for name in INSTANCES
-          if target == "eks" or sizing.instance(name).sagemaker]
+PLACES = [
+    (target, name)
+    for target in ("eks", "sagemaker")
+    for name in INSTANCES
+    if target == "eks" or sizing.instance(name).sagemaker
+]
 
 
 @pytest.mark.parametrize("m", MODELS, ids=lambda m: f"{m.parameters_billions:g}B-{m.task}")
@@ -84,7 +90,9 @@ def test_a_one_cpu_pod_keeps_its_only_cpu_for_compute() -> None:
 
 
 def test_sequences_shrink_until_the_model_fits_its_node() -> None:
-    m = sizing.ModelSpec(parameters_billions=8, engine="vllm", task="chat", context_window=131072, context_per_slot=131072)
+    m = sizing.ModelSpec(
+        parameters_billions=8, engine="vllm", task="chat", context_window=131072, context_per_slot=131072
+    )
     roomy = sizing.size(m, sizing.instance("r7i.8xlarge"), target="eks", cpu=16)
     tight = sizing.size(m, sizing.instance("c7i.8xlarge"), target="eks", cpu=16)
     assert roomy.fits and tight.fits and 1 <= tight.slots < roomy.slots

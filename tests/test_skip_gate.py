@@ -55,13 +55,17 @@ def test_an_unlisted_skip_or_xfail_fails_the_run_and_is_named() -> None:
         _report("t.py::test_xfailed", "skipped", "known broken", xfail="known broken"),
     )
     assert session.exitstatus == pytest.ExitCode.TESTS_FAILED
-    assert lines == ["== skips not on the allowlist (tests/support/skip_gate.py): the run fails",
-                     "SKIPPED t.py::test_unlisted: the cache file is not there",
-                     "SKIPPED t.py::test_xfailed: xfail: known broken"]
+    assert lines == [
+        "== skips not on the allowlist (tests/support/skip_gate.py): the run fails",
+        "SKIPPED t.py::test_unlisted: the cache file is not there",
+        "SKIPPED t.py::test_xfailed: xfail: known broken",
+    ]
 
 
 def test_allowed_skips_pass() -> None:
-    session, lines = _session_after(_report("t.py::test_runs", "passed"), _report("t.py::test_allowed", "skipped", ALLOWED_REASON))
+    session, lines = _session_after(
+        _report("t.py::test_runs", "passed"), _report("t.py::test_allowed", "skipped", ALLOWED_REASON)
+    )
     assert session.exitstatus == pytest.ExitCode.OK and lines == []
 
 

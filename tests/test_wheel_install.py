@@ -50,7 +50,7 @@ def _copy_source(target: Path) -> None:
 
 def readme_app() -> str:
     text = README.read_text()
-    (code,) = re.findall(r"```python\n(.*?)```", text[text.index(SECTION):].split("\n## ", 1)[0], re.S)
+    (code,) = re.findall(r"```python\n(.*?)```", text[text.index(SECTION) :].split("\n## ", 1)[0], re.S)
     return code
 
 
@@ -85,7 +85,15 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamesp
     _must([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-compile", str(wheel)])
     # What a default `pip install` does to our package (byte-code next to the bundled sources, which no asset may
     # pick up), done for it alone.
-    _must([str(python), "-m", "compileall", "-q", *(str(p) for p in (venv / "lib").glob("python3*/site-packages/cpu_inference"))])
+    _must(
+        [
+            str(python),
+            "-m",
+            "compileall",
+            "-q",
+            *(str(p) for p in (venv / "lib").glob("python3*/site-packages/cpu_inference")),
+        ]
+    )
     yield SimpleNamespace(work=work, wheel=wheel, sdist=sdist, venv=venv, python=python)
     shutil.rmtree(venv, ignore_errors=True)  # ~700 MB (aws-cdk-lib, Node): not worth keeping in pytest's tmp
 
@@ -115,23 +123,47 @@ def synthesized(installed: SimpleNamespace, tmp_path_factory: pytest.TempPathFac
     # The same app from the source tree the wheel was built from (the copy: this checkout may change meanwhile),
     # as a checkout runs it: its source roots on PYTHONPATH, ahead of the project venv's editable finder.
     src = installed.work / "src"
-    env = {**os.environ, "CDK_OUTDIR": str(app_dir / "checkout.out"),
-           "PYTHONPATH": os.pathsep.join(str(src / root) for root in ("constructs", "lambda", "containers/router", "containers"))}
-    where = subprocess.run([sys.executable, "-c", "import cpu_inference; print(cpu_inference.__file__)"], cwd=app_dir,
-                           env=env, capture_output=True, text=True, check=True).stdout.strip()
+    env = {
+        **os.environ,
+        "CDK_OUTDIR": str(app_dir / "checkout.out"),
+        "PYTHONPATH": os.pathsep.join(
+            str(src / root) for root in ("constructs", "lambda", "containers/router", "containers")
+        ),
+    }
+    where = subprocess.run(
+        [sys.executable, "-c", "import cpu_inference; print(cpu_inference.__file__)"],
+        cwd=app_dir,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert Path(where).is_relative_to(src), where
-    checkout = subprocess.run([sys.executable, "app.py"], cwd=app_dir, capture_output=True, text=True, timeout=600, env=env)
+    checkout = subprocess.run(
+        [sys.executable, "app.py"], cwd=app_dir, capture_output=True, text=True, timeout=600, env=env
+    )
     assert checkout.returncode == 0, checkout.stderr[-3000:]
     (site_packages,) = (installed.venv / "lib").glob("python3*/site-packages")
-    return SimpleNamespace(dir=app_dir, stderr=from_wheel.stderr, site_packages=site_packages, wheel=_assets(app_dir / "cdk.out"),
-                           checkout=_assets(app_dir / "checkout.out"))
+    return SimpleNamespace(
+        dir=app_dir,
+        stderr=from_wheel.stderr,
+        site_packages=site_packages,
+        wheel=_assets(app_dir / "cdk.out"),
+        checkout=_assets(app_dir / "checkout.out"),
+    )
 
 
 def test_wheel_and_sdist_ship_the_runtime_trees(installed: SimpleNamespace) -> None:
     expected = {f"cpu_inference/{_resources.BUNDLED}/{p.as_posix()}" for p in _resources.runtime_files(ROOT)}
-    assert {"containers/llama-server/Dockerfile", "containers/llama-server/engine-pin.env", "containers/router/Dockerfile",
-            "containers/router/requirements.txt", "containers/router/.dockerignore", "lambda/model_download/__main__.py",
-            "lambda/image_build/handler.py"} <= {p.as_posix() for p in _resources.runtime_files(ROOT)}
+    assert {
+        "containers/llama-server/Dockerfile",
+        "containers/llama-server/engine-pin.env",
+        "containers/router/Dockerfile",
+        "containers/router/requirements.txt",
+        "containers/router/.dockerignore",
+        "lambda/model_download/__main__.py",
+        "lambda/image_build/handler.py",
+    } <= {p.as_posix() for p in _resources.runtime_files(ROOT)}
     names = zipfile.ZipFile(installed.wheel).namelist()
     bundled = {n for n in names if n.startswith(f"cpu_inference/{_resources.BUNDLED}/")}
     assert bundled == expected
@@ -172,10 +204,14 @@ def test_user_app_assets_carry_dockerfiles_and_runtime_code(synthesized: SimpleN
     engine, router = assets["llama-server context"], assets["router context"]
     assert {p.name for p in engine.iterdir()} == {"llama-server", "inference_runtime"}
     assert {p.name for p in router.iterdir()} == {"router", "inference_runtime"}
-    assert {"Dockerfile", "engine-pin.env", "entrypoint.py", "build_engine.sh"} <= {p.name for p in (engine / "llama-server").iterdir()}
+    assert {"Dockerfile", "engine-pin.env", "entrypoint.py", "build_engine.sh"} <= {
+        p.name for p in (engine / "llama-server").iterdir()
+    }
     assert {"Dockerfile", "requirements.txt", "slm_router"} <= {p.name for p in (router / "router").iterdir()}
     for context in (engine, router):
-        assert {"http1.py", "sagemaker_adapter.py", "requirements.txt"} <= {p.name for p in (context / "inference_runtime").iterdir()}
+        assert {"http1.py", "sagemaker_adapter.py", "requirements.txt"} <= {
+            p.name for p in (context / "inference_runtime").iterdir()
+        }
     for asset in assets.values():
         assert not list(asset.rglob("__pycache__")) and not list(asset.rglob("*.pyc")), asset
     bundled = synthesized.site_packages / "cpu_inference" / _resources.BUNDLED
@@ -187,8 +223,9 @@ def test_assets_hash_the_same_from_wheel_and_checkout(synthesized: SimpleNamespa
     assert {k: p.name for k, p in synthesized.wheel.items()} == {k: p.name for k, p in synthesized.checkout.items()}
 
 
-def test_no_node_end_of_life_banner_from_the_installed_package(installed: SimpleNamespace, synthesized: SimpleNamespace,
-                                                                tmp_path: Path) -> None:
+def test_no_node_end_of_life_banner_from_the_installed_package(
+    installed: SimpleNamespace, synthesized: SimpleNamespace, tmp_path: Path
+) -> None:
     # The control: this PATH's Node makes jsii print its banner when aws_cdk starts jsii before cpu_inference can.
     control = _run([str(installed.python), "-c", "import aws_cdk"], tmp_path)
     if not BANNER.search(control.stderr):
@@ -201,7 +238,9 @@ def test_no_node_end_of_life_banner_from_the_checkout(tmp_path: Path) -> None:
     control = _run([sys.executable, "-c", "import aws_cdk"], tmp_path)
     if not BANNER.search(control.stderr):
         pytest.skip(f"the node first on {OLD_NODE_FIRST} prints no jsii banner (none, or Node >= 22)")
-    fixed = _run([sys.executable, "-c", "from cpu_inference import LlamaCppImage\nimport aws_cdk\naws_cdk.App()"], tmp_path)
+    fixed = _run(
+        [sys.executable, "-c", "from cpu_inference import LlamaCppImage\nimport aws_cdk\naws_cdk.App()"], tmp_path
+    )
     assert fixed.returncode == 0, fixed.stderr
     assert not BANNER.search(fixed.stderr), fixed.stderr
 

@@ -17,7 +17,8 @@ def stack_name(config: Config) -> str:
 def build_app(config: Config, *, app: cdk.App | None = None) -> tuple[cdk.App, cdk.Stack]:
     app = app or cdk.App()
     stack = cdk.Stack(
-        app, stack_name(config),
+        app,
+        stack_name(config),
         description=f"cdk-cpu-inference: {config.pattern} on {config.target} ({len(config.models)} model(s))",
         # The CDK CLI uploads the template file as written; CloudFormation takes at most 1 MB from S3
         # (aws-cdk-lib core/lib/stack.js TEMPLATE_BODY_MAXIMUM_SIZE=1e6). Indentation is ~20% of a big

@@ -70,7 +70,9 @@ class EngineConfig:
         if self.ctx_per_slot < 64:
             raise EngineConfigError(f"{CTX_PER_SLOT_ENV} must be >= 64, got {self.ctx_per_slot}")
         if self.flash_attn not in FLASH_ATTN_VALUES:
-            raise EngineConfigError(f"LLAMA_FLASH_ATTN must be one of {', '.join(FLASH_ATTN_VALUES)}, got {self.flash_attn!r}")
+            raise EngineConfigError(
+                f"LLAMA_FLASH_ATTN must be one of {', '.join(FLASH_ATTN_VALUES)}, got {self.flash_attn!r}"
+            )
         if self.cache_reuse < 0:
             raise EngineConfigError(f"LLAMA_CACHE_REUSE must be >= 0, got {self.cache_reuse}")
         if self.cache_ram_mib is not None and self.cache_ram_mib < -1:
@@ -85,8 +87,10 @@ def llama_server_args(cfg: EngineConfig) -> list[str]:
     threads = str(cfg.threads)
     args = [
         *MODEL.args(cfg.model),
-        "--host", cfg.host,
-        "--port", str(cfg.port),
+        "--host",
+        cfg.host,
+        "--port",
+        str(cfg.port),
         *THREADS.args(threads),
         *THREADS_BATCH.args(threads),
         *PARALLEL.args(cfg.parallel),
@@ -105,9 +109,11 @@ def serving_policy_args(flash_attn: str, cache_reuse: int, cache_ram_mib: int | 
         "--cont-batching",
         "--metrics",  # llamacpp:requests_processing / requests_deferred drive KEDA
         "--jinja",  # chat template from the GGUF
-        "--flash-attn", flash_attn,
+        "--flash-attn",
+        flash_attn,
         "--cache-prompt",
-        "--cache-reuse", str(cache_reuse),
+        "--cache-reuse",
+        str(cache_reuse),
         "--no-webui",
         "--no-slots",  # /slots would expose other users' prompts
         "--offline",  # the model is local; never reach out to a hub

@@ -27,8 +27,15 @@ def _what(kind: str, minimum: float | None, hint: str) -> str:
     return f"{kind}{bound}{f' ({hint})' if hint else ''}"
 
 
-def _parse(env: Mapping[str, str], name: str, default: N | None, parse: Callable[[str], N], kind: str,
-           minimum: float | None, hint: str) -> N | None:
+def _parse(
+    env: Mapping[str, str],
+    name: str,
+    default: N | None,
+    parse: Callable[[str], N],
+    kind: str,
+    minimum: float | None,
+    hint: str,
+) -> N | None:
     raw = env.get(name, "").strip()
     if not raw:
         return default
@@ -44,17 +51,27 @@ def _parse(env: Mapping[str, str], name: str, default: N | None, parse: Callable
 @overload
 def env_int(env: Mapping[str, str], name: str, default: int, *, minimum: int | None = None, hint: str = "") -> int: ...
 @overload
-def env_int(env: Mapping[str, str], name: str, default: None, *, minimum: int | None = None, hint: str = "") -> int | None: ...
-def env_int(env: Mapping[str, str], name: str, default: int | None, *, minimum: int | None = None, hint: str = "") -> int | None:
+def env_int(
+    env: Mapping[str, str], name: str, default: None, *, minimum: int | None = None, hint: str = ""
+) -> int | None: ...
+def env_int(
+    env: Mapping[str, str], name: str, default: int | None, *, minimum: int | None = None, hint: str = ""
+) -> int | None:
     """`name` as an integer (at least `minimum`), `default` when it is unset or blank."""
     return _parse(env, name, default, int, "an integer", minimum, hint)
 
 
 @overload
-def env_float(env: Mapping[str, str], name: str, default: float, *, minimum: float | None = None, hint: str = "") -> float: ...
+def env_float(
+    env: Mapping[str, str], name: str, default: float, *, minimum: float | None = None, hint: str = ""
+) -> float: ...
 @overload
-def env_float(env: Mapping[str, str], name: str, default: None, *, minimum: float | None = None, hint: str = "") -> float | None: ...
-def env_float(env: Mapping[str, str], name: str, default: float | None, *, minimum: float | None = None, hint: str = "") -> float | None:
+def env_float(
+    env: Mapping[str, str], name: str, default: None, *, minimum: float | None = None, hint: str = ""
+) -> float | None: ...
+def env_float(
+    env: Mapping[str, str], name: str, default: float | None, *, minimum: float | None = None, hint: str = ""
+) -> float | None:
     """`name` as a number (at least `minimum`), `default` when it is unset or blank."""
     return _parse(env, name, default, float, "a number", minimum, hint)
 

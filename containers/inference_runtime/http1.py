@@ -44,9 +44,17 @@ READ_SIZE = 1 << 16
 _HEX = frozenset("0123456789abcdefABCDEF")
 # RFC 9110 §5.6.2 token characters: header field names and methods.
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error", 405: "invalid_request_error", 413: "invalid_request_error",
-                429: "rate_limit_error", 431: "invalid_request_error", 501: "invalid_request_error", 503: "unavailable_error",
-                504: "timeout_error"}
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    431: "invalid_request_error",
+    501: "invalid_request_error",
+    503: "unavailable_error",
+    504: "timeout_error",
+}
 
 
 class HttpError(Exception):
@@ -130,7 +138,9 @@ def parse_head(raw: bytes) -> Head:
             raise HttpError(400, "malformed header line")
         key = name.lower()
         value = value.strip(" \t")
-        if "\r" in value or "\n" in value or "\x00" in value:  # bare CR / LF, NUL: never in a field value (RFC 9110 §5.5)
+        if (
+            "\r" in value or "\n" in value or "\x00" in value
+        ):  # bare CR / LF, NUL: never in a field value (RFC 9110 §5.5)
             raise HttpError(400, "malformed header value")
         headers[key] = f"{headers[key]}, {value}" if key in headers else value
     return Head(lines[0], headers)
@@ -329,7 +339,12 @@ def encode_head(status: int, headers: list[tuple[str, str]]) -> bytes:
 
 
 def encode_request(method: str, target: str, host: str, headers: list[tuple[str, str]], body: bytes) -> bytes:
-    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}", *(f"{k}: {v}" for k, v in headers), f"Content-Length: {len(body)}"]
+    lines = [
+        f"{method} {target} HTTP/1.1",
+        f"Host: {host}",
+        *(f"{k}: {v}" for k, v in headers),
+        f"Content-Length: {len(body)}",
+    ]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
@@ -347,8 +362,14 @@ def error_body(status: int, message: str, *, retry_after: int | None = None) -> 
     return json.dumps({"error": error}).encode()
 
 
-def json_error(status: int, message: str, *, keep_alive: bool = True, retry_after: int | None = None,
-               extra: list[tuple[str, str]] | None = None) -> bytes:
+def json_error(
+    status: int,
+    message: str,
+    *,
+    keep_alive: bool = True,
+    retry_after: int | None = None,
+    extra: list[tuple[str, str]] | None = None,
+) -> bytes:
     """A complete error response: error_body() with Retry-After (when given) and the connection's fate."""
     body = error_body(status, message, retry_after=retry_after)
     headers = [("Content-Type", "application/json; charset=utf-8"), ("Content-Length", str(len(body)))]
@@ -377,8 +398,16 @@ class KeepAlivePool:
     race that remains (the peer closes as the request leaves) shows up as EOF before any response byte, and
     the caller re-sends once on a fresh connection (the peer never read the request)."""
 
-    def __init__(self, host: str, port: int, *, max_idle: int, idle_seconds: float, connect_timeout: float,
-                 ssl: ssl_lib.SSLContext | None = None):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        max_idle: int,
+        idle_seconds: float,
+        connect_timeout: float,
+        ssl: ssl_lib.SSLContext | None = None,
+    ):
         self.host, self.port = host, port
         self.max_idle = max_idle
         self.idle_seconds = idle_seconds
@@ -401,7 +430,8 @@ class KeepAlivePool:
     async def connect(self) -> Connection:
         """A new connection; raises TimeoutError or OSError."""
         reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(self.host, self.port, ssl=self.ssl, limit=READ_SIZE), self.connect_timeout)
+            asyncio.open_connection(self.host, self.port, ssl=self.ssl, limit=READ_SIZE), self.connect_timeout
+        )
         return Connection(reader, writer)
 
     def release(self, conn: Connection) -> None:
@@ -433,7 +463,9 @@ class Http1Server:
         self._conns: set[asyncio.Task] = set()
 
     async def start(self, host: str, port: int) -> int:
-        self._server = await asyncio.start_server(self._serve_conn, host, port, limit=READ_SIZE, reuse_address=True, backlog=1024)
+        self._server = await asyncio.start_server(
+            self._serve_conn, host, port, limit=READ_SIZE, reuse_address=True, backlog=1024
+        )
         return self._server.sockets[0].getsockname()[1]
 
     async def close(self, grace: float) -> None:

@@ -91,7 +91,9 @@ MODEL_KEY = MODEL.key
 POOLED_SIZED: tuple[LlamaOption, ...] = (CTX_SIZE, PARALLEL, THREADS)
 
 
-def pooled_model_flags(*, ctx_size: int, parallel: int, threads: int, options: Mapping[str, str] | None = None) -> dict[str, str]:
+def pooled_model_flags(
+    *, ctx_size: int, parallel: int, threads: int, options: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """A pooled model's llama-server flags (name without dashes -> value): its preset section (PoolModel.flags)
     and its engine.json (PoolPlan.engine_args) both are exactly this. ctx_size: the total over its `parallel` slots;
     options: the task's switches (engines.tasks.task_options), after the sized options."""

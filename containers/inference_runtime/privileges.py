@@ -28,7 +28,9 @@ def run_as(env: Mapping[str, str]) -> tuple[int, int]:
         return DEFAULT_RUN_AS
     m = _IDS.match(raw)
     if not m:
-        raise EngineConfigError(f"LLAMA_RUN_AS must be UID:GID (default {DEFAULT_RUN_AS[0]}:{DEFAULT_RUN_AS[1]}; 0:0 keeps root), got {raw!r}")
+        raise EngineConfigError(
+            f"LLAMA_RUN_AS must be UID:GID (default {DEFAULT_RUN_AS[0]}:{DEFAULT_RUN_AS[1]}; 0:0 keeps root), got {raw!r}"
+        )
     return int(m.group(1)), int(m.group(2))
 
 
@@ -51,7 +53,9 @@ def _allowed(st: os.stat_result, uid: int, gid: int, bits: tuple[int, int, int])
 def writable_by(directory: Path, uid: int, gid: int) -> bool:
     """Whether uid:gid may create files in `directory`, by its owner and mode (checked as root, before the drop)."""
     st = directory.stat()
-    return _allowed(st, uid, gid, (stat.S_IWUSR, stat.S_IWGRP, stat.S_IWOTH)) and _allowed(st, uid, gid, (stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH))
+    return _allowed(st, uid, gid, (stat.S_IWUSR, stat.S_IWGRP, stat.S_IWOTH)) and _allowed(
+        st, uid, gid, (stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH)
+    )
 
 
 def why_not_readable(path: Path, uid: int, gid: int) -> str:
@@ -85,8 +89,10 @@ def drop_privileges(env: Mapping[str, str], *, model: str | None, binary: str) -
     os.setuid(uid)
     if os.getuid() != uid or os.geteuid() != uid or os.getgid() != gid:
         raise EngineConfigError(f"could not switch to {uid}:{gid}")
-    fix = (f"SageMaker starts the container as root and it serves as {uid}:{gid}: make the model files readable by "
-           f"others (files 0644, directories 0755) or set LLAMA_RUN_AS=0:0 to serve as root")
+    fix = (
+        f"SageMaker starts the container as root and it serves as {uid}:{gid}: make the model files readable by "
+        f"others (files 0644, directories 0755) or set LLAMA_RUN_AS=0:0 to serve as root"
+    )
     for f in files:
         try:
             with open(f, "rb") as fh:

@@ -110,7 +110,9 @@ def route_for(payload: object) -> Route | str:
     if len(matched) == 1:
         return matched[0]
     if matched:
-        return f"body matches {' and '.join(r.describe() for r in matched)}: send exactly one shape of {ACCEPTED_SHAPES}"
+        return (
+            f"body matches {' and '.join(r.describe() for r in matched)}: send exactly one shape of {ACCEPTED_SHAPES}"
+        )
     return f"body must be one of {ACCEPTED_SHAPES}; got keys {', '.join(sorted(map(str, payload))) or 'none'}"
 
 
@@ -210,7 +212,9 @@ class SageMakerAdapter(HttpFront):
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
         if not 0 < generation_budget <= INVOKE_ENDPOINT_TIMEOUT_SECONDS:
-            raise ValueError(f"generation_budget must be in (0, {INVOKE_ENDPOINT_TIMEOUT_SECONDS:.0f}] s, got {generation_budget}")
+            raise ValueError(
+                f"generation_budget must be in (0, {INVOKE_ENDPOINT_TIMEOUT_SECONDS:.0f}] s, got {generation_budget}"
+            )
         super().__init__(max_body_bytes=max_body_bytes, client_idle_timeout=client_idle_timeout)
         self.generation_budget = generation_budget
         self.engine = (engine_host, engine_port)
@@ -247,18 +251,45 @@ class SageMakerAdapter(HttpFront):
         path = req.path
         if path == "/ping":
             if req.method not in ("GET", "HEAD"):
-                return await self._send(writer, json_error(405, "use GET /ping", keep_alive=req.keep_alive, extra=[("Allow", "GET")]), req.keep_alive)
+                return await self._send(
+                    writer,
+                    json_error(405, "use GET /ping", keep_alive=req.keep_alive, extra=[("Allow", "GET")]),
+                    req.keep_alive,
+                )
             healthy = await self.engine_healthy()
             if healthy:
                 body = b'{"status":"ok"}'
-                head = encode_head(200, [("Content-Type", "application/json"), ("Content-Length", str(len(body))), ("Connection", "keep-alive" if req.keep_alive else "close")])
+                head = encode_head(
+                    200,
+                    [
+                        ("Content-Type", "application/json"),
+                        ("Content-Length", str(len(body))),
+                        ("Connection", "keep-alive" if req.keep_alive else "close"),
+                    ],
+                )
                 return await self._send(writer, head + (b"" if req.method == "HEAD" else body), req.keep_alive)
-            return await self._send(writer, json_error(503, "model loading or engine down", keep_alive=req.keep_alive, retry_after=self.retry_after), req.keep_alive)
+            return await self._send(
+                writer,
+                json_error(
+                    503, "model loading or engine down", keep_alive=req.keep_alive, retry_after=self.retry_after
+                ),
+                req.keep_alive,
+            )
         if path == "/invocations":
             if req.method != "POST":
-                return await self._send(writer, json_error(405, "use POST /invocations", keep_alive=req.keep_alive, extra=[("Allow", "POST")]), req.keep_alive)
+                return await self._send(
+                    writer,
+                    json_error(405, "use POST /invocations", keep_alive=req.keep_alive, extra=[("Allow", "POST")]),
+                    req.keep_alive,
+                )
             return await self.invoke(req, reader, writer)
-        return await self._send(writer, json_error(404, f"no route {path}: this endpoint serves GET /ping and POST /invocations", keep_alive=req.keep_alive), req.keep_alive)
+        return await self._send(
+            writer,
+            json_error(
+                404, f"no route {path}: this endpoint serves GET /ping and POST /invocations", keep_alive=req.keep_alive
+            ),
+            req.keep_alive,
+        )
 
     # --- /ping -------------------------------------------------------------------------------------
 
@@ -287,7 +318,13 @@ class SageMakerAdapter(HttpFront):
         received = time.monotonic()
         if self.in_flight >= self.max_in_flight:
             self.stats.rejected_busy += 1
-            return await self._send(writer, json_error(429, f"busy: {self.max_in_flight} requests in flight", keep_alive=ka, retry_after=self.retry_after), ka)
+            return await self._send(
+                writer,
+                json_error(
+                    429, f"busy: {self.max_in_flight} requests in flight", keep_alive=ka, retry_after=self.retry_after
+                ),
+                ka,
+            )
         try:
             payload = json.loads(req.body)
         except (ValueError, UnicodeDecodeError):
@@ -306,24 +343,34 @@ class SageMakerAdapter(HttpFront):
                 conn, head = await self._forward(route.path, body, reader, deadline)
             except EngineUnavailable as e:
                 self.stats.rejected_unavailable += 1
-                return await self._send(writer, json_error(503, str(e), keep_alive=ka, retry_after=self.retry_after), ka)
+                return await self._send(
+                    writer, json_error(503, str(e), keep_alive=ka, retry_after=self.retry_after), ka
+                )
             except _ClientGone:
                 self.stats.client_gone += 1
                 log.info("client left before the answer: engine request cancelled")
                 return False
             except _OverBudget:
                 self.stats.over_budget += 1
-                message = (f"no answer within the {self.generation_budget:.0f} s budget of a non-streamed request (InvokeEndpoint "
-                           "waits 60 s): generation cancelled; ask for fewer max_tokens, or stream it with "
-                           "InvokeEndpointWithResponseStream (\"stream\": true)")
+                message = (
+                    f"no answer within the {self.generation_budget:.0f} s budget of a non-streamed request (InvokeEndpoint "
+                    "waits 60 s): generation cancelled; ask for fewer max_tokens, or stream it with "
+                    'InvokeEndpointWithResponseStream ("stream": true)'
+                )
                 return await self._send(writer, json_error(504, message, keep_alive=False), False)
             except _Aborted:
                 self.stats.aborted += 1
-                return await self._send(writer, json_error(503, "endpoint shutting down: retry", keep_alive=False, retry_after=self.retry_after), False)
+                return await self._send(
+                    writer,
+                    json_error(503, "endpoint shutting down: retry", keep_alive=False, retry_after=self.retry_after),
+                    False,
+                )
             except (TimeoutError, HttpError, ConnectionError, asyncio.IncompleteReadError) as e:
                 self.stats.upstream_errors += 1
                 status = 504 if isinstance(e, asyncio.TimeoutError) else 502
-                return await self._send(writer, json_error(status, f"engine error: {type(e).__name__}", keep_alive=ka), ka)
+                return await self._send(
+                    writer, json_error(status, f"engine error: {type(e).__name__}", keep_alive=ka), ka
+                )
             return await self._relay(conn, head, writer, ka)
         finally:
             self.in_flight -= 1
@@ -338,7 +385,9 @@ class SageMakerAdapter(HttpFront):
             payload["t_max_predict_ms"] = soft_ms
         return json.dumps(payload).encode()
 
-    async def _forward(self, path: str, body: bytes, client: asyncio.StreamReader, deadline: float | None) -> tuple[Connection, Head]:
+    async def _forward(
+        self, path: str, body: bytes, client: asyncio.StreamReader, deadline: float | None
+    ) -> tuple[Connection, Head]:
         host, port = self.engine
         request = (
             f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
@@ -374,7 +423,9 @@ class SageMakerAdapter(HttpFront):
                 raise
         raise AssertionError("unreachable")
 
-    async def _head_or_stop(self, conn: Connection, client: asyncio.StreamReader, deadline: float | None) -> Head | None:
+    async def _head_or_stop(
+        self, conn: Connection, client: asyncio.StreamReader, deadline: float | None
+    ) -> Head | None:
         """The engine's response head, unless first the client leaves, the budget ends or the drain is over."""
         loop = asyncio.get_running_loop()
         idle_limit = loop.time() + self.request_timeout
@@ -471,8 +522,17 @@ class SageMakerAdapter(HttpFront):
         return keep_alive
 
 
-async def serve_engine(adapter: SageMakerAdapter, command: list[str], *, host: str, port: int, drain_seconds: float,
-                    engine_stop_seconds: float, engine: str, env: dict[str, str] | None = None) -> int:
+async def serve_engine(
+    adapter: SageMakerAdapter,
+    command: list[str],
+    *,
+    host: str,
+    port: int,
+    drain_seconds: float,
+    engine_stop_seconds: float,
+    engine: str,
+    env: dict[str, str] | None = None,
+) -> int:
     """SageMaker mode around one engine process (llama-server, or vLLM in its image): bind the adapter first, so
     /ping answers 503 (not connection refused) while the engine loads; then run until SIGTERM (drain, stop the
     engine, exit 0) or until the engine dies (its exit code, so the platform replaces the container instead of
@@ -530,11 +590,15 @@ def time_limits(drain: float, budget: float, *, engine_stop_seconds: float) -> s
     """Why ADAPTER_DRAIN_SECONDS = `drain` or ADAPTER_GENERATION_BUDGET_SECONDS = `budget` cannot work, or None."""
     most = max_drain_seconds(engine_stop_seconds)
     if not 0 <= drain <= most:
-        return (f"ADAPTER_DRAIN_SECONDS must be in 0..{most:.0f}, got {drain:g}: SageMaker kills the container "
-                f"{SIGKILL_AFTER_SECONDS:.0f} s after SIGTERM, and stopping the engine needs the rest")
+        return (
+            f"ADAPTER_DRAIN_SECONDS must be in 0..{most:.0f}, got {drain:g}: SageMaker kills the container "
+            f"{SIGKILL_AFTER_SECONDS:.0f} s after SIGTERM, and stopping the engine needs the rest"
+        )
     if not 0 < budget <= INVOKE_ENDPOINT_TIMEOUT_SECONDS:
-        return (f"ADAPTER_GENERATION_BUDGET_SECONDS must be in (0, {INVOKE_ENDPOINT_TIMEOUT_SECONDS:.0f}], got {budget:g}: "
-                "InvokeEndpoint waits at most 60 s for an answer")
+        return (
+            f"ADAPTER_GENERATION_BUDGET_SECONDS must be in (0, {INVOKE_ENDPOINT_TIMEOUT_SECONDS:.0f}], got {budget:g}: "
+            "InvokeEndpoint waits at most 60 s for an answer"
+        )
     return None
 
 
@@ -610,11 +674,25 @@ class SageMakerPlan(Generic[E]):
 
     def make_adapter(self, cls: type[SageMakerAdapter] = SageMakerAdapter) -> SageMakerAdapter:
         a = self.adapter
-        return cls("127.0.0.1", self.engine_port, max_in_flight=self.max_in_flight, retry_after=a.retry_after,
-                   pool_idle_seconds=a.pool_idle_seconds, generation_budget=a.generation_budget)
+        return cls(
+            "127.0.0.1",
+            self.engine_port,
+            max_in_flight=self.max_in_flight,
+            retry_after=a.retry_after,
+            pool_idle_seconds=a.pool_idle_seconds,
+            generation_budget=a.generation_budget,
+        )
 
     async def serve(self, adapter: SageMakerAdapter, *, engine: str) -> int:
         """Run until SIGTERM (exit 0) or until the engine dies (its exit code): serve_engine."""
         a = self.adapter
-        return await serve_engine(adapter, self.command, host=a.host, port=a.port, drain_seconds=a.drain_seconds,
-                                  engine_stop_seconds=a.engine_stop_seconds, engine=engine, env=self.env)
+        return await serve_engine(
+            adapter,
+            self.command,
+            host=a.host,
+            port=a.port,
+            drain_seconds=a.drain_seconds,
+            engine_stop_seconds=a.engine_stop_seconds,
+            engine=engine,
+            env=self.env,
+        )

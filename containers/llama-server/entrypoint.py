@@ -91,8 +91,13 @@ def sagemaker_plan(env: Mapping[str, str], **probe: int | None) -> SageMakerPlan
     adapter = adapter_settings(env, engine_stop_seconds=ENGINE_STOP_SECONDS)
     engine = on_loopback(cfg, engine_port(env, "LLAMA_ENGINE_PORT", adapter.port))
     queue_depth = env_int(env, "LLAMA_QUEUE_DEPTH", cfg.parallel, minimum=0)
-    return SageMakerPlan(engine=engine, engine_port=engine.port, command=[engine_binary(env), *llama_server_args(engine)],
-                         adapter=adapter, max_in_flight=cfg.parallel + queue_depth)
+    return SageMakerPlan(
+        engine=engine,
+        engine_port=engine.port,
+        command=[engine_binary(env), *llama_server_args(engine)],
+        adapter=adapter,
+        max_in_flight=cfg.parallel + queue_depth,
+    )
 
 
 @dataclass(frozen=True)
@@ -116,12 +121,16 @@ def is_multi_model(env: Mapping[str, str]) -> bool:
     return env.get("SAGEMAKER_MULTI_MODEL", "").strip().lower() == "true"
 
 
-def multi_model_plan(env: Mapping[str, str], *, cpus: int | None = None, memory_limit: int | None = None) -> MultiModelPlan:
+def multi_model_plan(
+    env: Mapping[str, str], *, cpus: int | None = None, memory_limit: int | None = None
+) -> MultiModelPlan:
     """`serve-mme` from the env contract; per-model settings come from each model's engine.json on load."""
     adapter = adapter_settings(env, engine_stop_seconds=ENGINE_STOP_SECONDS)
     threads = env_int(env, THREADS.image_env, 0) or (cpus if cpus is not None else available_cpus())
     children = child_defaults(env, binary=engine_binary(env), threads=threads)
-    budget = env_int(env, "MME_MEMORY_BUDGET_BYTES", 0, minimum=0) or (memory_limit if memory_limit is not None else memory_limit_bytes())
+    budget = env_int(env, "MME_MEMORY_BUDGET_BYTES", 0, minimum=0) or (
+        memory_limit if memory_limit is not None else memory_limit_bytes()
+    )
     if not budget or budget < 0:
         raise EngineConfigError("no memory limit found (cgroup memory.max, /proc/meminfo): set MME_MEMORY_BUDGET_BYTES")
     load_timeout = env_float(env, "MME_LOAD_TIMEOUT_SECONDS", 300.0)
@@ -135,8 +144,13 @@ async def serve_multi_model(plan: MultiModelPlan) -> int:
     """Run the multi-model endpoint until SIGTERM: drain, cut what is left, stop every child, exit 0."""
     a = plan.adapter
     adapter = MultiModelAdapter(
-        plan.children, memory_budget=plan.memory_budget, retry_after=a.retry_after, pool_idle_seconds=a.pool_idle_seconds,
-        generation_budget=a.generation_budget, load_timeout=plan.load_timeout, engine_stop_seconds=ENGINE_STOP_SECONDS,
+        plan.children,
+        memory_budget=plan.memory_budget,
+        retry_after=a.retry_after,
+        pool_idle_seconds=a.pool_idle_seconds,
+        generation_budget=a.generation_budget,
+        load_timeout=plan.load_timeout,
+        engine_stop_seconds=ENGINE_STOP_SECONDS,
         page_size=plan.page_size,
     )
     port = await adapter.start(a.host, a.port)
@@ -176,7 +190,13 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(serve(env, plan))
         if args[:1] == ["print-command"]:
             mode = args[1:2]
-            cmd = sagemaker_plan(env).command if mode == ["serve"] else pool_command(env) if mode == ["pool"] else eks_command(env)
+            cmd = (
+                sagemaker_plan(env).command
+                if mode == ["serve"]
+                else pool_command(env)
+                if mode == ["pool"]
+                else eks_command(env)
+            )
             print(shlex.join(cmd))
             return 0
         if args[:1] == ["pool"]:
@@ -184,7 +204,10 @@ def main(argv: list[str] | None = None) -> int:
             pool, interval = pool_mode.pool_command(env, engine_binary(env)), poll_seconds(env)
             return supervise(pool, env, interval)  # EngineConfigError after start is logged there, never raised
         if args:
-            print(f"entrypoint: unknown mode {args[0]!r} (use no argument for EKS mode, 'pool', 'serve' or 'serve-mme')", file=sys.stderr)
+            print(
+                f"entrypoint: unknown mode {args[0]!r} (use no argument for EKS mode, 'pool', 'serve' or 'serve-mme')",
+                file=sys.stderr,
+            )
             return 2
         cmd = eks_command(env)
     except EngineConfigError as e:

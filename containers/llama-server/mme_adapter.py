@@ -86,9 +86,30 @@ COMPUTE_FRACTION = 0.10
 FALLBACK_KV_BYTES_PER_TOKEN = 128 * 1024  # a GGUF whose shape cannot be read: a 7-8B GQA model's f16 KV
 ENGINE_JSON = "engine.json"
 # engine.json keys the adapter sets itself (the child's address and name) or that change what the child is.
-RESERVED_FLAGS = frozenset({*MODEL.keys, "host", "port", "alias", "a", "api-key", "api-key-file", "models-dir",
-                            "models-preset", "models-max", "models-autoload", "hf-repo", "hf-file", "model-url",
-                            "ssl-key-file", "ssl-cert-file", "path", "webui", "slots", "props"})
+RESERVED_FLAGS = frozenset(
+    {
+        *MODEL.keys,
+        "host",
+        "port",
+        "alias",
+        "a",
+        "api-key",
+        "api-key-file",
+        "models-dir",
+        "models-preset",
+        "models-max",
+        "models-autoload",
+        "hf-repo",
+        "hf-file",
+        "model-url",
+        "ssl-key-file",
+        "ssl-cert-file",
+        "path",
+        "webui",
+        "slots",
+        "props",
+    }
+)
 # The engine.json keys the adapter sizes itself from (memory_needed, admission), by any of their names -> the row.
 SIZED = (CTX_SIZE, PARALLEL, THREADS, CACHE_RAM)
 
@@ -96,6 +117,8 @@ SIZED = (CTX_SIZE, PARALLEL, THREADS, CACHE_RAM)
 def sized_flags() -> dict[str, str]:
     """engine.json name (long or short flag without dashes) -> the row's key; read when a model loads."""
     return {name: o.key for o in SIZED for name in (o.key, o.short.lstrip("-")) if name}
+
+
 _FLAG = re.compile(r"^[a-z][a-z0-9-]*$")
 # Restarts in a row that may fail (the child exits or times out while loading) before a crashed model is dropped.
 # One failure can be the OOM killer acting on a neighbour's growth; three in a row means the model cannot load any
@@ -140,8 +163,15 @@ def child_defaults(env: Mapping[str, str], *, binary: str, threads: int) -> Chil
         queue_depth=queue,
         extra_args=tuple(shlex.split(env.get("LLAMA_EXTRA_ARGS", ""))),
     )
-    EngineConfig(model="-", threads=children.threads, parallel=children.parallel, ctx_per_slot=children.ctx_per_slot,
-                 flash_attn=children.flash_attn, cache_reuse=children.cache_reuse, cache_ram_mib=children.cache_ram_mib).validate()
+    EngineConfig(
+        model="-",
+        threads=children.threads,
+        parallel=children.parallel,
+        ctx_per_slot=children.ctx_per_slot,
+        flash_attn=children.flash_attn,
+        cache_reuse=children.cache_reuse,
+        cache_ram_mib=children.cache_ram_mib,
+    ).validate()
     return children
 
 
@@ -191,7 +221,7 @@ def read_engine_json(model_dir: Path) -> dict[str, str | None]:
     except (OSError, ValueError) as e:
         raise EngineConfigError(f"{path} is not valid JSON: {e}") from None
     if not isinstance(raw, dict):
-        raise EngineConfigError(f"{path} must be a JSON object of llama-server flags, e.g. {{\"ctx-size\": \"2048\"}}")
+        raise EngineConfigError(f'{path} must be a JSON object of llama-server flags, e.g. {{"ctx-size": "2048"}}')
     flags: dict[str, str | None] = {}
     for key, value in raw.items():
         name = str(key).lstrip("-")
@@ -236,8 +266,16 @@ def child_config(name: str, model_dir: Path, defaults: ChildDefaults) -> EngineC
     cache_ram = _positive(model_dir, r, sized[r], 0) if r in sized else defaults.cache_ram_mib
     extra = [arg for flag, value in flags.items() for arg in ([f"--{flag}"] if value is None else [f"--{flag}", value])]
     cfg = EngineConfig(
-        model=str(gguf), threads=threads, parallel=parallel, ctx_per_slot=ctx_per_slot, host="127.0.0.1", port=1,
-        flash_attn=defaults.flash_attn, cache_reuse=defaults.cache_reuse, cache_ram_mib=cache_ram, alias=name,
+        model=str(gguf),
+        threads=threads,
+        parallel=parallel,
+        ctx_per_slot=ctx_per_slot,
+        host="127.0.0.1",
+        port=1,
+        flash_attn=defaults.flash_attn,
+        cache_reuse=defaults.cache_reuse,
+        cache_ram_mib=cache_ram,
+        alias=name,
         extra_args=(*defaults.extra_args, *extra),
     )
     cfg.validate()
@@ -359,15 +397,20 @@ class MultiModelAdapter(HttpFront):
             try:
                 await self._run_child(model, "restarting")
             except LoadError as e:
-                log.warning("restart of model %s failed (%d of %d): %s", model.name, attempt, MAX_CHILD_RESTARTS, e.message)
+                log.warning(
+                    "restart of model %s failed (%d of %d): %s", model.name, attempt, MAX_CHILD_RESTARTS, e.message
+                )
                 await self._stop_process(model.proc)
                 continue
             model.state = "loaded"
             log.info("model %s restarted on port %d", model.name, model.config.port)
             return True
         if self.models.get(model.name) is model and model.state == "restarting":
-            log.error("model %s dropped after %d failed restarts: invocations get 404 until SageMaker loads it again",
-                      model.name, MAX_CHILD_RESTARTS)
+            log.error(
+                "model %s dropped after %d failed restarts: invocations get 404 until SageMaker loads it again",
+                model.name,
+                MAX_CHILD_RESTARTS,
+            )
             del self.models[model.name]
             model.proxy.release()
         return False
@@ -379,21 +422,37 @@ class MultiModelAdapter(HttpFront):
         path = req.path
         if path == "/ping":
             if req.method not in ("GET", "HEAD"):
-                return await self._send(writer, json_error(405, "use GET /ping", keep_alive=ka, extra=[("Allow", "GET")]), ka)
+                return await self._send(
+                    writer, json_error(405, "use GET /ping", keep_alive=ka, extra=[("Allow", "GET")]), ka
+                )
             return await self._json(writer, 200, {"status": "ok"}, ka, head_only=req.method == "HEAD")
         if path == "/models":
             if req.method == "POST":
                 return await self._load(req, writer)
             if req.method == "GET":
                 return await self._list(req, writer)
-            return await self._send(writer, json_error(405, "use GET or POST /models", keep_alive=ka, extra=[("Allow", "GET, POST")]), ka)
+            return await self._send(
+                writer, json_error(405, "use GET or POST /models", keep_alive=ka, extra=[("Allow", "GET, POST")]), ka
+            )
         m = ROUTE.match(path)
         if m is None:
-            return await self._send(writer, json_error(404, f"no route {path}: this endpoint serves the multi-model contract (/ping, /models, /models/<name>, /models/<name>/invoke)", keep_alive=ka), ka)
+            return await self._send(
+                writer,
+                json_error(
+                    404,
+                    f"no route {path}: this endpoint serves the multi-model contract (/ping, /models, /models/<name>, /models/<name>/invoke)",
+                    keep_alive=ka,
+                ),
+                ka,
+            )
         name = unquote(m.group(1))
         if m.group(2):
             if req.method != "POST":
-                return await self._send(writer, json_error(405, "use POST /models/<name>/invoke", keep_alive=ka, extra=[("Allow", "POST")]), ka)
+                return await self._send(
+                    writer,
+                    json_error(405, "use POST /models/<name>/invoke", keep_alive=ka, extra=[("Allow", "POST")]),
+                    ka,
+                )
             return await self._invoke(name, req, reader, writer)
         if req.method == "GET":
             model = self.models.get(name)
@@ -402,12 +461,24 @@ class MultiModelAdapter(HttpFront):
             return await self._json(writer, 200, {"modelName": name, "modelUrl": model.url}, ka)
         if req.method == "DELETE":
             return await self._unload(name, req, writer)
-        return await self._send(writer, json_error(405, "use GET or DELETE /models/<name>", keep_alive=ka, extra=[("Allow", "GET, DELETE")]), ka)
+        return await self._send(
+            writer,
+            json_error(405, "use GET or DELETE /models/<name>", keep_alive=ka, extra=[("Allow", "GET, DELETE")]),
+            ka,
+        )
 
-    async def _json(self, writer: asyncio.StreamWriter, status: int, body: dict, keep_alive: bool, *, head_only: bool = False) -> bool:
+    async def _json(
+        self, writer: asyncio.StreamWriter, status: int, body: dict, keep_alive: bool, *, head_only: bool = False
+    ) -> bool:
         data = json.dumps(body).encode()
-        head = encode_head(status, [("Content-Type", "application/json"), ("Content-Length", str(len(data))),
-                                    ("Connection", "keep-alive" if keep_alive else "close")])
+        head = encode_head(
+            status,
+            [
+                ("Content-Type", "application/json"),
+                ("Content-Length", str(len(data))),
+                ("Connection", "keep-alive" if keep_alive else "close"),
+            ],
+        )
         return await self._send(writer, head + (b"" if head_only else data), keep_alive)
 
     async def _list(self, req: Request, writer: asyncio.StreamWriter) -> bool:
@@ -427,7 +498,9 @@ class MultiModelAdapter(HttpFront):
             body["nextPageToken"] = _page_token(page[-1])
         return await self._json(writer, 200, body, ka)
 
-    async def _invoke(self, name: str, req: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    async def _invoke(
+        self, name: str, req: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
         ka = req.keep_alive
         target = req.head.header("x-amzn-sagemaker-target-model")
         model = self.models.get(name)
@@ -435,7 +508,11 @@ class MultiModelAdapter(HttpFront):
         if model is None:
             return await self._send(writer, json_error(404, f"model {name!r} is not loaded", keep_alive=ka), ka)
         if model.state != "loaded":
-            return await self._send(writer, json_error(503, f"model {name!r} is {model.state}", keep_alive=ka, retry_after=self.retry_after), ka)
+            return await self._send(
+                writer,
+                json_error(503, f"model {name!r} is {model.state}", keep_alive=ka, retry_after=self.retry_after),
+                ka,
+            )
         return await model.proxy.invoke(req, reader, writer)
 
     async def _load(self, req: Request, writer: asyncio.StreamWriter) -> bool:
@@ -444,7 +521,9 @@ class MultiModelAdapter(HttpFront):
             name, url = self._load_request(req)
             if name in self.models:
                 raise LoadError(409, f"model {name!r} is already loaded")
-            cfg, needed = await asyncio.get_running_loop().run_in_executor(self._files, self._plan_child, name, Path(url))
+            cfg, needed = await asyncio.get_running_loop().run_in_executor(
+                self._files, self._plan_child, name, Path(url)
+            )
             model = self._admit(name, url, cfg, needed)  # no await between the 409/507 checks and the admission
         except LoadError as e:
             log.info("load %s: %d %s", req.body[:200], e.status, e.message)
@@ -465,11 +544,11 @@ class MultiModelAdapter(HttpFront):
         try:
             body = json.loads(req.body)
         except (ValueError, UnicodeDecodeError):
-            raise LoadError(400, "body must be JSON: {\"model_name\": ..., \"url\": ...}") from None
+            raise LoadError(400, 'body must be JSON: {"model_name": ..., "url": ...}') from None
         name = body.get("model_name") if isinstance(body, dict) else None
         url = body.get("url") if isinstance(body, dict) else None
         if not isinstance(name, str) or not name or not isinstance(url, str) or not url:
-            raise LoadError(400, "body must name the model and its directory: {\"model_name\": ..., \"url\": ...}")
+            raise LoadError(400, 'body must name the model and its directory: {"model_name": ..., "url": ...}')
         return name, url
 
     def _plan_child(self, name: str, model_dir: Path) -> tuple[EngineConfig, int]:
@@ -482,8 +561,11 @@ class MultiModelAdapter(HttpFront):
             with open(cfg.model, "rb") as f:
                 f.read(1)
         except OSError as e:
-            raise LoadError(500, f"model {name!r}: {cfg.model} is not readable by uid {os.getuid()} gid {os.getgid()} "
-                                 f"({e.strerror}): make the artifact's files 0644 and directories 0755, or set LLAMA_RUN_AS=0:0") from None
+            raise LoadError(
+                500,
+                f"model {name!r}: {cfg.model} is not readable by uid {os.getuid()} gid {os.getgid()} "
+                f"({e.strerror}): make the artifact's files 0644 and directories 0755, or set LLAMA_RUN_AS=0:0",
+            ) from None
         return cfg, memory_needed(cfg)
 
     def _admit(self, name: str, url: str, cfg: EngineConfig, needed: int) -> Model:
@@ -492,18 +574,30 @@ class MultiModelAdapter(HttpFront):
         own = rss_bytes(os.getpid())
         if needed > self.memory_budget - own:
             # Not a 507: SageMaker would unload every other model and still fail. Say what would fit.
-            raise LoadError(500, f"model {name!r} needs ~{needed // MIB} MiB (file, KV cache for ctx-size {cfg.ctx_size}, "
-                                 f"overhead), more than this instance's whole {self.memory_budget // MIB} MiB budget: "
-                                 "use an instance with more memory or a smaller ctx-size in engine.json")
+            raise LoadError(
+                500,
+                f"model {name!r} needs ~{needed // MIB} MiB (file, KV cache for ctx-size {cfg.ctx_size}, "
+                f"overhead), more than this instance's whole {self.memory_budget // MIB} MiB budget: "
+                "use an instance with more memory or a smaller ctx-size in engine.json",
+            )
         free = self.memory_budget - self.memory_used()
         if needed > free:
-            raise LoadError(507, f"model {name!r} needs ~{needed // MIB} MiB (file, KV cache for ctx-size {cfg.ctx_size}, "
-                                 f"overhead) and {max(0, free) // MIB} MiB of the {self.memory_budget // MIB} MiB budget are free: "
-                                 "unload a model")
+            raise LoadError(
+                507,
+                f"model {name!r} needs ~{needed // MIB} MiB (file, KV cache for ctx-size {cfg.ctx_size}, "
+                f"overhead) and {max(0, free) // MIB} MiB of the {self.memory_budget // MIB} MiB budget are free: "
+                "unload a model",
+            )
         cfg = replace(cfg, port=free_loopback_port())
         queue = self.defaults.queue_depth if self.defaults.queue_depth is not None else cfg.parallel
-        proxy = SageMakerAdapter("127.0.0.1", cfg.port, max_in_flight=cfg.parallel + queue, retry_after=self.retry_after,
-                                 pool_idle_seconds=self.pool_idle_seconds, generation_budget=self.generation_budget)
+        proxy = SageMakerAdapter(
+            "127.0.0.1",
+            cfg.port,
+            max_in_flight=cfg.parallel + queue,
+            retry_after=self.retry_after,
+            pool_idle_seconds=self.pool_idle_seconds,
+            generation_budget=self.generation_budget,
+        )
         model = Model(name, url, cfg, needed, proxy)
         self.models[name] = model
         return model
@@ -539,7 +633,9 @@ class MultiModelAdapter(HttpFront):
         code = model.proc.returncode
         if code == -9:  # SIGKILL while loading: the kernel's OOM killer
             raise LoadError(507, f"llama-server for model {model.name!r} was killed while loading (out of memory)")
-        raise LoadError(500, f"llama-server for model {model.name!r} exited with {code} while loading (see the container log)")
+        raise LoadError(
+            500, f"llama-server for model {model.name!r} exited with {code} while loading (see the container log)"
+        )
 
     async def _unload(self, name: str, req: Request, writer: asyncio.StreamWriter) -> bool:
         ka = req.keep_alive

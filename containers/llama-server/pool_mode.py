@@ -60,8 +60,14 @@ def read_preset(path: Path, text: str | None = None) -> dict[str, dict[str, str]
         except OSError as e:
             raise EngineConfigError(f"{MODELS_PRESET.image_env} {path} cannot be read: {e.strerror or e}") from None
     # The engine's grammar: `[name]` headers, `key = value`, `;`/`#` comments (common/preset.cpp parse_ini_from_file).
-    parser = configparser.ConfigParser(interpolation=None, strict=False, default_section="\0no-defaults",
-                                       comment_prefixes=("#", ";"), inline_comment_prefixes=("#", ";"), delimiters=("=",))
+    parser = configparser.ConfigParser(
+        interpolation=None,
+        strict=False,
+        default_section="\0no-defaults",
+        comment_prefixes=("#", ";"),
+        inline_comment_prefixes=("#", ";"),
+        delimiters=("=",),
+    )
     parser.optionxform = str  # type: ignore[assignment,method-assign]  # LLAMA_ARG_MODEL stays upper case
     try:
         parser.read_string(f"[{TOP_SECTION}]\n{text}", source=str(path))
@@ -94,7 +100,9 @@ def check_preset(path: Path, cwd: Path | None = None, text: str | None = None) -
         if not model.is_file():
             raise EngineConfigError(f"{where}: model file {model} does not exist")
         if not os.access(model, os.R_OK):
-            raise EngineConfigError(f"{where}: model file {model} is not readable by uid {os.geteuid()} gid {os.getegid()}")
+            raise EngineConfigError(
+                f"{where}: model file {model} is not readable by uid {os.geteuid()} gid {os.getegid()}"
+            )
         models.append(PresetModel(name, model, _first(section, THREADS.keys) or _first(defaults, THREADS.keys)))
     if not models:
         raise EngineConfigError(f"{MODELS_PRESET.image_env} {path} has no model section")
@@ -140,8 +148,10 @@ def pool_command(env: Mapping[str, str], binary: str, *, memory_limit: int | Non
         cache_ram = None if per_pod is None else per_pod // models_max
     command = [
         binary,
-        "--host", env_str(env, "LLAMA_HOST", DEFAULT_HOST),
-        "--port", str(port),
+        "--host",
+        env_str(env, "LLAMA_HOST", DEFAULT_HOST),
+        "--port",
+        str(port),
         *MODELS_PRESET.args(str(preset)),
         *MODELS_MAX.args(models_max),
         "--models-autoload",  # an unloaded model loads on its first request (the router's default, made explicit)
@@ -151,6 +161,9 @@ def pool_command(env: Mapping[str, str], binary: str, *, memory_limit: int | Non
     ]
     unthreaded = [m.name for m in models if m.threads is None]
     if unthreaded:
-        print(f"entrypoint: warning: preset sections without `threads` (in the section or [*]) run with every CPU of "
-              f"the node, not the pod's: {', '.join(unthreaded[:5])}{' ...' if len(unthreaded) > 5 else ''}", file=sys.stderr)
+        print(
+            f"entrypoint: warning: preset sections without `threads` (in the section or [*]) run with every CPU of "
+            f"the node, not the pod's: {', '.join(unthreaded[:5])}{' ...' if len(unthreaded) > 5 else ''}",
+            file=sys.stderr,
+        )
     return PoolCommand(preset, models, command)

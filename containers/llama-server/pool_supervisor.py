@@ -48,7 +48,9 @@ def _log(message: str) -> None:
 
 
 def poll_seconds(env: Mapping[str, str]) -> float:
-    return env_float(env, "LLAMA_PRESET_POLL_SECONDS", POLL_SECONDS_DEFAULT, minimum=0, hint="seconds; 0 = do not watch")
+    return env_float(
+        env, "LLAMA_PRESET_POLL_SECONDS", POLL_SECONDS_DEFAULT, minimum=0, hint="seconds; 0 = do not watch"
+    )
 
 
 def _option(command: list[str], flag: str) -> str | None:
@@ -115,7 +117,7 @@ class PresetWatch:
             self.refused = digest
 
     def _reload(self) -> str:
-        """"applied", "refused" (the router answered with an error) or "retry" (it did not answer)."""
+        """ "applied", "refused" (the router answered with an error) or "retry" (it did not answer)."""
         request = urllib.request.Request(self.url, headers={"Authorization": f"Bearer {self.key}"} if self.key else {})
         try:
             with urllib.request.urlopen(request, timeout=RELOAD_TIMEOUT_SECONDS) as response:
@@ -124,7 +126,9 @@ class PresetWatch:
         except urllib.error.HTTPError as e:
             # The router's own INI parser failed before it touched its model list (load_models phase 1), so the
             # running set is unchanged; the same version would fail the same way again.
-            _log(f"error: the router refused the new preset ({e.code} {e.read()[:200]!r}); the running set keeps serving")
+            _log(
+                f"error: the router refused the new preset ({e.code} {e.read()[:200]!r}); the running set keeps serving"
+            )
             return "refused"
         except (OSError, http.client.HTTPException) as e:  # not up yet, or stopping: the next tick tries again
             _log(f"warning: {self.url} failed ({e}); retrying on the next poll")

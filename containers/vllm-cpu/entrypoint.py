@@ -70,7 +70,9 @@ def model_dir(env: Mapping[str, str], default: str) -> Path:
     if not (path / "config.json").is_file():
         raise EngineConfigError(f"MODEL_PATH={raw} has no config.json: it must be a Hugging Face checkpoint directory")
     if not any(path.glob("*.safetensors")):
-        raise EngineConfigError(f"MODEL_PATH={raw} has no *.safetensors weights: copy the checkpoint's safetensors files there")
+        raise EngineConfigError(
+            f"MODEL_PATH={raw} has no *.safetensors weights: copy the checkpoint's safetensors files there"
+        )
     return path
 
 
@@ -87,7 +89,9 @@ class VllmConfig:
     python: str
 
 
-def config_from_env(env: Mapping[str, str], *, model_default: str, host: str | None = None, port: int | None = None) -> VllmConfig:
+def config_from_env(
+    env: Mapping[str, str], *, model_default: str, host: str | None = None, port: int | None = None
+) -> VllmConfig:
     model = model_dir(env, model_default)
     dtype = env.get("SERVE_DTYPE", "").strip() or "bfloat16"
     if dtype not in DTYPES:
@@ -111,8 +115,21 @@ def config_from_env(env: Mapping[str, str], *, model_default: str, host: str | N
 
 
 def vllm_command(cfg: VllmConfig) -> list[str]:
-    cmd = [cfg.python, "-m", SERVER_MODULE, "--model", str(cfg.model), "--served-model-name", cfg.served_name,
-           "--host", cfg.host, "--port", str(cfg.port), "--dtype", cfg.dtype]
+    cmd = [
+        cfg.python,
+        "-m",
+        SERVER_MODULE,
+        "--model",
+        str(cfg.model),
+        "--served-model-name",
+        cfg.served_name,
+        "--host",
+        cfg.host,
+        "--port",
+        str(cfg.port),
+        "--dtype",
+        cfg.dtype,
+    ]
     if cfg.max_model_len is not None:
         cmd += ["--max-model-len", str(cfg.max_model_len)]
     if cfg.max_num_seqs is not None:
@@ -134,7 +151,9 @@ def engine_env(env: Mapping[str, str]) -> dict[str, str]:
     libs = sorted(directory.iterdir())
     for lib in libs:
         if not lib.is_file():
-            raise EngineConfigError(f"SERVE_PRELOAD_DIR: {lib} is not a file (a dangling link?): the dynamic loader would skip it")
+            raise EngineConfigError(
+                f"SERVE_PRELOAD_DIR: {lib} is not a file (a dangling link?): the dynamic loader would skip it"
+            )
     existing = env.get("LD_PRELOAD", "").strip()
     if libs:
         out["LD_PRELOAD"] = ":".join([*(str(lib) for lib in libs), *([existing] if existing else [])])
@@ -153,11 +172,19 @@ def sagemaker_plan(env: Mapping[str, str]) -> SageMakerPlan[VllmConfig]:
     port = engine_port(env, "SERVE_ENGINE_PORT", adapter.port)
     engine = config_from_env(env, model_default=default_dir, host="127.0.0.1", port=port)
     if engine.max_num_seqs is None:
-        raise EngineConfigError("SERVE_MAX_NUM_SEQS is required in serve mode: the adapter admits max-num-seqs + "
-                                "SERVE_QUEUE_DEPTH requests and answers 429 beyond")
+        raise EngineConfigError(
+            "SERVE_MAX_NUM_SEQS is required in serve mode: the adapter admits max-num-seqs + "
+            "SERVE_QUEUE_DEPTH requests and answers 429 beyond"
+        )
     queue_depth = env_int(env, "SERVE_QUEUE_DEPTH", engine.max_num_seqs, minimum=0)
-    return SageMakerPlan(engine=engine, engine_port=port, command=vllm_command(engine), adapter=adapter,
-                         max_in_flight=engine.max_num_seqs + queue_depth, env=engine_env(env))
+    return SageMakerPlan(
+        engine=engine,
+        engine_port=port,
+        command=vllm_command(engine),
+        adapter=adapter,
+        max_in_flight=engine.max_num_seqs + queue_depth,
+        env=engine_env(env),
+    )
 
 
 class VllmSageMakerAdapter(SageMakerAdapter):
@@ -274,7 +301,10 @@ def main(argv: list[str] | None = None) -> int:
             print(shlex.join(sagemaker_plan(env).command if args[1:2] == ["serve"] else eks_command(env)))
             return 0
         if args:
-            print(f"entrypoint: unknown mode {args[0]!r} (use no argument for EKS mode, 'serve' or 'print-command')", file=sys.stderr)
+            print(
+                f"entrypoint: unknown mode {args[0]!r} (use no argument for EKS mode, 'serve' or 'print-command')",
+                file=sys.stderr,
+            )
             return 2
         cmd = eks_command(env)
         cmd_env = engine_env(env)

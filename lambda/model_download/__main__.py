@@ -60,15 +60,23 @@ def main(argv: list[str] | None = None) -> int:
         from .snapshot_job import main as snapshot_main
 
         return snapshot_main(argv[1:])
-    parser = argparse.ArgumentParser(prog="python -m model_download", description="Copy a Hugging Face file to S3, verified.")
+    parser = argparse.ArgumentParser(
+        prog="python -m model_download", description="Copy a Hugging Face file to S3, verified."
+    )
     add_arguments(parser)
-    parser.add_argument("--receipt-env", default=None, metavar="FILE",
-                        help="write where the object landed (commit, sha256, key, size) as shell variables for CodeBuild to export")
+    parser.add_argument(
+        "--receipt-env",
+        default=None,
+        metavar="FILE",
+        help="write where the object landed (commit, sha256, key, size) as shell variables for CodeBuild to export",
+    )
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
     try:
         req = request_from_args(args)
-        where = f"{req.key_prefix.strip('/')}/<commit>/{req.file}" if req.pin_commit and not req.pins_a_commit else req.key
+        where = (
+            f"{req.key_prefix.strip('/')}/<commit>/{req.file}" if req.pin_commit and not req.pins_a_commit else req.key
+        )
         print(f"model_download: hf://{req.ref} -> s3://{req.bucket}/{where}", flush=True)
         token, source = read_token(args.token_secret)
         hub = Hub(args.endpoint, token, token_source=source, pool_size=req.concurrency + 2)
@@ -80,10 +88,16 @@ def main(argv: list[str] | None = None) -> int:
         return exit_with_one_line(exc)
     pinned = f" (commit {result.commit})" if req.pin_commit else ""
     if result.copied:
-        print(f"model_download: done: {result.uri} ({result.size} bytes, sha256 {result.sha256}, "
-              f"{result.parts} parts, {result.seconds:.1f} s, {result.mb_per_s:.0f} MB/s){pinned}", flush=True)
+        print(
+            f"model_download: done: {result.uri} ({result.size} bytes, sha256 {result.sha256}, "
+            f"{result.parts} parts, {result.seconds:.1f} s, {result.mb_per_s:.0f} MB/s){pinned}",
+            flush=True,
+        )
     else:
-        print(f"model_download: already present: {result.uri} (sha256 {result.sha256}){pinned}; nothing copied", flush=True)
+        print(
+            f"model_download: already present: {result.uri} (sha256 {result.sha256}){pinned}; nothing copied",
+            flush=True,
+        )
     return 0
 
 

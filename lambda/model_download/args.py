@@ -18,14 +18,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--revision", default="main", help="branch, tag or commit (default: main)")
     p.add_argument("--bucket", required=True, help="destination S3 bucket")
     p.add_argument("--key-prefix", required=True, help="destination prefix; the object is <prefix>/<file>")
-    p.add_argument("--pin-commit", action="store_true",
-                   help="put the object at <prefix>/<commit>/<file>, commit = what the Hub resolves --revision to (as ModelArtifact does)")
+    p.add_argument(
+        "--pin-commit",
+        action="store_true",
+        help="put the object at <prefix>/<commit>/<file>, commit = what the Hub resolves --revision to (as ModelArtifact does)",
+    )
     p.add_argument("--sha256", default=None, help="expected sha256 (default: the one the Hub reports for the LFS file)")
-    p.add_argument("--token-secret", default=None, metavar="NAME",
-                   help="Secrets Manager secret holding a Hugging Face token, for gated models (default: HF_TOKEN if set)")
+    p.add_argument(
+        "--token-secret",
+        default=None,
+        metavar="NAME",
+        help="Secrets Manager secret holding a Hugging Face token, for gated models (default: HF_TOKEN if set)",
+    )
     p.add_argument("--endpoint", default=None, help=ENDPOINT_HELP)
-    p.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, help=f"parallel ranged GETs (default {DEFAULT_CONCURRENCY})")
-    p.add_argument("--part-size-mib", type=int, default=None, help="bytes per range and S3 part, in MiB (default 16, grown for huge files)")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=DEFAULT_CONCURRENCY,
+        help=f"parallel ranged GETs (default {DEFAULT_CONCURRENCY})",
+    )
+    p.add_argument(
+        "--part-size-mib",
+        type=int,
+        default=None,
+        help="bytes per range and S3 part, in MiB (default 16, grown for huge files)",
+    )
 
 
 def request_from_args(args: argparse.Namespace) -> CopyRequest:

@@ -66,14 +66,31 @@ PHYSICAL_ID_BUDGET_BYTES = 768
 # ThrottledRetryableChecker, ThrottlingStatusCodeChecker). botocore has already retried them when they reach us;
 # the next poll is 30 s later. AccessDenied: IAM is eventually consistent and the handler's policy is created with
 # the stack (https://docs.aws.amazon.com/IAM/latest/UserGuide/troubleshoot_general.html#troubleshoot_general_eventual-consistency).
-TRANSIENT_ERROR_CODES = frozenset({
-    "RequestTimeout", "RequestTimeoutException", "PriorRequestNotComplete",
-    "Throttling", "ThrottlingException", "ThrottledException", "RequestThrottledException", "TooManyRequestsException",
-    "ProvisionedThroughputExceededException", "TransactionInProgressException", "RequestLimitExceeded",
-    "BandwidthLimitExceeded", "LimitExceededException", "RequestThrottled", "SlowDown", "EC2ThrottledException",
-    "InternalFailure", "InternalServerError", "ServiceUnavailable",
-    "AccessDenied", "AccessDeniedException",
-})
+TRANSIENT_ERROR_CODES = frozenset(
+    {
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "PriorRequestNotComplete",
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "ProvisionedThroughputExceededException",
+        "TransactionInProgressException",
+        "RequestLimitExceeded",
+        "BandwidthLimitExceeded",
+        "LimitExceededException",
+        "RequestThrottled",
+        "SlowDown",
+        "EC2ThrottledException",
+        "InternalFailure",
+        "InternalServerError",
+        "ServiceUnavailable",
+        "AccessDenied",
+        "AccessDeniedException",
+    }
+)
 TRANSIENT_STATUS_CODES = frozenset({429, 500, 502, 503, 504})
 
 
@@ -96,13 +113,17 @@ def only(environment: Iterable[dict[str, str]], names: Iterable[str]) -> list[di
     return [e for e in environment if e["name"] in keep]
 
 
-def start_build(props: Mapping[str, Any], overrides: list[dict[str, str]], codebuild=None, request_id: str | None = None) -> dict[str, Any]:  # noqa: ANN001
+def start_build(
+    props: Mapping[str, Any], overrides: list[dict[str, str]], codebuild=None, request_id: str | None = None
+) -> dict[str, Any]:  # noqa: ANN001
     """StartBuild of the resource's project (`ProjectName`) with `overrides`; the build record. The CloudFormation
     request id is the idempotency token: a retried invocation of the same request gets the same build
     (botocore StartBuildInput.idempotencyToken, "valid for 5 minutes")."""
     codebuild = codebuild or client("codebuild")
     extra = {"idempotencyToken": request_id} if request_id else {}
-    return codebuild.start_build(projectName=props["ProjectName"], environmentVariablesOverride=overrides, **extra)["build"]
+    return codebuild.start_build(projectName=props["ProjectName"], environmentVariablesOverride=overrides, **extra)[
+        "build"
+    ]
 
 
 # -- what was deployed, in the PhysicalResourceId -------------------------------------------------------------------
@@ -144,7 +165,7 @@ def physical_id(location: str, current: Deployed, previous: Deployed | None = No
     """`<location>#<payload>`: location is for people (s3://bucket/key); the payload (URL-encoded, so it holds no
     '#') is what was deployed. Within PHYSICAL_ID_BUDGET_BYTES: the location is shortened first, then the
     previous identity is dropped."""
-    for prev in ((previous, None) if previous is not None else (None,)):
+    for prev in (previous, None) if previous is not None else (None,):
         payload = urlencode([("v", _VERSION), *_section("c", current), *(_section("p", prev) if prev else [])])
         room = PHYSICAL_ID_BUDGET_BYTES - len(payload) - 1
         if room >= min(_json_bytes(location), 16):
@@ -165,7 +186,7 @@ def deployed(physical_resource_id: str | None) -> list[Deployed]:
     for prefix in ("c", "p"):
         digest = next((v for k, v in fields if k == prefix), None)
         if digest:
-            out.append(Deployed(digest, {k[len(prefix) + 1:]: v for k, v in fields if k.startswith(prefix + ".")}))
+            out.append(Deployed(digest, {k[len(prefix) + 1 :]: v for k, v in fields if k.startswith(prefix + ".")}))
     return out
 
 
@@ -191,29 +212,46 @@ class Receipts:
         before = deployed(event.get("PhysicalResourceId")) if event["RequestType"] == "Update" else []
         current = Deployed(self.digest(props), {k: data[k] for k in self.stored})
         previous = before[0] if before and before[0].digest != current.digest else None
-        return {"IsComplete": True, "PhysicalResourceId": physical_id(self.location(props, data), current, previous),
-                "Data": dict(data)}
+        return {
+            "IsComplete": True,
+            "PhysicalResourceId": physical_id(self.location(props, data), current, previous),
+            "Data": dict(data),
+        }
 
-    def completion(self, build: dict[str, Any], props: dict[str, Any], logs, event: Mapping[str, Any] | None,  # noqa: ANN001
-                   resolved: Callable[[dict[str, Any], dict[str, Any]], dict[str, str]],
-                   headline: Callable[[dict[str, Any]], str]) -> dict[str, Any]:
+    def completion(
+        self,
+        build: dict[str, Any],
+        props: dict[str, Any],
+        logs,
+        event: Mapping[str, Any] | None,  # noqa: ANN001
+        resolved: Callable[[dict[str, Any], dict[str, Any]], dict[str, str]],
+        headline: Callable[[dict[str, Any]], str],
+    ) -> dict[str, Any]:
         """isComplete's answer for one complete BatchGetBuilds record: on success the attributes `resolved(build,
         props)` checks and returns, recorded in the id; "not yet" while it runs; for a failed build an error whose
         text CloudFormation shows as the status reason (`headline(props)`, the status, the job's error line, the log).
         event: the isComplete event (its PhysicalResourceId names what this build replaces); default a Create."""
         status = build.get("buildStatus", "IN_PROGRESS")
         if status == "SUCCEEDED":
-            return self.succeeded(event or {"RequestType": "Create", "ResourceProperties": props}, resolved(build, props))
+            return self.succeeded(
+                event or {"RequestType": "Create", "ResourceProperties": props}, resolved(build, props)
+            )
         if status not in FAILED:
             return {"IsComplete": False}
         raise RuntimeError(failure_reason(f"{headline(props)} {status}", failure_detail(build, logs), build))
 
-    def is_complete(self, event: dict[str, Any], what: str,
-                    completion: Callable[[dict[str, Any], dict[str, Any], Any, dict[str, Any]], dict[str, Any]],
-                    codebuild=None, logs=None) -> dict[str, Any]:  # noqa: ANN001
+    def is_complete(
+        self,
+        event: dict[str, Any],
+        what: str,
+        completion: Callable[[dict[str, Any], dict[str, Any], Any, dict[str, Any]], dict[str, Any]],
+        codebuild=None,
+        logs=None,
+    ) -> dict[str, Any]:  # noqa: ANN001
         """isComplete: at once when onEvent answered from the id (already_complete), else by polling the build."""
         return self.already_complete(event) or poll(
-            event, what, lambda build, props, logs: completion(build, props, logs, event), codebuild, logs)
+            event, what, lambda build, props, logs: completion(build, props, logs, event), codebuild, logs
+        )
 
     def redeploy(self, event: Mapping[str, Any]) -> dict[str, Any] | None:
         """onEvent for an Update to an identity already deployed (unchanged, or the previous one — a rollback): the
@@ -238,8 +276,11 @@ class Receipts:
         found = deployed(event.get("PhysicalResourceId"))
         props = event["ResourceProperties"]
         if found and found[0].digest == self.digest(props):
-            return {"IsComplete": True, "PhysicalResourceId": event["PhysicalResourceId"],
-                    "Data": self.attributes(props, found[0].stored)}
+            return {
+                "IsComplete": True,
+                "PhysicalResourceId": event["PhysicalResourceId"],
+                "Data": self.attributes(props, found[0].stored),
+            }
         return None
 
 
@@ -264,8 +305,11 @@ def _now() -> datetime:
 
 
 def poll(
-    event: Mapping[str, Any], what: str, complete: Callable[[dict[str, Any], dict[str, Any], Any], dict[str, Any]],
-    codebuild=None, logs=None,  # noqa: ANN001
+    event: Mapping[str, Any],
+    what: str,
+    complete: Callable[[dict[str, Any], dict[str, Any], Any], dict[str, Any]],
+    codebuild=None,
+    logs=None,  # noqa: ANN001
 ) -> dict[str, Any]:
     """isComplete: a Delete is complete at once; otherwise `complete(build, properties, logs)` decides from the
     BatchGetBuilds record of the build onEvent started (`Data.BuildId`) once CodeBuild says it is complete
@@ -303,11 +347,15 @@ def _stop_if_over_budget(build: Mapping[str, Any], what: str, codebuild) -> None
     except Exception as exc:  # noqa: BLE001 - the deployment fails either way; the build's own timeout still applies
         print(f"{what} build {build.get('id')}: StopBuild failed: {type(exc).__name__}: {exc}")
     phase = build.get("currentPhase") or build.get("buildStatus") or "IN_PROGRESS"
-    raise RuntimeError(failure_reason(
-        f"{what} did not finish within the deployment's {BUILD_DEADLINE_SECONDS // 60}-minute budget (CloudFormation "
-        f"waits at most {SERVICE_TIMEOUT_SECONDS // 60} minutes for a custom resource)",
-        f"stopped in phase {phase} after {int(elapsed // 60)} minutes; copy it outside the deployment (README: "
-        f"Time limit) and deploy again", build))
+    raise RuntimeError(
+        failure_reason(
+            f"{what} did not finish within the deployment's {BUILD_DEADLINE_SECONDS // 60}-minute budget (CloudFormation "
+            f"waits at most {SERVICE_TIMEOUT_SECONDS // 60} minutes for a custom resource)",
+            f"stopped in phase {phase} after {int(elapsed // 60)} minutes; copy it outside the deployment (README: "
+            f"Time limit) and deploy again",
+            build,
+        )
+    )
 
 
 def failure_reason(head: str, detail: str, build: Mapping[str, Any]) -> str:
@@ -349,7 +397,7 @@ def job_error_line(build: Mapping[str, Any], logs) -> str | None:  # noqa: ANN00
     for ev in reversed(events):
         message = ev.get("message", "")
         if ERROR_PREFIX in message:
-            return message[message.index(ERROR_PREFIX) + len(ERROR_PREFIX):].strip()
+            return message[message.index(ERROR_PREFIX) + len(ERROR_PREFIX) :].strip()
     return None
 
 

@@ -56,8 +56,12 @@ def receipt(result: CopyResult) -> dict[str, str]:
     """The exported variables for one finished (or already present) copy."""
     if not (result.commit and COMMIT.match(result.commit)):
         raise DownloadError(f"no pinned commit for s3://{result.bucket}/{result.key}: a receipt needs --pin-commit")
-    values = {"MODEL_RESOLVED_COMMIT": result.commit, "MODEL_RESOLVED_SHA256": result.sha256,
-              "MODEL_RESOLVED_KEY": result.key, "MODEL_RESOLVED_SIZE": str(result.size)}
+    values = {
+        "MODEL_RESOLVED_COMMIT": result.commit,
+        "MODEL_RESOLVED_SHA256": result.sha256,
+        "MODEL_RESOLVED_KEY": result.key,
+        "MODEL_RESOLVED_SIZE": str(result.size),
+    }
     assert set(values) == set(RECEIPT)
     return values
 
@@ -96,8 +100,12 @@ CATALOG_BUILD_SPEC = {
 
 
 def write_catalog_receipt(path: str | Path, *, receipt_key: str, fingerprint: str, models: int, copied: int) -> None:
-    values = {"CATALOG_RECEIPT_KEY": receipt_key, "CATALOG_FINGERPRINT": fingerprint,
-              "CATALOG_MODELS": str(models), "CATALOG_COPIED": str(copied)}
+    values = {
+        "CATALOG_RECEIPT_KEY": receipt_key,
+        "CATALOG_FINGERPRINT": fingerprint,
+        "CATALOG_MODELS": str(models),
+        "CATALOG_COPIED": str(copied),
+    }
     assert set(values) == set(CATALOG_RECEIPT)
     Path(path).write_text("".join(f"{name}={shlex.quote(value)}\n" for name, value in values.items()))
 
@@ -134,7 +142,12 @@ SNAPSHOT_BUILD_SPEC = {
 
 
 def write_snapshot_receipt(path: str | Path, *, commit: str, sha256: str, prefix: str, size: int, files: int) -> None:
-    values = {"MODEL_RESOLVED_COMMIT": commit, "MODEL_RESOLVED_SHA256": sha256, "MODEL_RESOLVED_KEY": prefix,
-              "MODEL_RESOLVED_SIZE": str(size), "MODEL_RESOLVED_FILES": str(files)}
+    values = {
+        "MODEL_RESOLVED_COMMIT": commit,
+        "MODEL_RESOLVED_SHA256": sha256,
+        "MODEL_RESOLVED_KEY": prefix,
+        "MODEL_RESOLVED_SIZE": str(size),
+        "MODEL_RESOLVED_FILES": str(files),
+    }
     assert set(values) == set(SNAPSHOT_RECEIPT)
     Path(path).write_text("".join(f"{name}={shlex.quote(value)}\n" for name, value in values.items()))

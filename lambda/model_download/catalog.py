@@ -75,7 +75,9 @@ class CatalogEntry:
             raise CatalogError(f"{where}: hf_repo must be a Hugging Face repo as owner/name, got {self.hf_repo!r}")
         parts = (self.file or "").split("/")
         if not self.file or self.file.startswith("/") or ".." in parts or "" in parts or "*" in self.file:
-            raise CatalogError(f"{where}: file must be a path inside the repo (no leading '/', '..' or '*'), got {self.file!r}")
+            raise CatalogError(
+                f"{where}: file must be a path inside the repo (no leading '/', '..' or '*'), got {self.file!r}"
+            )
         if not REVISION.match(self.revision or "") or ".." in self.revision.split("/"):
             raise CatalogError(f"{where}: revision must be a branch, tag or commit, got {self.revision!r}")
         if self.sha256 is not None and not SHA256.match(self.sha256):
@@ -84,9 +86,13 @@ class CatalogEntry:
             raise CatalogError(f"{where}: token_secret_name must not be empty (leave it out for public repos)")
         for flag, value in dict(self.engine_args).items():
             if not isinstance(flag, str) or not _FLAG.match(flag):
-                raise CatalogError(f"{where}: engine_args key {flag!r} must be a llama-server flag without '--' (e.g. 'ctx-size')")
+                raise CatalogError(
+                    f"{where}: engine_args key {flag!r} must be a llama-server flag without '--' (e.g. 'ctx-size')"
+                )
             if not isinstance(value, str):
-                raise CatalogError(f"{where}: engine_args[{flag!r}] must be a string, got {type(value).__name__} (write {str(value)!r})")
+                raise CatalogError(
+                    f"{where}: engine_args[{flag!r}] must be a string, got {type(value).__name__} (write {str(value)!r})"
+                )
 
     @property
     def basename(self) -> str:
@@ -94,21 +100,32 @@ class CatalogEntry:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "name": self.name, "hf_repo": self.hf_repo, "file": self.file, "revision": self.revision,
-            "sha256": self.sha256, "token_secret_name": self.token_secret_name, "engine_args": dict(self.engine_args),
+            "name": self.name,
+            "hf_repo": self.hf_repo,
+            "file": self.file,
+            "revision": self.revision,
+            "sha256": self.sha256,
+            "token_secret_name": self.token_secret_name,
+            "engine_args": dict(self.engine_args),
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CatalogEntry:
         unknown = sorted(set(data) - set(_ENTRY_FIELDS))
         if unknown:
-            raise CatalogError(f"catalog entry {data.get('name')!r}: unknown field(s) {', '.join(unknown)}; known: {', '.join(_ENTRY_FIELDS)}")
+            raise CatalogError(
+                f"catalog entry {data.get('name')!r}: unknown field(s) {', '.join(unknown)}; known: {', '.join(_ENTRY_FIELDS)}"
+            )
         missing = [k for k in ("name", "hf_repo", "file") if not data.get(k)]
         if missing:
             raise CatalogError(f"catalog entry {data.get('name')!r}: missing {', '.join(missing)}")
         entry = cls(
-            name=data["name"], hf_repo=data["hf_repo"], file=data["file"], revision=data.get("revision") or "main",
-            sha256=data.get("sha256") or None, token_secret_name=data.get("token_secret_name") or None,
+            name=data["name"],
+            hf_repo=data["hf_repo"],
+            file=data["file"],
+            revision=data.get("revision") or "main",
+            sha256=data.get("sha256") or None,
+            token_secret_name=data.get("token_secret_name") or None,
             engine_args=dict(data.get("engine_args") or {}),
         )
         entry.validate()
@@ -164,7 +181,9 @@ class Catalog:
         if not self.entries:
             raise CatalogError("the catalog has no entries: give at least one pooled model")
         if not self.layouts or len(set(self.layouts)) != len(self.layouts) or not set(self.layouts) <= set(LAYOUTS):
-            raise CatalogError(f"catalog layouts must be a non-empty, duplicate-free subset of {LAYOUTS}, got {self.layouts!r}")
+            raise CatalogError(
+                f"catalog layouts must be a non-empty, duplicate-free subset of {LAYOUTS}, got {self.layouts!r}"
+            )
         seen: set[str] = set()
         for entry in self.entries:
             entry.validate()
@@ -173,7 +192,11 @@ class Catalog:
             seen.add(entry.name)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"version": FORMAT_VERSION, "layouts": list(self.layouts), "entries": [e.to_dict() for e in self.entries]}
+        return {
+            "version": FORMAT_VERSION,
+            "layouts": list(self.layouts),
+            "entries": [e.to_dict() for e in self.entries],
+        }
 
     def to_json(self) -> str:
         """Canonical JSON (sorted keys, no spaces): equal catalogs give equal bytes, so equal asset hashes."""
@@ -187,7 +210,9 @@ class Catalog:
         except json.JSONDecodeError as exc:
             raise CatalogError(f"the catalog is not JSON: {exc}") from None
         if not isinstance(data, dict) or data.get("version") != FORMAT_VERSION:
-            raise CatalogError(f"the catalog must be a JSON object with version {FORMAT_VERSION}, got {str(data)[:80]!r}")
+            raise CatalogError(
+                f"the catalog must be a JSON object with version {FORMAT_VERSION}, got {str(data)[:80]!r}"
+            )
         catalog = cls(
             entries=tuple(CatalogEntry.from_dict(e) for e in data.get("entries") or []),
             layouts=tuple(data.get("layouts") or ()),

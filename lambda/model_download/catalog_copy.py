@@ -85,7 +85,11 @@ class CatalogRun:
         failed = sorted(self.failures, key=lambda f: f.name)
         names = ", ".join(f.name for f in failed)
         reasons = "; ".join(f"{f.name}: {f.reason}" for f in failed[:_REASONS_IN_ERROR_LINE])
-        more = f"; … {len(failed) - _REASONS_IN_ERROR_LINE} more reasons in the log" if len(failed) > _REASONS_IN_ERROR_LINE else ""
+        more = (
+            f"; … {len(failed) - _REASONS_IN_ERROR_LINE} more reasons in the log"
+            if len(failed) > _REASONS_IN_ERROR_LINE
+            else ""
+        )
         return f"{len(failed)} of {self.total} models failed: {names} — {reasons}{more}"
 
 
@@ -93,8 +97,14 @@ class Hubs:
     """One Hub client per token secret; each secret is read once, on first use, and its failure (if any) is
     kept and reported for every entry that names it."""
 
-    def __init__(self, endpoint: str | None, *, pool_size: int = 16, retry: RetryPolicy = _RETRY,
-                 read_token: Callable[[str | None], tuple[str | None, str | None]] = _read_token) -> None:
+    def __init__(
+        self,
+        endpoint: str | None,
+        *,
+        pool_size: int = 16,
+        retry: RetryPolicy = _RETRY,
+        read_token: Callable[[str | None], tuple[str | None, str | None]] = _read_token,
+    ) -> None:
         self.endpoint, self.pool_size, self.retry, self._read_token = endpoint, pool_size, retry, read_token
         self._hubs: dict[str | None, Hub | DownloadError] = {}
         self._lock = threading.Lock()
@@ -104,7 +114,9 @@ class Hubs:
             if secret_name not in self._hubs:
                 try:
                     token, source = self._read_token(secret_name)
-                    self._hubs[secret_name] = Hub(self.endpoint, token, token_source=source, retry=self.retry, pool_size=self.pool_size)
+                    self._hubs[secret_name] = Hub(
+                        self.endpoint, token, token_source=source, retry=self.retry, pool_size=self.pool_size
+                    )
                 except DownloadError as exc:
                     self._hubs[secret_name] = exc
             found = self._hubs[secret_name]
@@ -137,16 +149,27 @@ def _held(head: dict[str, Any], entry: CatalogEntry, bucket: str, key: str) -> _
     source = unquote(meta.get("hf-source", ""))
     commit = source.rsplit("@", 1)[1] if "@" in source else None
     size = meta.get("size") or (str(head["ContentLength"]) if key.endswith(entry.basename) else None)
-    return _Held(sha, commit if commit and COMMIT.match(commit) else None, int(size) if size and size.isdigit() else None)
+    return _Held(
+        sha, commit if commit and COMMIT.match(commit) else None, int(size) if size and size.isdigit() else None
+    )
 
 
 class CatalogCopy:
     """Copies one catalog; `run()` returns what landed and what failed (it raises only for bugs)."""
 
-    def __init__(self, catalog: Catalog, *, bucket: str, s3, hubs: Hubs,  # noqa: ANN001
-                 parallel_models: int = DEFAULT_PARALLEL_MODELS, concurrency: int = DEFAULT_CONCURRENCY,
-                 part_size: int | None = None, stop: threading.Event | None = None,
-                 log: Callable[[str], None] = lambda line: print(line, flush=True)) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        *,
+        bucket: str,
+        s3,
+        hubs: Hubs,  # noqa: ANN001
+        parallel_models: int = DEFAULT_PARALLEL_MODELS,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        part_size: int | None = None,
+        stop: threading.Event | None = None,
+        log: Callable[[str], None] = lambda line: print(line, flush=True),
+    ) -> None:
         catalog.validate()
         if not 1 <= parallel_models <= 64:
             raise DownloadError(f"parallel models must be 1..64, got {parallel_models}")
@@ -170,7 +193,9 @@ class CatalogCopy:
                 held[layout] = _held(head, entry, self.bucket, key)
         digests = {h.sha256 for h in held.values()}
         if len(digests) > 1:
-            raise ImmutableKeyError(f"the keys of {entry.name} hold different bytes ({', '.join(sorted(digests))}); delete them to re-copy")
+            raise ImmutableKeyError(
+                f"the keys of {entry.name} hold different bytes ({', '.join(sorted(digests))}); delete them to re-copy"
+            )
         pinned = next((h for h in held.values() if h.commit), None)
         if len(held) == len(keys) and pinned is not None:
             size = next((h.size for h in held.values() if h.size is not None), None)
@@ -180,7 +205,9 @@ class CatalogCopy:
             raise DownloadError("not started: the job was told to stop (CodeBuild timeout or StopBuild)")
         hub = self.hubs.for_secret(entry.token_secret_name)
         # One resolution per entry: every layout copies the same commit (the one a key already holds, if any).
-        info = hub.info(FileRef(entry.hf_repo, entry.file, pinned.commit if pinned and pinned.commit else entry.revision))
+        info = hub.info(
+            FileRef(entry.hf_repo, entry.file, pinned.commit if pinned and pinned.commit else entry.revision)
+        )
         if not (info.commit and COMMIT.match(info.commit)):
             raise DownloadError(f"{info.ref}: {hub.endpoint} reported no commit (X-Repo-Commit) to pin the copy to")
         expected = entry.sha256 or (pinned.sha256 if pinned else None) or info.sha256
@@ -189,25 +216,44 @@ class CatalogCopy:
         if info.size == 0:
             raise DownloadError(f"{info.ref}: the Hub reports an empty file")
         if info.sha256 and info.sha256 != expected:
-            raise ChecksumMismatchError(f"sha256 mismatch for {info.ref}: expected {expected}, the Hub reports {info.sha256}; nothing was copied")
+            raise ChecksumMismatchError(
+                f"sha256 mismatch for {info.ref}: expected {expected}, the Hub reports {info.sha256}; nothing was copied"
+            )
         copied: list[str] = []
         for layout, key in sorted(keys.items(), key=lambda item: item[0] != "gguf"):  # gguf first: mme reads it back
             if layout in held:
                 continue
             if layout == "gguf":
-                request = CopyRequest(repo=entry.hf_repo, file=entry.file, revision=info.commit, bucket=self.bucket,
-                                      key_prefix="", sha256=expected, concurrency=self.concurrency,
-                                      part_size=self.part_size, dest_key=key)
+                request = CopyRequest(
+                    repo=entry.hf_repo,
+                    file=entry.file,
+                    revision=info.commit,
+                    bucket=self.bucket,
+                    key_prefix="",
+                    sha256=expected,
+                    concurrency=self.concurrency,
+                    part_size=self.part_size,
+                    dest_key=key,
+                )
                 result = copy_model(request, hub=hub, s3=self.s3, progress=self._stop_check, info=info)
                 if result.copied:
                     copied.append(layout)
             else:
-                source: RangeSource = self._gguf_in_s3(keys, entry, expected, info.size) or hub.open(info)  # pinned to info.commit
+                source: RangeSource = self._gguf_in_s3(keys, entry, expected, info.size) or hub.open(
+                    info
+                )  # pinned to info.commit
                 written = write_mme_tarball(
-                    self.s3, bucket=self.bucket, key=key, source=source, member=entry.basename,
-                    engine_json=engine_json(entry), expected_sha256=expected,
-                    hf_source=hf_source(entry.hf_repo, entry.file, info.commit), concurrency=self.concurrency,
-                    part_size=self.part_size, stop=self.stop,
+                    self.s3,
+                    bucket=self.bucket,
+                    key=key,
+                    source=source,
+                    member=entry.basename,
+                    engine_json=engine_json(entry),
+                    expected_sha256=expected,
+                    hf_source=hf_source(entry.hf_repo, entry.file, info.commit),
+                    concurrency=self.concurrency,
+                    part_size=self.part_size,
+                    stop=self.stop,
                 )
                 if written is None:  # another run completed (or was completing) it: it must hold these bytes
                     require_object(self.s3, self.bucket, key, expected, None, source=f"hf://{info.ref}")
@@ -221,7 +267,11 @@ class CatalogCopy:
         if "gguf" not in keys:
             return None
         head = existing_object(self.s3, self.bucket, keys["gguf"])
-        if head is None or _held(head, entry, self.bucket, keys["gguf"]).sha256 != expected or head.get("ContentLength") != size:
+        if (
+            head is None
+            or _held(head, entry, self.bucket, keys["gguf"]).sha256 != expected
+            or head.get("ContentLength") != size
+        ):
             return None
         return S3Object(self.s3, self.bucket, keys["gguf"], head)
 
@@ -236,8 +286,10 @@ class CatalogCopy:
             self.log(f"model_download: catalog: failed: {entry.name}: {line}")
             return EntryFailure(entry.name, line)
         what = f"copied {', '.join(receipt.copied)}" if receipt.copied else "already present"
-        self.log(f"model_download: catalog: {entry.name}: {what} (commit {receipt.commit}, sha256 {receipt.sha256}, "
-                 f"{time.monotonic() - began:.1f} s)")
+        self.log(
+            f"model_download: catalog: {entry.name}: {what} (commit {receipt.commit}, sha256 {receipt.sha256}, "
+            f"{time.monotonic() - began:.1f} s)"
+        )
         return receipt
 
     def run(self) -> CatalogRun:
@@ -259,7 +311,9 @@ class CatalogCopy:
                     else:
                         run.receipts.append(outcome)
         for entry in reversed(pending):  # never started: the job was stopped
-            run.failures.append(EntryFailure(entry.name, "not started: the job was told to stop (CodeBuild timeout or StopBuild)"))
+            run.failures.append(
+                EntryFailure(entry.name, "not started: the job was told to stop (CodeBuild timeout or StopBuild)")
+            )
         if not run.failures:
             run.receipt_key = self.write_receipt(run)
         return run
@@ -267,10 +321,17 @@ class CatalogCopy:
     def write_receipt(self, run: CatalogRun) -> str:
         """The receipt, written last and never replaced (a re-run of the same catalog finds it in place)."""
         key = receipt_key(run.fingerprint)
-        body = json.dumps({
-            "version": 1, "fingerprint": run.fingerprint, "bucket": self.bucket, "layouts": list(self.catalog.layouts),
-            "models": {r.name: r.as_receipt() for r in sorted(run.receipts, key=lambda r: r.name)},
-        }, sort_keys=True, indent=1).encode()
+        body = json.dumps(
+            {
+                "version": 1,
+                "fingerprint": run.fingerprint,
+                "bucket": self.bucket,
+                "layouts": list(self.catalog.layouts),
+                "models": {r.name: r.as_receipt() for r in sorted(run.receipts, key=lambda r: r.name)},
+            },
+            sort_keys=True,
+            indent=1,
+        ).encode()
         # Already there (412): the same catalog's receipt — its name is the catalog's fingerprint.
         put_if_absent(self.s3, bucket=self.bucket, key=key, Body=body, ContentType="application/json")
         return key
@@ -290,5 +351,7 @@ def load_catalog(s3, uri: str, fingerprint: str | None = None) -> Catalog:  # no
         raise DownloadError(f"cannot read the catalog {uri}: {_client_error_code(exc)}") from None
     catalog = Catalog.from_json(body)
     if fingerprint and catalog.fingerprint() != fingerprint:
-        raise DownloadError(f"the catalog {uri} has fingerprint {catalog.fingerprint()}, not {fingerprint}: redeploy the stack")
+        raise DownloadError(
+            f"the catalog {uri} has fingerprint {catalog.fingerprint()}, not {fingerprint}: redeploy the stack"
+        )
     return catalog

@@ -56,12 +56,19 @@ def _location(props: Mapping[str, Any]) -> str:
 
 def attributes(props: Mapping[str, Any], stored: Mapping[str, str]) -> dict[str, str]:
     """Every attribute from the receipt's counts and build (the receipt's key follows from the fingerprint)."""
-    return {"ReceiptKey": receipt_key(props["Fingerprint"]), "Fingerprint": props["Fingerprint"],
-            "Models": stored["Models"], "Copied": stored["Copied"], "BuildId": stored["BuildId"]}
+    return {
+        "ReceiptKey": receipt_key(props["Fingerprint"]),
+        "Fingerprint": props["Fingerprint"],
+        "Models": stored["Models"],
+        "Copied": stored["Copied"],
+        "BuildId": stored["BuildId"],
+    }
 
 
 RECEIPTS = Receipts(
-    identity=IDENTITY_PROPERTIES, stored=("Models", "Copied", "BuildId"), attributes=attributes,
+    identity=IDENTITY_PROPERTIES,
+    stored=("Models", "Copied", "BuildId"),
+    attributes=attributes,
     location=lambda props, data: _location(props),
 )
 
@@ -81,13 +88,21 @@ def on_event(event: dict[str, Any], codebuild=None) -> dict[str, Any]:  # noqa: 
 
 def resolved(build: dict[str, Any], props: dict[str, Any]) -> dict[str, str]:
     data = receipt(build, CATALOG_RECEIPT, "model catalog", "CATALOG_BUILD_SPEC")
-    if data["Fingerprint"] != props["Fingerprint"] or data["ReceiptKey"] != receipt_key(props["Fingerprint"]) \
-            or not data["Models"].isdigit() or not data["Copied"].isdigit():
-        raise RuntimeError(f"model catalog build {build.get('id')} reported an unexpected receipt {data}; expected catalog {props['Fingerprint']}")
+    if (
+        data["Fingerprint"] != props["Fingerprint"]
+        or data["ReceiptKey"] != receipt_key(props["Fingerprint"])
+        or not data["Models"].isdigit()
+        or not data["Copied"].isdigit()
+    ):
+        raise RuntimeError(
+            f"model catalog build {build.get('id')} reported an unexpected receipt {data}; expected catalog {props['Fingerprint']}"
+        )
     return attributes(props, {**data, "BuildId": str(build.get("id"))})
 
 
-def completion(build: dict[str, Any], props: dict[str, Any], logs, event: dict[str, Any] | None = None) -> dict[str, Any]:  # noqa: ANN001
+def completion(
+    build: dict[str, Any], props: dict[str, Any], logs, event: dict[str, Any] | None = None
+) -> dict[str, Any]:  # noqa: ANN001
     return RECEIPTS.completion(build, props, logs, event, resolved, lambda props: "model catalog copy")
 
 

@@ -57,7 +57,9 @@ class CopyRequest:
     concurrency: int = DEFAULT_CONCURRENCY
     part_size: int | None = None
     pin_commit: bool = False
-    dest_key: str | None = None  # the exact key (a catalog entry's identity-hash key): key_prefix unused, pin_commit off
+    dest_key: str | None = (
+        None  # the exact key (a catalog entry's identity-hash key): key_prefix unused, pin_commit off
+    )
 
     def key_for(self, commit: str | None) -> str:
         """The object key; with pin_commit it needs the resolved commit."""
@@ -92,8 +94,12 @@ class CopyRequest:
             raise DownloadError("revision must not be empty")
         if not self.bucket:
             raise DownloadError("bucket must not be empty")
-        if self.dest_key is not None and (not self.dest_key.strip("/") or self.dest_key.startswith("/") or self.pin_commit):
-            raise DownloadError(f"dest_key must be a relative object key and excludes pin_commit, got {self.dest_key!r}")
+        if self.dest_key is not None and (
+            not self.dest_key.strip("/") or self.dest_key.startswith("/") or self.pin_commit
+        ):
+            raise DownloadError(
+                f"dest_key must be a relative object key and excludes pin_commit, got {self.dest_key!r}"
+            )
         if self.sha256 is not None and not _HEX64.match(self.sha256.lower()):
             raise DownloadError(f"sha256 must be 64 hex characters, got {self.sha256!r}")
         if not 1 <= self.concurrency <= 64:
@@ -222,11 +228,15 @@ def put_if_absent(s3, *, bucket: str, key: str, **kwargs: Any) -> bool:  # noqa:
             if code not in _CONFLICT:
                 raise
             if attempt == 2:
-                raise DownloadError(f"s3://{bucket}/{key} was being written by another run at the same time (HTTP 409 twice); run again") from None
+                raise DownloadError(
+                    f"s3://{bucket}/{key} was being written by another run at the same time (HTTP 409 twice); run again"
+                ) from None
     raise AssertionError("unreachable")
 
 
-def _already_there(head: dict[str, Any] | None, sha256: str, size: int | None, *, bucket: str, key: str, source: str) -> bool:
+def _already_there(
+    head: dict[str, Any] | None, sha256: str, size: int | None, *, bucket: str, key: str, source: str
+) -> bool:
     """True when the key holds these bytes; False when it is free; refuses (never overwrites) anything else."""
     if head is None:
         return False
@@ -243,7 +253,9 @@ def _already_there(head: dict[str, Any] | None, sha256: str, size: int | None, *
 class _Copy:
     """One multipart upload in flight: workers fetch + upload parts, the caller's thread hashes them in order."""
 
-    def __init__(self, req: CopyRequest, key: str, source: HubFile, s3, expected: str, progress: Callable[[int], None] | None) -> None:  # noqa: ANN001
+    def __init__(
+        self, req: CopyRequest, key: str, source: HubFile, s3, expected: str, progress: Callable[[int], None] | None
+    ) -> None:  # noqa: ANN001
         self.req = req
         self.key = key
         self.source = source
@@ -259,7 +271,10 @@ class _Copy:
         self.upload_id: str | None = None
 
     def _metadata(self) -> dict[str, str]:
-        return {"sha256": self.expected, "hf-source": hf_source(self.req.repo, self.req.file, self.source.info.commit or self.req.revision)}
+        return {
+            "sha256": self.expected,
+            "hf-source": hf_source(self.req.repo, self.req.file, self.source.info.commit or self.req.revision),
+        }
 
     def _part(self, index: int) -> tuple[bytearray, dict[str, Any]]:
         try:
@@ -269,8 +284,12 @@ class _Copy:
             if self.stop.is_set():
                 raise Cancelled()
             r = self.s3.upload_part(
-                Bucket=self.req.bucket, Key=self.key, UploadId=self.upload_id, PartNumber=index + 1,
-                Body=data, ChecksumSHA256=checksum,
+                Bucket=self.req.bucket,
+                Key=self.key,
+                UploadId=self.upload_id,
+                PartNumber=index + 1,
+                Body=data,
+                ChecksumSHA256=checksum,
             )
             return data, {"PartNumber": index + 1, "ETag": r["ETag"], "ChecksumSHA256": checksum}
         except Cancelled:
@@ -368,15 +387,20 @@ def copy_model(
         raise DownloadError(f"{req.ref}: the Hub reports no sha256 (not an LFS file); pass the expected sha256")
     if info.size == 0:
         raise DownloadError(f"{req.ref}: the Hub reports an empty file")
-    if _already_there(existing_object(s3, req.bucket, key), expected, info.size, bucket=req.bucket, key=key, source=source):
+    if _already_there(
+        existing_object(s3, req.bucket, key), expected, info.size, bucket=req.bucket, key=key, source=source
+    ):
         return present(key, info.size, expected, info.commit)
 
     job = _Copy(req, key, hub.open(info), s3, expected, progress)
     if on_start is not None:
         on_start(info.size, expected)
     job.upload_id = s3.create_multipart_upload(
-        Bucket=req.bucket, Key=key, ContentType="application/octet-stream",
-        Metadata=job._metadata(), ChecksumAlgorithm="SHA256",
+        Bucket=req.bucket,
+        Key=key,
+        ContentType="application/octet-stream",
+        Metadata=job._metadata(),
+        ChecksumAlgorithm="SHA256",
     )["UploadId"]
     try:
         digest, parts = job.run()
@@ -393,12 +417,21 @@ def copy_model(
         require_object(s3, req.bucket, key, expected, info.size, source=source)
         return present(key, info.size, expected, info.commit)
     return CopyResult(
-        req.bucket, key, info.size, expected, True, time.monotonic() - began,
-        parts=len(parts), version_id=done.get("VersionId"), commit=info.commit,
+        req.bucket,
+        key,
+        info.size,
+        expected,
+        True,
+        time.monotonic() - began,
+        parts=len(parts),
+        version_id=done.get("VersionId"),
+        commit=info.commit,
     )
 
 
-def _complete_if_absent(s3, bucket: str, key: str, upload_id: str, parts: list[dict[str, Any]]) -> dict[str, Any] | None:  # noqa: ANN001
+def _complete_if_absent(
+    s3, bucket: str, key: str, upload_id: str, parts: list[dict[str, Any]]
+) -> dict[str, Any] | None:  # noqa: ANN001
     """CompleteMultipartUpload with `If-None-Match: *`: S3 itself refuses to replace an existing key (412
     PreconditionFailed; 409 ConditionalRequestConflict for a concurrent write), so two runs racing on one key
     can never overwrite each other. None when the key was taken or being written: this upload is aborted (after a
@@ -408,7 +441,11 @@ def _complete_if_absent(s3, bucket: str, key: str, upload_id: str, parts: list[d
 
     try:
         return s3.complete_multipart_upload(
-            Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}, IfNoneMatch="*",
+            Bucket=bucket,
+            Key=key,
+            UploadId=upload_id,
+            MultipartUpload={"Parts": parts},
+            IfNoneMatch="*",
         )
     except ClientError as exc:
         if _client_error_code(exc) in (*_TAKEN, *_CONFLICT):

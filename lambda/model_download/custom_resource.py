@@ -45,7 +45,14 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # copies — token secret, Hub endpoint, concurrency — lives only in the project's environment: changing it must
 # not re-run the job, or an unrelated setting would move a `main` revision to whatever `main` is that day.
 IDENTITY = ("MODEL_REPO", "MODEL_FILE", "MODEL_REVISION", "MODEL_SHA256", "MODEL_BUCKET", "MODEL_KEY_PREFIX")
-IDENTITY_PROPERTIES = ("HfRepo", "File", "Revision", "Sha256", "Bucket", "KeyPrefix")  # the same, as resource properties
+IDENTITY_PROPERTIES = (
+    "HfRepo",
+    "File",
+    "Revision",
+    "Sha256",
+    "Bucket",
+    "KeyPrefix",
+)  # the same, as resource properties
 
 
 def build_environment(props: dict[str, Any]) -> list[dict[str, str]]:
@@ -88,12 +95,20 @@ def _is_snapshot(event: dict[str, Any]) -> bool:
 def attributes(props: Mapping[str, Any], stored: Mapping[str, str]) -> dict[str, str]:
     """Every attribute from the receipt's commit, sha256, size and build (Key and Prefix follow from the properties)."""
     prefix = f"{props['KeyPrefix'].strip('/')}/{stored['Commit']}/"
-    return {"Commit": stored["Commit"], "Sha256": stored["Sha256"], "Key": prefix + props["File"], "Size": stored["Size"],
-            "Prefix": prefix, "BuildId": stored["BuildId"]}
+    return {
+        "Commit": stored["Commit"],
+        "Sha256": stored["Sha256"],
+        "Key": prefix + props["File"],
+        "Size": stored["Size"],
+        "Prefix": prefix,
+        "BuildId": stored["BuildId"],
+    }
 
 
 RECEIPTS = Receipts(
-    identity=IDENTITY_PROPERTIES, stored=("Commit", "Sha256", "Size", "BuildId"), attributes=attributes,
+    identity=IDENTITY_PROPERTIES,
+    stored=("Commit", "Sha256", "Size", "BuildId"),
+    attributes=attributes,
     location=lambda props, data: f"s3://{props['Bucket']}/{data['Key']}",
 )
 
@@ -114,7 +129,9 @@ def on_event(event: dict[str, Any], _context: Any = None, *, codebuild=None) -> 
     if unchanged is not None:
         return unchanged
     build = start_build(props, identity_environment(props), codebuild, event.get("RequestId"))
-    print(f"started {build['id']} for hf://{props['HfRepo']}/{props['File']}@{props.get('Revision')} -> s3://{props['Bucket']}/{props['KeyPrefix']}/")
+    print(
+        f"started {build['id']} for hf://{props['HfRepo']}/{props['File']}@{props.get('Revision')} -> s3://{props['Bucket']}/{props['KeyPrefix']}/"
+    )
     # An Update keeps the deployed id until the build succeeds: a failure then reports it, and the rollback's
     # Update finds the deployed receipt in it.
     return {
@@ -127,16 +144,31 @@ def resolved(build: dict[str, Any], props: dict[str, Any]) -> dict[str, str]:
     """The attributes from a succeeded build's exported variables, checked against what was asked for."""
     data = receipt(build, RECEIPT, "model copy", "BUILD_SPEC")
     prefix = f"{props['KeyPrefix'].strip('/')}/{data['Commit']}/"
-    if not COMMIT.match(data["Commit"]) or not _SHA256.match(data["Sha256"]) or data["Key"] != prefix + props["File"] \
-            or not data["Size"].isdigit() or (props.get("Sha256") and props["Sha256"] != data["Sha256"]):
-        raise RuntimeError(f"model copy build {build.get('id')} reported an unexpected receipt {data}; expected key {prefix}{props['File']}")
+    if (
+        not COMMIT.match(data["Commit"])
+        or not _SHA256.match(data["Sha256"])
+        or data["Key"] != prefix + props["File"]
+        or not data["Size"].isdigit()
+        or (props.get("Sha256") and props["Sha256"] != data["Sha256"])
+    ):
+        raise RuntimeError(
+            f"model copy build {build.get('id')} reported an unexpected receipt {data}; expected key {prefix}{props['File']}"
+        )
     return attributes(props, {**data, "BuildId": str(build.get("id"))})
 
 
-def completion(build: dict[str, Any], props: dict[str, Any], logs, event: dict[str, Any] | None = None) -> dict[str, Any]:  # noqa: ANN001
+def completion(
+    build: dict[str, Any], props: dict[str, Any], logs, event: dict[str, Any] | None = None
+) -> dict[str, Any]:  # noqa: ANN001
     """isComplete's answer for one BatchGetBuilds record (Receipts.completion); raises for a failed build."""
-    return RECEIPTS.completion(build, props, logs, event, resolved,
-                               lambda props: f"model copy of {props['HfRepo']}/{props['File']}@{props.get('Revision')}")
+    return RECEIPTS.completion(
+        build,
+        props,
+        logs,
+        event,
+        resolved,
+        lambda props: f"model copy of {props['HfRepo']}/{props['File']}@{props.get('Revision')}",
+    )
 
 
 def is_complete(event: dict[str, Any], _context: Any = None, *, codebuild=None, logs=None) -> dict[str, Any]:  # noqa: ANN001

@@ -100,7 +100,9 @@ class _Transient(Exception):
     """A failure worth retrying (dropped connection, timeout, 5xx, 429, expired CDN URL); `wait`: the seconds the
     server asked for (RateLimit / Retry-After), `why`: which header said so."""
 
-    def __init__(self, detail: str, *, status: int | None = None, wait: float | None = None, why: str | None = None) -> None:
+    def __init__(
+        self, detail: str, *, status: int | None = None, wait: float | None = None, why: str | None = None
+    ) -> None:
         super().__init__(detail)
         self.rate_limited = status == 429
         self.wait = wait
@@ -114,7 +116,9 @@ def transient(status: int, headers: Any) -> _Transient:  # noqa: ANN401 - urllib
     if status == 429:
         m = _RATELIMIT.search(headers.get("RateLimit") or "")
         if m and int(m.group("r")) == 0:
-            return _Transient(f"HTTP {status}", status=status, wait=float(m.group("t")), why=f"'{m.group('bucket')}' rate limit")
+            return _Transient(
+                f"HTTP {status}", status=status, wait=float(m.group("t")), why=f"'{m.group('bucket')}' rate limit"
+            )
     after = (headers.get("Retry-After") or "").strip()
     if after.isdigit():
         return _Transient(f"HTTP {status}", status=status, wait=float(after), why="Retry-After")
@@ -152,9 +156,12 @@ class _Retries:
             wait = policy.delay(self.limited)
         if self.waited + wait > policy.rate_limit_seconds:
             told = f", {exc.why}: retry in {exc.wait:.0f} s" if exc.why else ""
-            fix = (f"the account of the token from {self.hub.token_source} is over its limit: run again later" if self.hub._token
-                   else "give the copy a Hugging Face token secret (token_secret_name): authenticated limits are per "
-                   "account, anonymous ones per IP address, which the build may share — or run again later")
+            fix = (
+                f"the account of the token from {self.hub.token_source} is over its limit: run again later"
+                if self.hub._token
+                else "give the copy a Hugging Face token secret (token_secret_name): authenticated limits are per "
+                "account, anonymous ones per IP address, which the build may share — or run again later"
+            )
             raise HubError(
                 f"{self.what}: rate-limited by {self.hub.endpoint} ({exc}{told}) for longer than the job waits "
                 f"({policy.rate_limit_seconds:.0f} s): {fix}"
@@ -232,14 +239,18 @@ class Hub:
             except _Transient as exc:
                 delay = retries.delay(exc)
                 if delay is None:
-                    raise HubError(f"{ref}: {self.endpoint} kept failing ({exc}) after {retries.failures} attempts") from None
+                    raise HubError(
+                        f"{ref}: {self.endpoint} kept failing ({exc}) after {retries.failures} attempts"
+                    ) from None
                 self.wait(delay, None)
 
     def _info_once(self, ref: FileRef) -> FileInfo:
         url = self.resolve_url(ref)
         for _ in range(10):
             try:
-                r = self._http.request("HEAD", url, headers=self._headers(url), redirect=False, retries=False, timeout=self._timeout)
+                r = self._http.request(
+                    "HEAD", url, headers=self._headers(url), redirect=False, retries=False, timeout=self._timeout
+                )
             except urllib3.exceptions.HTTPError as exc:
                 raise _Transient(str(exc)) from None
             if r.status in _REDIRECTS:
@@ -261,7 +272,9 @@ class Hub:
         """X-Repo-Commit; a mirror that does not send it still serves a revision that is itself a full commit."""
         return headers.get("X-Repo-Commit") or (ref.revision if COMMIT.match(ref.revision) else None)
 
-    def _file_info(self, ref: FileRef, headers: urllib3.HTTPHeaderDict, *, download_url: str, redirect: bool = False) -> FileInfo:
+    def _file_info(
+        self, ref: FileRef, headers: urllib3.HTTPHeaderDict, *, download_url: str, redirect: bool = False
+    ) -> FileInfo:
         # A redirect's Content-Length is the length of its own body, not the file's: huggingface_hub file_download
         # get_hf_file_metadata takes `X-Linked-Size or (None if response.is_redirect else Content-Length)`.
         size = headers.get("X-Linked-Size") or (None if redirect else headers.get("Content-Length"))
@@ -289,13 +302,19 @@ class Hub:
                     "set a token secret (token_secret_name / --token-secret) or HF_TOKEN"
                 )
             if status == 401:
-                raise HubAuthError(f"the Hugging Face token from {self.token_source} was rejected for {ref} (HTTP 401): check that secret's value")
+                raise HubAuthError(
+                    f"the Hugging Face token from {self.token_source} was rejected for {ref} (HTTP 401): check that secret's value"
+                )
             raise HubAuthError(
                 f"the Hugging Face token from {self.token_source} has no access to {ref} (HTTP 403): "
                 "accept the model's terms on the Hub with the token's account"
             )
         if status == 404:
-            what = {"RepoNotFound": "repo not found", "RevisionNotFound": "revision not found", "EntryNotFound": "file not found"}
+            what = {
+                "RepoNotFound": "repo not found",
+                "RevisionNotFound": "revision not found",
+                "EntryNotFound": "file not found",
+            }
             raise HubNotFoundError(
                 f"{ref.repo}/{ref.file}@{ref.revision} not found on {self.endpoint} (HTTP 404"
                 f"{': ' + what.get(code or '', code or '') if code else ''}): check hf_repo, file and revision"
@@ -317,8 +336,14 @@ class RangeSource(Protocol):
     @property
     def label(self) -> str: ...
 
-    def read_range(self, start: int, end: int, *, stop: threading.Event | None = None,
-                   on_bytes: Callable[[int], None] | None = None) -> bytes | bytearray: ...
+    def read_range(
+        self,
+        start: int,
+        end: int,
+        *,
+        stop: threading.Event | None = None,
+        on_bytes: Callable[[int], None] | None = None,
+    ) -> bytes | bytearray: ...
 
 
 class HubFile:
@@ -344,7 +369,9 @@ class HubFile:
             pinned = replace(self.info.ref, revision=self.info.commit) if self.info.commit else self.info.ref
             fresh = self.hub.info(pinned)
             if fresh.size != self.info.size or fresh.sha256 != self.info.sha256:
-                raise HubError(f"{self.info.ref} changed on the Hub during the copy (size or sha256 differs); run again")
+                raise HubError(
+                    f"{self.info.ref} changed on the Hub during the copy (size or sha256 differs); run again"
+                )
             self.info = replace(self.info, download_url=fresh.download_url)
 
     def read_range(
@@ -390,7 +417,13 @@ class HubFile:
             headers["Range"] = f"bytes={offset}-{end}"
             try:
                 r = self.hub._http.request(
-                    "GET", url, headers=headers, preload_content=False, redirect=False, retries=False, timeout=self.hub._timeout
+                    "GET",
+                    url,
+                    headers=headers,
+                    preload_content=False,
+                    redirect=False,
+                    retries=False,
+                    timeout=self.hub._timeout,
                 )
             except urllib3.exceptions.HTTPError as exc:
                 raise _Transient(str(exc)) from None
@@ -417,11 +450,15 @@ class HubFile:
             got_range = r.headers.get("Content-Range", "")
             if not got_range.startswith(f"bytes {offset}-"):
                 r.drain_conn()
-                raise HubError(f"{self.info.ref}: asked for bytes {offset}-{end}, got {got_range or 'no Content-Range'}")
+                raise HubError(
+                    f"{self.info.ref}: asked for bytes {offset}-{end}, got {got_range or 'no Content-Range'}"
+                )
         elif r.status == 200:
             if offset != 0:
                 r.drain_conn()
-                raise HubError(f"{self.info.ref}: the server ignored the Range header (HTTP 200 for bytes {offset}-{end})")
+                raise HubError(
+                    f"{self.info.ref}: the server ignored the Range header (HTTP 200 for bytes {offset}-{end})"
+                )
         else:
             r.drain_conn()
             self.hub._raise_for(self.info.ref, r.status, r.headers)

@@ -72,12 +72,17 @@ def list_repo(hub: Hub, repo: str, revision: str) -> RepoListing:
     redirects = 0
     while True:
         try:
-            r = hub._http.request("GET", url, headers=hub._headers(url), redirect=False, retries=False, timeout=hub._timeout)
+            r = hub._http.request(
+                "GET", url, headers=hub._headers(url), redirect=False, retries=False, timeout=hub._timeout
+            )
         except urllib3.exceptions.HTTPError as exc:
             failure = _Transient(str(exc))
         else:
             if r.status in _REDIRECTS and r.headers.get("Location") and redirects < 5:  # a renamed repo
-                url, redirects = urljoin(url, r.headers["Location"]), redirects + 1  # the token only to the Hub's origin
+                url, redirects = (
+                    urljoin(url, r.headers["Location"]),
+                    redirects + 1,
+                )  # the token only to the Hub's origin
                 continue
             if r.status == 200:
                 return _listing(repo, revision, r.data, where)
@@ -86,7 +91,9 @@ def list_repo(hub: Hub, repo: str, revision: str) -> RepoListing:
             failure = transient(r.status, r.headers)
         delay = retries.delay(failure)
         if delay is None:
-            raise HubError(f"{where}: {hub.endpoint} kept failing ({failure}) after {retries.failures} attempts") from None
+            raise HubError(
+                f"{where}: {hub.endpoint} kept failing ({failure}) after {retries.failures} attempts"
+            ) from None
         hub.wait(delay, None)
 
 
@@ -97,7 +104,9 @@ def _listing(repo: str, revision: str, body: bytes, where: str) -> RepoListing:
         raise HubError(f"{where}: the Hub's model info is not JSON; check the endpoint") from None
     commit = data.get("sha")
     if not isinstance(commit, str) or not COMMIT.match(commit):
-        raise HubError(f"{where}: the Hub reported no commit (sha: {commit!r}) for the revision; give it as a full commit sha")
+        raise HubError(
+            f"{where}: the Hub reported no commit (sha: {commit!r}) for the revision; give it as a full commit sha"
+        )
     siblings = data.get("siblings")
     if not isinstance(siblings, list):
         raise HubError(f"{where}: the Hub's model info lists no files (siblings); check the endpoint")

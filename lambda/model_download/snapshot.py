@@ -124,14 +124,22 @@ def _check_in_place(s3, bucket: str, prefix: str, files: tuple[Landed, ...]) -> 
     for f in files:
         head = existing_object(s3, bucket, prefix + f.path)
         if head is None or head.get("Metadata", {}).get("sha256") != f.sha256 or head.get("ContentLength") != f.size:
-            raise DownloadError(f"s3://{bucket}/{prefix}{f.path} is missing or differs from the snapshot's manifest; "
-                                "the snapshot at that prefix was altered — delete the prefix and run again")
+            raise DownloadError(
+                f"s3://{bucket}/{prefix}{f.path} is missing or differs from the snapshot's manifest; "
+                "the snapshot at that prefix was altered — delete the prefix and run again"
+            )
 
 
 def _write_manifest(s3, bucket: str, key: str, body: bytes, digest: str, source: str) -> None:  # noqa: ANN001
-    written = put_if_absent(s3, bucket=bucket, key=key, Body=body, ContentType="text/plain; charset=utf-8",
-                            ChecksumSHA256=base64.b64encode(hashlib.sha256(body).digest()).decode(),
-                            Metadata={"sha256": digest, "hf-source": source})
+    written = put_if_absent(
+        s3,
+        bucket=bucket,
+        key=key,
+        Body=body,
+        ContentType="text/plain; charset=utf-8",
+        ChecksumSHA256=base64.b64encode(hashlib.sha256(body).digest()).decode(),
+        Metadata={"sha256": digest, "hf-source": source},
+    )
     if not written:
         held = _read_manifest(s3, bucket, key)
         if held is None:
@@ -158,7 +166,9 @@ def copy_snapshot(
     if COMMIT.match(req.revision):
         sealed = _sealed(s3, req, req.revision)
         if sealed is not None:
-            return SnapshotResult(req.bucket, req.prefix_for(req.revision), req.revision, *sealed, time.monotonic() - began)
+            return SnapshotResult(
+                req.bucket, req.prefix_for(req.revision), req.revision, *sealed, time.monotonic() - began
+            )
 
     listing = list_repo(hub, req.repo, req.revision)
     commit, where = listing.commit, f"{req.repo}@{req.revision} ({listing.commit})"
@@ -185,7 +195,9 @@ def copy_snapshot(
     # The root *.py only when some config maps to them: trusting a repo that needs no code copies the same files
     # (so the same manifest) as not trusting it.
     chosen = select(listing.files, where, shards, code=any(mapped.values()))
-    log(f"snapshot {where}: {len(chosen)} files, {sum(f.size for f in chosen) / 1e9:.2f} GB -> s3://{req.bucket}/{prefix}")
+    log(
+        f"snapshot {where}: {len(chosen)} files, {sum(f.size for f in chosen) / 1e9:.2f} GB -> s3://{req.bucket}/{prefix}"
+    )
     landed = [_copy_one(f, hub, s3, req, commit, prefix, cache.get(f.path), where, log, progress) for f in chosen]
 
     body = manifest_text(landed).encode()
@@ -194,15 +206,38 @@ def copy_snapshot(
     return SnapshotResult(req.bucket, prefix, commit, digest, tuple(landed), time.monotonic() - began)
 
 
-def _copy_one(f: RepoFile, hub: Hub, s3, req: SnapshotRequest, commit: str, prefix: str, cached: bytes | None,  # noqa: ANN001
-              where: str, log: Callable[[str], None], progress: Callable[[int], None] | None) -> Landed:
+def _copy_one(
+    f: RepoFile,
+    hub: Hub,
+    s3,
+    req: SnapshotRequest,
+    commit: str,
+    prefix: str,
+    cached: bytes | None,  # noqa: ANN001
+    where: str,
+    log: Callable[[str], None],
+    progress: Callable[[int], None] | None,
+) -> Landed:
     try:
-        done = copy_file(f, hub=hub, s3=s3, repo=req.repo, commit=commit, bucket=req.bucket, prefix=prefix,
-                         concurrency=req.concurrency, part_size=req.part_size, cached=cached, progress=progress)
+        done = copy_file(
+            f,
+            hub=hub,
+            s3=s3,
+            repo=req.repo,
+            commit=commit,
+            bucket=req.bucket,
+            prefix=prefix,
+            concurrency=req.concurrency,
+            part_size=req.part_size,
+            cached=cached,
+            progress=progress,
+        )
     except DownloadError as exc:
         # The same error class, one line: which file, and that the snapshot stays unsealed (a re-run resumes).
-        raise type(exc)(f"snapshot {where}: {f.path} failed: {exc}; no manifest was written, so the snapshot at "
-                        f"s3://{req.bucket}/{prefix} is incomplete and unused — run again to resume") from None
+        raise type(exc)(
+            f"snapshot {where}: {f.path} failed: {exc}; no manifest was written, so the snapshot at "
+            f"s3://{req.bucket}/{prefix} is incomplete and unused — run again to resume"
+        ) from None
     log(f"{'copied' if done.copied else 'already present'}: {f.path} ({done.size} bytes, sha256 {done.sha256})")
     return done
 

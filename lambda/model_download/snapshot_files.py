@@ -61,11 +61,15 @@ def read_whole(hub: Hub, repo: str, commit: str, f: RepoFile) -> bytes:
     if f.lfs:
         got = hashlib.sha256(data).hexdigest()
         if got != f.sha256:
-            raise ChecksumMismatchError(f"sha256 mismatch for {ref}: expected {f.sha256}, the downloaded bytes hash to {got}")
+            raise ChecksumMismatchError(
+                f"sha256 mismatch for {ref}: expected {f.sha256}, the downloaded bytes hash to {got}"
+            )
     elif f.blob_id is None:
         raise DownloadError(f"{ref}: the Hub lists no git OID for this file, so it cannot be verified")
     elif (got := git_blob_id(data)) != f.blob_id:
-        raise ChecksumMismatchError(f"git OID mismatch for {ref}: expected {f.blob_id}, the downloaded bytes hash to {got}")
+        raise ChecksumMismatchError(
+            f"git OID mismatch for {ref}: expected {f.blob_id}, the downloaded bytes hash to {got}"
+        )
     return data
 
 
@@ -73,7 +77,11 @@ def _put_git_file(s3, bucket: str, key: str, repo: str, commit: str, f: RepoFile
     digest = hashlib.sha256(data)
     sha256 = digest.hexdigest()
     written = put_if_absent(
-        s3, bucket=bucket, key=key, Body=data, ContentType="application/octet-stream",
+        s3,
+        bucket=bucket,
+        key=key,
+        Body=data,
+        ContentType="application/octet-stream",
         ChecksumSHA256=base64.b64encode(digest.digest()).decode(),
         Metadata={"sha256": sha256, "git-oid": f.blob_id or "", "hf-source": hf_source(repo, f.path, commit)},
     )
@@ -102,12 +110,25 @@ def copy_file(
     key = prefix + f.path
     if f.lfs:
         done = copy_model(
-            CopyRequest(repo=repo, file=f.path, bucket=bucket, key_prefix="", revision=commit, sha256=f.sha256,
-                        concurrency=concurrency, part_size=part_size, dest_key=key),
-            hub=hub, s3=s3, progress=progress,
+            CopyRequest(
+                repo=repo,
+                file=f.path,
+                bucket=bucket,
+                key_prefix="",
+                revision=commit,
+                sha256=f.sha256,
+                concurrency=concurrency,
+                part_size=part_size,
+                dest_key=key,
+            ),
+            hub=hub,
+            s3=s3,
+            progress=progress,
         )
         if done.size != f.size:
-            raise ChecksumMismatchError(f"{repo}/{f.path}@{commit}: the Hub lists {f.size} bytes, s3://{bucket}/{key} holds {done.size}")
+            raise ChecksumMismatchError(
+                f"{repo}/{f.path}@{commit}: the Hub lists {f.size} bytes, s3://{bucket}/{key} holds {done.size}"
+            )
         return Landed(f.path, done.sha256, done.size, done.copied)
     held = _git_file_present(existing_object(s3, bucket, key), f, bucket=bucket, key=key)
     if held is not None:

@@ -54,12 +54,22 @@ def identity_environment(props: dict[str, Any]) -> list[dict[str, str]]:
 def attributes(props: Mapping[str, Any], stored: Mapping[str, str]) -> dict[str, str]:
     """Every attribute from the receipt's commit, manifest sha256, size, file count and build."""
     prefix = f"{props['KeyPrefix'].strip('/')}/{stored['Commit']}/"
-    return {"Commit": stored["Commit"], "Sha256": stored["Sha256"], "Key": prefix, "Size": stored["Size"],
-            "Files": stored["Files"], "Prefix": prefix, "Manifest": prefix + MANIFEST_NAME, "BuildId": stored["BuildId"]}
+    return {
+        "Commit": stored["Commit"],
+        "Sha256": stored["Sha256"],
+        "Key": prefix,
+        "Size": stored["Size"],
+        "Files": stored["Files"],
+        "Prefix": prefix,
+        "Manifest": prefix + MANIFEST_NAME,
+        "BuildId": stored["BuildId"],
+    }
 
 
 RECEIPTS = Receipts(
-    identity=IDENTITY_PROPERTIES, stored=("Commit", "Sha256", "Size", "Files", "BuildId"), attributes=attributes,
+    identity=IDENTITY_PROPERTIES,
+    stored=("Commit", "Sha256", "Size", "Files", "BuildId"),
+    attributes=attributes,
     location=lambda props, data: f"s3://{props['Bucket']}/{data['Key']}",
 )
 
@@ -74,7 +84,9 @@ def on_event(event: dict[str, Any], codebuild=None) -> dict[str, Any]:  # noqa: 
     if unchanged is not None:
         return unchanged
     build = start_build(props, identity_environment(props), codebuild, event.get("RequestId"))
-    print(f"started {build['id']} for the snapshot of hf://{props['HfRepo']}@{props.get('Revision')} -> s3://{props['Bucket']}/{props['KeyPrefix']}/")
+    print(
+        f"started {build['id']} for the snapshot of hf://{props['HfRepo']}@{props.get('Revision')} -> s3://{props['Bucket']}/{props['KeyPrefix']}/"
+    )
     requested = f"s3://{props['Bucket']}/{props['KeyPrefix'].strip('/')}/@{props.get('Revision') or 'main'}/"
     return {"PhysicalResourceId": event.get("PhysicalResourceId") or requested, "Data": {"BuildId": build["id"]}}
 
@@ -82,15 +94,31 @@ def on_event(event: dict[str, Any], codebuild=None) -> dict[str, Any]:  # noqa: 
 def resolved(build: dict[str, Any], props: dict[str, Any]) -> dict[str, str]:
     data = receipt(build, SNAPSHOT_RECEIPT, "model snapshot copy", "SNAPSHOT_BUILD_SPEC")
     prefix = f"{props['KeyPrefix'].strip('/')}/{data['Commit']}/"
-    if not COMMIT.match(data["Commit"]) or not _SHA256.match(data["Sha256"]) or data["Key"] != prefix \
-            or not data["Size"].isdigit() or not data["Files"].isdigit() or int(data["Files"]) < 2:
-        raise RuntimeError(f"model snapshot build {build.get('id')} reported an unexpected receipt {data}; expected prefix {prefix}")
+    if (
+        not COMMIT.match(data["Commit"])
+        or not _SHA256.match(data["Sha256"])
+        or data["Key"] != prefix
+        or not data["Size"].isdigit()
+        or not data["Files"].isdigit()
+        or int(data["Files"]) < 2
+    ):
+        raise RuntimeError(
+            f"model snapshot build {build.get('id')} reported an unexpected receipt {data}; expected prefix {prefix}"
+        )
     return attributes(props, {**data, "BuildId": str(build.get("id"))})
 
 
-def completion(build: dict[str, Any], props: dict[str, Any], logs, event: dict[str, Any] | None = None) -> dict[str, Any]:  # noqa: ANN001
-    return RECEIPTS.completion(build, props, logs, event, resolved,
-                               lambda props: f"model snapshot copy of {props['HfRepo']}@{props.get('Revision')}")
+def completion(
+    build: dict[str, Any], props: dict[str, Any], logs, event: dict[str, Any] | None = None
+) -> dict[str, Any]:  # noqa: ANN001
+    return RECEIPTS.completion(
+        build,
+        props,
+        logs,
+        event,
+        resolved,
+        lambda props: f"model snapshot copy of {props['HfRepo']}@{props.get('Revision')}",
+    )
 
 
 def is_complete(event: dict[str, Any], codebuild=None, logs=None) -> dict[str, Any]:  # noqa: ANN001

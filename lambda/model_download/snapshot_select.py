@@ -40,14 +40,29 @@ from .repo_info import RepoFile
 INDEX_FILE = "model.safetensors.index.json"
 CONFIG_FILE = "config.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
-METADATA_FILES = frozenset({
-    CONFIG_FILE, "generation_config.json",
-    "tokenizer.json", TOKENIZER_CONFIG_FILE, "special_tokens_map.json", "added_tokens.json",
-    "tokenizer.model", "vocab.json", "merges.txt", "chat_template.jinja", "chat_template.json",
-    "vocab.txt", "spiece.model", "sentencepiece.bpe.model",
-    "preprocessor_config.json", "processor_config.json", "video_preprocessor_config.json",
-    "params.json", "tekken.json",
-})
+METADATA_FILES = frozenset(
+    {
+        CONFIG_FILE,
+        "generation_config.json",
+        "tokenizer.json",
+        TOKENIZER_CONFIG_FILE,
+        "special_tokens_map.json",
+        "added_tokens.json",
+        "tokenizer.model",
+        "vocab.json",
+        "merges.txt",
+        "chat_template.jinja",
+        "chat_template.json",
+        "vocab.txt",
+        "spiece.model",
+        "sentencepiece.bpe.model",
+        "preprocessor_config.json",
+        "processor_config.json",
+        "video_preprocessor_config.json",
+        "params.json",
+        "tekken.json",
+    }
+)
 METADATA_PATTERNS = ("*.tiktoken", "tokenizer.model.v*")
 WEIGHTS_PATTERN = "*.safetensors"
 CODE_PATTERN = "*.py"  # the repo's own modeling/configuration/tokenization code, with trust_remote_code only
@@ -77,7 +92,9 @@ def auto_map(name: str, data: bytes, where: str) -> list[str]:
     try:
         mapped = json.loads(data).get("auto_map") or {}
     except (ValueError, AttributeError):
-        raise SnapshotError(f"{where}: {name} is not a JSON object; not a transformers checkpoint vLLM can load") from None
+        raise SnapshotError(
+            f"{where}: {name} is not a JSON object; not a transformers checkpoint vLLM can load"
+        ) from None
     return sorted(map(str, mapped))
 
 
@@ -105,8 +122,15 @@ def indexed_shards(index_bytes: bytes, where: str) -> frozenset[str]:
 def refuse_without_safetensors(files: tuple[RepoFile, ...], where: str) -> None:
     """One clear line for a repo vLLM cannot load from safetensors (only .bin/.pt/.gguf/... or no config)."""
     if not any(is_weights(f.path) for f in files):
-        others = sorted({f.path.rsplit(".", 1)[-1] for f in files if "/" not in f.path and "." in f.path
-                         and f.path.rsplit(".", 1)[-1] in ("bin", "pt", "pth", "gguf", "onnx", "h5", "msgpack")})
+        others = sorted(
+            {
+                f.path.rsplit(".", 1)[-1]
+                for f in files
+                if "/" not in f.path
+                and "." in f.path
+                and f.path.rsplit(".", 1)[-1] in ("bin", "pt", "pth", "gguf", "onnx", "h5", "msgpack")
+            }
+        )
         found = f" (it has only {', '.join('*.' + e for e in others)} weights)" if others else ""
         raise SnapshotError(
             f"{where} has no *.safetensors weights in its root{found}: vLLM models are copied as safetensors "
@@ -116,8 +140,9 @@ def refuse_without_safetensors(files: tuple[RepoFile, ...], where: str) -> None:
         raise SnapshotError(f"{where} has no config.json in its root: not a transformers checkpoint vLLM can load")
 
 
-def select(files: tuple[RepoFile, ...], where: str, shards: frozenset[str] | None = None, *,
-           code: bool = False) -> list[RepoFile]:
+def select(
+    files: tuple[RepoFile, ...], where: str, shards: frozenset[str] | None = None, *, code: bool = False
+) -> list[RepoFile]:
     """The files to copy, in copy order: weights first, config.json last (a prefix without config.json is not a
     checkpoint vLLM loads, so an interrupted copy never looks loadable). shards: the index's weight_map files,
     when the repo has an index; code: also the root `*.py` (a trusted repo whose configs have auto_map)."""
@@ -127,8 +152,14 @@ def select(files: tuple[RepoFile, ...], where: str, shards: frozenset[str] | Non
         missing = sorted(shards - present)
         if missing:
             raise SnapshotError(f"{where}: {INDEX_FILE} names shards the repo does not hold: {', '.join(missing)}")
-    chosen = [f for f in files if (is_weights(f.path) and (shards is None or f.path in shards)) or is_metadata(f.path)
-              or f.path == INDEX_FILE or (code and is_code(f.path))]
+    chosen = [
+        f
+        for f in files
+        if (is_weights(f.path) and (shards is None or f.path in shards))
+        or is_metadata(f.path)
+        or f.path == INDEX_FILE
+        or (code and is_code(f.path))
+    ]
     for f in chosen:
         if not _SAFE_NAME.match(f.path):
             raise SnapshotError(f"{where}: file name {f.path!r} has characters the snapshot cannot carry")

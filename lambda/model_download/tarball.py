@@ -62,8 +62,14 @@ class S3Object:
     def label(self) -> str:
         return f"s3://{self.bucket}/{self.key}"
 
-    def read_range(self, start: int, end: int, *, stop: threading.Event | None = None,
-                   on_bytes: Callable[[int], None] | None = None) -> bytes:
+    def read_range(
+        self,
+        start: int,
+        end: int,
+        *,
+        stop: threading.Event | None = None,
+        on_bytes: Callable[[int], None] | None = None,
+    ) -> bytes:
         from botocore.exceptions import BotoCoreError
 
         for attempt in range(1, _S3_READ_ATTEMPTS + 1):
@@ -74,7 +80,9 @@ class S3Object:
                 data = r["Body"].read()
             except (BotoCoreError, OSError) as exc:
                 if attempt == _S3_READ_ATTEMPTS:
-                    raise DownloadError(f"{self.label}: bytes {start}-{end} failed {attempt} times ({type(exc).__name__})") from None
+                    raise DownloadError(
+                        f"{self.label}: bytes {start}-{end} failed {attempt} times ({type(exc).__name__})"
+                    ) from None
                 continue
             finally:
                 r["Body"].close()
@@ -98,7 +106,9 @@ def _padding(size: int) -> bytes:
     return b"\0" * (-size % _BLOCK)
 
 
-def ordered_ranges(source: RangeSource, part_size: int, concurrency: int, stop: threading.Event) -> Generator[bytes | bytearray, None, None]:
+def ordered_ranges(
+    source: RangeSource, part_size: int, concurrency: int, stop: threading.Event
+) -> Generator[bytes | bytearray, None, None]:
     """The file's bytes in order, as ranged GETs running `concurrency` ahead (from the Hub: the copy engine's reads,
     resumed after a drop, refreshed CDN URLs, token only to the Hub). Closing the generator early stops the reads
     in flight at their next chunk; `stop` set from outside stops the copy at the next range."""
@@ -127,7 +137,9 @@ class _PartWriter:
     """Compressed bytes → multipart parts of exactly `part_size` (the last one shorter), each with its SHA-256,
     uploaded by a pool of `workers`; a part waits for a free worker, so at most `workers` parts are in memory."""
 
-    def __init__(self, s3, bucket: str, key: str, upload_id: str, part_size: int, workers: int = UPLOAD_WORKERS) -> None:  # noqa: ANN001
+    def __init__(
+        self, s3, bucket: str, key: str, upload_id: str, part_size: int, workers: int = UPLOAD_WORKERS
+    ) -> None:  # noqa: ANN001
         self.s3, self.bucket, self.key, self.upload_id, self.part_size = s3, bucket, key, upload_id, part_size
         self.compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, _GZIP_WBITS)
         self.buffer = bytearray()
@@ -177,8 +189,14 @@ class _PartWriter:
 
     def _put(self, number: int, chunk: bytes) -> dict[str, Any]:
         checksum = base64.b64encode(hashlib.sha256(chunk).digest()).decode()
-        r = self.s3.upload_part(Bucket=self.bucket, Key=self.key, UploadId=self.upload_id, PartNumber=number,
-                                Body=chunk, ChecksumSHA256=checksum)
+        r = self.s3.upload_part(
+            Bucket=self.bucket,
+            Key=self.key,
+            UploadId=self.upload_id,
+            PartNumber=number,
+            Body=chunk,
+            ChecksumSHA256=checksum,
+        )
         return {"PartNumber": number, "ETag": r["ETag"], "ChecksumSHA256": checksum}
 
 
@@ -206,7 +224,11 @@ def write_mme_tarball(
     upload_size = part_size_for(size + size // 1000 + MIB, part_size)
     metadata = {"sha256": expected_sha256, "hf-source": hf_source, "size": str(size)}
     upload_id = s3.create_multipart_upload(
-        Bucket=bucket, Key=key, ContentType="application/gzip", Metadata=metadata, ChecksumAlgorithm="SHA256",
+        Bucket=bucket,
+        Key=key,
+        ContentType="application/gzip",
+        Metadata=metadata,
+        ChecksumAlgorithm="SHA256",
     )["UploadId"]
     writer = _PartWriter(s3, bucket, key, upload_id, upload_size)
     try:
@@ -232,4 +254,3 @@ def write_mme_tarball(
         _abort(s3, bucket, key, upload_id)
         raise
     return None if done is None else writer.written
-

@@ -54,7 +54,9 @@ def test_every_template_of_a_1000_model_farm_fits_cloudformation(farms) -> None:
     assert big.templates
     for name, (size, template) in big.templates.items():
         assert size <= TEMPLATE_BODY_MAX_BYTES, f"{target} {name}: {size} bytes"
-        assert len(template["Resources"]) <= STACK_MAX_RESOURCES, f"{target} {name}: {len(template['Resources'])} resources"
+        assert len(template["Resources"]) <= STACK_MAX_RESOURCES, (
+            f"{target} {name}: {len(template['Resources'])} resources"
+        )
 
 
 def test_the_template_grows_by_at_most_a_few_hundred_bytes_per_pooled_model(farms) -> None:
@@ -63,7 +65,10 @@ def test_the_template_grows_by_at_most_a_few_hundred_bytes_per_pooled_model(farm
     per_model = grow / (1000 - 20)
     # EKS: each pooled model is one preset section (ConfigMap) and one name in the gateway's config; SageMaker: nothing.
     assert per_model <= 300, f"{target}: {per_model:.0f} bytes per pooled model"
-    resources = {len(t["Resources"]) for _, t in small.templates.values()}, {len(t["Resources"]) for _, t in big.templates.values()}
+    resources = (
+        {len(t["Resources"]) for _, t in small.templates.values()},
+        {len(t["Resources"]) for _, t in big.templates.values()},
+    )
     assert resources[0] == resources[1], f"{target}: resource counts differ between 20 and 1,000 models: {resources}"
 
 

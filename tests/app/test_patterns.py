@@ -47,7 +47,11 @@ def test_self_hosted_escalation_routes_slm_then_llm(synthesized) -> None:
     s = synthesized["examples/slm-prefilter-eks.yaml"]
     cfg = _router_config(_objects(synthesized, "examples/slm-prefilter-eks.yaml"), "router")
     assert cfg["slm_url"] == "http://smollm2-1-7b.slm-prefilter.svc.cluster.local:8080"
-    assert cfg["escalation"] == {"kind": "openai", "url": "http://llama-3-1-8b.slm-prefilter.svc.cluster.local:8080/v1", "model_id": "llama-3-1-8b"}
+    assert cfg["escalation"] == {
+        "kind": "openai",
+        "url": "http://llama-3-1-8b.slm-prefilter.svc.cluster.local:8080/v1",
+        "model_id": "llama-3-1-8b",
+    }
     assert cfg["labels"] == s.config.router.labels and cfg["slm_labels"] == s.config.router.slm_labels
     assert cfg["confidence_threshold"] == s.config.router.confidence_threshold
     assert cfg["few_shot"] == s.config.router.few_shot
@@ -65,8 +69,12 @@ def test_bedrock_escalation_is_one_model_arn_for_the_router_only(synthesized) ->
     assert cfg["escalation"]["region"] == TOKEN
     _router_config_module().from_dict(cfg)
     bedrock = [
-        st for p in _policies(s.template) for st in p["PolicyDocument"]["Statement"]
-        if any(str(a).startswith("bedrock:") for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"]))
+        st
+        for p in _policies(s.template)
+        for st in p["PolicyDocument"]["Statement"]
+        if any(
+            str(a).startswith("bedrock:") for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])
+        )
     ]
     assert len(bedrock) == 1, bedrock
     assert sorted(bedrock[0]["Action"]) == ["bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"]
@@ -81,7 +89,7 @@ def test_each_model_gets_its_own_read_only_prefix(synthesized) -> None:
     # of its own model (a rolling update still reads the old one) and nothing of another model.
     for m in s.config.models:
         assert f"models/{m.name}/*" in text
-    assert '"models/*"' not in text and "models/*\"" not in text
+    assert '"models/*"' not in text and 'models/*"' not in text
     for obj in _objects(synthesized, "examples/slm-prefilter-eks.yaml"):
         if obj["kind"] == "Deployment" and obj["metadata"]["name"] != "router":
             init = obj["spec"]["template"]["spec"]["initContainers"]
@@ -109,16 +117,25 @@ def test_model_farm_packs_on_the_memory_pool_behind_one_gateway(synthesized) -> 
         assert p["replicas"][0] == f"http://pool-{p['name']}-0.pool-{p['name']}.model-farm.svc.cluster.local:8080"
         # The preset the pool runs lists exactly its models.
         preset = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == f"pool-{p['name']}")
-        sections = {line[1:-1] for text in preset["data"].values() for line in text.splitlines() if line.startswith("[") and line != "[*]"}
+        sections = {
+            line[1:-1]
+            for text in preset["data"].values()
+            for line in text.splitlines()
+            if line.startswith("[") and line != "[*]"
+        }
         assert sections == set(p["models"])
     _router_config_module().from_dict(gateway)
     node_pools = {o["metadata"]["name"]: o for o in objs if o["kind"] == "NodePool"}
     assert "memory-optimized" in node_pools
     taint = node_pools["memory-optimized"]["spec"]["template"]["spec"]["taints"][0]
-    workloads = [_find(objs, "Deployment", n) for n in dedicated] + [_find(objs, "StatefulSet", f"pool-{p}") for p in set(pooled.values())]
+    workloads = [_find(objs, "Deployment", n) for n in dedicated] + [
+        _find(objs, "StatefulSet", f"pool-{p}") for p in set(pooled.values())
+    ]
     for w in workloads:
         pod = w["spec"]["template"]["spec"]
-        assert any(t.get("key") == taint["key"] and t.get("effect") == taint["effect"] for t in pod.get("tolerations", [])), w["metadata"]["name"]
+        assert any(
+            t.get("key") == taint["key"] and t.get("effect") == taint["effect"] for t in pod.get("tolerations", [])
+        ), w["metadata"]["name"]
     # No per-model Deployment for a pooled model: Kubernetes objects are per pool.
     assert not [o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] in pooled]
     cold = [m.name for m in s.config.models if m.replicas.min == 0 and m.name in dedicated]
@@ -130,13 +147,23 @@ def test_model_farm_packs_on_the_memory_pool_behind_one_gateway(synthesized) -> 
 def test_sagemaker_farm_serves_each_pool_from_one_multi_model_endpoint(synthesized) -> None:
     s = synthesized["examples/model-farm-sagemaker.yaml"]
     res = list(s.template["Resources"].values())
-    multi = [r["Properties"] for r in res if r["Type"] == "AWS::SageMaker::Model" and r["Properties"]["PrimaryContainer"].get("Mode") == "MultiModel"]
+    multi = [
+        r["Properties"]
+        for r in res
+        if r["Type"] == "AWS::SageMaker::Model" and r["Properties"]["PrimaryContainer"].get("Mode") == "MultiModel"
+    ]
     used_pools = {s.config.pool_of(m).name for m in s.config.models if s.config.serving_of(m) == "pool"}
     assert len(multi) == len(used_pools) >= 1
     for m in multi:
-        assert json.dumps(m["PrimaryContainer"]["ModelDataUrl"]).endswith('/farm/"]]}'), m["PrimaryContainer"]["ModelDataUrl"]
+        assert json.dumps(m["PrimaryContainer"]["ModelDataUrl"]).endswith('/farm/"]]}'), m["PrimaryContainer"][
+            "ModelDataUrl"
+        ]
     dedicated = [m for m in s.config.models if s.config.serving_of(m) == "dedicated"]
-    single = [r for r in res if r["Type"] == "AWS::SageMaker::Model" and r["Properties"]["PrimaryContainer"].get("Mode") != "MultiModel"]
+    single = [
+        r
+        for r in res
+        if r["Type"] == "AWS::SageMaker::Model" and r["Properties"]["PrimaryContainer"].get("Mode") != "MultiModel"
+    ]
     assert len(single) == len(dedicated)
     # One copy job for every pooled model, not one per model.
     assert len([r for r in res if r["Type"] == "Custom::ModelCatalog"]) == 1
@@ -167,7 +194,9 @@ def test_each_multi_model_endpoints_latency_alarm_budgets_its_members_longest_an
 
     s = synthesized["examples/model-farm-sagemaker.yaml"]
     slo_ms = s.config.slo.p95_latency_ms
-    cut_ms = (INVOKE_TIMEOUT_SECONDS - INVOKE_TIMEOUT_SECONDS // 2 - ANSWER_MARGIN_SECONDS) * 1000  # the default cold_load_alarm
+    cut_ms = (
+        INVOKE_TIMEOUT_SECONDS - INVOKE_TIMEOUT_SECONDS // 2 - ANSWER_MARGIN_SECONDS
+    ) * 1000  # the default cold_load_alarm
     want = set()
     for pool in s.config.farm.pools:
         members = s.config.pool_models(pool.name)
@@ -175,8 +204,11 @@ def test_each_multi_model_endpoints_latency_alarm_budgets_its_members_longest_an
             tokens = max(ALARM_OUTPUT_TOKENS.get(m.task, ALARM_OUTPUT_TOKENS["chat"]) for m in members)
             want.add(min(slo_ms + tokens * 100, LATENCY_ALARM_BUDGET_FRACTION * cut_ms) * 1000)  # ModelLatency is in µs
     assert len(want) == 2, want  # the example's small pool classifies/embeds, its medium pool generates
-    thresholds = {r["Properties"]["Threshold"] for r in s.template["Resources"].values()
-                  if r["Type"] == "AWS::CloudWatch::Alarm" and r["Properties"].get("MetricName") == "ModelLatency"}
+    thresholds = {
+        r["Properties"]["Threshold"]
+        for r in s.template["Resources"].values()
+        if r["Type"] == "AWS::CloudWatch::Alarm" and r["Properties"].get("MetricName") == "ModelLatency"
+    }
     assert want <= thresholds, (want, thresholds)
 
 
@@ -191,7 +223,7 @@ def test_a_vllm_model_on_eks_runs_the_vllm_image_sized_by_sizing_and_scaled_on_v
 
     s = synthesized["examples/vllm-eks.yaml"]
     objs = _objects(synthesized, "examples/vllm-eks.yaml")
-    vllm, = (m for m in s.config.models if m.engine == "vllm")
+    (vllm,) = (m for m in s.config.models if m.engine == "vllm")
     engine = _container(objs, vllm.name)
     env = {e["name"]: e.get("value") for e in engine["env"]}
     sized = size_model(s.config, vllm)
@@ -210,14 +242,20 @@ def test_a_vllm_model_on_eks_runs_the_vllm_image_sized_by_sizing_and_scaled_on_v
 def test_a_vllm_llm_on_sagemaker_gets_its_snapshot_and_the_router_names_it(synthesized) -> None:
     s = synthesized["examples/vllm-sagemaker.yaml"]
     res = s.template["Resources"]
-    models = {r["Properties"]["PrimaryContainer"]["Environment"].get("SERVE_MODEL_NAME"): r["Properties"]["PrimaryContainer"]
-              for r in res.values() if r["Type"] == "AWS::SageMaker::Model"}
+    models = {
+        r["Properties"]["PrimaryContainer"]["Environment"].get("SERVE_MODEL_NAME"): r["Properties"]["PrimaryContainer"]
+        for r in res.values()
+        if r["Type"] == "AWS::SageMaker::Model"
+    }
     qwen = models["qwen3-4b"]
     assert qwen["ModelDataSource"]["S3DataSource"]["S3DataType"] == "S3Prefix"
     assert qwen["ModelDataSource"]["S3DataSource"]["CompressionType"] == "None"
     assert "VllmImage" in json.dumps(qwen["Image"]) and qwen["Environment"]["VLLM_CPU_OMP_THREADS_BIND"] == "auto"
-    router_env = next(r["Properties"]["PrimaryContainer"]["Environment"] for r in res.values()
-                      if r["Type"] == "AWS::SageMaker::Model" and "ROUTER_CONFIG_JSON" in json.dumps(r))
+    router_env = next(
+        r["Properties"]["PrimaryContainer"]["Environment"]
+        for r in res.values()
+        if r["Type"] == "AWS::SageMaker::Model" and "ROUTER_CONFIG_JSON" in json.dumps(r)
+    )
     rendered = "".join(p if isinstance(p, str) else "REGION" for p in router_env["ROUTER_CONFIG_JSON"]["Fn::Join"][1])
     escalation = json.loads(rendered)["escalation"]
     assert escalation["kind"] == "sagemaker" and escalation["model_id"] == "qwen3-4b"

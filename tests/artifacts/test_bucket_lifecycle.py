@@ -35,19 +35,35 @@ COPY_TYPES = ("Custom::ModelArtifact", "Custom::ModelCatalog")
 
 
 def _artifact(stack: cdk.Stack, bucket: ModelBucket, id_: str = "Slm") -> ModelArtifact:
-    return ModelArtifact(stack, id_, props=ModelArtifactProps(
-        model_bucket=bucket, name="smollm2", hf_repo="bartowski/SmolLM2-1.7B-Instruct-GGUF", file="SmolLM2-1.7B-Instruct-Q4_K_M.gguf",
-    ))
+    return ModelArtifact(
+        stack,
+        id_,
+        props=ModelArtifactProps(
+            model_bucket=bucket,
+            name="smollm2",
+            hf_repo="bartowski/SmolLM2-1.7B-Instruct-GGUF",
+            file="SmolLM2-1.7B-Instruct-Q4_K_M.gguf",
+        ),
+    )
 
 
 def _catalog(stack: cdk.Stack, bucket: ModelBucket) -> ModelCatalog:
-    return ModelCatalog(stack, "Farm", props=ModelCatalogProps(model_bucket=bucket, entries=(
-        CatalogEntry(name="m-0001", hf_repo="acme/classifier-GGUF", file="classifier-Q4_K_M.gguf"),
-    )))
+    return ModelCatalog(
+        stack,
+        "Farm",
+        props=ModelCatalogProps(
+            model_bucket=bucket,
+            entries=(CatalogEntry(name="m-0001", hf_repo="acme/classifier-GGUF", file="classifier-Q4_K_M.gguf"),),
+        ),
+    )
 
 
 def _policies(template: dict[str, Any], type_: str) -> list[tuple[str | None, str | None]]:
-    return [(r.get("DeletionPolicy"), r.get("UpdateReplacePolicy")) for r in template["Resources"].values() if r["Type"] == type_]
+    return [
+        (r.get("DeletionPolicy"), r.get("UpdateReplacePolicy"))
+        for r in template["Resources"].values()
+        if r["Type"] == type_
+    ]
 
 
 def _by_logical_id(stack: cdk.Stack, construct: Any) -> str:
@@ -55,6 +71,7 @@ def _by_logical_id(stack: cdk.Stack, construct: Any) -> str:
 
 
 # -- the synthesized policies ---------------------------------------------------------------------------
+
 
 def test_a_bucket_copied_into_by_its_own_stack_is_retained_even_on_a_failed_create() -> None:
     """The app's layout (bucket and copies in one stack): a failed copy may already have written GBs, so the bucket
@@ -83,7 +100,11 @@ def test_a_bucket_in_a_stack_without_copies_is_deleted_only_if_its_own_create_ro
     synth(app)
     template = template_json(store)
     assert _policies(template, "AWS::KMS::Key") == [("RetainExceptOnCreate", "Retain")]
-    buckets = {k: (r.get("DeletionPolicy"), r.get("UpdateReplacePolicy")) for k, r in template["Resources"].items() if r["Type"] == "AWS::S3::Bucket"}
+    buckets = {
+        k: (r.get("DeletionPolicy"), r.get("UpdateReplacePolicy"))
+        for k, r in template["Resources"].items()
+        if r["Type"] == "AWS::S3::Bucket"
+    }
     assert buckets == {
         _by_logical_id(store, bucket.bucket): ("RetainExceptOnCreate", "Retain"),
         _by_logical_id(store, bucket.log_bucket): ("Retain", "Retain"),  # access logs may already be delivered
@@ -96,7 +117,9 @@ def test_a_fixed_bucket_name_with_a_copy_in_the_same_stack_is_refused_at_synth()
         app = cdk.App()
         stack = cdk.Stack(app, "Models", env=ENV)
         bucket = ModelBucket(stack, "ModelBucket", props=ModelBucketProps(bucket_name="acme-models-us-east-1"))
-        with pytest.raises(ValueError, match=r"ModelBucketProps.bucket_name 'acme-models-us-east-1'.*every retry.*stack of its own"):
+        with pytest.raises(
+            ValueError, match=r"ModelBucketProps.bucket_name 'acme-models-us-east-1'.*every retry.*stack of its own"
+        ):
             add(stack, bucket)
 
 
@@ -105,7 +128,11 @@ def test_an_existing_bucket_is_left_alone() -> None:
 
     app = cdk.App()
     stack = cdk.Stack(app, "Models", env=ENV)
-    bucket = ModelBucket(stack, "ModelBucket", props=ModelBucketProps(existing_bucket=s3.Bucket.from_bucket_name(stack, "B", "acme-models")))
+    bucket = ModelBucket(
+        stack,
+        "ModelBucket",
+        props=ModelBucketProps(existing_bucket=s3.Bucket.from_bucket_name(stack, "B", "acme-models")),
+    )
     _artifact(stack, bucket)
     template = template_json(stack)
     assert not _policies(template, "AWS::S3::Bucket") and not _policies(template, "AWS::KMS::Key")
@@ -126,6 +153,7 @@ def test_an_existing_bucket_is_left_alone() -> None:
 #   stack, then creates it again — the delete meets the same non-empty bucket, the create any retained fixed name.
 # - A KMS key's delete is ScheduleKeyDeletion, which never fails for a key in use: objects of a retained bucket
 #   encrypted by a deleted key become unreadable (lost).
+
 
 @dataclass(frozen=True)
 class Res:
@@ -151,8 +179,11 @@ def resources_at_rollback(template: dict[str, Any]) -> list[Res]:
     encrypts does."""
     res = template["Resources"]
     copied_into = {str(r["Properties"].get("Bucket")) for r in res.values() if r["Type"] in COPY_TYPES}
-    logged_into = {str(r["Properties"]["LoggingConfiguration"]["DestinationBucketName"])
-                   for r in res.values() if r["Type"] == "AWS::S3::Bucket" and "LoggingConfiguration" in r["Properties"]}
+    logged_into = {
+        str(r["Properties"]["LoggingConfiguration"]["DestinationBucketName"])
+        for r in res.values()
+        if r["Type"] == "AWS::S3::Bucket" and "LoggingConfiguration" in r["Properties"]
+    }
     out: dict[str, Res] = {}
     for lid, r in res.items():
         if r["Type"] != "AWS::S3::Bucket":
@@ -161,8 +192,14 @@ def resources_at_rollback(template: dict[str, Any]) -> list[Res]:
         out[lid] = Res(lid, r["Type"], r.get("DeletionPolicy", "Delete"), r["Properties"].get("BucketName"), data)
     for lid, r in res.items():
         if r["Type"] == "AWS::KMS::Key":
-            encrypts = [b for b, br in res.items() if br["Type"] == "AWS::S3::Bucket" and lid in str(br["Properties"].get("BucketEncryption"))]
-            out[lid] = Res(lid, r["Type"], r.get("DeletionPolicy", "Delete"), None, any(out[b].holds_data for b in encrypts))
+            encrypts = [
+                b
+                for b, br in res.items()
+                if br["Type"] == "AWS::S3::Bucket" and lid in str(br["Properties"].get("BucketEncryption"))
+            ]
+            out[lid] = Res(
+                lid, r["Type"], r.get("DeletionPolicy", "Delete"), None, any(out[b].holds_data for b in encrypts)
+            )
     return list(out.values())
 
 
@@ -227,6 +264,7 @@ def test_a_failed_first_deploy_never_blocks_the_retry_and_never_loses_copied_dat
 
 # -- #19: DESTROY on a versioned bucket ----------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("policy", [cdk.RemovalPolicy.SNAPSHOT, cdk.RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE])
 def test_only_retain_or_destroy_are_accepted(policy: cdk.RemovalPolicy) -> None:
     with pytest.raises(ValueError, match="ModelBucketProps.removal_policy must be RETAIN .* or DESTROY"):
@@ -244,13 +282,19 @@ def test_destroy_with_auto_delete_empties_both_buckets_before_deleting_them() ->
     app = cdk.App()
     apply_nag(app)
     stack = cdk.Stack(app, "Scratch", env=ENV)
-    bucket = ModelBucket(stack, "ModelBucket", props=ModelBucketProps(removal_policy=cdk.RemovalPolicy.DESTROY, auto_delete_objects=True))
+    bucket = ModelBucket(
+        stack, "ModelBucket", props=ModelBucketProps(removal_policy=cdk.RemovalPolicy.DESTROY, auto_delete_objects=True)
+    )
     _artifact(stack, bucket)
     synth(app)  # cdk-nag clean, auto-delete provider included
     template = template_json(stack)
     assert sorted(_policies(template, "AWS::S3::Bucket")) == [("Delete", "Delete"), ("Delete", "Delete")]
     assert _policies(template, "AWS::KMS::Key") == [("Delete", "Delete")]
-    emptied = sorted(str(r["Properties"]["BucketName"]) for r in template["Resources"].values() if r["Type"] == "Custom::S3AutoDeleteObjects")
+    emptied = sorted(
+        str(r["Properties"]["BucketName"])
+        for r in template["Resources"].values()
+        if r["Type"] == "Custom::S3AutoDeleteObjects"
+    )
     assert emptied == sorted(str({"Ref": _by_logical_id(stack, b)}) for b in (bucket.bucket, bucket.log_bucket))
 
 
@@ -260,9 +304,14 @@ def test_destroy_with_auto_delete_empties_both_buckets_before_deleting_them() ->
 # https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazons3.html; HeadObject needs s3:GetObject,
 # the multipart calls s3:PutObject, ListParts s3:ListMultipartUploadParts).
 _IAM_ACTION = {
-    "put_object": "s3:PutObject", "create_multipart_upload": "s3:PutObject", "upload_part": "s3:PutObject",
-    "complete_multipart_upload": "s3:PutObject", "head_object": "s3:GetObject", "get_object": "s3:GetObject",
-    "abort_multipart_upload": "s3:AbortMultipartUpload", "list_parts": "s3:ListMultipartUploadParts",
+    "put_object": "s3:PutObject",
+    "create_multipart_upload": "s3:PutObject",
+    "upload_part": "s3:PutObject",
+    "complete_multipart_upload": "s3:PutObject",
+    "head_object": "s3:GetObject",
+    "get_object": "s3:GetObject",
+    "abort_multipart_upload": "s3:AbortMultipartUpload",
+    "list_parts": "s3:ListMultipartUploadParts",
 }
 _BUCKET_LEVEL = {"list_objects_v2", "list_objects", "list_multipart_uploads"}  # s3:ListBucket*, granted separately
 
@@ -279,8 +328,16 @@ def _s3_operations_called() -> set[str]:
 
 def test_the_write_grant_is_what_the_copy_code_calls() -> None:
     called = _s3_operations_called()
-    assert {"put_object", "create_multipart_upload", "upload_part", "complete_multipart_upload", "head_object"} <= called
-    assert called - _BUCKET_LEVEL <= set(_IAM_ACTION), f"an S3 call without an IAM mapping here: {called - set(_IAM_ACTION)}"
+    assert {
+        "put_object",
+        "create_multipart_upload",
+        "upload_part",
+        "complete_multipart_upload",
+        "head_object",
+    } <= called
+    assert called - _BUCKET_LEVEL <= set(_IAM_ACTION), (
+        f"an S3 call without an IAM mapping here: {called - set(_IAM_ACTION)}"
+    )
     needed = {_IAM_ACTION[op] for op in called - _BUCKET_LEVEL}
 
     app = cdk.App()
@@ -291,7 +348,8 @@ def test_the_write_grant_is_what_the_copy_code_calls() -> None:
     role = _by_logical_id(stack, art.role)
     object_actions = [
         set(st["Action"] if isinstance(st["Action"], list) else [st["Action"]])
-        for p in template["Resources"].values() if p["Type"] == "AWS::IAM::Policy" and {"Ref": role} in p["Properties"]["Roles"]
+        for p in template["Resources"].values()
+        if p["Type"] == "AWS::IAM::Policy" and {"Ref": role} in p["Properties"]["Roles"]
         for st in p["Properties"]["PolicyDocument"]["Statement"]
         if "s3:PutObject" in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]])
     ]

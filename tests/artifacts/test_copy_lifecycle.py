@@ -45,10 +45,28 @@ def synthesized() -> Synthesized:
     apply_nag(app)
     stack = cdk.Stack(app, "Models", env=ENV, stack_name="acme-models-prod")
     bucket = ModelBucket(stack, "ModelBucket")
-    ModelArtifact(stack, "Smollm2", props=ModelArtifactProps(
-        model_bucket=bucket, name="smollm2", hf_repo="bartowski/SmolLM2-1.7B-Instruct-GGUF", file="SmolLM2-1.7B-Instruct-Q4_K_M.gguf"))
-    ModelCatalog(stack, "Farm", props=ModelCatalogProps(model_bucket=bucket, entries=(
-        CatalogEntry(name="m-0001", hf_repo="acme-models/classifier-0001-GGUF", file="classifier-0001-Q4_K_M.gguf"),)))
+    ModelArtifact(
+        stack,
+        "Smollm2",
+        props=ModelArtifactProps(
+            model_bucket=bucket,
+            name="smollm2",
+            hf_repo="bartowski/SmolLM2-1.7B-Instruct-GGUF",
+            file="SmolLM2-1.7B-Instruct-Q4_K_M.gguf",
+        ),
+    )
+    ModelCatalog(
+        stack,
+        "Farm",
+        props=ModelCatalogProps(
+            model_bucket=bucket,
+            entries=(
+                CatalogEntry(
+                    name="m-0001", hf_repo="acme-models/classifier-0001-GGUF", file="classifier-0001-Q4_K_M.gguf"
+                ),
+            ),
+        ),
+    )
     synth(app)
     return Synthesized(app, stack, template_json(stack))
 
@@ -70,15 +88,22 @@ def test_the_waiter_logs_under_vendedlogs_named_after_the_stack(synthesized: Syn
 
 def test_the_budgets_are_build_jobs(synthesized: Synthesized) -> None:
     (machine,) = synthesized.resources("AWS::StepFunctions::StateMachine").values()
-    definition = "".join(p if isinstance(p, str) else "" for p in machine["Properties"]["DefinitionString"]["Fn::Join"][1])
-    assert f'"IntervalSeconds":{QUERY_INTERVAL_SECONDS},"MaxAttempts":{WAITER_TOTAL_SECONDS // QUERY_INTERVAL_SECONDS}' in definition
+    definition = "".join(
+        p if isinstance(p, str) else "" for p in machine["Properties"]["DefinitionString"]["Fn::Join"][1]
+    )
+    assert (
+        f'"IntervalSeconds":{QUERY_INTERVAL_SECONDS},"MaxAttempts":{WAITER_TOTAL_SECONDS // QUERY_INTERVAL_SECONDS}'
+        in definition
+    )
     customs = [r for r in synthesized.template["Resources"].values() if r["Type"].startswith("Custom::")]
     assert len(customs) == 2 and {r["Properties"]["ServiceTimeout"] for r in customs} == {str(SERVICE_TIMEOUT_SECONDS)}
     create = botocore.session.get_session().get_service_model("codebuild").operation_model("CreateProject").input_shape
     queued = create.members["queuedTimeoutInMinutes"].metadata
     for project in synthesized.resources("AWS::CodeBuild::Project").values():
         props = project["Properties"]
-        assert props["QueuedTimeoutInMinutes"] == QUEUED_TIMEOUT_MINUTES and queued["min"] <= QUEUED_TIMEOUT_MINUTES <= 10
+        assert (
+            props["QueuedTimeoutInMinutes"] == QUEUED_TIMEOUT_MINUTES and queued["min"] <= QUEUED_TIMEOUT_MINUTES <= 10
+        )
         assert props["TimeoutInMinutes"] == 55 <= MAX_COPY_TIMEOUT_MINUTES
         # No empty values (finding 20): the buildspec reads optional ones as ${VAR:+…}.
         assert all(v["Value"] != "" for v in props["Environment"]["EnvironmentVariables"])
@@ -86,9 +111,12 @@ def test_the_budgets_are_build_jobs(synthesized: Synthesized) -> None:
 
 def test_is_complete_may_stop_exactly_the_copy_jobs(synthesized: Synthesized) -> None:
     projects = set(synthesized.resources("AWS::CodeBuild::Project"))
-    stops = [st for policy in synthesized.resources("AWS::IAM::Policy").values()
-             for st in policy["Properties"]["PolicyDocument"]["Statement"]
-             if "codebuild:StopBuild" in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]])]
+    stops = [
+        st
+        for policy in synthesized.resources("AWS::IAM::Policy").values()
+        for st in policy["Properties"]["PolicyDocument"]["Statement"]
+        if "codebuild:StopBuild" in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]])
+    ]
     assert len(stops) == 2
     for st in stops:
         resources = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
@@ -100,26 +128,49 @@ def test_is_complete_may_stop_exactly_the_copy_jobs(synthesized: Synthesized) ->
 @pytest.mark.parametrize("minutes", [MAX_COPY_TIMEOUT_MINUTES + 1, 60])
 def test_a_job_timeout_past_the_deadline_is_refused(minutes: int) -> None:
     # The build is stopped BUILD_DEADLINE_SECONDS after it starts: a longer job timeout could never fire.
-    artifact = ModelArtifactProps(model_bucket=None, name="m", hf_repo="o/r", file="f.gguf", copy_timeout_minutes=minutes)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=rf"ModelArtifactProps\.copy_timeout_minutes must be 5\.\.{MAX_COPY_TIMEOUT_MINUTES} "):
+    artifact = ModelArtifactProps(
+        model_bucket=None, name="m", hf_repo="o/r", file="f.gguf", copy_timeout_minutes=minutes
+    )  # type: ignore[arg-type]
+    with pytest.raises(
+        ValueError, match=rf"ModelArtifactProps\.copy_timeout_minutes must be 5\.\.{MAX_COPY_TIMEOUT_MINUTES} "
+    ):
         artifact.validate()
-    catalog = ModelCatalogProps(model_bucket=None, entries=(CatalogEntry(name="m", hf_repo="o/r", file="f.gguf"),),  # type: ignore[arg-type]
-                                copy_timeout_minutes=minutes)
-    with pytest.raises(ValueError, match=rf"ModelCatalogProps\.copy_timeout_minutes must be 5\.\.{MAX_COPY_TIMEOUT_MINUTES} "):
+    catalog = ModelCatalogProps(
+        model_bucket=None,
+        entries=(CatalogEntry(name="m", hf_repo="o/r", file="f.gguf"),),  # type: ignore[arg-type]
+        copy_timeout_minutes=minutes,
+    )
+    with pytest.raises(
+        ValueError, match=rf"ModelCatalogProps\.copy_timeout_minutes must be 5\.\.{MAX_COPY_TIMEOUT_MINUTES} "
+    ):
         catalog.validate()
-    ModelArtifactProps(model_bucket=None, name="m", hf_repo="o/r", file="f.gguf",  # type: ignore[arg-type]
-                       copy_timeout_minutes=MAX_COPY_TIMEOUT_MINUTES).validate()
+    ModelArtifactProps(
+        model_bucket=None,
+        name="m",
+        hf_repo="o/r",
+        file="f.gguf",  # type: ignore[arg-type]
+        copy_timeout_minutes=MAX_COPY_TIMEOUT_MINUTES,
+    ).validate()
 
 
 def test_the_source_grant_acknowledgment_says_what_the_template_grants(synthesized: Synthesized) -> None:
     # CodeBuild's Source.s3 grants GetBucket*/List* on the whole asset bucket (only GetObject* is object-scoped).
     report = json.loads((Path(synthesized.app.outdir) / "validation-report.json").read_text())
-    reasons = {v["reason"] for plugin in report["pluginReports"] for v in plugin["suppressedViolations"]
-               if v["ruleName"].startswith("AwsSolutions-IAM5[Action::s3:") and "JobRole" in v["acknowledgedAt"]}
-    assert reasons == {"CodeBuild's S3 source grant (Source.s3 -> bucket.grantRead): GetObject* on the one asset object "
-                       "holding the job's code; GetBucket*/List* on the whole CDK asset bucket, read-only"}
-    bucket_wide = [st for policy in synthesized.resources("AWS::IAM::Policy").values()
-                   for st in policy["Properties"]["PolicyDocument"]["Statement"]
-                   if "s3:GetBucket*" in st["Action"] and any(
-                       isinstance(r, dict) and "Fn::Join" in r and not json.dumps(r).count("/") for r in st["Resource"])]
+    reasons = {
+        v["reason"]
+        for plugin in report["pluginReports"]
+        for v in plugin["suppressedViolations"]
+        if v["ruleName"].startswith("AwsSolutions-IAM5[Action::s3:") and "JobRole" in v["acknowledgedAt"]
+    }
+    assert reasons == {
+        "CodeBuild's S3 source grant (Source.s3 -> bucket.grantRead): GetObject* on the one asset object "
+        "holding the job's code; GetBucket*/List* on the whole CDK asset bucket, read-only"
+    }
+    bucket_wide = [
+        st
+        for policy in synthesized.resources("AWS::IAM::Policy").values()
+        for st in policy["Properties"]["PolicyDocument"]["Statement"]
+        if "s3:GetBucket*" in st["Action"]
+        and any(isinstance(r, dict) and "Fn::Join" in r and not json.dumps(r).count("/") for r in st["Resource"])
+    ]
     assert bucket_wide  # a resource with no object path: the bucket itself

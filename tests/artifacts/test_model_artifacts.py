@@ -54,14 +54,29 @@ def synthesized() -> Synthesized:
     apply_nag(app)
     stack = cdk.Stack(app, "Models", env=ENV)
     bucket = ModelBucket(stack, "ModelBucket")
-    slm = ModelArtifact(stack, "Smollm2", props=ModelArtifactProps(
-        model_bucket=bucket, name="smollm2", hf_repo="bartowski/SmolLM2-1.7B-Instruct-GGUF",
-        file="SmolLM2-1.7B-Instruct-Q4_K_M.gguf",
-    ))
-    llm = ModelArtifact(stack, "Llama70b", props=ModelArtifactProps(
-        model_bucket=bucket, name="llama-70b", hf_repo="meta-llama/Llama-3.3-70B-Instruct-GGUF",
-        file="Llama-3.3-70B-Instruct-Q4_K_M.gguf", revision=LLAMA_COMMIT, sha256=LLAMA_SHA, token_secret_name="hf/llama-token",
-    ))
+    slm = ModelArtifact(
+        stack,
+        "Smollm2",
+        props=ModelArtifactProps(
+            model_bucket=bucket,
+            name="smollm2",
+            hf_repo="bartowski/SmolLM2-1.7B-Instruct-GGUF",
+            file="SmolLM2-1.7B-Instruct-Q4_K_M.gguf",
+        ),
+    )
+    llm = ModelArtifact(
+        stack,
+        "Llama70b",
+        props=ModelArtifactProps(
+            model_bucket=bucket,
+            name="llama-70b",
+            hf_repo="meta-llama/Llama-3.3-70B-Instruct-GGUF",
+            file="Llama-3.3-70B-Instruct-Q4_K_M.gguf",
+            revision=LLAMA_COMMIT,
+            sha256=LLAMA_SHA,
+            token_secret_name="hf/llama-token",
+        ),
+    )
     # A serving role, as an endpoint or pod identity would get it.
     reader = iam.Role(stack, "ServingRole", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"))
     slm.grant_read(reader)
@@ -94,12 +109,24 @@ def _copy_resource(s: Synthesized, artifact: ModelArtifact) -> dict[str, Any]:
 def test_the_copy_resource_carries_the_model_identity(synthesized: Synthesized) -> None:
     llm = _copy_resource(synthesized, synthesized.llm)
     assert {k: llm[k] for k in ("HfRepo", "File", "Revision", "Sha256")} == {
-        "HfRepo": "meta-llama/Llama-3.3-70B-Instruct-GGUF", "File": "Llama-3.3-70B-Instruct-Q4_K_M.gguf",
-        "Revision": LLAMA_COMMIT, "Sha256": LLAMA_SHA,
+        "HfRepo": "meta-llama/Llama-3.3-70B-Instruct-GGUF",
+        "File": "Llama-3.3-70B-Instruct-Q4_K_M.gguf",
+        "Revision": LLAMA_COMMIT,
+        "Sha256": LLAMA_SHA,
     }
     # What is copied, never how: a new token secret, endpoint or concurrency must not re-run the copy (and move
     # a branch revision to a newer commit); those are the project's environment.
-    assert set(llm) == {"ServiceToken", "ServiceTimeout", "ProjectName", "Bucket", "KeyPrefix", "HfRepo", "File", "Revision", "Sha256"}
+    assert set(llm) == {
+        "ServiceToken",
+        "ServiceTimeout",
+        "ProjectName",
+        "Bucket",
+        "KeyPrefix",
+        "HfRepo",
+        "File",
+        "Revision",
+        "Sha256",
+    }
     # The job picks the key (models/<name>/<commit>/<file>): the template names only the model's root.
     assert llm["KeyPrefix"] == "models/llama-70b" and "Key" not in llm
     assert llm["Bucket"] == {"Ref": synthesized.logical_id(synthesized.bucket.bucket)}
@@ -123,7 +150,9 @@ def test_the_job_role_writes_only_its_model_prefix_and_reads_only_its_secret(syn
         statements = synthesized.statements(artifact.role)
         on_bucket = [st for st in statements if any(_join(r).startswith(bucket_arn) for r in _as_list(st["Resource"]))]
         writes = [st for st in on_bucket if "s3:PutObject" in _as_list(st["Action"])]
-        assert len(writes) == 1 and [_join(r) for r in _as_list(writes[0]["Resource"])] == [f"{bucket_arn}/models/{name}/*"]
+        assert len(writes) == 1 and [_join(r) for r in _as_list(writes[0]["Resource"])] == [
+            f"{bucket_arn}/models/{name}/*"
+        ]
         assert set(writes[0]["Action"]) == {"s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload"}
         listing = [st for st in on_bucket if st["Action"] == "s3:ListBucket"]
         assert listing and all(st["Condition"] == {"StringLike": {"s3:prefix": [f"models/{name}/*"]}} for st in listing)
@@ -153,17 +182,25 @@ def test_a_serving_role_reads_one_model_prefix(synthesized: Synthesized) -> None
     assert not any("s3:PutObject" in _as_list(st["Action"]) for st in statements)
 
 
-def test_the_bucket_is_encrypted_versioned_tls_only_private_logged_and_expires_old_versions(synthesized: Synthesized) -> None:
+def test_the_bucket_is_encrypted_versioned_tls_only_private_logged_and_expires_old_versions(
+    synthesized: Synthesized,
+) -> None:
     buckets = synthesized.resources("AWS::S3::Bucket")
     model = buckets[synthesized.logical_id(synthesized.bucket.bucket)]["Properties"]
     key_id = synthesized.stack.get_logical_id(synthesized.bucket.key.node.default_child)
     assert synthesized.template["Resources"][key_id]["Properties"]["EnableKeyRotation"] is True
     sse = model["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]
-    assert sse["ServerSideEncryptionByDefault"] == {"SSEAlgorithm": "aws:kms", "KMSMasterKeyID": {"Fn::GetAtt": [key_id, "Arn"]}}
+    assert sse["ServerSideEncryptionByDefault"] == {
+        "SSEAlgorithm": "aws:kms",
+        "KMSMasterKeyID": {"Fn::GetAtt": [key_id, "Arn"]},
+    }
     assert sse["BucketKeyEnabled"] is True
     assert model["VersioningConfiguration"] == {"Status": "Enabled"}
     assert model["PublicAccessBlockConfiguration"] == {
-        "BlockPublicAcls": True, "BlockPublicPolicy": True, "IgnorePublicAcls": True, "RestrictPublicBuckets": True,
+        "BlockPublicAcls": True,
+        "BlockPublicPolicy": True,
+        "IgnorePublicAcls": True,
+        "RestrictPublicBuckets": True,
     }
     log_id = synthesized.logical_id(synthesized.bucket.log_bucket)
     assert model["LoggingConfiguration"] == {"DestinationBucketName": {"Ref": log_id}, "LogFilePrefix": "model-bucket/"}
@@ -171,14 +208,21 @@ def test_the_bucket_is_encrypted_versioned_tls_only_private_logged_and_expires_o
     assert rule["NoncurrentVersionExpiration"] == {"NoncurrentDays": 30, "NewerNoncurrentVersions": 2}
     assert rule["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1} and rule["Status"] == "Enabled"
 
-    policies = {p["Properties"]["Bucket"]["Ref"]: p["Properties"]["PolicyDocument"]["Statement"]
-                for p in synthesized.resources("AWS::S3::BucketPolicy").values()}
+    policies = {
+        p["Properties"]["Bucket"]["Ref"]: p["Properties"]["PolicyDocument"]["Statement"]
+        for p in synthesized.resources("AWS::S3::BucketPolicy").values()
+    }
     model_id = synthesized.logical_id(synthesized.bucket.bucket)
-    assert any(st["Effect"] == "Deny" and st["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} for st in policies[model_id])
+    assert any(
+        st["Effect"] == "Deny" and st["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+        for st in policies[model_id]
+    )
     delivery = [st for st in policies[log_id] if st.get("Principal") == {"Service": "logging.s3.amazonaws.com"}]
     assert delivery and delivery[0]["Condition"]["ArnLike"] == {"aws:SourceArn": {"Fn::GetAtt": [model_id, "Arn"]}}
     logs = buckets[log_id]["Properties"]
-    assert logs["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"] == {"SSEAlgorithm": "AES256"}
+    assert logs["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"] == {
+        "SSEAlgorithm": "AES256"
+    }
 
 
 def test_the_copy_job_runs_the_package_with_a_bounded_timeout(synthesized: Synthesized) -> None:
@@ -196,14 +240,19 @@ def test_the_copy_job_runs_the_package_with_a_bounded_timeout(synthesized: Synth
 
 
 def test_one_provider_polls_every_artifact_for_at_most_an_hour(synthesized: Synthesized) -> None:
-    handlers = sorted(f["Properties"]["Handler"] for f in synthesized.resources("AWS::Lambda::Function").values()
-                      if f["Properties"].get("Handler", "").startswith("model_download."))
+    handlers = sorted(
+        f["Properties"]["Handler"]
+        for f in synthesized.resources("AWS::Lambda::Function").values()
+        if f["Properties"].get("Handler", "").startswith("model_download.")
+    )
     assert handlers == ["model_download.custom_resource.is_complete", "model_download.custom_resource.on_event"]
     (machine,) = synthesized.resources("AWS::StepFunctions::StateMachine").values()
     definition = _join(machine["Properties"]["DefinitionString"])
     assert '"IntervalSeconds":30' in definition and '"MaxAttempts":112' in definition  # 30 s × 112 = 56 min (build_job)
     assert machine["Properties"]["LoggingConfiguration"]["Level"] == "ALL"
-    tokens = {json.dumps(r["Properties"]["ServiceToken"]) for r in synthesized.resources("Custom::ModelArtifact").values()}
+    tokens = {
+        json.dumps(r["Properties"]["ServiceToken"]) for r in synthesized.resources("Custom::ModelArtifact").values()
+    }
     assert len(tokens) == 1
 
 
@@ -218,18 +267,36 @@ def test_cfn_lint_finds_no_errors(synthesized: Synthesized) -> None:
 def test_an_existing_bucket_and_key_are_used_as_given() -> None:
     app = cdk.App()
     stack = cdk.Stack(app, "Existing", env=ENV)
-    key = kms.Key.from_key_arn(stack, "Key", "arn:aws:kms:us-east-1:123456789012:key/11111111-2222-3333-4444-555555555555")
-    bucket = ModelBucket(stack, "Models", props=ModelBucketProps(
-        existing_bucket=s3.Bucket.from_bucket_name(stack, "Bucket", "acme-models"), existing_key=key,
-    ))
-    artifact = ModelArtifact(stack, "Qwen", props=ModelArtifactProps(
-        model_bucket=bucket, name="qwen3-0-6b", hf_repo="Qwen/Qwen3-0.6B-GGUF", file="Qwen3-0.6B-Q8_0.gguf",
-    ))
+    key = kms.Key.from_key_arn(
+        stack, "Key", "arn:aws:kms:us-east-1:123456789012:key/11111111-2222-3333-4444-555555555555"
+    )
+    bucket = ModelBucket(
+        stack,
+        "Models",
+        props=ModelBucketProps(
+            existing_bucket=s3.Bucket.from_bucket_name(stack, "Bucket", "acme-models"),
+            existing_key=key,
+        ),
+    )
+    artifact = ModelArtifact(
+        stack,
+        "Qwen",
+        props=ModelArtifactProps(
+            model_bucket=bucket,
+            name="qwen3-0-6b",
+            hf_repo="Qwen/Qwen3-0.6B-GGUF",
+            file="Qwen3-0.6B-Q8_0.gguf",
+        ),
+    )
     template = template_json(stack)
     assert not [r for r in template["Resources"].values() if r["Type"] in ("AWS::S3::Bucket", "AWS::KMS::Key")]
     assert bucket.log_bucket is None and artifact.bucket is bucket.bucket
-    statements = [st for r in template["Resources"].values() if r["Type"] == "AWS::IAM::Policy"
-                  for st in r["Properties"]["PolicyDocument"]["Statement"]]
+    statements = [
+        st
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::IAM::Policy"
+        for st in r["Properties"]["PolicyDocument"]["Statement"]
+    ]
     resources = {_join(r) for st in statements for r in _as_list(st["Resource"])}
     assert "arn:<AWS::Partition>:s3:::acme-models/models/qwen3-0-6b/*" in resources
     assert key.key_arn in resources
@@ -242,12 +309,20 @@ def test_an_existing_bucket_and_key_are_used_as_given() -> None:
         ({"hf_repo": "no-owner"}, "hf_repo must be a Hugging Face repo"),
         ({"sha256": "ABC"}, "sha256 must be 64 lowercase hex"),
         ({"file": "../etc/passwd"}, "file must be a path inside the repo"),
-        ({"copy_timeout_minutes": 120}, r"copy_timeout_minutes must be 5\.\.55 \(CloudFormation waits at most one hour"),
+        (
+            {"copy_timeout_minutes": 120},
+            r"copy_timeout_minutes must be 5\.\.55 \(CloudFormation waits at most one hour",
+        ),
         ({"token_secret_name": "a", "existing_token_secret": object()}, "not both"),
     ],
 )
 def test_artifact_props_are_validated(change: dict[str, Any], message: str) -> None:
-    base = {"model_bucket": None, "name": "llama-70b", "hf_repo": "meta-llama/Llama-3.3-70B-Instruct-GGUF", "file": "m.gguf"}
+    base = {
+        "model_bucket": None,
+        "name": "llama-70b",
+        "hf_repo": "meta-llama/Llama-3.3-70B-Instruct-GGUF",
+        "file": "m.gguf",
+    }
     with pytest.raises(ValueError, match=message):
         ModelArtifactProps(**{**base, **change}).validate()  # type: ignore[arg-type]
 

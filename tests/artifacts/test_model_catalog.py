@@ -29,7 +29,9 @@ def entries(count: int) -> tuple[CatalogEntry, ...]:
     (a secret costs one policy statement: the template grows with the number of distinct secrets, not of models)."""
     return tuple(
         CatalogEntry(
-            name=f"m-{i:04d}", hf_repo=f"acme-models/classifier-{i:04d}-GGUF", file=f"classifier-{i:04d}-Q4_K_M.gguf",
+            name=f"m-{i:04d}",
+            hf_repo=f"acme-models/classifier-{i:04d}-GGUF",
+            file=f"classifier-{i:04d}-Q4_K_M.gguf",
             token_secret_name=SECRETS[(i // 5) % 2] if i % 5 == 0 else None,
             engine_args={"ctx-size": "2048", "parallel": "1", "threads": "2"},
         )
@@ -54,8 +56,12 @@ class Farm:
 
     def statements(self, role: iam.IRole) -> list[dict[str, Any]]:
         rid = self.stack.get_logical_id(role.node.default_child)
-        return [st for p in self.resources("AWS::IAM::Policy").values() if {"Ref": rid} in p["Properties"]["Roles"]
-                for st in p["Properties"]["PolicyDocument"]["Statement"]]
+        return [
+            st
+            for p in self.resources("AWS::IAM::Policy").values()
+            if {"Ref": rid} in p["Properties"]["Roles"]
+            for st in p["Properties"]["PolicyDocument"]["Statement"]
+        ]
 
 
 def _flat(value: Any) -> str:
@@ -84,17 +90,32 @@ def farms() -> dict[int, Farm]:
     for count in (10, 1000):
         stack = cdk.Stack(app, f"Farm{count}", env=ENV)
         bucket = ModelBucket(stack, "ModelBucket")
-        ModelArtifact(stack, "Router", props=ModelArtifactProps(
-            model_bucket=bucket, name="router-slm", hf_repo="bartowski/SmolLM2-1.7B-Instruct-GGUF", file="SmolLM2-1.7B-Instruct-Q4_K_M.gguf",
-        ))
-        catalog = ModelCatalog(stack, "Farm", props=ModelCatalogProps(model_bucket=bucket, entries=entries(count), layouts=("gguf", "mme")))
+        ModelArtifact(
+            stack,
+            "Router",
+            props=ModelArtifactProps(
+                model_bucket=bucket,
+                name="router-slm",
+                hf_repo="bartowski/SmolLM2-1.7B-Instruct-GGUF",
+                file="SmolLM2-1.7B-Instruct-Q4_K_M.gguf",
+            ),
+        )
+        catalog = ModelCatalog(
+            stack, "Farm", props=ModelCatalogProps(model_bucket=bucket, entries=entries(count), layouts=("gguf", "mme"))
+        )
         reader = iam.Role(stack, "PoolRole", assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com"))
         catalog.grant_read(reader)
         built[count] = (stack, bucket, catalog, reader)
     assembly = synth(app)
     return {
-        count: Farm(stack, bucket, catalog, reader, template_json(stack),
-                    os.path.getsize(assembly.get_stack_by_name(stack.stack_name).template_full_path))
+        count: Farm(
+            stack,
+            bucket,
+            catalog,
+            reader,
+            template_json(stack),
+            os.path.getsize(assembly.get_stack_by_name(stack.stack_name).template_full_path),
+        )
         for count, (stack, bucket, catalog, reader) in built.items()
     }
 
@@ -108,15 +129,26 @@ def test_the_template_does_not_grow_with_the_number_of_models(farms: dict[int, F
     text = json.dumps(large.template)
     assert "m-0999" not in text and "classifier-0999" not in text
     assert len(large.catalog.catalog.to_json()) > 200_000
-    print(f"\ntemplate bytes: 10 models {small.template_bytes}, 1,000 models {large.template_bytes}; "
-          f"resources {len(small.template['Resources'])} / {len(large.template['Resources'])}")
+    print(
+        f"\ntemplate bytes: 10 models {small.template_bytes}, 1,000 models {large.template_bytes}; "
+        f"resources {len(small.template['Resources'])} / {len(large.template['Resources'])}"
+    )
 
 
 def test_the_custom_resource_carries_only_where_the_catalog_is_and_its_fingerprint(farms: dict[int, Farm]) -> None:
     farm = farms[1000]
     (resource,) = farm.resources("Custom::ModelCatalog").values()
     props = resource["Properties"]
-    assert set(props) == {"ServiceToken", "ServiceTimeout", "ProjectName", "Bucket", "CatalogBucket", "CatalogKey", "Fingerprint", "Layouts"}
+    assert set(props) == {
+        "ServiceToken",
+        "ServiceTimeout",
+        "ProjectName",
+        "Bucket",
+        "CatalogBucket",
+        "CatalogKey",
+        "Fingerprint",
+        "Layouts",
+    }
     assert props["Fingerprint"] == farm.catalog.fingerprint == Catalog(entries(1000), ("gguf", "mme")).fingerprint()
     assert props["Layouts"] == ["gguf", "mme"] and int(props["ServiceTimeout"]) == 3600
     assert props["Bucket"] == {"Ref": farm.logical_id(farm.bucket.bucket)}
@@ -137,11 +169,19 @@ def test_the_job_role_writes_only_farm_and_reads_only_the_catalog_and_the_named_
     on_bucket = [st for st in statements if any(_flat(r).startswith(bucket_arn) for r in _as_list(st["Resource"]))]
     writes = [st for st in on_bucket if "s3:PutObject" in _as_list(st["Action"])]
     assert [[_flat(r) for r in _as_list(st["Resource"])] for st in writes] == [[f"{bucket_arn}/farm/*"]]
-    assert [st["Condition"] for st in on_bucket if st["Action"] == "s3:ListBucket"] == [{"StringLike": {"s3:prefix": ["farm/*"]}}]
+    assert [st["Condition"] for st in on_bucket if st["Action"] == "s3:ListBucket"] == [
+        {"StringLike": {"s3:prefix": ["farm/*"]}}
+    ]
     assert len(on_bucket) == 2
     catalog_reads = [st for st in statements if st["Action"] == "s3:GetObject" and st not in on_bucket]
-    assert [_flat(st["Resource"]).rsplit("/", 1)[1] for st in catalog_reads] == [farm.catalog.catalog_asset.s3_object_key]
-    secrets = sorted(_flat(st["Resource"]) for st in statements if any(str(a).startswith("secretsmanager:") for a in _as_list(st["Action"])))
+    assert [_flat(st["Resource"]).rsplit("/", 1)[1] for st in catalog_reads] == [
+        farm.catalog.catalog_asset.s3_object_key
+    ]
+    secrets = sorted(
+        _flat(st["Resource"])
+        for st in statements
+        if any(str(a).startswith("secretsmanager:") for a in _as_list(st["Action"]))
+    )
     assert secrets == [f"arn:<AWS::Partition>:secretsmanager:us-east-1:123456789012:secret:{s}-??????" for s in SECRETS]
 
 
@@ -152,27 +192,43 @@ def test_serving_reads_farm_only_and_keys_are_literals(farms: dict[int, Farm]) -
     assert [_flat(st["Resource"]) for st in statements if st["Action"] == "s3:GetObject"] == [f"{bucket_arn}/farm/*"]
     assert not any("s3:PutObject" in _as_list(st["Action"]) for st in statements)
     entry = entries(1000)[999]
-    assert farm.catalog.gguf_key("m-0999") == gguf_key(entry) and not cdk.Token.is_unresolved(farm.catalog.gguf_key("m-0999"))
+    assert farm.catalog.gguf_key("m-0999") == gguf_key(entry) and not cdk.Token.is_unresolved(
+        farm.catalog.gguf_key("m-0999")
+    )
     assert farm.catalog.mme_target_model("m-0999") == mme_target_model(entry)
-    assert farm.catalog.prefix == "farm/" and farm.catalog.receipt_key == f"farm/_receipts/{farm.catalog.fingerprint}.json"
+    assert (
+        farm.catalog.prefix == "farm/" and farm.catalog.receipt_key == f"farm/_receipts/{farm.catalog.fingerprint}.json"
+    )
     with pytest.raises(KeyError, match="no model 'm-5000' in the catalog"):
         farm.catalog.gguf_key("m-5000")
 
 
 def test_one_job_runs_the_catalog_buildspec_on_the_stacks_shared_provider(farms: dict[int, Farm]) -> None:
     farm = farms[1000]
-    (project,) = [r["Properties"] for k, r in farm.resources("AWS::CodeBuild::Project").items() if k == farm.logical_id(farm.catalog.project)]
+    (project,) = [
+        r["Properties"]
+        for k, r in farm.resources("AWS::CodeBuild::Project").items()
+        if k == farm.logical_id(farm.catalog.project)
+    ]
     spec = json.loads(project["Source"]["BuildSpec"])
     (command,) = spec["phases"]["build"]["commands"]
-    assert command.startswith("python3 -m model_download catalog ") and spec["env"]["exported-variables"] == list(CATALOG_RECEIPT)
+    assert command.startswith("python3 -m model_download catalog ") and spec["env"]["exported-variables"] == list(
+        CATALOG_RECEIPT
+    )
     env = {e["Name"]: e["Value"] for e in project["Environment"]["EnvironmentVariables"]}
     assert env["CATALOG_FINGERPRINT"] == farm.catalog.fingerprint and env["CATALOG_PARALLEL_MODELS"] == "4"
     assert project["TimeoutInMinutes"] == 55 and project["Environment"]["PrivilegedMode"] is False
     # One provider and one runner asset per stack, for the artifact and the catalog alike.
     assert len(farm.resources("AWS::StepFunctions::StateMachine")) == 1
-    tokens = {json.dumps(r["Properties"]["ServiceToken"]) for t in ("Custom::ModelCatalog", "Custom::ModelArtifact") for r in farm.resources(t).values()}
+    tokens = {
+        json.dumps(r["Properties"]["ServiceToken"])
+        for t in ("Custom::ModelCatalog", "Custom::ModelArtifact")
+        for r in farm.resources(t).values()
+    }
     assert len(tokens) == 1
-    sources = {json.dumps(r["Properties"]["Source"]["Location"]) for r in farm.resources("AWS::CodeBuild::Project").values()}
+    sources = {
+        json.dumps(r["Properties"]["Source"]["Location"]) for r in farm.resources("AWS::CodeBuild::Project").values()
+    }
     assert len(sources) == 1
 
 
@@ -182,13 +238,16 @@ def test_cdk_nag_and_cfn_lint_are_clean(farms: dict[int, Farm], count: int) -> N
     assert cfn_lint_errors(farms[count].template) == []
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"entries": ()}, "the catalog has no entries"),
-    ({"layouts": ("gguf", "zip")}, "layouts must be"),
-    ({"entries": (CatalogEntry("Bad_Name", "acme/a", "a.gguf"),)}, "'Bad_Name': name must be a DNS label"),
-    ({"parallel_models": 0}, "parallel_models must be 1..64"),
-    ({"copy_timeout_minutes": 90}, r"copy_timeout_minutes must be 5\.\.55"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"entries": ()}, "the catalog has no entries"),
+        ({"layouts": ("gguf", "zip")}, "layouts must be"),
+        ({"entries": (CatalogEntry("Bad_Name", "acme/a", "a.gguf"),)}, "'Bad_Name': name must be a DNS label"),
+        ({"parallel_models": 0}, "parallel_models must be 1..64"),
+        ({"copy_timeout_minutes": 90}, r"copy_timeout_minutes must be 5\.\.55"),
+    ],
+)
 def test_catalog_props_are_validated(change: dict[str, Any], message: str) -> None:
     base: dict[str, Any] = {"model_bucket": None, "entries": entries(2)}
     with pytest.raises(ValueError, match=message):
@@ -198,7 +257,9 @@ def test_catalog_props_are_validated(change: dict[str, Any], message: str) -> No
 def test_a_key_of_a_layout_that_is_not_copied_is_refused() -> None:
     app = cdk.App()
     stack = cdk.Stack(app, "GgufOnly", env=ENV)
-    catalog = ModelCatalog(stack, "Farm", props=ModelCatalogProps(model_bucket=ModelBucket(stack, "Models"), entries=entries(2)))
+    catalog = ModelCatalog(
+        stack, "Farm", props=ModelCatalogProps(model_bucket=ModelBucket(stack, "Models"), entries=entries(2))
+    )
     assert catalog.gguf_key("m-0001").startswith("farm/m-0001/")
     with pytest.raises(ValueError, match="no 'mme' layout is copied; add 'mme' to ModelCatalogProps.layouts"):
         catalog.mme_target_model("m-0001")

@@ -35,8 +35,12 @@ class Synthesized:
 
     def statements(self, role: iam.IRole) -> list[dict[str, Any]]:
         rid = self.stack.get_logical_id(role.node.default_child)
-        return [st for r in self.template["Resources"].values() if r["Type"] == "AWS::IAM::Policy"
-                and {"Ref": rid} in r["Properties"]["Roles"] for st in r["Properties"]["PolicyDocument"]["Statement"]]
+        return [
+            st
+            for r in self.template["Resources"].values()
+            if r["Type"] == "AWS::IAM::Policy" and {"Ref": rid} in r["Properties"]["Roles"]
+            for st in r["Properties"]["PolicyDocument"]["Statement"]
+        ]
 
 
 @pytest.fixture(scope="module")
@@ -45,12 +49,27 @@ def synthesized() -> Synthesized:
     apply_nag(app)
     stack = cdk.Stack(app, "VllmModels", env=ENV)
     bucket = ModelBucket(stack, "ModelBucket")
-    vllm = ModelArtifact(stack, "Qwen3", props=ModelArtifactProps(
-        model_bucket=bucket, name="qwen3-0-6b", hf_repo="Qwen/Qwen3-0.6B", snapshot=True, token_secret_name="hf/token",
-    ))
-    gguf = ModelArtifact(stack, "Smollm2", props=ModelArtifactProps(
-        model_bucket=bucket, name="smollm2", hf_repo="bartowski/SmolLM2-1.7B-Instruct-GGUF", file="SmolLM2-1.7B-Instruct-Q4_K_M.gguf",
-    ))
+    vllm = ModelArtifact(
+        stack,
+        "Qwen3",
+        props=ModelArtifactProps(
+            model_bucket=bucket,
+            name="qwen3-0-6b",
+            hf_repo="Qwen/Qwen3-0.6B",
+            snapshot=True,
+            token_secret_name="hf/token",
+        ),
+    )
+    gguf = ModelArtifact(
+        stack,
+        "Smollm2",
+        props=ModelArtifactProps(
+            model_bucket=bucket,
+            name="smollm2",
+            hf_repo="bartowski/SmolLM2-1.7B-Instruct-GGUF",
+            file="SmolLM2-1.7B-Instruct-Q4_K_M.gguf",
+        ),
+    )
     reader = iam.Role(stack, "ServingRole", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"))
     vllm.grant_read(reader)
     synth(app)
@@ -76,11 +95,34 @@ def _as_list(v: Any) -> list[Any]:
 
 def test_the_copy_resource_names_the_repo_and_the_snapshot_not_a_file(synthesized: Synthesized) -> None:
     copy = synthesized.props_of(synthesized.vllm.resource)
-    assert set(copy) == {"ServiceToken", "ServiceTimeout", "ProjectName", "Bucket", "KeyPrefix", "HfRepo", "Revision", "Snapshot"}
-    assert (copy["HfRepo"], copy["Revision"], copy["Snapshot"], copy["KeyPrefix"]) == ("Qwen/Qwen3-0.6B", "main", "safetensors", "models/qwen3-0-6b")
+    assert set(copy) == {
+        "ServiceToken",
+        "ServiceTimeout",
+        "ProjectName",
+        "Bucket",
+        "KeyPrefix",
+        "HfRepo",
+        "Revision",
+        "Snapshot",
+    }
+    assert (copy["HfRepo"], copy["Revision"], copy["Snapshot"], copy["KeyPrefix"]) == (
+        "Qwen/Qwen3-0.6B",
+        "main",
+        "safetensors",
+        "models/qwen3-0-6b",
+    )
     # A file artifact in the same stack keeps exactly its properties (a new one would re-run every existing copy).
     assert set(synthesized.props_of(synthesized.gguf.resource)) == {
-        "ServiceToken", "ServiceTimeout", "ProjectName", "Bucket", "KeyPrefix", "HfRepo", "File", "Revision", "Sha256"}
+        "ServiceToken",
+        "ServiceTimeout",
+        "ProjectName",
+        "Bucket",
+        "KeyPrefix",
+        "HfRepo",
+        "File",
+        "Revision",
+        "Sha256",
+    }
 
 
 def test_the_attributes_point_at_the_commit_prefix(synthesized: Synthesized) -> None:
@@ -92,7 +134,9 @@ def test_the_attributes_point_at_the_commit_prefix(synthesized: Synthesized) -> 
     assert _join(resolve(v.s3_uri)) == f"s3://<{bucket}>/models/qwen3-0-6b/<{copy}.Commit>/"
     assert v.s3_uri == v.s3_prefix_uri and v.key == v.prefix and _join(resolve(v.key)).endswith("/")
     assert _join(resolve(v.manifest_key)) == f"models/qwen3-0-6b/<{copy}.Commit>/cpu-inference.manifest"
-    assert resolve(v.sha256) == {"Fn::GetAtt": [copy, "Sha256"]} and resolve(v.file_count) == {"Fn::GetAtt": [copy, "Files"]}
+    assert resolve(v.sha256) == {"Fn::GetAtt": [copy, "Sha256"]} and resolve(v.file_count) == {
+        "Fn::GetAtt": [copy, "Files"]
+    }
     assert resolve(v.size_bytes) == {"Fn::GetAtt": [copy, "Size"]}  # the pods' MODEL_SIZE_BYTES check of the manifest
 
 
@@ -101,9 +145,20 @@ def test_the_job_runs_the_snapshot_buildspec_with_the_identity_in_its_environmen
     assert json.loads(project["Source"]["BuildSpec"]) == SNAPSHOT_BUILD_SPEC
     assert SNAPSHOT_BUILD_SPEC["env"]["exported-variables"] == list(SNAPSHOT_RECEIPT)
     env = {e["Name"]: e["Value"] for e in project["Environment"]["EnvironmentVariables"]}
-    assert set(env) == {"MODEL_REPO", "MODEL_REVISION", "MODEL_BUCKET", "MODEL_KEY_PREFIX", "HF_TOKEN_SECRET_NAME",
-                        "HF_ENDPOINT", "MODEL_CONCURRENCY"}
-    assert (env["MODEL_REPO"], env["MODEL_KEY_PREFIX"], env["HF_TOKEN_SECRET_NAME"]) == ("Qwen/Qwen3-0.6B", "models/qwen3-0-6b", "hf/token")
+    assert set(env) == {
+        "MODEL_REPO",
+        "MODEL_REVISION",
+        "MODEL_BUCKET",
+        "MODEL_KEY_PREFIX",
+        "HF_TOKEN_SECRET_NAME",
+        "HF_ENDPOINT",
+        "MODEL_CONCURRENCY",
+    }
+    assert (env["MODEL_REPO"], env["MODEL_KEY_PREFIX"], env["HF_TOKEN_SECRET_NAME"]) == (
+        "Qwen/Qwen3-0.6B",
+        "models/qwen3-0-6b",
+        "hf/token",
+    )
     assert project["TimeoutInMinutes"] == 55 and project["Environment"]["PrivilegedMode"] is False
 
 
@@ -114,9 +169,15 @@ def test_the_job_writes_only_its_model_prefix(synthesized: Synthesized) -> None:
     writes = [st for st in on_bucket if "s3:PutObject" in _as_list(st["Action"])]
     assert [[_join(r) for r in _as_list(st["Resource"])] for st in writes] == [[f"{bucket_arn}/models/qwen3-0-6b/*"]]
     assert [st["Condition"] for st in on_bucket if st["Action"] == "s3:ListBucket"] == [
-        {"StringLike": {"s3:prefix": ["models/qwen3-0-6b/*"]}}]
+        {"StringLike": {"s3:prefix": ["models/qwen3-0-6b/*"]}}
+    ]
     assert len(on_bucket) == 2
-    reads = [_join(r) for st in synthesized.statements(synthesized.reader) if st["Action"] == "s3:GetObject" for r in _as_list(st["Resource"])]
+    reads = [
+        _join(r)
+        for st in synthesized.statements(synthesized.reader)
+        if st["Action"] == "s3:GetObject"
+        for r in _as_list(st["Resource"])
+    ]
     assert reads == [f"{bucket_arn}/models/qwen3-0-6b/*"]
 
 
@@ -133,7 +194,10 @@ def test_cfn_lint_finds_no_errors(synthesized: Synthesized) -> None:
     [
         ({}, r"give file \(one GGUF, llama\.cpp\) or snapshot=True \(the repo's safetensors, vLLM\)$"),
         ({"file": "m.gguf", "snapshot": True}, "not both"),
-        ({"snapshot": True, "sha256": "a" * 64}, r"sha256 pins one file; pin a snapshot with revision=<full commit sha>"),
+        (
+            {"snapshot": True, "sha256": "a" * 64},
+            r"sha256 pins one file; pin a snapshot with revision=<full commit sha>",
+        ),
         ({"snapshot": True, "hf_repo": "no-owner"}, "hf_repo must be a Hugging Face repo"),
     ],
 )

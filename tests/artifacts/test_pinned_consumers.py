@@ -26,17 +26,37 @@ SPEC = sizing.ModelSpec(parameters_billions=1.7, quantization="Q4_K_M", context_
 PINNED_SHA = "4f7c7d1cde0e1b2a3f4e5d6c7b8a99887766554433221100ffeeddccbbaa9988"
 
 
-def _stack(revision: str = "main", sha256: str | None = None) -> tuple[cdk.Stack, ModelArtifact, GravitonEndpoint, dict[str, Any]]:
+def _stack(
+    revision: str = "main", sha256: str | None = None
+) -> tuple[cdk.Stack, ModelArtifact, GravitonEndpoint, dict[str, Any]]:
     app = cdk.App()
     stack = cdk.Stack(app, "Pinned", env=ENV)
-    artifact = ModelArtifact(stack, "Smollm2", props=ModelArtifactProps(
-        model_bucket=ModelBucket(stack, "Models"), name="smollm2", hf_repo="bartowski/SmolLM2-1.7B-Instruct-GGUF",
-        file=FILE, revision=revision, sha256=sha256,
-    ))
-    image = EngineImage(ecr.Repository.from_repository_name(stack, "Repo", "llama-server"), digest="sha256:" + "ab" * 32)
-    endpoint = GravitonEndpoint(stack, "Endpoint", props=GravitonEndpointProps(
-        name="smollm2", model=artifact, spec=SPEC, image=image, instance_type="ml.c7g.2xlarge",
-    ))
+    artifact = ModelArtifact(
+        stack,
+        "Smollm2",
+        props=ModelArtifactProps(
+            model_bucket=ModelBucket(stack, "Models"),
+            name="smollm2",
+            hf_repo="bartowski/SmolLM2-1.7B-Instruct-GGUF",
+            file=FILE,
+            revision=revision,
+            sha256=sha256,
+        ),
+    )
+    image = EngineImage(
+        ecr.Repository.from_repository_name(stack, "Repo", "llama-server"), digest="sha256:" + "ab" * 32
+    )
+    endpoint = GravitonEndpoint(
+        stack,
+        "Endpoint",
+        props=GravitonEndpointProps(
+            name="smollm2",
+            model=artifact,
+            spec=SPEC,
+            image=image,
+            instance_type="ml.c7g.2xlarge",
+        ),
+    )
     return stack, artifact, endpoint, template_json(stack)
 
 
@@ -46,8 +66,10 @@ def on_main() -> tuple[cdk.Stack, ModelArtifact, GravitonEndpoint, dict[str, Any
 
 
 def _ids(stack: cdk.Stack, artifact: ModelArtifact) -> tuple[str, str]:
-    return (stack.get_logical_id(artifact.resource.node.default_child),
-            stack.get_logical_id(artifact.bucket.node.default_child))
+    return (
+        stack.get_logical_id(artifact.resource.node.default_child),
+        stack.get_logical_id(artifact.bucket.node.default_child),
+    )
 
 
 def test_sagemaker_downloads_the_prefix_the_copy_reported(on_main) -> None:  # noqa: ANN001
@@ -83,7 +105,16 @@ def test_a_pinned_sha256_stays_a_literal_and_a_commit_revision_changes_only_the_
     # Same consumers whatever the revision: they follow the copy's attributes, and a new revision is a property
     # change of the copy (CloudFormation re-runs it; its new Commit gives a new Model → a rolling update).
     _, _, _, main_template = _stack()
-    models = [next(r for r in t["Resources"].values() if r["Type"] == "AWS::SageMaker::Model") for t in (template, main_template)]
-    assert models[0]["Properties"]["PrimaryContainer"]["ModelDataSource"] == models[1]["Properties"]["PrimaryContainer"]["ModelDataSource"]
-    copies = [next(r for r in t["Resources"].values() if r["Type"] == "Custom::ModelArtifact")["Properties"] for t in (template, main_template)]
+    models = [
+        next(r for r in t["Resources"].values() if r["Type"] == "AWS::SageMaker::Model")
+        for t in (template, main_template)
+    ]
+    assert (
+        models[0]["Properties"]["PrimaryContainer"]["ModelDataSource"]
+        == models[1]["Properties"]["PrimaryContainer"]["ModelDataSource"]
+    )
+    copies = [
+        next(r for r in t["Resources"].values() if r["Type"] == "Custom::ModelArtifact")["Properties"]
+        for t in (template, main_template)
+    ]
     assert (copies[0]["Revision"], copies[1]["Revision"]) == (commit, "main")

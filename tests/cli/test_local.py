@@ -74,7 +74,7 @@ def _children(pid: int) -> list[int]:
             text = stat.read_text()
         except OSError:
             continue
-        fields = text[text.rindex(")") + 2:].split()
+        fields = text[text.rindex(")") + 2 :].split()
         if int(fields[1]) == pid:
             out.append(int(stat.parent.name))
     return out
@@ -95,8 +95,12 @@ class LocalRun:
         self._stderr = open(stderr, "w") if stderr else None  # noqa: SIM115 - closed in stop()/kill()
         self.proc = subprocess.Popen(
             [CLI, "local", str(config), "--port", str(self.port), *args],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=self._stderr or subprocess.STDOUT, text=True,
-            env=env)
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr or subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []
         threading.Thread(target=lambda: [self.lines.put(line) for line in self.proc.stdout], daemon=True).start()
@@ -145,7 +149,10 @@ def test_slm_prefilter_runs_locally_and_ctrl_c_stops_every_process(tmp_path, bin
         out = "".join(run.seen)
         assert f"router ready on {run.url}" in out
         assert "SmolLM2-135M-Instruct Q4_1 stands in for 1.7B Q4_K_M bartowski/SmolLM2-1.7B-Instruct-GGUF" in out
-        assert "escalation (bedrock: Bedrock model anthropic.claude-3-5-haiku-20241022-v1:0) is replaced by a local stand-in" in out
+        assert (
+            "escalation (bedrock: Bedrock model anthropic.claude-3-5-haiku-20241022-v1:0) is replaced by a local stand-in"
+            in out
+        )
         assert f"curl -s {run.url}/v1/chat/completions" in out
         children = _children(run.proc.pid)
         assert len(children) == 3  # SLM engine, stand-in LLM engine, router
@@ -176,17 +183,30 @@ def test_model_farm_gateway_routes_by_model_and_sigterm_stops_it(tmp_path, bin_a
         assert "not started (--models): cold-c" in "".join(run.seen)
         children = _children(run.proc.pid)
         assert len(children) == 3  # two engines and the gateway
-        assert [m["id"] for m in httpx.get(f"{run.url}/v1/models", timeout=10).json()["data"]] == ["chat-a", "embed-b", "cold-c"]
-        chat = httpx.post(f"{run.url}/v1/chat/completions", json={"model": "chat-a", "messages": [{"role": "user", "content": "Hi"}],
-                                                                  "max_tokens": 4}, timeout=120)
+        assert [m["id"] for m in httpx.get(f"{run.url}/v1/models", timeout=10).json()["data"]] == [
+            "chat-a",
+            "embed-b",
+            "cold-c",
+        ]
+        chat = httpx.post(
+            f"{run.url}/v1/chat/completions",
+            json={"model": "chat-a", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4},
+            timeout=120,
+        )
         assert chat.status_code == 200 and chat.json()["choices"][0]["message"]["content"], chat.text
         emb = httpx.post(f"{run.url}/v1/embeddings", json={"model": "embed-b", "input": "hello"}, timeout=120)
         assert emb.status_code == 200, emb.text
         vector = emb.json()["data"][0]["embedding"]
         assert len(vector) == 384 and any(vector)  # the encoder stand-in's (all-MiniLM-L6-v2) hidden size
-        cold = httpx.post(f"{run.url}/v1/chat/completions", json={"model": "cold-c", "messages": [{"role": "user", "content": "Hi"}]}, timeout=30)
+        cold = httpx.post(
+            f"{run.url}/v1/chat/completions",
+            json={"model": "cold-c", "messages": [{"role": "user", "content": "Hi"}]},
+            timeout=30,
+        )
         assert cold.status_code == 503 and cold.headers["retry-after"] == "5"
-        assert httpx.post(f"{run.url}/v1/embeddings", json={"model": "nope", "input": "x"}, timeout=30).status_code == 404
+        assert (
+            httpx.post(f"{run.url}/v1/embeddings", json={"model": "nope", "input": "x"}, timeout=30).status_code == 404
+        )
         code, out = run.stop(signal.SIGTERM)
         assert code == 0, out
         assert "SIGTERM: stopping" in out
@@ -208,13 +228,24 @@ def test_user_errors_are_one_line_exit_2(tmp_path):
     fake.chmod(0o755)
     cases = {
         ("--model-map", "chat-a"): "cpu-inference local: --model-map 'chat-a': expected NAME=PATH",
-        ("--model-map", f"nope={cfg}"): "cpu-inference local: --model-map nope: no such model in the config — use one of chat-a, embed-b, cold-c",
-        ("--model-map", f"chat-a={tmp_path / 'absent.gguf'}"): f"cpu-inference local: --model-map chat-a: {tmp_path / 'absent.gguf'} is not a file",
+        (
+            "--model-map",
+            f"nope={cfg}",
+        ): "cpu-inference local: --model-map nope: no such model in the config — use one of chat-a, embed-b, cold-c",
+        (
+            "--model-map",
+            f"chat-a={tmp_path / 'absent.gguf'}",
+        ): f"cpu-inference local: --model-map chat-a: {tmp_path / 'absent.gguf'} is not a file",
         ("--models", "chat-a,zzz"): "cpu-inference local: --models: zzz not in the config",
-        ("--llama-server", str(tmp_path / "absent")): f"cpu-inference local: --llama-server {tmp_path / 'absent'}: not an executable file",
+        (
+            "--llama-server",
+            str(tmp_path / "absent"),
+        ): f"cpu-inference local: --llama-server {tmp_path / 'absent'}: not an executable file",
     }
     for args, message in cases.items():
-        out = _cli(str(cfg), "--llama-server", str(fake), *args) if args[0] != "--llama-server" else _cli(str(cfg), *args)
+        out = (
+            _cli(str(cfg), "--llama-server", str(fake), *args) if args[0] != "--llama-server" else _cli(str(cfg), *args)
+        )
         assert out.returncode == 2, (args, out.stderr)
         lines = out.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(message), (args, out.stderr)
@@ -245,15 +276,18 @@ def test_default_config_runs_locally_with_the_deployed_slots_context_and_router_
     try:
         run.wait_for("Ctrl-C stops everything")
         procs = {pid: _cmdline(pid) for pid in _children(run.proc.pid)}
-        (slm,) = [argv for argv in procs.values() if "--alias" in argv and argv[argv.index("--alias") + 1] == "smollm2-1-7b"]
+        (slm,) = [
+            argv for argv in procs.values() if "--alias" in argv and argv[argv.index("--alias") + 1] == "smollm2-1-7b"
+        ]
         flag = lambda name: slm[slm.index(name) + 1]  # noqa: E731
         slots, per_slot = int(rendered["LLAMA_PARALLEL"]), int(rendered["LLAMA_CTX_PER_SLOT"])
         assert (flag("--parallel"), flag("--ctx-size")) == (str(slots), str(slots * per_slot))
         (router_pid,) = [pid for pid, argv in procs.items() if argv[1:3] == ["-m", "slm_router"]]
         local_cfg = json.loads(_environ(router_pid)["ROUTER_CONFIG_JSON"])
         deployment_only = {"slm_url", "escalation", "listen_host", "listen_port", "timeouts"}  # loopback, stand-in LLM
-        assert {k: v for k, v in local_cfg.items() if k not in deployment_only} == \
-            {k: v for k, v in config_map.items() if k not in deployment_only}
+        assert {k: v for k, v in local_cfg.items() if k not in deployment_only} == {
+            k: v for k, v in config_map.items() if k not in deployment_only
+        }
         body = {"messages": [{"role": "user", "content": repeated(GREEK, 2000)}], "max_tokens": 4}
         r = httpx.post(f"{run.url}/v1/chat/completions", json=body, timeout=600)
         assert r.status_code == 200, r.text
@@ -282,7 +316,11 @@ models:
 """
 # bartowski/Meta-Llama-3.1-70B-Instruct-GGUF's Q4_K_M file: 42,520,395,584 bytes (its Hub file listing). The
 # deployment fits it on a c7g.12xlarge; a laptop with less than ~60 GiB free cannot hold it.
-BIG_REPO, BIG_FILE, BIG_SIZE = "bartowski/Meta-Llama-3.1-70B-Instruct-GGUF", "Meta-Llama-3.1-70B-Instruct-Q4_K_M.gguf", 42_520_395_584
+BIG_REPO, BIG_FILE, BIG_SIZE = (
+    "bartowski/Meta-Llama-3.1-70B-Instruct-GGUF",
+    "Meta-Llama-3.1-70B-Instruct-Q4_K_M.gguf",
+    42_520_395_584,
+)
 BIG_CONFIG = f"""
 pattern: model-farm
 models:
@@ -330,7 +368,11 @@ def _hub_config(tmp_path: Path, sha256: str | None = None) -> Path:
 
 def _engine_urls(lines: list[str]) -> dict[str, str]:
     """{engine name: url} from the `  NAME ready on URL` lines."""
-    return {parts[0]: parts[-1] for parts in (line.split() for line in lines) if len(parts) == 4 and parts[1:3] == ["ready", "on"]}
+    return {
+        parts[0]: parts[-1]
+        for parts in (line.split() for line in lines)
+        if len(parts) == 4 and parts[1:3] == ["ready", "on"]
+    }
 
 
 def _gguf_files(cache: Path) -> list[Path]:
@@ -342,8 +384,11 @@ def _serves_the_configured_name(run: LocalRun) -> float:
     engine_url = _engine_urls(run.seen)[HUB_MODEL]
     assert [m["id"] for m in httpx.get(f"{engine_url}/v1/models", timeout=10).json()["data"]] == [HUB_MODEL]
     assert [m["id"] for m in httpx.get(f"{run.url}/v1/models", timeout=10).json()["data"]] == [HUB_MODEL]
-    chat = httpx.post(f"{run.url}/v1/chat/completions", timeout=120,
-                      json={"model": HUB_MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})
+    chat = httpx.post(
+        f"{run.url}/v1/chat/completions",
+        timeout=120,
+        json={"model": HUB_MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4},
+    )
     answered = time.monotonic()
     assert chat.status_code == 200, chat.text
     assert chat.json()["model"] == HUB_MODEL and chat.json()["choices"][0]["message"]["content"]
@@ -352,12 +397,20 @@ def _serves_the_configured_name(run: LocalRun) -> float:
 
 @pytest.mark.engine
 def test_first_run_downloads_the_configured_gguf_with_progress_and_serves_it_by_name(
-        tmp_path, fake_hf, hub_cache, llama_server_bin, smollm2_gguf):
+    tmp_path, fake_hf, hub_cache, llama_server_bin, smollm2_gguf
+):
     fake_hf.reset()
     served = fake_hf.files[(PUBLIC_REPO, FILE)]
     stderr = tmp_path / "stderr.txt"
-    run = LocalRun(_hub_config(tmp_path), "--llama-server", str(llama_server_bin), "--threads", "1",
-                   env=_hub_env(fake_hf.url, hub_cache), stderr=stderr)
+    run = LocalRun(
+        _hub_config(tmp_path),
+        "--llama-server",
+        str(llama_server_bin),
+        "--threads",
+        "1",
+        env=_hub_env(fake_hf.url, hub_cache),
+        stderr=stderr,
+    )
     try:
         run.wait_for("Ctrl-C stops everything")
         cached = hub_cache / "models" / PUBLIC_REPO / fake_hf.commit / FILE
@@ -368,7 +421,9 @@ def test_first_run_downloads_the_configured_gguf_with_progress_and_serves_it_by_
         assert engine[engine.index("-m") + 1] == str(cached) and engine[engine.index("--alias") + 1] == HUB_MODEL
         out = "".join(run.seen)
         mib = f"{served.size / 2**20:.0f} MiB"
-        assert f"{HUB_MODEL}: {PUBLIC_REPO}/{FILE}@main (commit {fake_hf.commit[:12]}, {mib}, downloaded) {cached}" in out
+        assert (
+            f"{HUB_MODEL}: {PUBLIC_REPO}/{FILE}@main (commit {fake_hf.commit[:12]}, {mib}, downloaded) {cached}" in out
+        )
         assert "stands in" not in out
         _serves_the_configured_name(run)
         code, out = run.stop(signal.SIGTERM)
@@ -377,7 +432,10 @@ def test_first_run_downloads_the_configured_gguf_with_progress_and_serves_it_by_
         run.kill()
     progress = stderr.read_text()
     # A pipe gets the log line and the bar's final state (a terminal redraws it): every byte counted.
-    assert f"{HUB_MODEL}: downloading {PUBLIC_REPO}/{FILE}@main ({mib}) from {fake_hf.url} into {hub_cache / 'models'}" in progress
+    assert (
+        f"{HUB_MODEL}: downloading {PUBLIC_REPO}/{FILE}@main ({mib}) from {fake_hf.url} into {hub_cache / 'models'}"
+        in progress
+    )
     mb = f"{served.size / 1e6:.1f}"
     assert re.search(rf"{HUB_MODEL} .*━.* {re.escape(mb)}/{re.escape(mb)} MB", progress), progress
 
@@ -388,12 +446,17 @@ def test_second_run_starts_from_the_cache_without_downloading(tmp_path, fake_hf,
 
     config = _hub_config(tmp_path)
     if not _gguf_files(hub_cache):  # run alone: warm the cache as a first run would
-        fetch_model(Config.model_validate(yaml.safe_load(config.read_text())).models[0],
-                    hub=Hub(fake_hf.url), cache_dir=hub_cache / "models")
+        fetch_model(
+            Config.model_validate(yaml.safe_load(config.read_text())).models[0],
+            hub=Hub(fake_hf.url),
+            cache_dir=hub_cache / "models",
+        )
     before = {p: p.stat().st_mtime_ns for p in _gguf_files(hub_cache)}
     fake_hf.reset()
     began = time.monotonic()
-    run = LocalRun(config, "--llama-server", str(llama_server_bin), "--threads", "1", env=_hub_env(fake_hf.url, hub_cache))
+    run = LocalRun(
+        config, "--llama-server", str(llama_server_bin), "--threads", "1", env=_hub_env(fake_hf.url, hub_cache)
+    )
     try:
         run.wait_for("Ctrl-C stops everything")
         first_answer = _serves_the_configured_name(run) - began
@@ -415,8 +478,14 @@ def _refused(config: Path, env: dict[str, str], *args: str) -> str:
     fake = config.parent / "llama-server"  # never started: anything printing "engine(s)" fails below
     fake.write_text("#!/bin/sh\nexit 1\n")
     fake.chmod(0o755)
-    out = subprocess.run([CLI, "local", str(config), "--port", str(free_port()), "--llama-server", str(fake), *args], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120, env=env)
+    out = subprocess.run(
+        [CLI, "local", str(config), "--port", str(free_port()), "--llama-server", str(fake), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert out.returncode == 2, (out.stdout, out.stderr)
     assert "Traceback" not in out.stderr and "engine(s)" not in out.stdout and "ready on" not in out.stdout, out.stdout
     lines = [line for line in out.stderr.splitlines() if line.strip()]
@@ -433,12 +502,20 @@ def test_a_wrong_sha256_is_refused_and_nothing_is_served(tmp_path, fake_hf, faul
     if fault == "corrupted bytes":
         fake_hf.corrupt(5 * 1024 * 1024)  # the Hub's sha256 is right; one byte on the way is not
     try:
-        line = _refused(_hub_config(tmp_path, wrong if fault == "config sha256" else None), _hub_env(fake_hf.url, tmp_path / "cache"))
+        line = _refused(
+            _hub_config(tmp_path, wrong if fault == "config sha256" else None),
+            _hub_env(fake_hf.url, tmp_path / "cache"),
+        )
     finally:
         fake_hf.reset()
-    assert line.startswith(f"cpu-inference local: models[0] ({HUB_MODEL}): sha256 mismatch for {PUBLIC_REPO}/{FILE}@main: expected ")
+    assert line.startswith(
+        f"cpu-inference local: models[0] ({HUB_MODEL}): sha256 mismatch for {PUBLIC_REPO}/{FILE}@main: expected "
+    )
     if fault == "config sha256":
-        assert f"expected {wrong} (models[0].source.sha256), the Hub reports {served.sha256}; nothing was downloaded" in line
+        assert (
+            f"expected {wrong} (models[0].source.sha256), the Hub reports {served.sha256}; nothing was downloaded"
+            in line
+        )
         assert fake_hf.stats.gets == 0
     else:
         assert f"expected {served.sha256}, got " in line and "nothing was kept in the cache" in line
@@ -450,9 +527,13 @@ def test_no_network_is_one_line_naming_model_map_and_stand_ins(tmp_path):
     began = time.monotonic()
     line = _refused(_hub_config(tmp_path), _hub_env(closed, tmp_path / "cache"))
     assert time.monotonic() - began < 30  # one connection attempt, not a minute of retries
-    assert line.startswith(f"cpu-inference local: no network: cannot connect to 127.0.0.1:{closed.rsplit(':', 1)[1]} (Connection refused)")
+    assert line.startswith(
+        f"cpu-inference local: no network: cannot connect to 127.0.0.1:{closed.rsplit(':', 1)[1]} (Connection refused)"
+    )
     assert f"{closed} cannot send models[0] ({HUB_MODEL}) {PUBLIC_REPO}/{FILE}@main, and the cache has no copy" in line
-    assert line.endswith(f"serve a local GGUF with --model-map NAME=PATH (for {HUB_MODEL}), or run the small stand-ins with --stand-ins")
+    assert line.endswith(
+        f"serve a local GGUF with --model-map NAME=PATH (for {HUB_MODEL}), or run the small stand-ins with --stand-ins"
+    )
 
 
 def test_a_model_too_large_for_this_machine_is_refused_with_the_numbers_before_any_download(tmp_path, fake_hf):
@@ -467,17 +548,23 @@ def test_a_model_too_large_for_this_machine_is_refused_with_the_numbers_before_a
     line = _refused(cfg, _hub_env(fake_hf.url, tmp_path / "cache"))
     # The weights are the size the Hub's HEAD reported (42,520,395,584 B = 39.6 GiB); slots and context: the
     # deployment's.
-    assert line.startswith("cpu-inference local: models[0] (big): needs 59.4 GiB (1.5 × the weights, more than weights 39.6 GiB"
-                           " + KV cache 2.5 GiB for 2 slot(s) × 4096 tokens + runtime "), line
-    assert re.search(r" but this machine has \d+(\.\d)? [MG]iB available[^—]* — use --model-map big=PATH with a smaller "
-                     r"quantization, or --stand-ins$", line), line
+    assert line.startswith(
+        "cpu-inference local: models[0] (big): needs 59.4 GiB (1.5 × the weights, more than weights 39.6 GiB"
+        " + KV cache 2.5 GiB for 2 slot(s) × 4096 tokens + runtime "
+    ), line
+    assert re.search(
+        r" but this machine has \d+(\.\d)? [MG]iB available[^—]* — use --model-map big=PATH with a smaller "
+        r"quantization, or --stand-ins$",
+        line,
+    ), line
     assert (fake_hf.stats.heads, fake_hf.stats.gets) == (1, 0)  # refused on the HEAD, before any byte
     assert not (tmp_path / "cache").exists() or _gguf_files(tmp_path / "cache") == []
 
 
 @pytest.mark.engine
 def test_prefilter_serves_the_downloaded_slm_and_a_stand_in_for_an_escalation_outside_the_config(
-        tmp_path, fake_hf, hub_cache, llama_server_bin, gemma_gguf):
+    tmp_path, fake_hf, hub_cache, llama_server_bin, gemma_gguf
+):
     """Bedrock has no GGUF to download: the SLM is the configured file, the LLM a stand-in, and the output says so."""
     cfg = tmp_path / "prefilter.yaml"
     cfg.write_text(f"""
@@ -501,13 +588,21 @@ router: {{labels: [simple, complex], slm_labels: [simple], confidence_threshold:
         cached = hub_cache / "models" / PUBLIC_REPO / fake_hf.commit / FILE
         assert f"tiny-slm: {PUBLIC_REPO}/{FILE}@main (commit {fake_hf.commit[:12]}, " in out and str(cached) in out
         assert "llm-stand-in: Gemma-3-270M Q4_K_M stands in for the escalation target" in out
-        assert ("escalation (bedrock: Bedrock model anthropic.claude-3-5-haiku-20241022-v1:0) is replaced by a local stand-in "
-                "LLM: the config has no GGUF for it to download") in out
-        engines = {argv[argv.index("--alias") + 1]: argv[argv.index("-m") + 1]
-                   for argv in map(_cmdline, _children(run.proc.pid)) if "--alias" in argv}
+        assert (
+            "escalation (bedrock: Bedrock model anthropic.claude-3-5-haiku-20241022-v1:0) is replaced by a local stand-in "
+            "LLM: the config has no GGUF for it to download"
+        ) in out
+        engines = {
+            argv[argv.index("--alias") + 1]: argv[argv.index("-m") + 1]
+            for argv in map(_cmdline, _children(run.proc.pid))
+            if "--alias" in argv
+        }
         assert engines["tiny-slm"] == str(cached) and Path(engines["llm-stand-in"]).name == gemma_gguf.name
-        simple = httpx.post(f"{run.url}/v1/chat/completions", timeout=120,
-                            json={"messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 4})
+        simple = httpx.post(
+            f"{run.url}/v1/chat/completions",
+            timeout=120,
+            json={"messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 4},
+        )
         assert simple.status_code == 200, simple.text
         assert "x-router-label" in simple.headers  # the downloaded SLM classified it
         if simple.headers["x-router-route"] == "slm":

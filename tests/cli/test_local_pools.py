@@ -65,18 +65,30 @@ def _descendants(pid: int) -> list[int]:
 
 @pytest.mark.engine
 def test_a_pool_is_one_router_mode_process_with_the_charts_preset_and_every_model_answers_through_the_gateway(
-        tmp_path, llama_server_bin, smollm2_gguf):
+    tmp_path, llama_server_bin, smollm2_gguf
+):
     from tests.support.rendered import k8s_object, router_config_map
 
     cfg = tmp_path / "farm.yaml"
     cfg.write_text(FARM_POOLS)
-    run = LocalRun(cfg, "--llama-server", str(llama_server_bin), "--stand-ins", "--threads", "1", "--log-dir", str(tmp_path / "logs"))
+    run = LocalRun(
+        cfg,
+        "--llama-server",
+        str(llama_server_bin),
+        "--stand-ins",
+        "--threads",
+        "1",
+        "--log-dir",
+        str(tmp_path / "logs"),
+    )
     try:
         run.wait_for("Ctrl-C stops everything")
         out = "".join(run.seen)
         assert "starting 1 engine(s) and 1 pool(s) of 3 model(s)" in out
         assert f"gateway ready on {run.url} (4 of 4 models started)" in out
-        found = re.search(r"pool small on (http://127\.0\.0\.1:\d+) \(models_max 2; .*\): pooled-a, pooled-b, pooled-c\n", out)
+        found = re.search(
+            r"pool small on (http://127\.0\.0\.1:\d+) \(models_max 2; .*\): pooled-a, pooled-b, pooled-c\n", out
+        )
         assert found, out
         pool_url = found.group(1)
         # The CLI's children: the pool's entrypoint, the dedicated model's server and the gateway — no server per
@@ -88,22 +100,37 @@ def test_a_pool_is_one_router_mode_process_with_the_charts_preset_and_every_mode
         (gateway_pid,) = [pid for pid, argv in procs.items() if argv[1:3] == ["-m", "slm_router"]]
         assert hot[hot.index("--alias") + 1] == "hot-d" and hot[0] == str(llama_server_bin)
         env = _environ(pool_pid)
-        assert (env["LLAMA_MODELS_MAX"], env["LLAMA_SERVER_BIN"], env["LLAMA_HOST"]) == ("2", str(llama_server_bin), "127.0.0.1")
+        assert (env["LLAMA_MODELS_MAX"], env["LLAMA_SERVER_BIN"], env["LLAMA_HOST"]) == (
+            "2",
+            str(llama_server_bin),
+            "127.0.0.1",
+        )
         preset = Path(env["LLAMA_MODELS_PRESET"])
         (router_pid,) = _children(pool_pid)  # the entrypoint supervises one router (pool_supervisor.py)
         router = _cmdline(router_pid)
         assert router[0] == str(llama_server_bin) and "--models-autoload" in router
-        assert (router[router.index("--models-preset") + 1], router[router.index("--models-max") + 1]) == (str(preset), "2")
+        assert (router[router.index("--models-preset") + 1], router[router.index("--models-max") + 1]) == (
+            str(preset),
+            "2",
+        )
         # The gateway: the dedicated model by URL, the pooled ones through gateway.pools with this one replica.
         gateway = json.loads(_environ(gateway_pid)["ROUTER_CONFIG_JSON"])["gateway"]
         hot_url = f"http://127.0.0.1:{hot[hot.index('--port') + 1]}"
         assert gateway["models"] == [{"name": "hot-d", "url": hot_url}]
         (entry,) = gateway["pools"]
-        assert (entry["name"], entry["models"], entry["replicas"], entry["replication"]) == ("small", POOLED, [pool_url], 1)
+        assert (entry["name"], entry["models"], entry["replicas"], entry["replication"]) == (
+            "small",
+            POOLED,
+            [pool_url],
+            1,
+        )
 
         for name in [*POOLED, "hot-d"]:
-            r = httpx.post(f"{run.url}/v1/chat/completions", timeout=180,
-                           json={"model": name, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
+            r = httpx.post(
+                f"{run.url}/v1/chat/completions",
+                timeout=180,
+                json={"model": name, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2},
+            )
             assert r.status_code == 200 and r.json()["model"] == name, r.text
             assert len(_children(router_pid)) <= 2  # LLAMA_MODELS_MAX: at most two models loaded
         states = {m["id"]: m["status"]["value"] for m in httpx.get(f"{pool_url}/models", timeout=10).json()["data"]}
@@ -122,7 +149,9 @@ def test_a_pool_is_one_router_mode_process_with_the_charts_preset_and_every_mode
     chart = k8s_object(str(cfg), "ConfigMap", "pool-small")["data"]["preset.ini"]
     assert chart.count("threads = 2") == 1 and "model = /models/pooled-a/" in chart
     models_dir = preset.parent / "models"
-    assert preset.read_text() == chart.replace("model = /models/", f"model = {models_dir}/").replace("threads = 2", "threads = 1")
+    assert preset.read_text() == chart.replace("model = /models/", f"model = {models_dir}/").replace(
+        "threads = 2", "threads = 1"
+    )
     for line in preset.read_text().splitlines():
         if line.startswith("model = "):
             assert Path(line.removeprefix("model = ")).resolve() == smollm2_gguf.resolve()  # --stand-ins serves each
@@ -140,8 +169,10 @@ def _farm(text: str = FARM_POOLS) -> Config:
 
 def _dedicated_need(config: Config) -> int:
     engines, _ = plan(config, None)
-    return sum(engine_memory(e.name, e.model, file_size=None, slots=e.slots, ctx_per_slot=e.ctx_per_slot).needed  # type: ignore[arg-type]
-               for e in engines)
+    return sum(
+        engine_memory(e.name, e.model, file_size=None, slots=e.slots, ctx_per_slot=e.ctx_per_slot).needed  # type: ignore[arg-type]
+        for e in engines
+    )
 
 
 def test_models_max_is_capped_by_the_memory_left_after_the_dedicated_engines():
@@ -152,8 +183,10 @@ def test_models_max_is_capped_by_the_memory_left_after_the_dedicated_engines():
     room = _dedicated_need(config) + ROUTER_RSS_BYTES + footprint + footprint // 2  # one loaded model fits, not two
     notes = cap_pools([pool], engines, MachineMemory(room, "available"), stand_ins=False, mapping={})
     assert pool.models_max == 1
-    assert notes == [f"pool small: models_max 2 → 1 here: 1 × pooled-a ({footprint / 2**20:.0f} MiB loaded) fit in this "
-                     f"machine's {room / 2**20:.0f} MiB available"]
+    assert notes == [
+        f"pool small: models_max 2 → 1 here: 1 × pooled-a ({footprint / 2**20:.0f} MiB loaded) fit in this "
+        f"machine's {room / 2**20:.0f} MiB available"
+    ]
     # Enough for both: the plan's 2 stands, no note.
     (pool,) = plan_pools(config, None)
     assert cap_pools([pool], engines, MachineMemory(room + footprint, "available"), stand_ins=False, mapping={}) == []
@@ -171,13 +204,18 @@ def test_a_pool_that_cannot_hold_its_largest_model_here_is_refused_in_one_line()
     line = str(refused.value)
     assert "\n" not in line
     left = f"{(ROUTER_RSS_BYTES + footprint - 1) / 2**20:.0f} MiB"
-    assert line == (f"pool 'small' cannot hold its largest model pooled-a on this machine: it needs {footprint / 2**20:.0f} MiB "
-                    f"loaded (1 slot(s) × 256 tokens, the pool plan) + 16 MiB for the router, but this machine has "
-                    f"{room / 2**20:.0f} MiB available, {left} of it after the dedicated engines — serve a smaller file with "
-                    "--model-map pooled-a=PATH, leave it out with --models, or use --stand-ins")
+    assert line == (
+        f"pool 'small' cannot hold its largest model pooled-a on this machine: it needs {footprint / 2**20:.0f} MiB "
+        f"loaded (1 slot(s) × 256 tokens, the pool plan) + 16 MiB for the router, but this machine has "
+        f"{room / 2**20:.0f} MiB available, {left} of it after the dedicated engines — serve a smaller file with "
+        "--model-map pooled-a=PATH, leave it out with --models, or use --stand-ins"
+    )
     # Served by stand-ins, the configured sizes are not counted (as for dedicated engines): nothing is refused.
     (pool,) = plan_pools(config, None)
-    assert cap_pools([pool], engines, MachineMemory(room, "available"), stand_ins=True, mapping={}) == [] and pool.models_max == 2
+    assert (
+        cap_pools([pool], engines, MachineMemory(room, "available"), stand_ins=True, mapping={}) == []
+        and pool.models_max == 2
+    )
 
 
 BIG_POOL = """
@@ -204,9 +242,13 @@ def test_the_cli_refuses_a_pool_this_machine_cannot_hold_before_any_download(tmp
     cfg.write_text(BIG_POOL)
     # No Hub at all: the refusal comes from the pool plan, before any request.
     line = _refused(cfg, _hub_env(f"http://127.0.0.1:{free_port()}", tmp_path / "cache"))
-    assert line.startswith("cpu-inference local: pool 'large' cannot hold its largest model big on this machine: it needs 45.1 GiB "
-                           "loaded (1 slot(s) × 4096 tokens, the pool plan) + 16 MiB for the router, but this machine has "), line
-    assert line.endswith("— serve a smaller file with --model-map big=PATH, leave it out with --models, or use --stand-ins"), line
+    assert line.startswith(
+        "cpu-inference local: pool 'large' cannot hold its largest model big on this machine: it needs 45.1 GiB "
+        "loaded (1 slot(s) × 4096 tokens, the pool plan) + 16 MiB for the router, but this machine has "
+    ), line
+    assert line.endswith(
+        "— serve a smaller file with --model-map big=PATH, leave it out with --models, or use --stand-ins"
+    ), line
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*.gguf*"))
 
 
@@ -234,10 +276,18 @@ def test_pooled_models_are_left_to_the_pool_check_not_summed_as_engines(tmp_path
     config = _farm(HUB_POOL)
     fake_hf.reset()
     tiny = MachineMemory(1, "available")
-    with pytest.raises(UserError, match=r"^models\[0\] \(tiny-pooled\): needs .* but this machine has 0 MiB available — "):
+    with pytest.raises(
+        UserError, match=r"^models\[0\] \(tiny-pooled\): needs .* but this machine has 0 MiB available — "
+    ):
         fetch_models(config, hub=Hub(fake_hf.url), cache_dir=tmp_path / "a", memory=tiny, progress=_quiet())
-    got = fetch_models(config, hub=Hub(fake_hf.url), cache_dir=tmp_path / "b", memory=tiny, progress=_quiet(),
-                       sized_elsewhere=["tiny-pooled"])
+    got = fetch_models(
+        config,
+        hub=Hub(fake_hf.url),
+        cache_dir=tmp_path / "b",
+        memory=tiny,
+        progress=_quiet(),
+        sized_elsewhere=["tiny-pooled"],
+    )
     assert got["tiny-pooled"].path.is_file() and got["tiny-pooled"].how == "downloaded"
 
 
@@ -252,16 +302,27 @@ def test_a_pooled_model_is_served_from_the_downloaded_cache_file(tmp_path, fake_
     cfg = tmp_path / "hub-pool.yaml"
     cfg.write_text(HUB_POOL)
     fake_hf.reset()
-    run = LocalRun(cfg, "--llama-server", str(llama_server_bin), "--threads", "1", "--log-dir", str(tmp_path / "logs"),
-                   env=_hub_env(fake_hf.url, hub_cache))
+    run = LocalRun(
+        cfg,
+        "--llama-server",
+        str(llama_server_bin),
+        "--threads",
+        "1",
+        "--log-dir",
+        str(tmp_path / "logs"),
+        env=_hub_env(fake_hf.url, hub_cache),
+    )
     try:
         run.wait_for("Ctrl-C stops everything")
         cached = hub_cache / "models" / PUBLIC_REPO / fake_hf.commit / FILE
         (link,) = (tmp_path / "logs" / "pool-tiny" / "models").rglob("*.gguf")
         assert link.resolve() == cached.resolve() and link.parent.parent.name == "tiny-pooled"
         assert "stands in" not in "".join(run.seen)
-        r = httpx.post(f"{run.url}/v1/chat/completions", timeout=180,
-                       json={"model": "tiny-pooled", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
+        r = httpx.post(
+            f"{run.url}/v1/chat/completions",
+            timeout=180,
+            json={"model": "tiny-pooled", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2},
+        )
         assert r.status_code == 200 and r.json()["model"] == "tiny-pooled", r.text
         code, out = run.stop(signal.SIGTERM)
         assert code == 0, out

@@ -29,11 +29,18 @@ EXAMPLE = ROOT / "examples" / "model-farm-eks.yaml"
 POOLED_EMBEDDING = ["bge-small-en", "all-minilm"]  # the example's encoders in pool `small`
 POOLED_RERANK = "jina-reranker"
 DEDICATED = {"e5-small": "embedding", "bge-reranker": "rerank"}  # moved out of the pool below
-SENTENCES = ["The quick brown fox jumps over the lazy dog.", "Kubernetes schedules pods onto nodes.",
-             "Café au lait costs €3.50 in Zürich!"]
+SENTENCES = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Kubernetes schedules pods onto nodes.",
+    "Café au lait costs €3.50 in Zürich!",
+]
 QUERY = "How do I deploy a model on Kubernetes?"
-DOCUMENTS = ["Kubernetes schedules pods onto nodes.", "Bananas are yellow.",
-             "Use a Deployment with a container image that serves the model.", "The weather is nice."]
+DOCUMENTS = [
+    "Kubernetes schedules pods onto nodes.",
+    "Bananas are yellow.",
+    "Use a Deployment with a container image that serves the model.",
+    "The weather is nice.",
+]
 
 
 def farm_config(tmp_path: Path) -> Path:
@@ -44,7 +51,9 @@ def farm_config(tmp_path: Path) -> Path:
     for name in DEDICATED:
         (m,) = [m for m in group["models"] if m["name"] == name]
         group["models"].remove(m)
-        cfg["models"].append({**{k: v for k, v in group["defaults"].items() if k != "pool"}, **m, "serving": "dedicated"})
+        cfg["models"].append(
+            {**{k: v for k, v in group["defaults"].items() if k != "pool"}, **m, "serving": "dedicated"}
+        )
     path = tmp_path / "farm.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
@@ -52,11 +61,22 @@ def farm_config(tmp_path: Path) -> Path:
 
 @pytest.mark.engine
 def test_stand_ins_serve_embeddings_and_rerank_pooled_and_dedicated_through_the_gateway(
-        tmp_path, llama_server_bin, minilm_gguf, reranker_gguf):
+    tmp_path, llama_server_bin, minilm_gguf, reranker_gguf
+):
     embedding = [*POOLED_EMBEDDING, "e5-small"]
     rerank = [POOLED_RERANK, "bge-reranker"]
-    run = LocalRun(farm_config(tmp_path), "--llama-server", str(llama_server_bin), "--stand-ins", "--threads", "1",
-                   "--models", ",".join(embedding + rerank), "--log-dir", str(tmp_path / "logs"))
+    run = LocalRun(
+        farm_config(tmp_path),
+        "--llama-server",
+        str(llama_server_bin),
+        "--stand-ins",
+        "--threads",
+        "1",
+        "--models",
+        ",".join(embedding + rerank),
+        "--log-dir",
+        str(tmp_path / "logs"),
+    )
     try:
         run.wait_for("Ctrl-C stops everything")
         out = "".join(run.seen)
@@ -82,7 +102,9 @@ def test_stand_ins_serve_embeddings_and_rerank_pooled_and_dedicated_through_the_
 
         expected = reference_rerank_scores(QUERY, DOCUMENTS)
         for name in rerank:
-            r = httpx.post(f"{run.url}/v1/rerank", json={"model": name, "query": QUERY, "documents": DOCUMENTS}, timeout=120)
+            r = httpx.post(
+                f"{run.url}/v1/rerank", json={"model": name, "query": QUERY, "documents": DOCUMENTS}, timeout=120
+            )
             assert r.status_code == 200, (name, r.text)
             scores = {d["index"]: d["relevance_score"] for d in r.json()["results"]}
             assert sorted(scores) == list(range(len(DOCUMENTS))), (name, r.text)  # one score per document

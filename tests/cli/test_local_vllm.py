@@ -45,26 +45,46 @@ def test_a_vllm_model_without_a_checkpoint_or_stand_in_is_refused_before_anythin
 
     cfg = tmp_path / "config.yaml"
     cfg.write_text(MIXED)
-    out = subprocess.run([CLI, "local", str(cfg), "--llama-server", "/bin/true"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [CLI, "local", str(cfg), "--llama-server", "/bin/true"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip().endswith(
         "qwen3-0-6b uses engine vllm: `local` downloads GGUF files only — pass --model-map qwen3-0-6b=DIR (a local safetensors "
-        "checkpoint with config.json), or --stand-ins to serve a llama.cpp stand-in"), out.stderr
+        "checkpoint with config.json), or --stand-ins to serve a llama.cpp stand-in"
+    ), out.stderr
     gguf = tmp_path / "x.gguf"
     gguf.write_bytes(b"GGUF" + b"\0" * 16)
-    wrong = subprocess.run([CLI, "local", str(cfg), "--llama-server", "/bin/true", "--model-map", f"qwen3-0-6b={gguf}"],
-                           cwd=ROOT, capture_output=True, text=True, timeout=60)
+    wrong = subprocess.run(
+        [CLI, "local", str(cfg), "--llama-server", "/bin/true", "--model-map", f"qwen3-0-6b={gguf}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert wrong.returncode == 2 and f"--model-map qwen3-0-6b: {gguf} is not a checkpoint directory" in wrong.stderr
 
 
 @pytest.mark.vllm
 @pytest.mark.engine
-def test_the_router_escalates_to_a_vllm_model_started_in_its_deployed_environment(tmp_path, llama_server_bin, smollm2_gguf) -> None:
+def test_the_router_escalates_to_a_vllm_model_started_in_its_deployed_environment(
+    tmp_path, llama_server_bin, smollm2_gguf
+) -> None:
     cfg = tmp_path / "config.yaml"
     cfg.write_text(MIXED)
     python, checkpoint = vllm_python(), vllm_model_dir()
-    run = LocalRun(cfg, "--llama-server", str(llama_server_bin), "--stand-ins", "--threads", "2",
-                   "--vllm-python", str(python), "--model-map", f"qwen3-0-6b={checkpoint}")
+    run = LocalRun(
+        cfg,
+        "--llama-server",
+        str(llama_server_bin),
+        "--stand-ins",
+        "--threads",
+        "2",
+        "--vllm-python",
+        str(python),
+        "--model-map",
+        f"qwen3-0-6b={checkpoint}",
+    )
     try:
         run.wait_for("Ctrl-C stops everything", timeout=480)
         out = "".join(run.seen)
@@ -78,10 +98,21 @@ def test_the_router_escalates_to_a_vllm_model_started_in_its_deployed_environmen
         # The deployed sizing, except the threads, which are this machine's (one reserved for vLLM's scheduler).
         for key in ("VLLM_CPU_KVCACHE_SPACE", "SERVE_MAX_NUM_SEQS", "SERVE_MAX_MODEL_LEN", "SERVE_DTYPE"):
             assert env[key] == deployed[key], key
-        assert (env["OMP_NUM_THREADS"], env["VLLM_CPU_NUM_OF_RESERVED_CPU"], env["VLLM_CPU_OMP_THREADS_BIND"]) == ("1", "1", "nobind")
+        assert (env["OMP_NUM_THREADS"], env["VLLM_CPU_NUM_OF_RESERVED_CPU"], env["VLLM_CPU_OMP_THREADS_BIND"]) == (
+            "1",
+            "1",
+            "nobind",
+        )
 
-        body = {"messages": [{"role": "user", "content": "Implement a red-black tree in C++ with deletion and write unit tests for it."}],
-                "max_tokens": 8}
+        body = {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": "Implement a red-black tree in C++ with deletion and write unit tests for it.",
+                }
+            ],
+            "max_tokens": 8,
+        }
         hard = httpx.post(f"{run.url}/v1/chat/completions", json=body, timeout=180)
         assert hard.status_code == 200, hard.text
         assert hard.headers["x-router-route"] == "llm" and hard.json()["model"] == "qwen3-0-6b"

@@ -32,7 +32,16 @@ MIB = 1024 * 1024
 WINDOW = 8 * MIB  # several ranged GETs for the 98 MB file
 FAST = RetryPolicy(attempts=4, backoff_seconds=0.01, max_backoff_seconds=0.05)
 PLENTY = MachineMemory(64 * sizing.GIB, "available")
-_PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
+_PROXY_VARS = (
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "no_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+)
 
 
 @pytest.fixture(scope="module")
@@ -53,11 +62,20 @@ def hub(fake: FakeHub, monkeypatch: pytest.MonkeyPatch) -> FakeHub:
 
 
 def _config(repo: str = PUBLIC_REPO, **source: str) -> Config:
-    return Config.model_validate({
-        "pattern": "model-farm",
-        "models": [{"name": "smollm2", "parameters_billions": 0.135, "quantization": "Q4_1", "context_window": 2048,
-                    "source": {"hf_repo": repo, "file": FILE, **source}}],
-    })
+    return Config.model_validate(
+        {
+            "pattern": "model-farm",
+            "models": [
+                {
+                    "name": "smollm2",
+                    "parameters_billions": 0.135,
+                    "quantization": "Q4_1",
+                    "context_window": 2048,
+                    "source": {"hf_repo": repo, "file": FILE, **source},
+                }
+            ],
+        }
+    )
 
 
 def _client(fake: FakeHub, retry: RetryPolicy = FAST) -> Hub:
@@ -72,7 +90,9 @@ def _closed_url() -> str:
 
 def _files(root: Path) -> list[str]:
     """What the cache holds, apart from the empty lock files under .locks/ (kept: unlinking a lock file races)."""
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and p.relative_to(root).parts[0] != ".locks")
+    return sorted(
+        str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and p.relative_to(root).parts[0] != ".locks"
+    )
 
 
 def _quiet_bar() -> Progress:
@@ -84,7 +104,9 @@ def test_first_run_downloads_with_progress_and_the_next_run_sends_no_request(hub
     config = _config(revision=hub.commit)
     bar = _quiet_bar()
 
-    got = fetch_models(config, hub=_client(hub), cache_dir=tmp_path, memory=PLENTY, progress=bar, window=WINDOW)["smollm2"]
+    got = fetch_models(config, hub=_client(hub), cache_dir=tmp_path, memory=PLENTY, progress=bar, window=WINDOW)[
+        "smollm2"
+    ]
 
     assert got.how == "downloaded"
     assert got.path == tmp_path / PUBLIC_REPO / hub.commit / FILE
@@ -109,7 +131,9 @@ def test_a_pinned_sha256_on_a_branch_is_reused_without_a_request(hub: FakeHub, t
     fetch_model(_config().models[0], hub=_client(hub), cache_dir=tmp_path, window=WINDOW)
     hub.reset()
 
-    again = fetch_model(_config(revision="main", sha256=served.sha256).models[0], hub=Hub(_closed_url()), cache_dir=tmp_path)
+    again = fetch_model(
+        _config(revision="main", sha256=served.sha256).models[0], hub=Hub(_closed_url()), cache_dir=tmp_path
+    )
 
     assert again.how == "cached" and again.commit == hub.commit and again.offline is None
     assert (hub.stats.heads, hub.stats.gets) == (0, 0)
@@ -120,14 +144,22 @@ def test_a_branch_costs_one_head_and_offline_uses_its_last_cached_commit(hub: Fa
     assert (tmp_path / PUBLIC_REPO / "refs" / "main").read_text() == f"{hub.commit}\n"
     hub.reset()
 
-    again = fetch_models(_config(revision="main"), hub=_client(hub), cache_dir=tmp_path, memory=PLENTY, progress=_quiet_bar())
+    again = fetch_models(
+        _config(revision="main"), hub=_client(hub), cache_dir=tmp_path, memory=PLENTY, progress=_quiet_bar()
+    )
 
     assert again["smollm2"].how == "cached" and again["smollm2"].path == first.path
     assert (hub.stats.heads, hub.stats.gets) == (1, 0)  # HEAD resolves main to its commit; no byte moves
 
     said: list[str] = []
-    offline = fetch_models(_config(revision="main"), hub=Hub(_closed_url()), cache_dir=tmp_path, memory=PLENTY,
-                           progress=_quiet_bar(), notes=said.append)["smollm2"]
+    offline = fetch_models(
+        _config(revision="main"),
+        hub=Hub(_closed_url()),
+        cache_dir=tmp_path,
+        memory=PLENTY,
+        progress=_quiet_bar(),
+        notes=said.append,
+    )["smollm2"]
 
     assert offline.path == first.path and "Connection refused" in (offline.offline or "")
     assert len(said) == 1 and said[0].startswith("smollm2: no network (cannot connect to 127.0.0.1:")
@@ -151,8 +183,14 @@ def test_an_interrupted_download_resumes_from_the_part_file_with_a_range(hub: Fa
     hub.reset()
     started: list[tuple[int, int]] = []
     counted: list[int] = []
-    done = fetch_model(model, hub=_client(hub), cache_dir=tmp_path, window=WINDOW,
-                       on_start=lambda total, resumed: started.append((total, resumed)), on_bytes=counted.append)
+    done = fetch_model(
+        model,
+        hub=_client(hub),
+        cache_dir=tmp_path,
+        window=WINDOW,
+        on_start=lambda total, resumed: started.append((total, resumed)),
+        on_bytes=counted.append,
+    )
 
     assert started == [(served.size, 2 * WINDOW)]
     starts = sorted(int(r.split("-")[0]) for r in hub.stats.ranges)
@@ -209,8 +247,14 @@ def test_a_model_too_large_for_this_machine_is_refused_up_front_with_the_numbers
     small = MachineMemory(300 * MIB, "available")
     # KV: the sizing estimate for a sub-1B model without a shape (48 KiB/token) x 4 slots x 2048 tokens = 384 MiB.
     with pytest.raises(UserError) as refused:
-        fetch_models(_config(), hub=_client(hub), cache_dir=tmp_path, memory=small, shapes={"smollm2": (4, 2048)},
-                     progress=_quiet_bar())
+        fetch_models(
+            _config(),
+            hub=_client(hub),
+            cache_dir=tmp_path,
+            memory=small,
+            shapes={"smollm2": (4, 2048)},
+            progress=_quiet_bar(),
+        )
 
     weights_mib = round(served.size / MIB)  # the size the Hub's HEAD reported, not the parameter-count estimate
     runtime_mib = round((256 * MIB + 0.10 * served.size) / MIB)
@@ -224,13 +268,30 @@ def test_a_model_too_large_for_this_machine_is_refused_up_front_with_the_numbers
 
 
 def test_engines_that_fit_alone_but_not_together_are_refused(hub: FakeHub, tmp_path: Path) -> None:
-    config = Config.model_validate({"pattern": "model-farm", "models": [
-        {"name": n, "parameters_billions": 0.135, "quantization": "Q4_1", "source": {"hf_repo": PUBLIC_REPO, "file": FILE}}
-        for n in ("a", "b")]})
+    config = Config.model_validate(
+        {
+            "pattern": "model-farm",
+            "models": [
+                {
+                    "name": n,
+                    "parameters_billions": 0.135,
+                    "quantization": "Q4_1",
+                    "source": {"hf_repo": PUBLIC_REPO, "file": FILE},
+                }
+                for n in ("a", "b")
+            ],
+        }
+    )
 
     with pytest.raises(UserError) as refused:
-        fetch_models(config, hub=_client(hub), cache_dir=tmp_path, memory=MachineMemory(600 * MIB, "available"),
-                     shapes={"a": (1, 512), "b": (1, 512)}, progress=_quiet_bar())
+        fetch_models(
+            config,
+            hub=_client(hub),
+            cache_dir=tmp_path,
+            memory=MachineMemory(600 * MIB, "available"),
+            shapes={"a": (1, 512), "b": (1, 512)},
+            progress=_quiet_bar(),
+        )
 
     assert str(refused.value).startswith("the 2 engines together need ")
     assert "but this machine has 600 MiB available — start fewer (--models)" in str(refused.value)
@@ -251,20 +312,32 @@ def test_a_gated_model_downloads_with_hf_token_and_hf_endpoint_from_the_environm
     monkeypatch.setenv("HF_TOKEN", GOOD_TOKEN)
     got = fetch_models(_config(GATED_REPO), memory=PLENTY, progress=_quiet_bar())["smollm2"]
 
-    assert got.path == cache_root() / GATED_REPO / hub.commit / FILE == tmp_path / "models" / GATED_REPO / hub.commit / FILE
+    assert (
+        got.path
+        == cache_root() / GATED_REPO / hub.commit / FILE
+        == tmp_path / "models" / GATED_REPO / hub.commit / FILE
+    )
     assert sha256_file(got.path) == hub.files[(GATED_REPO, FILE)].sha256
     assert hub.stats.auth_seen_by_cdn == 0  # the token went to the Hub only
 
 
 def test_an_unknown_file_keeps_model_downloads_404_wording(hub: FakeHub, tmp_path: Path) -> None:
-    config = Config.model_validate({"pattern": "model-farm", "models": [
-        {"name": "x", "parameters_billions": 1, "source": {"hf_repo": PUBLIC_REPO, "file": "nope-Q4_K_M.gguf"}}]})
+    config = Config.model_validate(
+        {
+            "pattern": "model-farm",
+            "models": [
+                {"name": "x", "parameters_billions": 1, "source": {"hf_repo": PUBLIC_REPO, "file": "nope-Q4_K_M.gguf"}}
+            ],
+        }
+    )
 
     with pytest.raises(UserError) as missing:
         fetch_models(config, hub=_client(hub), cache_dir=tmp_path, memory=PLENTY, progress=_quiet_bar())
 
-    assert str(missing.value) == (f"models[0] (x): {PUBLIC_REPO}/nope-Q4_K_M.gguf@main not found on {hub.url} "
-                                  "(HTTP 404: file not found): check hf_repo, file and revision")
+    assert str(missing.value) == (
+        f"models[0] (x): {PUBLIC_REPO}/nope-Q4_K_M.gguf@main not found on {hub.url} "
+        "(HTTP 404: file not found): check hf_repo, file and revision"
+    )
 
 
 def test_parse_model_map(tmp_path: Path, smollm2_gguf: Path) -> None:
@@ -296,7 +369,9 @@ def test_machine_memory_reads_memavailable(tmp_path: Path) -> None:
     (group / "memory.max").write_text(f"{1024 * MIB}\n")
     (group / "memory.current").write_text(f"{900 * MIB}\n")
     (group / "memory.stat").write_text(f"anon {700 * MIB}\nfile {200 * MIB}\ninactive_file {200 * MIB}\n")
-    assert machine_memory(meminfo, cgroup=group) == MachineMemory(324 * MIB, "available under this container's memory limit")
+    assert machine_memory(meminfo, cgroup=group) == MachineMemory(
+        324 * MIB, "available under this container's memory limit"
+    )
     (group / "memory.max").write_text("max\n")
     assert machine_memory(meminfo, cgroup=group).kind == "available"
 

@@ -12,7 +12,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cli(*args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cpu_inference.cli.main", *args], capture_output=True, text=True, cwd=ROOT, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "cpu_inference.cli.main", *args], capture_output=True, text=True, cwd=ROOT, **kw
+    )
 
 
 def test_size_prints_a_row_per_model_from_sizing() -> None:
@@ -34,7 +36,9 @@ def test_size_list_prints_the_catalog() -> None:
 
 def test_size_of_a_bad_config_is_one_line_exit_2(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
-    bad.write_text("models:\n  - name: Bad_Name\n    source: {hf_repo: a/b, file: m.gguf}\n    parameters_billions: 1\n")
+    bad.write_text(
+        "models:\n  - name: Bad_Name\n    source: {hf_repo: a/b, file: m.gguf}\n    parameters_billions: 1\n"
+    )
     proc = _cli("size", str(bad))
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
@@ -49,7 +53,10 @@ def test_cdk_app_reports_config_errors_without_traceback(tmp_path: Path) -> None
     proc = subprocess.run([sys.executable, "apps/app.py"], cwd=ROOT, env=env, capture_output=True, text=True)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
-    assert proc.stderr.strip().splitlines()[-1] == f"{bad}: models: no model to serve — list models under models: or model_groups:"
+    assert (
+        proc.stderr.strip().splitlines()[-1]
+        == f"{bad}: models: no model to serve — list models under models: or model_groups:"
+    )
 
 
 def test_stacks_lists_the_synthesized_assembly(tmp_path: Path) -> None:
@@ -67,7 +74,8 @@ def test_module_entry_point_reports_user_errors_without_a_traceback(tmp_path) ->
 
     out = subprocess.run(
         [sys.executable, "-m", "cpu_inference.cli.main", "stacks", str(tmp_path / "no-such-cdk.out")],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert out.returncode == 2, out.stderr
     assert "Traceback" not in out.stderr and out.stderr.startswith("cpu-inference stacks:")

@@ -21,11 +21,21 @@ HOSTING_TYPES = set(SM.shape_for("ProductionVariantInstanceType").enum)
 
 
 def _model(name: str, **kw) -> dict:
-    return {"name": name, "source": {"hf_repo": "acme/farm-GGUF", "file": f"{name}.gguf"}, "parameters_billions": 0.135, "task": "embedding", **kw}
+    return {
+        "name": name,
+        "source": {"hf_repo": "acme/farm-GGUF", "file": f"{name}.gguf"},
+        "parameters_billions": 0.135,
+        "task": "embedding",
+        **kw,
+    }
 
 
 def _doc(target: str = "eks", pools: list | None = None, models: list | None = None, **over) -> dict:
-    doc: dict = {"target": target, "pattern": "model-farm", "models": models or [_model("a"), _model("b"), _model("hot", serving="dedicated")]}
+    doc: dict = {
+        "target": target,
+        "pattern": "model-farm",
+        "models": models or [_model("a"), _model("b"), _model("hot", serving="dedicated")],
+    }
     if pools is not None:
         doc["farm"] = {"pools": pools}
     doc.update(over)
@@ -43,15 +53,33 @@ def _warnings(doc: dict) -> list[str]:
 
 
 def test_farm_models_are_pooled_by_default_in_the_first_pool() -> None:
-    config = parse(yaml.safe_dump(_doc(pools=[{"name": "small"}, {"name": "big", "memory_gib": 32}],
-                                       models=[_model("a"), _model("b", pool="big"), _model("hot", serving="dedicated")])))
+    config = parse(
+        yaml.safe_dump(
+            _doc(
+                pools=[{"name": "small"}, {"name": "big", "memory_gib": 32}],
+                models=[_model("a"), _model("b", pool="big"), _model("hot", serving="dedicated")],
+            )
+        )
+    )
     assert [config.serving_of(m) for m in config.models] == ["pool", "pool", "dedicated"]
     assert [p.name if (p := config.pool_of(m)) else None for m in config.models] == ["small", "big", None]
     assert [m.name for m in config.pool_models("small")] == ["a"]
     default = parse(yaml.safe_dump(_doc()))
-    assert [p.name for p in default.farm.pools] == ["default"] and default.farm.gateway.min == 2 and default.farm.gateway.max == 6
+    assert (
+        [p.name for p in default.farm.pools] == ["default"]
+        and default.farm.gateway.min == 2
+        and default.farm.gateway.max == 6
+    )
     pool = default.farm.pools[0]
-    assert (pool.cpu, pool.memory_gib, pool.replicas.min, pool.replicas.max, pool.replication, pool.models_max, pool.instance_type) == (4, 16, 1, 4, 2, None, None)
+    assert (
+        pool.cpu,
+        pool.memory_gib,
+        pool.replicas.min,
+        pool.replicas.max,
+        pool.replication,
+        pool.models_max,
+        pool.instance_type,
+    ) == (4, 16, 1, 4, 2, None, None)
 
 
 def test_slm_prefilter_models_are_dedicated_and_may_not_be_pooled() -> None:
@@ -59,7 +87,9 @@ def test_slm_prefilter_models_are_dedicated_and_may_not_be_pooled() -> None:
     config = parse(yaml.safe_dump(base))
     assert {config.serving_of(m) for m in config.models} == {"dedicated"}
     base["models"][0]["serving"] = "pool"
-    assert _errors(base) == ["config.yaml: models[0].serving: pool serving is only for farm models of pattern model-farm (pattern is slm-prefilter) — remove serving (the model gets its own replicas) or use pattern: model-farm"]
+    assert _errors(base) == [
+        "config.yaml: models[0].serving: pool serving is only for farm models of pattern model-farm (pattern is slm-prefilter) — remove serving (the model gets its own replicas) or use pattern: model-farm"
+    ]
 
 
 def test_pool_names_are_unique_and_a_models_pool_must_exist() -> None:
@@ -72,17 +102,23 @@ def test_pool_names_are_unique_and_a_models_pool_must_exist() -> None:
 
 def test_a_dedicated_model_names_no_pool() -> None:
     doc = _doc(models=[_model("a"), _model("hot", serving="dedicated", pool="default")])
-    assert _errors(doc) == ["config.yaml: models[1].pool: hot is served dedicated, so pool 'default' is not used — remove pool, or set serving: pool (model-farm only)"]
+    assert _errors(doc) == [
+        "config.yaml: models[1].pool: hot is served dedicated, so pool 'default' is not used — remove pool, or set serving: pool (model-farm only)"
+    ]
 
 
 def test_replication_is_at_most_the_pools_replicas() -> None:
     doc = _doc(pools=[{"name": "small", "replicas": {"min": 1, "max": 2}, "replication": 3}])
-    assert _errors(doc) == ["config.yaml: farm.pools[0].replication: 3 is more than the pool's replicas.max (2): each model is routed to `replication` distinct replicas — lower replication or raise replicas.max"]
+    assert _errors(doc) == [
+        "config.yaml: farm.pools[0].replication: 3 is more than the pool's replicas.max (2): each model is routed to `replication` distinct replicas — lower replication or raise replicas.max"
+    ]
 
 
 def test_a_pooled_model_must_fit_the_pools_memory_on_eks() -> None:
-    doc = _doc(pools=[{"name": "small", "memory_gib": 2}, {"name": "big", "memory_gib": 32}],
-               models=[_model("a"), _model("llm", parameters_billions=8, task="chat")])
+    doc = _doc(
+        pools=[{"name": "small", "memory_gib": 2}, {"name": "big", "memory_gib": 32}],
+        models=[_model("a"), _model("llm", parameters_billions=8, task="chat")],
+    )
     need = pool_sizing.model_slots(sizing.ModelSpec(parameters_billions=8, task="chat")).memory_bytes
     gib = -(-(need + pool_sizing.ROUTER_RSS_BYTES) // sizing.GIB)
     assert _errors(doc) == [
@@ -111,14 +147,24 @@ def test_a_pool_replica_counts_the_mountpoint_allowance_against_the_node() -> No
     ]
     doc["farm"]["pools"][0]["memory_gib"] = 114.3  # the fix the message names fits, to the MiB the chart renders
     parse(yaml.safe_dump(doc))
-    assert math.ceil((int(114.3 * sizing.GIB) + pool_sizing.MOUNTPOINT_MEMORY_BYTES) / sizing.MIB) * sizing.MIB <= largest
+    assert (
+        math.ceil((int(114.3 * sizing.GIB) + pool_sizing.MOUNTPOINT_MEMORY_BYTES) / sizing.MIB) * sizing.MIB <= largest
+    )
 
 
 def test_sagemaker_pooled_models_take_the_pools_endpoint_instance() -> None:
     # One multi-model endpoint per pool: a pooled model has no instance of its own.
-    doc = _doc("sagemaker", pools=[{"name": "small", "instance_type": "ml.c7g.xlarge"}],
-               models=[_model("a", instance_type="ml.c7g.2xlarge"), _model("hot", serving="dedicated", instance_type="ml.c7g.2xlarge")])
-    assert _errors(doc) == ["config.yaml: models[0].instance_type: a is served by pool 'small', one multi-model endpoint on ml.c7g.xlarge (farm.pools[0].instance_type) — remove instance_type from the model, set it on the pool, or set serving: dedicated for an endpoint of its own"]
+    doc = _doc(
+        "sagemaker",
+        pools=[{"name": "small", "instance_type": "ml.c7g.xlarge"}],
+        models=[
+            _model("a", instance_type="ml.c7g.2xlarge"),
+            _model("hot", serving="dedicated", instance_type="ml.c7g.2xlarge"),
+        ],
+    )
+    assert _errors(doc) == [
+        "config.yaml: models[0].instance_type: a is served by pool 'small', one multi-model endpoint on ml.c7g.xlarge (farm.pools[0].instance_type) — remove instance_type from the model, set it on the pool, or set serving: dedicated for an endpoint of its own"
+    ]
 
 
 def test_sagemaker_pool_instance_is_a_hosting_type_from_botocore() -> None:
@@ -126,7 +172,9 @@ def test_sagemaker_pool_instance_is_a_hosting_type_from_botocore() -> None:
     # multi-model-support.html): the hosting enum decides. ml.m7g does not exist there; ml.m8g does.
     assert "ml.m7g.xlarge" not in HOSTING_TYPES and "ml.m8g.xlarge" in HOSTING_TYPES
     doc = _doc("sagemaker", pools=[{"name": "small", "instance_type": "ml.m7g.xlarge"}])
-    assert _errors(doc) == ["config.yaml: farm.pools[0].instance_type: 'ml.m7g.xlarge' is not a SageMaker hosting instance type (not in ProductionVariantInstanceType) — use ml.m8g.xlarge (4 vCPUs, 16 GiB)"]
+    assert _errors(doc) == [
+        "config.yaml: farm.pools[0].instance_type: 'ml.m7g.xlarge' is not a SageMaker hosting instance type (not in ProductionVariantInstanceType) — use ml.m8g.xlarge (4 vCPUs, 16 GiB)"
+    ]
 
 
 def test_sagemaker_pool_keeps_an_instance() -> None:
@@ -134,14 +182,23 @@ def test_sagemaker_pool_keeps_an_instance() -> None:
     shape = SM.shape_for("ProductionVariant").members["InitialInstanceCount"]
     assert shape.metadata["min"] == 1
     doc = _doc("sagemaker", pools=[{"name": "small", "replicas": {"min": 0, "max": 2}}])
-    assert _errors(doc) == ["config.yaml: farm.pools[0].replicas.min: 0 is not possible on a SageMaker multi-model endpoint (InitialInstanceCount ≥ 1) — use 1 or more"]
+    assert _errors(doc) == [
+        "config.yaml: farm.pools[0].replicas.min: 0 is not possible on a SageMaker multi-model endpoint (InitialInstanceCount ≥ 1) — use 1 or more"
+    ]
 
 
 def test_sagemaker_model_too_big_for_the_pool_gets_a_hosting_type_that_fits() -> None:
-    doc = _doc("sagemaker", pools=[{"name": "small", "instance_type": "ml.c7g.large"}],
-               models=[_model("llm", parameters_billions=7, task="chat", quantization="Q8_0")])
+    doc = _doc(
+        "sagemaker",
+        pools=[{"name": "small", "instance_type": "ml.c7g.large"}],
+        models=[_model("llm", parameters_billions=7, task="chat", quantization="Q8_0")],
+    )
     (line,) = _errors(doc)
-    assert line.startswith("config.yaml: models[0]: llm needs ") and "but pool 'small' runs on ml.c7g.large with 3.0 GiB for models — set farm.pools[0].instance_type to " in line
+    assert (
+        line.startswith("config.yaml: models[0]: llm needs ")
+        and "but pool 'small' runs on ml.c7g.large with 3.0 GiB for models — set farm.pools[0].instance_type to "
+        in line
+    )
     suggested = line.split("instance_type to ")[1].split(",")[0]
     assert suggested in HOSTING_TYPES
     doc["farm"]["pools"][0]["instance_type"] = suggested
@@ -152,8 +209,16 @@ def test_sagemaker_model_too_big_for_the_pool_gets_a_hosting_type_that_fits() ->
 
 def test_pooled_models_own_replicas_and_cpu_are_warned_once_per_group() -> None:
     doc = _doc(models=[_model("hot", serving="dedicated")])
-    doc["model_groups"] = [{"defaults": {"source": {"hf_repo": "acme/farm-GGUF"}, "parameters_billions": 0.1, "replicas": {"min": 0, "max": 2}},
-                            "models": [{"name": f"m-{i}", "source": {"file": f"m-{i}.gguf"}} for i in range(3)]}]
+    doc["model_groups"] = [
+        {
+            "defaults": {
+                "source": {"hf_repo": "acme/farm-GGUF"},
+                "parameters_billions": 0.1,
+                "replicas": {"min": 0, "max": 2},
+            },
+            "models": [{"name": f"m-{i}", "source": {"file": f"m-{i}.gguf"}} for i in range(3)],
+        }
+    ]
     doc["model_groups"][0]["models"][1]["cpu"] = 2
     assert _warnings(doc) == [
         "config.yaml: warning: model_groups[0].defaults.replicas: not used for a pooled model (its pool's replicas scale: farm.pools[].replicas) — remove it, or set serving: dedicated to give the model replicas of its own (and 2 more models of this group)",
@@ -169,15 +234,26 @@ def test_a_models_max_above_what_fits_is_a_warning() -> None:
     plan = plan_pool(config, config.farm.pools[0])
     assert plan is not None and plan.models_max == 10 and plan.models_max_fit < 10
     assert line.startswith("config.yaml: warning: farm.pools[0].models_max: 10 models at once need up to ")
-    assert line.endswith(f"room for {plan.models_max_fit} of its largest (m-0) — remove models_max (sizing then uses {plan.models_max_fit}) or give the pool more memory")
+    assert line.endswith(
+        f"room for {plan.models_max_fit} of its largest (m-0) — remove models_max (sizing then uses {plan.models_max_fit}) or give the pool more memory"
+    )
 
 
 def test_an_unused_pool_and_farm_outside_model_farm_are_warnings() -> None:
     doc = _doc(pools=[{"name": "small"}, {"name": "spare"}])
-    assert _warnings(doc) == ["config.yaml: warning: farm.pools[1]: pool 'spare' serves no model — remove it or set pool: spare on models"]
-    doc = _doc(pools=[{"name": "small"}], pattern="slm-prefilter", models=[_model("a", role="slm", task="classification")],
-               escalation={"kind": "bedrock", "model_id": "anthropic.claude-3-5-haiku-20241022-v1:0"})
-    assert "config.yaml: warning: farm: only pattern model-farm has pools — remove farm or use pattern: model-farm" in _warnings(doc)
+    assert _warnings(doc) == [
+        "config.yaml: warning: farm.pools[1]: pool 'spare' serves no model — remove it or set pool: spare on models"
+    ]
+    doc = _doc(
+        pools=[{"name": "small"}],
+        pattern="slm-prefilter",
+        models=[_model("a", role="slm", task="classification")],
+        escalation={"kind": "bedrock", "model_id": "anthropic.claude-3-5-haiku-20241022-v1:0"},
+    )
+    assert (
+        "config.yaml: warning: farm: only pattern model-farm has pools — remove farm or use pattern: model-farm"
+        in _warnings(doc)
+    )
 
 
 def test_an_eks_pool_keeps_a_replica() -> None:
@@ -186,9 +262,20 @@ def test_an_eks_pool_keeps_a_replica() -> None:
     from cpu_inference.engines.pool_preset import PoolModel
     from cpu_inference.k8s.charts.model_pool_chart import ModelPoolChartProps
 
-    props = ModelPoolChartProps(name="small", image="i@sha256:" + "f" * 64, models=(PoolModel("m", "m/0/m.gguf", 512),), models_max=1,
-                                cpu=1, memory_bytes=2**30, bucket_name="models-bucket", region="us-east-1", replicas_min=0)
+    props = ModelPoolChartProps(
+        name="small",
+        image="i@sha256:" + "f" * 64,
+        models=(PoolModel("m", "m/0/m.gguf", 512),),
+        models_max=1,
+        cpu=1,
+        memory_bytes=2**30,
+        bucket_name="models-bucket",
+        region="us-east-1",
+        replicas_min=0,
+    )
     with pytest.raises(ValueError, match="replicas_min"):
         props.validate()
     doc = _doc("eks", pools=[{"name": "small", "replicas": {"min": 0, "max": 2}}])
-    assert _errors(doc) == ["config.yaml: farm.pools[0].replicas.min: 0 is not possible for a pool: a pool keeps at least one replica for the gateway to load its models on — use 1 or more (a model that should scale to zero: serving: dedicated with replicas.min 0)"]
+    assert _errors(doc) == [
+        "config.yaml: farm.pools[0].replicas.min: 0 is not possible for a pool: a pool keeps at least one replica for the gateway to load its models on — use 1 or more (a model that should scale to zero: serving: dedicated with replicas.min 0)"
+    ]

@@ -16,7 +16,12 @@ from cpu_inference.config.schema import Config
 ROOT = Path(__file__).resolve().parents[2]
 
 GROUP = {
-    "defaults": {"source": {"hf_repo": "acme/farm-GGUF", "revision": "abc123"}, "parameters_billions": 0.135, "task": "embedding", "context_window": 512},
+    "defaults": {
+        "source": {"hf_repo": "acme/farm-GGUF", "revision": "abc123"},
+        "parameters_billions": 0.135,
+        "task": "embedding",
+        "context_window": 512,
+    },
     "models": [
         {"name": "m-0", "source": {"file": "m-0.gguf"}},
         {"name": "m-1", "source": {"file": "m-1.gguf", "revision": "main"}, "task": "rerank"},
@@ -24,7 +29,12 @@ GROUP = {
         {"name": "m-3", "source": {"file": "m-3.gguf"}},
     ],
 }
-HOT = {"name": "hot", "serving": "dedicated", "source": {"hf_repo": "acme/hot-GGUF", "file": "hot.gguf"}, "parameters_billions": 0.6}
+HOT = {
+    "name": "hot",
+    "serving": "dedicated",
+    "source": {"hf_repo": "acme/hot-GGUF", "file": "hot.gguf"},
+    "parameters_billions": 0.6,
+}
 
 
 def _doc(**over) -> dict:
@@ -66,7 +76,9 @@ def test_models_may_be_empty_when_groups_give_models() -> None:
 
 
 def test_no_model_at_all_is_one_line() -> None:
-    assert _errors({"pattern": "model-farm", "models": []}) == ["config.yaml: models: no model to serve — list models under models: or model_groups:"]
+    assert _errors({"pattern": "model-farm", "models": []}) == [
+        "config.yaml: models: no model to serve — list models under models: or model_groups:"
+    ]
 
 
 def test_a_bad_key_in_defaults_is_reported_at_the_defaults() -> None:
@@ -82,14 +94,18 @@ def test_a_bad_key_in_defaults_is_reported_at_the_defaults() -> None:
 def test_a_name_in_defaults_is_refused() -> None:
     doc = _doc()
     doc["model_groups"][0]["defaults"]["name"] = "x"
-    assert _errors(doc) == ["config.yaml: model_groups[0].defaults.name: a name is per model — give each entry of model_groups[0].models its own name"]
+    assert _errors(doc) == [
+        "config.yaml: model_groups[0].defaults.name: a name is per model — give each entry of model_groups[0].models its own name"
+    ]
 
 
 def test_every_bad_entry_is_reported_at_its_entry_in_one_run() -> None:
     doc = _doc()
     entries = doc["model_groups"][0]["models"]
     entries[3]["quantization"] = "Q9"  # wrong on its own
-    entries[1].update(context_per_slot=9000, parameters_billions=0.2)  # wrong only once merged (context_window 512 from defaults)
+    entries[1].update(
+        context_per_slot=9000, parameters_billions=0.2
+    )  # wrong only once merged (context_window 512 from defaults)
     del entries[2]["parameters_billions"]
     doc["model_groups"][0]["defaults"].pop("parameters_billions")  # now missing where an entry does not set it
     entries[0]["parameters_billions"] = 0.1
@@ -104,12 +120,21 @@ def test_every_bad_entry_is_reported_at_its_entry_in_one_run() -> None:
 def test_an_entry_needs_a_name() -> None:
     doc = _doc()
     del doc["model_groups"][0]["models"][2]["name"]
-    assert _errors(doc) == ["config.yaml: model_groups[0].models[2].name: required — short DNS-safe name, unique in the config, e.g. smollm2-135m"]
+    assert _errors(doc) == [
+        "config.yaml: model_groups[0].models[2].name: required — short DNS-safe name, unique in the config, e.g. smollm2-135m"
+    ]
 
 
 def test_names_are_unique_across_models_and_groups() -> None:
     doc = _doc()
-    doc["model_groups"].append({"models": [{**HOT, "serving": None}, {"name": "m-3", "source": {"hf_repo": "a/b", "file": "x.gguf"}, "parameters_billions": 1}]})
+    doc["model_groups"].append(
+        {
+            "models": [
+                {**HOT, "serving": None},
+                {"name": "m-3", "source": {"hf_repo": "a/b", "file": "x.gguf"}, "parameters_billions": 1},
+            ]
+        }
+    )
     del doc["model_groups"][1]["models"][0]["serving"]
     assert _errors(doc) == [
         "config.yaml: model_groups[1].models[0].name: model name 'hot' appears twice (also models[0]) — model names must be unique",
@@ -130,7 +155,9 @@ def test_rule_errors_name_the_entry_or_the_defaults_once() -> None:
 def test_the_old_schema_refused_model_groups_the_cli_accepts_them(tmp_path: Path) -> None:
     cfg = tmp_path / "farm.yaml"
     cfg.write_text(yaml.safe_dump(_doc()))
-    out = subprocess.run([sys.executable, "-m", "cpu_inference.cli.main", "validate", str(cfg)], capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "cpu_inference.cli.main", "validate", str(cfg)], capture_output=True, text=True, cwd=ROOT
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"{cfg}: ok — model-farm on eks, 5 model(s): 4 in 1 pool(s), 1 dedicated"
 

@@ -39,7 +39,9 @@ def test_the_keys_reach_the_platform_props() -> None:
     props = props_of(farm_doc(install_mountpoint_addon=False, mountpoint_driver_role_arn=ROLE))
     assert props.mountpoint == MountpointSettings(install_mountpoint_addon=False, driver_role_arn=ROLE)
     props.validate()
-    assert props_of(farm_doc(mountpoint_version="v2.6.0-eksbuild.1")).mountpoint == MountpointSettings(addon_version="v2.6.0-eksbuild.1")
+    assert props_of(farm_doc(mountpoint_version="v2.6.0-eksbuild.1")).mountpoint == MountpointSettings(
+        addon_version="v2.6.0-eksbuild.1"
+    )
 
 
 def test_an_slm_prefilter_config_gets_no_driver() -> None:
@@ -48,13 +50,19 @@ def test_an_slm_prefilter_config_gets_no_driver() -> None:
     assert props_of(doc).mountpoint is None
 
 
-@pytest.mark.parametrize("eks,key", [
-    ({"install_mountpoint_addon": False}, "eks.mountpoint_driver_role_arn"),
-    ({"mountpoint_version": "v2.4.1-eksbuild.1"}, "eks.mountpoint_version"),
-    ({"mountpoint_version": "v1.15.0-eksbuild.1"}, "eks.mountpoint_version"),
-    ({"mountpoint_driver_role_arn": ROLE}, "eks.mountpoint_driver_role_arn"),
-    ({"install_mountpoint_addon": False, "mountpoint_driver_role_arn": "S3CsiDriver"}, "eks.mountpoint_driver_role_arn"),
-])
+@pytest.mark.parametrize(
+    "eks,key",
+    [
+        ({"install_mountpoint_addon": False}, "eks.mountpoint_driver_role_arn"),
+        ({"mountpoint_version": "v2.4.1-eksbuild.1"}, "eks.mountpoint_version"),
+        ({"mountpoint_version": "v1.15.0-eksbuild.1"}, "eks.mountpoint_version"),
+        ({"mountpoint_driver_role_arn": ROLE}, "eks.mountpoint_driver_role_arn"),
+        (
+            {"install_mountpoint_addon": False, "mountpoint_driver_role_arn": "S3CsiDriver"},
+            "eks.mountpoint_driver_role_arn",
+        ),
+    ],
+)
 def test_wrong_combinations_name_the_key(eks: dict[str, Any], key: str) -> None:
     with pytest.raises(ValueError) as exc:
         props_of(farm_doc(**eks)).validate()
@@ -64,6 +72,11 @@ def test_wrong_combinations_name_the_key(eks: dict[str, Any], key: str) -> None:
 
 def test_the_keys_are_in_the_json_schema_and_a_typo_is_refused() -> None:
     schema = json.loads((ROOT / "config.schema.json").read_text())
-    jsonschema.validate(farm_doc(install_mountpoint_addon=False, mountpoint_driver_role_arn=ROLE, mountpoint_version=MOUNTPOINT_VERSION), schema)
+    jsonschema.validate(
+        farm_doc(
+            install_mountpoint_addon=False, mountpoint_driver_role_arn=ROLE, mountpoint_version=MOUNTPOINT_VERSION
+        ),
+        schema,
+    )
     with pytest.raises(ConfigError, match="install_mountpoint_adon"):
         parse(yaml.safe_dump(farm_doc(install_mountpoint_adon=False)))

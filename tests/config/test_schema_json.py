@@ -15,7 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_committed_schema_matches_the_model() -> None:
     committed = (ROOT / "config.schema.json").read_text()
-    assert committed == render(), "config.schema.json is stale: python -m cpu_inference.config.json_schema > config.schema.json"
+    assert committed == render(), (
+        "config.schema.json is stale: python -m cpu_inference.config.json_schema > config.schema.json"
+    )
 
 
 def test_config_yaml_points_editors_at_the_schema() -> None:

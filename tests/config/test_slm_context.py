@@ -52,8 +52,12 @@ def test_the_router_defaults_are_counted_when_the_config_leaves_them_out() -> No
     decision = router_decision(config)
     assert "few_shot" not in decision and "instructions" not in decision and "classify_max_chars" not in decision
     d = RouterConfig()
-    spelled = {**decision, "instructions": d.instructions, "classify_max_chars": d.classify_max_chars,
-               "few_shot": [{"text": t, "label": lab} for t, lab in DEFAULT_FEW_SHOT]}
+    spelled = {
+        **decision,
+        "instructions": d.instructions,
+        "classify_max_chars": d.classify_max_chars,
+        "few_shot": [{"text": t, "label": lab} for t, lab in DEFAULT_FEW_SHOT],
+    }
     assert budget_for(spelled) == budget_for(decision)
 
 
@@ -71,7 +75,9 @@ def test_a_context_window_too_small_for_the_router_prompt_is_one_line_naming_the
 def test_an_explicit_context_per_slot_below_the_router_prompt_is_refused() -> None:
     data = _default()
     data["models"][0]["context_per_slot"] = 512
-    with pytest.raises(ConfigError, match=r"models\[0\]\.context_per_slot: 512 is too small: .* — remove context_per_slot"):
+    with pytest.raises(
+        ConfigError, match=r"models\[0\]\.context_per_slot: 512 is too small: .* — remove context_per_slot"
+    ):
         parse(_text(data))
 
 
@@ -98,7 +104,9 @@ def test_model_farm_models_keep_the_task_context() -> None:
     config = parse(_text(data))
     for m in config.models:
         s = size_model(config, m)
-        assert s is not None and s.ctx_per_slot == min(sizing.TASK_CONTEXT[m.task], m.context_window, m.context_per_slot or 1 << 30)
+        assert s is not None and s.ctx_per_slot == min(
+            sizing.TASK_CONTEXT[m.task], m.context_window, m.context_per_slot or 1 << 30
+        )
 
 
 def test_validate_cli_prints_the_one_line(tmp_path: Path) -> None:

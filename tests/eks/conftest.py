@@ -90,19 +90,34 @@ def platform() -> Platform:
     return build_platform()
 
 
-def imported_cluster(stack: cdk.Stack, *, vpc: bool = True, cluster_security_group_id: str | None = None) -> tuple[ec2.IVpc | None, eks.ICluster]:
+def imported_cluster(
+    stack: cdk.Stack, *, vpc: bool = True, cluster_security_group_id: str | None = None
+) -> tuple[ec2.IVpc | None, eks.ICluster]:
     """An existing cluster `prod` (eu-west-1, account 123456789012) with its kubectl provider, and its VPC of two
     private subnets: what a user passes as `existing_cluster`, with no lookups."""
-    imported_vpc = ec2.Vpc.from_vpc_attributes(
-        stack, "Vpc", vpc_id="vpc-0123456789abcdef0", availability_zones=["eu-west-1a", "eu-west-1b"],
-        private_subnet_ids=["subnet-0aaaaaaaaaaaaaaa1", "subnet-0aaaaaaaaaaaaaaa2"],
-    ) if vpc else None
+    imported_vpc = (
+        ec2.Vpc.from_vpc_attributes(
+            stack,
+            "Vpc",
+            vpc_id="vpc-0123456789abcdef0",
+            availability_zones=["eu-west-1a", "eu-west-1b"],
+            private_subnet_ids=["subnet-0aaaaaaaaaaaaaaa1", "subnet-0aaaaaaaaaaaaaaa2"],
+        )
+        if vpc
+        else None
+    )
     provider = eks.KubectlProvider.from_kubectl_provider_attributes(
-        stack, "Kubectl", service_token="arn:aws:lambda:eu-west-1:123456789012:function:kubectl",
+        stack,
+        "Kubectl",
+        service_token="arn:aws:lambda:eu-west-1:123456789012:function:kubectl",
         role=iam.Role.from_role_arn(stack, "KubectlRole", "arn:aws:iam::123456789012:role/kubectl"),
     )
     cluster = eks.Cluster.from_cluster_attributes(
-        stack, "C", cluster_name="prod", kubectl_provider=provider, vpc=imported_vpc,
+        stack,
+        "C",
+        cluster_name="prod",
+        kubectl_provider=provider,
+        vpc=imported_vpc,
         cluster_security_group_id=cluster_security_group_id,
     )
     return imported_vpc, cluster

@@ -49,18 +49,25 @@ def test_a_request_equal_to_a_node_size_is_flagged_with_the_key_and_the_fix() ->
 
 def test_a_request_over_the_largest_allowed_node_is_an_error_naming_the_key() -> None:
     """With only 16-vCPU types allowed, cpu: 16 cannot be scheduled at all: one error line, key and fix."""
+
     def mutate(d: dict) -> None:
         _llm(d).update(cpu=16)
         d["eks"]["instance_types"] = ["c7g.4xlarge", "c7i.4xlarge"]
+
     with pytest.raises(ConfigError) as err:
         parse(_example(mutate), "x.yaml")
-    assert str(err.value) == "x.yaml: models[1].cpu: 16 vCPUs is more than the largest allowed node can give (15.6) — lower cpu or allow larger instance types"
+    assert (
+        str(err.value)
+        == "x.yaml: models[1].cpu: 16 vCPUs is more than the largest allowed node can give (15.6) — lower cpu or allow larger instance types"
+    )
 
 
 def test_sts_assumed_role_admins_are_refused_by_the_config() -> None:
     """botocore eks CreateAccessEntry.principalArn: "You can't use the STS session principal type with access
     entries"."""
-    text = _example(lambda d: d["eks"].update(admin_principal_arns=["arn:aws:sts::123456789012:assumed-role/Admin/alice"]))
+    text = _example(
+        lambda d: d["eks"].update(admin_principal_arns=["arn:aws:sts::123456789012:assumed-role/Admin/alice"])
+    )
     with pytest.raises(ConfigError) as err:
         parse(text, "x.yaml")
     line = str(err.value)

@@ -60,33 +60,71 @@ class Stacks:
 
 def workloads(app: cdk.App, name: str, patch: KubernetesPatch | None) -> InferenceWorkloads:
     stack = cdk.Stack(app, name, env=ENV)
-    ic = InferenceCluster(stack, "Inference", props=InferenceClusterProps(admin_principal_arns=("arn:aws:iam::123456789012:role/PlatformAdmin",)))
+    ic = InferenceCluster(
+        stack,
+        "Inference",
+        props=InferenceClusterProps(admin_principal_arns=("arn:aws:iam::123456789012:role/PlatformAdmin",)),
+    )
     metrics = Metrics(stack, "Metrics", props=MetricsProps.for_cluster(ic, mode="amp"))
     keda = Keda(stack, "Keda", props=KedaProps.for_cluster(ic, metrics=metrics))
-    artifact = ModelArtifact(stack, "Model", props=ModelArtifactProps(
-        model_bucket=ModelBucket(stack, "Models"), name="classifier", hf_repo="example/gguf", file="classifier-Q4_K_M.gguf", sha256="a" * 64,
-    ))
-    model = ModelDeployment.from_artifact(artifact, image=IMAGE, spec=sizing.ModelSpec(0.135, task="classification", context_window=2048),
-                                          node_type="m7g.2xlarge", replicas_max=3)
-    return InferenceWorkloads(stack, "Slm", props=InferenceWorkloadsProps(
-        cluster=ic, models=(model,), metrics=metrics, keda=keda, policy=ServingPolicy(namespace=NS, pattern="slm-prefilter"),
-        router=RouterChartProps(image=ROUTER_IMAGE, namespace=NS, config={
-            "slm_url": f"http://classifier.{NS}.svc.cluster.local:8080",
-            "escalation": {"kind": "bedrock", "model_id": "anthropic.claude-3-5-haiku-20241022-v1:0"},
-        }),
-        kubernetes_patch=patch,
-    ))
+    artifact = ModelArtifact(
+        stack,
+        "Model",
+        props=ModelArtifactProps(
+            model_bucket=ModelBucket(stack, "Models"),
+            name="classifier",
+            hf_repo="example/gguf",
+            file="classifier-Q4_K_M.gguf",
+            sha256="a" * 64,
+        ),
+    )
+    model = ModelDeployment.from_artifact(
+        artifact,
+        image=IMAGE,
+        spec=sizing.ModelSpec(0.135, task="classification", context_window=2048),
+        node_type="m7g.2xlarge",
+        replicas_max=3,
+    )
+    return InferenceWorkloads(
+        stack,
+        "Slm",
+        props=InferenceWorkloadsProps(
+            cluster=ic,
+            models=(model,),
+            metrics=metrics,
+            keda=keda,
+            policy=ServingPolicy(namespace=NS, pattern="slm-prefilter"),
+            router=RouterChartProps(
+                image=ROUTER_IMAGE,
+                namespace=NS,
+                config={
+                    "slm_url": f"http://classifier.{NS}.svc.cluster.local:8080",
+                    "escalation": {"kind": "bedrock", "model_id": "anthropic.claude-3-5-haiku-20241022-v1:0"},
+                },
+            ),
+            kubernetes_patch=patch,
+        ),
+    )
 
 
 def prefilter(app: cdk.App, patch: KubernetesPatch) -> None:
     slm = ServedModel(
-        name="smollm2-1-7b", hf_repo="bartowski/SmolLM2-1.7B-Instruct-GGUF", file="SmolLM2-1.7B-Instruct-Q4_K_M.gguf",
-        spec=sizing.ModelSpec(parameters_billions=1.7, quantization="Q4_K_M", context_window=4096, task="classification"), role="slm",
+        name="smollm2-1-7b",
+        hf_repo="bartowski/SmolLM2-1.7B-Instruct-GGUF",
+        file="SmolLM2-1.7B-Instruct-Q4_K_M.gguf",
+        spec=sizing.ModelSpec(
+            parameters_billions=1.7, quantization="Q4_K_M", context_window=4096, task="classification"
+        ),
+        role="slm",
     )
-    SlmPrefilter(cdk.Stack(app, "Prefilter", env=ENV), "Prefilter", props=SlmPrefilterProps(
-        deployment=DeploymentProps(models=(slm,), target="eks", kubernetes_patch=patch),
-        escalation=EscalationTarget(kind="bedrock", model_id="anthropic.claude-3-5-haiku-20241022-v1:0"),
-    ))
+    SlmPrefilter(
+        cdk.Stack(app, "Prefilter", env=ENV),
+        "Prefilter",
+        props=SlmPrefilterProps(
+            deployment=DeploymentProps(models=(slm,), target="eks", kubernetes_patch=patch),
+            escalation=EscalationTarget(kind="bedrock", model_id="anthropic.claude-3-5-haiku-20241022-v1:0"),
+        ),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +143,11 @@ def built() -> Stacks:
 def workload_manifests(template: dict[str, Any]) -> dict[str, str]:
     """logical id → the Manifest property as synthesized (JSON text, tokens included) for every KubernetesManifest; the
     prune label CDK adds is named after the construct's address, which holds the stack's name: masked."""
-    return {lid: PRUNE_LABEL.sub("aws.cdk.eks/prune-<address>", json.dumps(res["Properties"]["Manifest"], sort_keys=True))
-            for lid, res in template["Resources"].items() if res["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"}
+    return {
+        lid: PRUNE_LABEL.sub("aws.cdk.eks/prune-<address>", json.dumps(res["Properties"]["Manifest"], sort_keys=True))
+        for lid, res in template["Resources"].items()
+        if res["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"
+    }
 
 
 def test_a_patch_that_changes_nothing_renders_byte_identically(built: Stacks) -> None:
@@ -116,21 +157,40 @@ def test_a_patch_that_changes_nothing_renders_byte_identically(built: Stacks) ->
 
 
 def test_the_patch_reaches_every_manifest(built: Stacks) -> None:
-    objs = [(lid, o) for lid, batch, _ in manifests(built.templates["Patched"]) for o in batch
-            if o["metadata"].get("namespace") == NS or o["kind"] == "Namespace" and o["metadata"]["name"] == NS]
+    objs = [
+        (lid, o)
+        for lid, batch, _ in manifests(built.templates["Patched"])
+        for o in batch
+        if o["metadata"].get("namespace") == NS or o["kind"] == "Namespace" and o["metadata"]["name"] == NS
+    ]
     kinds = {o["kind"] for _, o in objs}
     assert {"Namespace", "Deployment", "Service", "ConfigMap", "ScaledObject", "TriggerAuthentication"} <= kinds
-    unlabelled = [f"{lid}: {o['kind']}/{o['metadata'].get('name')}" for lid, o in objs if o["metadata"].get("labels", {}).get("example.com/team") != "ml-platform"]
+    unlabelled = [
+        f"{lid}: {o['kind']}/{o['metadata'].get('name')}"
+        for lid, o in objs
+        if o["metadata"].get("labels", {}).get("example.com/team") != "ml-platform"
+    ]
     assert unlabelled == []
     deployments = [o for _, o in objs if o["kind"] == "Deployment"]
     assert len(deployments) == 2  # the model and the router
-    assert all(d["spec"]["template"]["metadata"]["annotations"]["example.com/owner"] == "inference@example.com" for d in deployments)
+    assert all(
+        d["spec"]["template"]["metadata"]["annotations"]["example.com/owner"] == "inference@example.com"
+        for d in deployments
+    )
 
 
 def test_the_pattern_passes_its_patch_to_the_workloads(built: Stacks) -> None:
-    objs = [o for _, batch, _ in manifests(built.templates["Prefilter"]) for o in batch if o.get("metadata", {}).get("namespace") == NS]
+    objs = [
+        o
+        for _, batch, _ in manifests(built.templates["Prefilter"])
+        for o in batch
+        if o.get("metadata", {}).get("namespace") == NS
+    ]
     deployments = [o for o in objs if o["kind"] == "Deployment"]
-    assert deployments and all(d["spec"]["template"]["metadata"]["annotations"]["example.com/owner"] == "inference@example.com" for d in deployments)
+    assert deployments and all(
+        d["spec"]["template"]["metadata"]["annotations"]["example.com/owner"] == "inference@example.com"
+        for d in deployments
+    )
     assert all(o["metadata"]["labels"]["example.com/team"] == "ml-platform" for o in objs)
 
 
@@ -142,12 +202,21 @@ def test_editing_a_chart_after_construction_reaches_no_manifest(built: Stacks) -
 
 
 def test_a_patch_must_return_none_or_an_object() -> None:
-    with pytest.raises(TypeError, match=r"kubernetes_patch returned a str for Namespace/slm-prefilter: .* return None, or return a dict"):
+    with pytest.raises(
+        TypeError,
+        match=r"kubernetes_patch returned a str for Namespace/slm-prefilter: .* return None, or return a dict",
+    ):
         workloads(cdk.App(), "Bad", lambda obj: "oops")  # type: ignore[arg-type,return-value]
 
 
 def test_kubernetes_patch_is_refused_on_sagemaker() -> None:
-    slm = ServedModel(name="s", hf_repo="a/b", file="f.gguf", spec=sizing.ModelSpec(1.7, task="classification"), role="slm",
-                      instance_type="ml.c7g.xlarge")
+    slm = ServedModel(
+        name="s",
+        hf_repo="a/b",
+        file="f.gguf",
+        spec=sizing.ModelSpec(1.7, task="classification"),
+        role="slm",
+        instance_type="ml.c7g.xlarge",
+    )
     with pytest.raises(ValueError, match="kubernetes_patch .* target eks only"):
         DeploymentProps(models=(slm,), target="sagemaker", kubernetes_patch=leave_alone).validate()

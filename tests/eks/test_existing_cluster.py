@@ -48,7 +48,12 @@ class Existing:
 
 def bulk_objects() -> list[dict[str, Any]]:
     return [
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"prompt-{i:03d}", "namespace": "inference"}, "data": {"prompt": f"{i:03d}" * 680}}
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": f"prompt-{i:03d}", "namespace": "inference"},
+            "data": {"prompt": f"{i:03d}" * 680},
+        }
         for i in range(BULK)
     ]
 
@@ -67,21 +72,38 @@ def existing() -> Existing:
     )
     handler_role = iam.Role.from_role_arn(stack, "KubectlRole", "arn:aws:iam::123456789012:role/kubectl-handler")
     provider = eks.KubectlProvider.from_kubectl_provider_attributes(
-        stack, "Kubectl", service_token="arn:aws:lambda:eu-west-1:123456789012:function:kubectl-provider", role=handler_role
+        stack,
+        "Kubectl",
+        service_token="arn:aws:lambda:eu-west-1:123456789012:function:kubectl-provider",
+        role=handler_role,
     )
     imported = eks.Cluster.from_cluster_attributes(
-        stack, "Imported", cluster_name="prod-inference", kubectl_provider=provider, vpc=vpc, cluster_security_group_id="sg-0123456789abcdef0"
+        stack,
+        "Imported",
+        cluster_name="prod-inference",
+        kubectl_provider=provider,
+        vpc=vpc,
+        cluster_security_group_id="sg-0123456789abcdef0",
     )
     ic = InferenceCluster(
         stack,
         "Inference",
-        props=InferenceClusterProps(existing_cluster=imported, existing_cluster_name="prod-inference", existing_vpc=vpc, admin_principal_arns=("arn:aws:iam::123456789012:role/Ops",)),
+        props=InferenceClusterProps(
+            existing_cluster=imported,
+            existing_cluster_name="prod-inference",
+            existing_vpc=vpc,
+            admin_principal_arns=("arn:aws:iam::123456789012:role/Ops",),
+        ),
     )
     karpenter = Karpenter(stack, "Karpenter", props=KarpenterProps.for_cluster(ic))
-    karpenter.add_default_node_pools(architectures=["arm64"], instance_families=["c8g", "m8g", "r8g"], capacity_types=["spot", "on-demand"])
+    karpenter.add_default_node_pools(
+        architectures=["arm64"], instance_families=["c8g", "m8g", "r8g"], capacity_types=["spot", "on-demand"]
+    )
     metrics = Metrics(stack, "Metrics", props=MetricsProps.for_cluster(ic, mode="in-cluster"))
     keda = Keda(stack, "Keda", props=KedaProps.for_cluster(ic, metrics=metrics))
-    scaled = llama_queue_scaled_object("m", "inference", "m", server_address=metrics.query_url, series_labels={"app": "m"}, slots=15)
+    scaled = llama_queue_scaled_object(
+        "m", "inference", "m", server_address=metrics.query_url, series_labels={"app": "m"}, slots=15
+    )
     assert ic.namespace_manifest is not None
     keda.add_scaled_objects("Scaling", [scaled], depends_on=[ic.namespace_manifest])
     bulk = add_bounded_manifests(ic.cluster, "Prompts", bulk_objects(), scope=stack, depends_on=[ic.namespace_manifest])
@@ -94,8 +116,16 @@ def test_existing_cluster_gets_access_entries_and_the_pod_identity_agent_but_no_
     types = [r["Type"] for r in t.values()]
     assert "AWS::EKS::Cluster" not in types and "AWS::EKS::Nodegroup" not in types and "AWS::EC2::VPC" not in types
     addons = [r["Properties"] for r in t.values() if r["Type"] == "AWS::EKS::Addon"]
-    assert addons == [{"AddonName": "eks-pod-identity-agent", "AddonVersion": POD_IDENTITY_AGENT_VERSION, "ClusterName": "prod-inference"}]
-    principals = sorted(json.dumps(r["Properties"]["PrincipalArn"]) for r in t.values() if r["Type"] == "AWS::EKS::AccessEntry")
+    assert addons == [
+        {
+            "AddonName": "eks-pod-identity-agent",
+            "AddonVersion": POD_IDENTITY_AGENT_VERSION,
+            "ClusterName": "prod-inference",
+        }
+    ]
+    principals = sorted(
+        json.dumps(r["Properties"]["PrincipalArn"]) for r in t.values() if r["Type"] == "AWS::EKS::AccessEntry"
+    )
     assert '"arn:aws:iam::123456789012:role/Ops"' in principals and len(principals) == 2  # admin + Karpenter nodes
     assocs = [r["Properties"] for r in t.values() if r["Type"] == "AWS::EKS::PodIdentityAssociation"]
     assert {a["ClusterName"] for a in assocs} == {"prod-inference"}
@@ -112,9 +142,13 @@ def test_in_cluster_prometheus_is_pinned_placed_on_system_nodes_and_queried_by_k
     assert values["alertmanager"] == {"enabled": False}
     assert "AWS::APS::Workspace" not in {r["Type"] for r in t["Resources"].values()}
     (scaled,) = [o for o in objects(t) if o["kind"] == "ScaledObject"]
-    assert {tr["metadata"]["serverAddress"] for tr in scaled["spec"]["triggers"]} == {"http://prometheus-server.monitoring.svc.cluster.local"}
+    assert {tr["metadata"]["serverAddress"] for tr in scaled["spec"]["triggers"]} == {
+        "http://prometheus-server.monitoring.svc.cluster.local"
+    }
     assert existing.metrics.aws_region is None
-    keda_policies = [r for k, r in t["Resources"].items() if k.startswith("KedaOperatorRole") and r["Type"] == "AWS::IAM::Policy"]
+    keda_policies = [
+        r for k, r in t["Resources"].items() if k.startswith("KedaOperatorRole") and r["Type"] == "AWS::IAM::Policy"
+    ]
     assert keda_policies == []  # no AMP workspace, no query permission
 
 
@@ -139,7 +173,9 @@ def test_chunking_is_keyed_bounded_and_rejects_an_object_over_the_bound() -> Non
     keyed = chunk(objs, max_bytes=40_000, key=lambda o: str(int(o["metadata"]["name"][-3:]) % 25))
     for part in keyed:
         groups = {int(o["metadata"]["name"][-3:]) % 25 for o in part}
-        assert all(sum(1 for o in q if int(o["metadata"]["name"][-3:]) % 25 in groups) == 0 for q in keyed if q is not part)
+        assert all(
+            sum(1 for o in q if int(o["metadata"]["name"][-3:]) % 25 in groups) == 0 for q in keyed if q is not part
+        )
     with pytest.raises(ValueError, match="ConfigMap/prompt-000 alone is .* over the 1000-byte manifest bound"):
         chunk(objs, max_bytes=1_000)
 
@@ -169,7 +205,11 @@ def test_keda_assumes_a_given_role_with_its_pod_identity_credentials() -> None:
     auth = keda.trigger_authentication("inference", role_arn=role)
     keda.trigger_authentication("other", role_arn=role)
     assert auth.to_dict()["spec"]["podIdentity"] == {"provider": "aws", "roleArn": role}
-    policies = [r["Properties"]["PolicyDocument"]["Statement"] for r in template_json(stack)["Resources"].values() if r["Type"] == "AWS::IAM::Policy"]
+    policies = [
+        r["Properties"]["PolicyDocument"]["Statement"]
+        for r in template_json(stack)["Resources"].values()
+        if r["Type"] == "AWS::IAM::Policy"
+    ]
     assert policies == [[{"Action": "sts:AssumeRole", "Effect": "Allow", "Resource": role}]]
 
 
@@ -182,13 +222,23 @@ def test_amp_alerts_can_go_to_an_existing_topic() -> None:
     stack = cdk.Stack(app, "AmpTopic", env=ENV)
     vpc, cluster = imported_cluster(stack, cluster_security_group_id="sg-0123456789abcdef0")
     topic_arn = "arn:aws:sns:eu-west-1:123456789012:oncall"
-    metrics = Metrics(stack, "Metrics", props=MetricsProps(cluster=cluster, cluster_name="prod", vpc=vpc,
-                                                           alert_topic=sns.Topic.from_topic_arn(stack, "T", topic_arn)))
+    metrics = Metrics(
+        stack,
+        "Metrics",
+        props=MetricsProps(
+            cluster=cluster, cluster_name="prod", vpc=vpc, alert_topic=sns.Topic.from_topic_arn(stack, "T", topic_arn)
+        ),
+    )
     t = template_json(stack)["Resources"]
     assert not [r for r in t.values() if r["Type"] in ("AWS::SNS::Topic", "AWS::KMS::Key", "AWS::SNS::TopicPolicy")]
     (ws,) = [r["Properties"] for r in t.values() if r["Type"] == "AWS::APS::Workspace"]
-    assert f"topic_arn: {topic_arn}" in ws["AlertManagerDefinition"] and "region: eu-west-1" in ws["AlertManagerDefinition"]
+    assert (
+        f"topic_arn: {topic_arn}" in ws["AlertManagerDefinition"]
+        and "region: eu-west-1" in ws["AlertManagerDefinition"]
+    )
     statement = stack.resolve(metrics.alert_topic_statement.to_statement_json())
     assert statement["Principal"] == {"Service": "aps.amazonaws.com"} and statement["Resource"] == topic_arn
     with pytest.raises(ValueError, match="alert_topic needs mode 'amp', a new workspace"):
-        MetricsProps(cluster=cluster, cluster_name="prod", vpc=vpc, existing_workspace_id="ws-1", alert_topic=metrics.alert_topic).validate()
+        MetricsProps(
+            cluster=cluster, cluster_name="prod", vpc=vpc, existing_workspace_id="ws-1", alert_topic=metrics.alert_topic
+        ).validate()

@@ -37,19 +37,38 @@ def synth(names: tuple[str, ...]) -> dict[str, Any]:
     app = cdk.App()
     stack = cdk.Stack(app, "Stable", env=ENV)
     vpc, cluster = imported_cluster(stack)
-    ic = InferenceCluster(stack, "Inference", props=InferenceClusterProps(existing_cluster=cluster, existing_cluster_name="prod", existing_vpc=vpc))
+    ic = InferenceCluster(
+        stack,
+        "Inference",
+        props=InferenceClusterProps(existing_cluster=cluster, existing_cluster_name="prod", existing_vpc=vpc),
+    )
     bucket = ModelBucket(stack, "Bucket")
     models = tuple(
         ModelDeployment(
-            workload=ModelWorkload(name=n, image=IMAGE, model_uri=f"s3://models-bucket/models/{n}/m.gguf",
-                                   spec=sizing.ModelSpec(0.135, task="classification", context_window=2048), sha256="a" * 64, size_bytes=100),
-            model_bucket=bucket, read_prefix=f"models/{n}/",
+            workload=ModelWorkload(
+                name=n,
+                image=IMAGE,
+                model_uri=f"s3://models-bucket/models/{n}/m.gguf",
+                spec=sizing.ModelSpec(0.135, task="classification", context_window=2048),
+                sha256="a" * 64,
+                size_bytes=100,
+            ),
+            model_bucket=bucket,
+            read_prefix=f"models/{n}/",
         )
         for n in names
     )
-    InferenceWorkloads(stack, "Farm", props=InferenceWorkloadsProps(
-        cluster=ic, models=models, policy=ServingPolicy(namespace="inference", pattern="model-farm"), alerts=False, dashboard=False,
-    ))
+    InferenceWorkloads(
+        stack,
+        "Farm",
+        props=InferenceWorkloadsProps(
+            cluster=ic,
+            models=models,
+            policy=ServingPolicy(namespace="inference", pattern="model-farm"),
+            alerts=False,
+            dashboard=False,
+        ),
+    )
     app.synth()
     return template_json(stack)
 
@@ -96,9 +115,13 @@ def test_removing_or_inserting_a_model_leaves_every_other_models_objects_where_t
 
 def test_small_sets_stay_stable_too() -> None:
     """[a,b,c] -> [a,c] and [a,b,c,d] at a small bound: a's and c's buckets keep their names and objects."""
+
     def objs(names: str) -> list[dict[str, Any]]:
-        return [{"apiVersion": "v1", "kind": k, "metadata": {"name": n, "namespace": "ns"}, "data": {"x": n * 3000}}
-                for n in names for k in ("ConfigMap", "Secret")]
+        return [
+            {"apiVersion": "v1", "kind": k, "metadata": {"name": n, "namespace": "ns"}, "data": {"x": n * 3000}}
+            for n in names
+            for k in ("ConfigMap", "Secret")
+        ]
 
     def where(names: str) -> dict[str, str]:
         buckets = bucketize(objs(names), max_bytes=13_000, key=lambda o: o["metadata"]["name"])
@@ -120,14 +143,32 @@ def test_the_bound_keeps_an_update_event_under_lambdas_asynchronous_payload_limi
     (mb,) = re.findall(r"For asynchronous invocations, the maximum payload size is (\d+) MB", doc)
     limit = int(mb) * 1_000_000
     # The worst case for escaping: a manifest full of quotes and backslashes, filled to the bound.
-    obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "ns"}, "data": {"k": '"\\' * 40_000}}
+    obj = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "x", "namespace": "ns"},
+        "data": {"k": '"\\' * 40_000},
+    }
     (bucket,) = bucketize([obj], max_bytes=DEFAULT_MAX_BYTES)
     manifest = json.dumps(bucket.objects, separators=(",", ":"))
     assert len(manifest) < DEFAULT_MAX_BYTES
     grown = DEFAULT_MAX_BYTES / len(manifest)  # scale the escaping overhead of this manifest up to the bound
-    props = {"ServiceToken": "arn:aws:lambda:us-east-1:123456789012:function:" + "f" * 64, "ClusterName": "c" * 100, "Manifest": manifest,
-             "PruneLabel": "aws.cdk.eks/prune-" + "a" * 42, "Overwrite": "true"}
-    event = {"RequestType": "Update", "ResourceProperties": props, "OldResourceProperties": props, "ResponseURL": "https://" + "u" * 1500,
-             "StackId": "s" * 200, "RequestId": "r" * 36, "LogicalResourceId": "l" * 255, "PhysicalResourceId": "p" * 1024,
-             "ResourceType": "Custom::AWSCDK-EKS-KubernetesResource"}
+    props = {
+        "ServiceToken": "arn:aws:lambda:us-east-1:123456789012:function:" + "f" * 64,
+        "ClusterName": "c" * 100,
+        "Manifest": manifest,
+        "PruneLabel": "aws.cdk.eks/prune-" + "a" * 42,
+        "Overwrite": "true",
+    }
+    event = {
+        "RequestType": "Update",
+        "ResourceProperties": props,
+        "OldResourceProperties": props,
+        "ResponseURL": "https://" + "u" * 1500,
+        "StackId": "s" * 200,
+        "RequestId": "r" * 36,
+        "LogicalResourceId": "l" * 255,
+        "PhysicalResourceId": "p" * 1024,
+        "ResourceType": "Custom::AWSCDK-EKS-KubernetesResource",
+    }
     assert len(json.dumps(event)) * grown < limit

@@ -53,15 +53,28 @@ STARTUP_TAINT = {"key": "s3.csi.aws.com/agent-not-ready", "effect": "NoExecute"}
 
 def farm_models(prefix: str) -> tuple[ServedModel, ...]:
     spec = sizing.ModelSpec(parameters_billions=0.135, quantization="Q4_K_M", context_window=2048, task="chat")
-    return tuple(ServedModel(name=f"{prefix}-{i}", hf_repo=f"acme/{prefix}-{i}-GGUF", file="model-Q4_K_M.gguf", spec=spec,
-                             role="farm", pool="default") for i in range(2))
+    return tuple(
+        ServedModel(
+            name=f"{prefix}-{i}",
+            hf_repo=f"acme/{prefix}-{i}-GGUF",
+            file="model-Q4_K_M.gguf",
+            spec=spec,
+            role="farm",
+            pool="default",
+        )
+        for i in range(2)
+    )
 
 
 def farm(stack: cdk.Stack, id: str, platform: EksPlatform | None) -> ModelFarm:
-    return ModelFarm(stack, id, props=ModelFarmProps(
-        deployment=DeploymentProps(models=farm_models(id.lower()), target="eks", existing_platform=platform),
-        pools=(FarmPoolSettings(),),
-    ))
+    return ModelFarm(
+        stack,
+        id,
+        props=ModelFarmProps(
+            deployment=DeploymentProps(models=farm_models(id.lower()), target="eks", existing_platform=platform),
+            pools=(FarmPoolSettings(),),
+        ),
+    )
 
 
 def resources(t: dict[str, Any], type_: str) -> dict[str, dict[str, Any]]:
@@ -73,7 +86,9 @@ def mountpoint_addons(t: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def policies_of(t: dict[str, Any], role: Any) -> list[dict[str, Any]]:
-    return [p["Properties"] for p in resources(t, "AWS::IAM::Policy").values() if role in p["Properties"].get("Roles", [])]
+    return [
+        p["Properties"] for p in resources(t, "AWS::IAM::Policy").values() if role in p["Properties"].get("Roles", [])
+    ]
 
 
 def crd_problems(obj: dict[str, Any]) -> list[str]:
@@ -132,16 +147,30 @@ def test_each_farm_grants_its_own_prefix_to_the_one_driver_role(shared: Shared) 
     (assoc,) = addon["Properties"]["PodIdentityAssociations"]
     role_id = assoc["RoleArn"]["Fn::GetAtt"][0]
     # Farm A (same stack): the statements join the driver role's policy; the pools mount only once it exists.
-    ((policy_id, policy),) = [(k, p["Properties"]) for k, p in resources(t, "AWS::IAM::Policy").items() if {"Ref": role_id} in p["Properties"].get("Roles", [])]
+    ((policy_id, policy),) = [
+        (k, p["Properties"])
+        for k, p in resources(t, "AWS::IAM::Policy").items()
+        if {"Ref": role_id} in p["Properties"].get("Roles", [])
+    ]
     (get,) = [s for s in read_statements(policy) if s["Action"] == "s3:GetObject"]
     assert json.dumps(get["Resource"]).endswith('"/farm/*"]]}')
-    pool_manifests = [lid for lid, objs, _ in manifests(t) if any(o["kind"] == "StatefulSet" and o["metadata"]["name"].startswith("pool-") for o in objs)]
+    pool_manifests = [
+        lid
+        for lid, objs, _ in manifests(t)
+        if any(o["kind"] == "StatefulSet" and o["metadata"]["name"].startswith("pool-") for o in objs)
+    ]
     assert pool_manifests and all(policy_id in t["Resources"][lid].get("DependsOn", []) for lid in pool_manifests)
     # Farm B (another stack): its own Policy there, attached to the same role by name (an import of the role's ARN),
     # so the platform's stack never refers back to a farm's.
-    (other,) = [p["Properties"] for p in resources(shared.other, "AWS::IAM::Policy").values() if role_id in json.dumps(p["Properties"].get("Roles", []))]
+    (other,) = [
+        p["Properties"]
+        for p in resources(shared.other, "AWS::IAM::Policy").values()
+        if role_id in json.dumps(p["Properties"].get("Roles", []))
+    ]
     (get,) = [s for s in read_statements(other) if s["Action"] == "s3:GetObject"]
-    assert json.dumps(get["Resource"]).endswith('"/farm/*"]]}') and "Fn::GetAtt" in json.dumps(get["Resource"])  # FarmB's own bucket
+    assert json.dumps(get["Resource"]).endswith('"/farm/*"]]}') and "Fn::GetAtt" in json.dumps(
+        get["Resource"]
+    )  # FarmB's own bucket
     assert "FarmB" not in json.dumps(t)
 
 
@@ -155,14 +184,28 @@ def test_the_addon_is_pinned_to_a_v2_build_with_pod_identity(shared: Shared) -> 
     assert addon["Properties"]["AddonVersion"] == MOUNTPOINT_VERSION
     m = re.fullmatch(r"v2\.(\d+)\.(\d+)-eksbuild\.\d+", MOUNTPOINT_VERSION)
     assert m and (int(m[1]), int(m[2])) >= (5, 0)
-    assert {d for d in addon["DependsOn"] if d in resources(shared.platform, "AWS::EKS::Addon")}  # the Pod Identity agent
-    assert any(d in resources(shared.platform, "AWS::EKS::Nodegroup") for d in addon["DependsOn"])  # the controller's nodes
+    assert {
+        d for d in addon["DependsOn"] if d in resources(shared.platform, "AWS::EKS::Addon")
+    }  # the Pod Identity agent
+    assert any(
+        d in resources(shared.platform, "AWS::EKS::Nodegroup") for d in addon["DependsOn"]
+    )  # the controller's nodes
 
 
-@pytest.mark.parametrize("version,ok", [
-    ("v2.7.0-eksbuild.1", True), ("v2.5.0-eksbuild.3", True), ("v2.10.0-eksbuild.1", True), ("v3.0.0-eksbuild.1", False),
-    ("v2.4.1-eksbuild.1", False), ("v1.15.0-eksbuild.1", False), ("2.7.0", False), ("v2.7-eksbuild.1", False), (None, False),
-])
+@pytest.mark.parametrize(
+    "version,ok",
+    [
+        ("v2.7.0-eksbuild.1", True),
+        ("v2.5.0-eksbuild.3", True),
+        ("v2.10.0-eksbuild.1", True),
+        ("v3.0.0-eksbuild.1", False),
+        ("v2.4.1-eksbuild.1", False),
+        ("v1.15.0-eksbuild.1", False),
+        ("2.7.0", False),
+        ("v2.7-eksbuild.1", False),
+        (None, False),
+    ],
+)
 def test_addon_versions_below_2_5_or_malformed_are_refused(version: str | None, ok: bool) -> None:
     settings = MountpointSettings(addon_version=version)  # type: ignore[arg-type]  # None: what the old prop allowed
     if ok:
@@ -186,11 +229,15 @@ def leaf_paths(value: Any, prefix: str = "") -> set[str]:
 def test_controller_runs_on_the_tainted_system_nodes_with_keys_the_chart_reads(shared: Shared) -> None:
     (addon,) = mountpoint_addons(shared.platform).values()
     values = json.loads(addon["Properties"]["ConfigurationValues"])
-    assert values == {"controller": {"tolerations": [SYSTEM_TAINT.toleration()], "nodeSelector": {SYSTEM_LABEL: "system"}}}
+    assert values == {
+        "controller": {"tolerations": [SYSTEM_TAINT.toleration()], "nodeSelector": {SYSTEM_LABEL: "system"}}
+    }
     # The system node group really carries that label and taint.
     (ng,) = resources(shared.platform, "AWS::EKS::Nodegroup").values()
     assert ng["Properties"]["Labels"] == {SYSTEM_LABEL: "system"}
-    assert ng["Properties"]["Taints"] == [{"Effect": "NO_SCHEDULE", "Key": SYSTEM_TAINT.key, "Value": SYSTEM_TAINT.value}]
+    assert ng["Properties"]["Taints"] == [
+        {"Effect": "NO_SCHEDULE", "Key": SYSTEM_TAINT.key, "Value": SYSTEM_TAINT.value}
+    ]
     # Every key is one the upstream chart reads (templates/controller.yaml: `with .Values.controller.nodeSelector`,
     # `with .Values.controller.tolerations`), in a section its values.yaml declares.
     reads = chart_reads((UPSTREAM / "controller.yaml").read_text())
@@ -241,8 +288,13 @@ def test_a_cluster_that_already_runs_the_driver_gets_no_addon_and_its_role_is_gr
     app = cdk.App()
     apply_nag(app)
     stack = cdk.Stack(app, "Existing", env=ENV)
-    platform = EksPlatform(stack, "Platform", props=EksPlatformProps(
-        mountpoint=MountpointSettings(install_mountpoint_addon=False, driver_role_arn=EXISTING_ROLE)))
+    platform = EksPlatform(
+        stack,
+        "Platform",
+        props=EksPlatformProps(
+            mountpoint=MountpointSettings(install_mountpoint_addon=False, driver_role_arn=EXISTING_ROLE)
+        ),
+    )
     f = farm(stack, "Farm", platform)
     assert f.mountpoint is platform.mountpoint and platform.mountpoint is not None and platform.mountpoint.addon is None
     synth(app)
@@ -252,11 +304,16 @@ def test_a_cluster_that_already_runs_the_driver_gets_no_addon_and_its_role_is_gr
     # No startup taint: a driver we did not install may predate v2.1.0, which removes it (and then nothing would).
     assert all("startupTaints" not in p["spec"]["template"]["spec"] for p in nodepools(t))
     (pol,) = policies_of(t, "S3CsiDriver")
-    assert {s["Action"] for s in pol["PolicyDocument"]["Statement"] if isinstance(s["Action"], str)} >= {"s3:GetObject", "s3:ListBucket"}
+    assert {s["Action"] for s in pol["PolicyDocument"]["Statement"] if isinstance(s["Action"], str)} >= {
+        "s3:GetObject",
+        "s3:ListBucket",
+    }
 
 
 def test_mistakes_fail_with_the_fix() -> None:
-    with pytest.raises(ValueError, match=r"install_mountpoint_addon=False needs driver_role_arn.*eks\.mountpoint_driver_role_arn"):
+    with pytest.raises(
+        ValueError, match=r"install_mountpoint_addon=False needs driver_role_arn.*eks\.mountpoint_driver_role_arn"
+    ):
         MountpointSettings(install_mountpoint_addon=False).validate()
     with pytest.raises(ValueError, match=r"driver_role_arn .* only with install_mountpoint_addon=False"):
         MountpointSettings(driver_role_arn=EXISTING_ROLE).validate()
@@ -266,5 +323,7 @@ def test_mistakes_fail_with_the_fix() -> None:
         EksPlatformProps(mountpoint=MountpointSettings(addon_version="v2.3.0-eksbuild.1")).validate()
     stack = cdk.Stack(cdk.App(), "NoDriver", env=ENV)
     bare = EksPlatform(stack, "Platform")  # built for an SLM pre-filter: no Mountpoint
-    with pytest.raises(ValueError, match=r"existing_platform has no Mountpoint .*EksPlatformProps\(mountpoint=MountpointSettings\(\)\)"):
+    with pytest.raises(
+        ValueError, match=r"existing_platform has no Mountpoint .*EksPlatformProps\(mountpoint=MountpointSettings\(\)\)"
+    ):
         farm(stack, "Farm", bare)

@@ -82,7 +82,9 @@ def test_order_is_crd_then_controller_then_node_classes_then_node_pools(platform
         closure = depends_closure(t, lid)
         assert controller in closure
         for pool in objs:
-            assert class_by_name[pool["spec"]["template"]["spec"]["nodeClassRef"]["name"]] in closure, pool["metadata"]["name"]
+            assert class_by_name[pool["spec"]["template"]["spec"]["nodeClassRef"]["name"]] in closure, pool["metadata"][
+                "name"
+            ]
 
 
 def test_karpenter_charts_are_pinned_and_crds_come_from_the_crd_chart(platform: Platform) -> None:
@@ -130,7 +132,10 @@ def test_interruption_queue_is_encrypted_short_lived_and_denies_http(platform: P
 
 def _role_trusts_pod_identity(role: dict[str, Any]) -> bool:
     for st in role["Properties"]["AssumeRolePolicyDocument"]["Statement"]:
-        if st.get("Principal") == {"Service": "pods.eks.amazonaws.com"} and sorted(st["Action"]) == ["sts:AssumeRole", "sts:TagSession"]:
+        if st.get("Principal") == {"Service": "pods.eks.amazonaws.com"} and sorted(st["Action"]) == [
+            "sts:AssumeRole",
+            "sts:TagSession",
+        ]:
             return True
     return False
 
@@ -138,14 +143,21 @@ def _role_trusts_pod_identity(role: dict[str, Any]) -> bool:
 def test_pod_identity_for_karpenter_and_keda(platform: Platform) -> None:
     t = platform.template
     roles = resources(t, "AWS::IAM::Role")
-    assocs = {(a["Properties"]["Namespace"], a["Properties"]["ServiceAccount"]): a for a in resources(t, "AWS::EKS::PodIdentityAssociation").values()}
+    assocs = {
+        (a["Properties"]["Namespace"], a["Properties"]["ServiceAccount"]): a
+        for a in resources(t, "AWS::EKS::PodIdentityAssociation").values()
+    }
     assert set(assocs) == {("kube-system", "karpenter"), ("keda", "keda-operator")}
     for assoc in assocs.values():
         (role_id,) = refs_in(assoc["Properties"]["RoleArn"])
         assert _role_trusts_pod_identity(roles[role_id]), role_id
     addons = [a["Properties"]["AddonName"] for a in resources(t, "AWS::EKS::Addon").values()]
     assert "eks-pod-identity-agent" in addons
-    (agent_id,) = [k for k, a in resources(t, "AWS::EKS::Addon").items() if a["Properties"]["AddonName"] == "eks-pod-identity-agent"]
+    (agent_id,) = [
+        k
+        for k, a in resources(t, "AWS::EKS::Addon").items()
+        if a["Properties"]["AddonName"] == "eks-pod-identity-agent"
+    ]
     for chart in ("karpenter", "keda"):
         closure = depends_closure(t, chart_id(t, chart))
         assert agent_id in closure, chart
@@ -166,7 +178,11 @@ def _statements(t: dict[str, Any], role_id: str) -> list[dict[str, Any]]:
 def test_karpenter_controller_policy_follows_the_reference_scoping(platform: Platform) -> None:
     t = platform.template
     name = platform.cluster.cluster_name
-    (assoc,) = [a for a in resources(t, "AWS::EKS::PodIdentityAssociation").values() if a["Properties"]["ServiceAccount"] == "karpenter"]
+    (assoc,) = [
+        a
+        for a in resources(t, "AWS::EKS::PodIdentityAssociation").values()
+        if a["Properties"]["ServiceAccount"] == "karpenter"
+    ]
     (role_id,) = refs_in(assoc["Properties"]["RoleArn"])
     statements = {s["Sid"]: s for s in _statements(t, role_id)}
     assert set(statements) == {
@@ -192,12 +208,19 @@ def test_karpenter_controller_policy_follows_the_reference_scoping(platform: Pla
     for sid in ("AllowScopedEC2LaunchTemplateAccessActions", "AllowScopedResourceTagging", "AllowScopedDeletion"):
         assert statements[sid]["Condition"]["StringEquals"][owned] == "owned", sid
     with_tags = statements["AllowScopedEC2InstanceActionsWithTags"]["Condition"]["StringEquals"]
-    assert with_tags == {f"aws:RequestTag/kubernetes.io/cluster/{name}": "owned", "aws:RequestTag/eks:eks-cluster-name": name}
+    assert with_tags == {
+        f"aws:RequestTag/kubernetes.io/cluster/{name}": "owned",
+        "aws:RequestTag/eks:eks-cluster-name": name,
+    }
     (node_role_id,) = [k for k in resources(t, "AWS::IAM::Role") if k.startswith("KarpenterNodeRole")]
     assert statements["AllowPassingInstanceRole"]["Resource"] == {"Fn::GetAtt": [node_role_id, "Arn"]}
     (queue_id,) = resources(t, "AWS::SQS::Queue")
     assert statements["AllowInterruptionQueueActions"]["Resource"] == {"Fn::GetAtt": [queue_id, "Arn"]}
-    assert sorted(statements["AllowInterruptionQueueActions"]["Action"]) == ["sqs:DeleteMessage", "sqs:GetQueueUrl", "sqs:ReceiveMessage"]
+    assert sorted(statements["AllowInterruptionQueueActions"]["Action"]) == [
+        "sqs:DeleteMessage",
+        "sqs:GetQueueUrl",
+        "sqs:ReceiveMessage",
+    ]
 
 
 def test_access_entries_for_admins_and_karpenter_nodes(platform: Platform) -> None:
@@ -211,7 +234,12 @@ def test_access_entries_for_admins_and_karpenter_nodes(platform: Platform) -> No
     (node_role_id,) = refs_in(node["Properties"]["PrincipalArn"])
     node_role = t["Resources"][node_role_id]
     managed = json.dumps(node_role["Properties"]["ManagedPolicyArns"])
-    for name in ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryPullOnly", "AmazonSSMManagedInstanceCore"):
+    for name in (
+        "AmazonEKSWorkerNodePolicy",
+        "AmazonEKS_CNI_Policy",
+        "AmazonEC2ContainerRegistryPullOnly",
+        "AmazonSSMManagedInstanceCore",
+    ):
         assert f"policy/{name}" in managed, name
 
 
@@ -242,7 +270,9 @@ def test_system_node_group_is_small_graviton_and_tainted_for_system_pods(platfor
     keda = helm_charts(t)[chart_id(t, "keda")]["Values"]
     keda_values = json.loads(keda) if isinstance(keda, str) else keda
     assert keda_values["nodeSelector"] == {"cpu-inference/node-role": "system"}
-    assert {"key": "CriticalAddonsOnly", "operator": "Equal", "value": "true", "effect": "NoSchedule"} in keda_values["tolerations"]
+    assert {"key": "CriticalAddonsOnly", "operator": "Equal", "value": "true", "effect": "NoSchedule"} in keda_values[
+        "tolerations"
+    ]
     karpenter = platform.karpenter.chart_values()
     assert karpenter["nodeSelector"]["cpu-inference/node-role"] == "system"
     assert {"key": "CriticalAddonsOnly", "operator": "Exists"} in karpenter["tolerations"]
@@ -265,14 +295,25 @@ def test_soci_node_class_user_data_is_valid_toml_with_parallel_pull(platform: Pl
     family, version = alias.split("@")
     assert family == "bottlerocket" and parse_version(version) >= MIN_VERSION
     data = {b["deviceName"]: b["ebs"] for b in spec["blockDeviceMappings"]}["/dev/xvdb"]
-    assert data == {"volumeType": "gp3", "volumeSize": "100Gi", "iops": 6000, "throughput": 500, "encrypted": True, "deleteOnTermination": True}
+    assert data == {
+        "volumeType": "gp3",
+        "volumeSize": "100Gi",
+        "iops": 6000,
+        "throughput": 500,
+        "encrypted": True,
+        "deleteOnTermination": True,
+    }
     assert all(b["ebs"]["encrypted"] for b in spec["blockDeviceMappings"])
     assert spec["metadataOptions"]["httpTokens"] == "required"
     assert spec["metadataOptions"]["httpPutResponseHopLimit"] == 1
     name = platform.cluster.cluster_name
     assert spec["subnetSelectorTerms"] == [{"tags": {"karpenter.sh/discovery": name}}]
     assert spec["securityGroupSelectorTerms"] == [{"tags": {"aws:eks:cluster-name": name}}]
-    tagged = [s for s in resources(platform.template, "AWS::EC2::Subnet").values() if {"Key": "karpenter.sh/discovery", "Value": name} in s["Properties"].get("Tags", [])]
+    tagged = [
+        s
+        for s in resources(platform.template, "AWS::EC2::Subnet").values()
+        if {"Key": "karpenter.sh/discovery", "Value": name} in s["Properties"].get("Tags", [])
+    ]
     assert len(tagged) == 3  # the private subnets, one per AZ
 
 
@@ -282,8 +323,16 @@ def test_default_pools_prefer_spot_with_on_demand_fallback(platform: Platform) -
     for pool in pools.values():
         reqs = {r["key"]: r for r in pool["spec"]["template"]["spec"]["requirements"]}
         assert reqs["karpenter.sh/capacity-type"]["values"] == ["spot", "on-demand"]
-        assert reqs["karpenter.k8s.aws/instance-generation"] == {"key": "karpenter.k8s.aws/instance-generation", "operator": "Gt", "values": ["6"]}
-        assert pool["spec"]["disruption"] == {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "1m", "budgets": [{"nodes": "20%"}]}
+        assert reqs["karpenter.k8s.aws/instance-generation"] == {
+            "key": "karpenter.k8s.aws/instance-generation",
+            "operator": "Gt",
+            "values": ["6"],
+        }
+        assert pool["spec"]["disruption"] == {
+            "consolidationPolicy": "WhenEmptyOrUnderutilized",
+            "consolidateAfter": "1m",
+            "budgets": [{"nodes": "20%"}],
+        }
     assert pools["memory-optimized"]["spec"]["template"]["spec"]["taints"][0]["key"] == "cpu-inference/memory-optimized"
 
 
@@ -316,15 +365,31 @@ def test_amp_workspace_scraper_and_keda_query_access(platform: Platform) -> None
     job, cadvisor = config["scrape_configs"]
     assert cadvisor["job_name"] == "cadvisor" and cadvisor["kubernetes_sd_configs"] == [{"role": "node"}]
     keep = job["relabel_configs"][0]
-    assert keep == {"source_labels": ["__meta_kubernetes_pod_annotation_prometheus_io_scrape"], "action": "keep", "regex": "true"}
-    (assoc,) = [a for a in resources(t, "AWS::EKS::PodIdentityAssociation").values() if a["Properties"]["ServiceAccount"] == "keda-operator"]
+    assert keep == {
+        "source_labels": ["__meta_kubernetes_pod_annotation_prometheus_io_scrape"],
+        "action": "keep",
+        "regex": "true",
+    }
+    (assoc,) = [
+        a
+        for a in resources(t, "AWS::EKS::PodIdentityAssociation").values()
+        if a["Properties"]["ServiceAccount"] == "keda-operator"
+    ]
     (role_id,) = refs_in(assoc["Properties"]["RoleArn"])
     (query,) = [s for s in _statements(t, role_id) if s.get("Sid") == "QueryAmpWorkspace"]
     assert query["Resource"] == {"Fn::GetAtt": [ws_id, "Arn"]}
     assert "aps:QueryMetrics" in query["Action"]
     (scaled,) = [o for o in objects(t) if o["kind"] == "ScaledObject"]
-    assert all(tr["metadata"]["serverAddress"].startswith("https://aps-workspaces.us-east-1.amazonaws.com/workspaces/") for tr in scaled["spec"]["triggers"])
-    assert scaled["spec"]["advanced"]["scalingModifiers"] == {"formula": "running + (waiting * 10)", "target": "25", "activationTarget": "5", "metricType": "AverageValue"}
+    assert all(
+        tr["metadata"]["serverAddress"].startswith("https://aps-workspaces.us-east-1.amazonaws.com/workspaces/")
+        for tr in scaled["spec"]["triggers"]
+    )
+    assert scaled["spec"]["advanced"]["scalingModifiers"] == {
+        "formula": "running + (waiting * 10)",
+        "target": "25",
+        "activationTarget": "5",
+        "metricType": "AverageValue",
+    }
     (auth,) = [o for o in objects(t) if o["kind"] == "TriggerAuthentication"]
     assert auth["spec"] == {"podIdentity": {"provider": "aws"}}
 
@@ -347,7 +412,17 @@ def test_user_validation_command_checks_a_synthesized_template(platform: Platfor
     template = tmp_path / "Platform.template.json"
     template.write_text(json.dumps(platform.template))
     dump = tmp_path / "objects"
-    cmd = [sys.executable, "-m", "cpu_inference.testing", "--crds", str(SHARED_CRDS), "--template", str(template), "--dump", str(dump)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "cpu_inference.testing",
+        "--crds",
+        str(SHARED_CRDS),
+        "--template",
+        str(template),
+        "--dump",
+        str(dump),
+    ]
     out = subprocess.run(cmd, cwd=ROOT / "constructs", capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.strip().endswith("0 problems")
@@ -362,7 +437,10 @@ def test_every_eks_add_on_is_pinned_to_a_version_for_the_cluster_minor(platform)
     different builds over time. Versions per `aws eks describe-addon-versions --kubernetes-version 1.35`."""
     from cpu_inference.eks.inference_cluster import POD_IDENTITY_AGENT_VERSION, VPC_CNI_VERSION
 
-    addons = {a["Properties"]["AddonName"]: a["Properties"].get("AddonVersion") for a in resources(platform.template, "AWS::EKS::Addon").values()}
+    addons = {
+        a["Properties"]["AddonName"]: a["Properties"].get("AddonVersion")
+        for a in resources(platform.template, "AWS::EKS::Addon").values()
+    }
     assert addons == {"vpc-cni": VPC_CNI_VERSION, "eks-pod-identity-agent": POD_IDENTITY_AGENT_VERSION}
     assert all(re.fullmatch(r"v\d+\.\d+\.\d+-eksbuild\.\d+", v) for v in addons.values())
 
@@ -395,14 +473,22 @@ def test_the_amp_collector_can_discover_and_read_cadvisor(platform) -> None:
     (scraper_id,) = [k for k, r in platform.template["Resources"].items() if r["Type"] == "AWS::APS::Scraper"]
     entries = [r["Properties"] for r in res if r["Type"] == "AWS::EKS::AccessEntry"]
     assert entries, "the admin and Karpenter node entries are expected"
-    assert not [e for e in entries if scraper_id in json.dumps(e["PrincipalArn"]) or e.get("Username") == "aps-collector-user"]
+    assert not [
+        e for e in entries if scraper_id in json.dumps(e["PrincipalArn"]) or e.get("Username") == "aps-collector-user"
+    ]
     from tests.support import k8s
 
-    roles = [o for o in k8s.objects(platform.template) if o["kind"] == "ClusterRole" and o["metadata"]["name"] == "aps-collector-role"]
+    roles = [
+        o
+        for o in k8s.objects(platform.template)
+        if o["kind"] == "ClusterRole" and o["metadata"]["name"] == "aps-collector-role"
+    ]
     assert len(roles) == 1
     verbs = {v for rule in roles[0]["rules"] for v in rule["verbs"]}
     assert verbs <= {"get", "list", "watch"}
     assert any("nodes/proxy" in rule.get("resources", []) for rule in roles[0]["rules"])
     scraper = next(r["Properties"] for r in res if r["Type"] == "AWS::APS::Scraper")
-    jobs = {j["job_name"] for j in yaml.safe_load(scraper["ScrapeConfiguration"]["ConfigurationBlob"])["scrape_configs"]}
+    jobs = {
+        j["job_name"] for j in yaml.safe_load(scraper["ScrapeConfiguration"]["ConfigurationBlob"])["scrape_configs"]
+    }
     assert {"annotated-pods", "cadvisor"} <= jobs

@@ -48,24 +48,59 @@ def built() -> Built:
     app = cdk.App()
     apply_nag(app)
     stack = cdk.Stack(app, "VllmWorkloads", env=ENV)
-    ic = InferenceCluster(stack, "Inference", props=InferenceClusterProps(admin_principal_arns=("arn:aws:iam::123456789012:role/PlatformAdmin",)))
+    ic = InferenceCluster(
+        stack,
+        "Inference",
+        props=InferenceClusterProps(admin_principal_arns=("arn:aws:iam::123456789012:role/PlatformAdmin",)),
+    )
     metrics = Metrics(stack, "Metrics", props=MetricsProps.for_cluster(ic))
     keda = Keda(stack, "Keda", props=KedaProps.for_cluster(ic, metrics=metrics))
     bucket = ModelBucket(stack, "Models")
-    snapshot = ModelArtifact(stack, "Chat", props=ModelArtifactProps(model_bucket=bucket, name="chat", hf_repo="HuggingFaceTB/SmolLM2-1.7B-Instruct",
-                                                                     snapshot=True, revision=COMMIT))
-    chat = ModelDeployment.from_artifact(snapshot, image=VLLM_IMAGE, spec=VLLM_SPEC, node_type="m7g.2xlarge", replicas_max=3)
-    classifier = ModelWorkload(name="classifier", image=LLAMA_IMAGE, model_uri=f"s3://{bucket.bucket.bucket_name}/models/classifier/main/c-Q4_K_M.gguf",
-                               spec=LLAMA_SPEC, node_type="m7g.2xlarge", sha256="a" * 64)
-    workloads = InferenceWorkloads(stack, "Slm", props=InferenceWorkloadsProps(
-        cluster=ic, metrics=metrics, keda=keda, policy=ServingPolicy(namespace=NS, pattern="slm-prefilter"),
-        models=(ModelDeployment(workload=classifier, model_bucket=bucket, read_prefix="models/classifier/"),
-                chat),
-        router=RouterChartProps(image=ROUTER_IMAGE, namespace=NS, config={
-            "slm_url": f"http://classifier.{NS}.svc.cluster.local:8080",
-            "escalation": {"kind": "openai", "url": f"http://chat.{NS}.svc.cluster.local:8080/v1", "model_id": "chat"},
-        }),
-    ))
+    snapshot = ModelArtifact(
+        stack,
+        "Chat",
+        props=ModelArtifactProps(
+            model_bucket=bucket,
+            name="chat",
+            hf_repo="HuggingFaceTB/SmolLM2-1.7B-Instruct",
+            snapshot=True,
+            revision=COMMIT,
+        ),
+    )
+    chat = ModelDeployment.from_artifact(
+        snapshot, image=VLLM_IMAGE, spec=VLLM_SPEC, node_type="m7g.2xlarge", replicas_max=3
+    )
+    classifier = ModelWorkload(
+        name="classifier",
+        image=LLAMA_IMAGE,
+        model_uri=f"s3://{bucket.bucket.bucket_name}/models/classifier/main/c-Q4_K_M.gguf",
+        spec=LLAMA_SPEC,
+        node_type="m7g.2xlarge",
+        sha256="a" * 64,
+    )
+    workloads = InferenceWorkloads(
+        stack,
+        "Slm",
+        props=InferenceWorkloadsProps(
+            cluster=ic,
+            metrics=metrics,
+            keda=keda,
+            policy=ServingPolicy(namespace=NS, pattern="slm-prefilter"),
+            models=(ModelDeployment(workload=classifier, model_bucket=bucket, read_prefix="models/classifier/"), chat),
+            router=RouterChartProps(
+                image=ROUTER_IMAGE,
+                namespace=NS,
+                config={
+                    "slm_url": f"http://classifier.{NS}.svc.cluster.local:8080",
+                    "escalation": {
+                        "kind": "openai",
+                        "url": f"http://chat.{NS}.svc.cluster.local:8080/v1",
+                        "model_id": "chat",
+                    },
+                },
+            ),
+        ),
+    )
     synth(app)
     return Built(stack, workloads, template_json(stack))
 
@@ -80,24 +115,40 @@ def test_the_vllm_deployment_runs_the_sized_vllm_engine_on_its_snapshot(built: B
     assert chart.sizing == s and chart.engine == "vllm"
     pod = _deployment(built, "chat")["spec"]["template"]["spec"]
     engine, sidecar = pod["containers"]
-    assert engine["image"] == sidecar["image"] == VLLM_IMAGE and engine["command"] == ["python3", "/opt/vllm/app/entrypoint.py"]
+    assert engine["image"] == sidecar["image"] == VLLM_IMAGE and engine["command"] == [
+        "python3",
+        "/opt/vllm/app/entrypoint.py",
+    ]
     env = {e["name"]: e["value"] for e in engine["env"]}
     assert env == rendered_engine_env(chart), "the template carries what the chart rendered"
     sized = s.engine_env(exclusive_cpus=False)
-    assert {k: env[k] for k in sized} == sized and env["MODEL_PATH"] == "/models/chat" and env["SERVE_MODEL_NAME"] == "chat"
+    assert (
+        {k: env[k] for k in sized} == sized
+        and env["MODEL_PATH"] == "/models/chat"
+        and env["SERVE_MODEL_NAME"] == "chat"
+    )
     (fetch,) = pod["initContainers"]
     fenv = {e["name"]: e["value"] for e in fetch["env"]}
     # The snapshot's commit-pinned prefix and its manifest's digest: CloudFormation attributes of the copy (TOKEN here).
     assert fenv["MODEL_URI"] == "s3://TOKEN/models/chat/TOKEN/" and fenv["MODEL_SHA256"] == "TOKEN"
     assert "cpu-inference.manifest" in fetch["command"][2]
     assert "/dev/shm" in {m["mountPath"] for m in engine["volumeMounts"]}
-    llama = {e["name"]: e["value"] for e in _deployment(built, "classifier")["spec"]["template"]["spec"]["containers"][0]["env"]}
+    llama = {
+        e["name"]: e["value"]
+        for e in _deployment(built, "classifier")["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
     assert "LLAMA_THREADS" in llama and "SERVE_MODEL_NAME" not in llama, "each model keeps its own engine"
 
 
 def test_scaled_objects_read_each_engines_queue(built: Built) -> None:
-    scaled = {o["metadata"]["name"]: o for o in objects(built.template) if o["kind"] == "ScaledObject" and o["metadata"]["namespace"] == NS}
-    queries = {n: " ".join(t["metadata"]["query"] for t in scaled[n]["spec"]["triggers"]) for n in ("chat", "classifier")}
+    scaled = {
+        o["metadata"]["name"]: o
+        for o in objects(built.template)
+        if o["kind"] == "ScaledObject" and o["metadata"]["namespace"] == NS
+    }
+    queries = {
+        n: " ".join(t["metadata"]["query"] for t in scaled[n]["spec"]["triggers"]) for n in ("chat", "classifier")
+    }
     assert "vllm:num_requests_running" in queries["chat"] and "vllm:num_requests_waiting" in queries["chat"]
     assert "llamacpp:" not in queries["chat"] and "llamacpp:requests_processing" in queries["classifier"]
     assert [p for o in scaled.values() for p in validate_custom(o)] == []
@@ -105,11 +156,17 @@ def test_scaled_objects_read_each_engines_queue(built: Built) -> None:
 
 def test_vllm_role_reads_only_its_prefix(built: Built) -> None:
     t = built.template
-    (assoc,) = [a["Properties"] for a in t["Resources"].values()
-                if a["Type"] == "AWS::EKS::PodIdentityAssociation" and a["Properties"]["ServiceAccount"] == "chat"]
+    (assoc,) = [
+        a["Properties"]
+        for a in t["Resources"].values()
+        if a["Type"] == "AWS::EKS::PodIdentityAssociation" and a["Properties"]["ServiceAccount"] == "chat"
+    ]
     role_id = assoc["RoleArn"]["Fn::GetAtt"][0]
-    policies = [p["Properties"]["PolicyDocument"]["Statement"] for p in t["Resources"].values()
-                if p["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in p["Properties"].get("Roles", [])]
+    policies = [
+        p["Properties"]["PolicyDocument"]["Statement"]
+        for p in t["Resources"].values()
+        if p["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in p["Properties"].get("Roles", [])
+    ]
     text = json.dumps(policies)
     assert "/models/chat/*" in text and "/models/classifier/" not in text
 
@@ -119,8 +176,12 @@ def test_alert_rules_carry_the_vllm_alerts(built: Built) -> None:
     alerts = {r["alert"]: r for g in doc["groups"] for r in g["rules"] if "alert" in r}
     assert {"VllmKvCacheHigh", "VllmSlotsSaturated", "VllmMemoryNearLimit", "LlamaSlotsSaturated"} <= set(alerts)
     limit = built.workloads.charts["chat"].memory_limit_bytes
-    assert f"> 0.85 * {limit}" in alerts["VllmMemoryNearLimit"]["expr"], "the alert's limit is the one rendered, /dev/shm included"
-    deployment_limit = _deployment(built, "chat")["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"]
+    assert f"> 0.85 * {limit}" in alerts["VllmMemoryNearLimit"]["expr"], (
+        "the alert's limit is the one rendered, /dev/shm included"
+    )
+    deployment_limit = _deployment(built, "chat")["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"][
+        "memory"
+    ]
     assert deployment_limit == f"{limit // sizing.MIB}Mi"
 
 
@@ -141,20 +202,36 @@ def test_the_router_may_reach_the_vllm_pods(built: Built) -> None:
     objs = objects(built.template)
     router_np = next(o for o in objs if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == "router")
     labels = _deployment(built, "chat")["spec"]["template"]["metadata"]["labels"]
-    to_models = [r for r in router_np["spec"]["egress"]
-                 if any(p.get("podSelector", {}).get("matchLabels", {}).items() <= labels.items() and p.get("podSelector", {}).get("matchLabels")
-                        for p in r.get("to", []))]
+    to_models = [
+        r
+        for r in router_np["spec"]["egress"]
+        if any(
+            p.get("podSelector", {}).get("matchLabels", {}).items() <= labels.items()
+            and p.get("podSelector", {}).get("matchLabels")
+            for p in r.get("to", [])
+        )
+    ]
     assert to_models and {"port": 8080, "protocol": "TCP"} in to_models[0]["ports"]
     chat_np = next(o for o in objs if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == "chat")
-    assert chat_np["spec"]["ingress"][0]["from"] == [{"podSelector": {"matchLabels": {"app.kubernetes.io/component": "router"}}}]
+    assert chat_np["spec"]["ingress"][0]["from"] == [
+        {"podSelector": {"matchLabels": {"app.kubernetes.io/component": "router"}}}
+    ]
 
 
 def test_the_artifact_kind_must_match_the_engine(built: Built) -> None:
     stack = cdk.Stack(cdk.App(), "Mismatch", env=ENV)
     bucket = ModelBucket(stack, "Models")
-    gguf = ModelArtifact(stack, "Gguf", props=ModelArtifactProps(model_bucket=bucket, name="gguf", hf_repo="example/gguf", file="m-Q4_K_M.gguf"))
-    with pytest.raises(ValueError, match=r"engine vllm needs a snapshot artifact \(ModelArtifactProps\(snapshot=True\)"):
+    gguf = ModelArtifact(
+        stack,
+        "Gguf",
+        props=ModelArtifactProps(model_bucket=bucket, name="gguf", hf_repo="example/gguf", file="m-Q4_K_M.gguf"),
+    )
+    with pytest.raises(
+        ValueError, match=r"engine vllm needs a snapshot artifact \(ModelArtifactProps\(snapshot=True\)"
+    ):
         ModelDeployment.from_artifact(gguf, image=VLLM_IMAGE, spec=VLLM_SPEC, node_type="m7g.2xlarge")
-    snap = ModelArtifact(stack, "Snap", props=ModelArtifactProps(model_bucket=bucket, name="snap", hf_repo="example/st", snapshot=True))
+    snap = ModelArtifact(
+        stack, "Snap", props=ModelArtifactProps(model_bucket=bucket, name="snap", hf_repo="example/st", snapshot=True)
+    )
     with pytest.raises(ValueError, match="engine llama.cpp needs a GGUF file artifact"):
         ModelDeployment.from_artifact(snap, image=LLAMA_IMAGE, spec=LLAMA_SPEC, node_type="m7g.2xlarge")

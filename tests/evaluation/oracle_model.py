@@ -32,7 +32,15 @@ class OracleModel:
                 # Answer in the constrained format the eval requested (a JSON string) when it asked for one.
                 label = oracle.answers.get(question, "")
                 content = json.dumps(label) if body.get("response_format") else label
-                data = json.dumps({"object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 0, "completion_tokens": 1}}).encode()
+                data = json.dumps(
+                    {
+                        "object": "chat.completion",
+                        "choices": [
+                            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+                        ],
+                        "usage": {"prompt_tokens": 0, "completion_tokens": 1},
+                    }
+                ).encode()
                 self.send_response(200 if self.path == "/v1/chat/completions" else 404)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))

@@ -41,20 +41,27 @@ from urllib.parse import quote, unquote, urlsplit
 
 ENGINE_DIR = Path(__file__).resolve().parents[2] / "containers" / "llama-server"
 
-AUTH = re.compile(r"^AWS4-HMAC-SHA256 Credential=(?P<key>[^/]+)/(?P<date>\d{8})/(?P<region>[^/]+)/(?P<service>[^/]+)/aws4_request, SignedHeaders=(?P<signed>[^,]+), Signature=(?P<sig>[0-9a-f]{64})$")
+AUTH = re.compile(
+    r"^AWS4-HMAC-SHA256 Credential=(?P<key>[^/]+)/(?P<date>\d{8})/(?P<region>[^/]+)/(?P<service>[^/]+)/aws4_request, SignedHeaders=(?P<signed>[^,]+), Signature=(?P<sig>[0-9a-f]{64})$"
+)
 MAX_SKEW = dt.timedelta(minutes=5)  # AWS rejects requests whose X-Amz-Date is further off than this
 
 
 def event_message(headers: dict[str, str], payload: bytes) -> bytes:
     """One AWS event-stream message: prelude (lengths + CRC), string headers, payload, message CRC."""
-    hbytes = b"".join(len(k).to_bytes(1, "big") + k.encode() + b"\x07" + len(v.encode()).to_bytes(2, "big") + v.encode() for k, v in headers.items())
+    hbytes = b"".join(
+        len(k).to_bytes(1, "big") + k.encode() + b"\x07" + len(v.encode()).to_bytes(2, "big") + v.encode()
+        for k, v in headers.items()
+    )
     prelude = struct.pack(">II", 16 + len(hbytes) + len(payload), len(hbytes))
     message = prelude + struct.pack(">I", zlib.crc32(prelude)) + hbytes + payload
     return message + struct.pack(">I", zlib.crc32(message))
 
 
 def payload_part(data: bytes) -> bytes:
-    return event_message({":event-type": "PayloadPart", ":content-type": "application/octet-stream", ":message-type": "event"}, data)
+    return event_message(
+        {":event-type": "PayloadPart", ":content-type": "application/octet-stream", ":message-type": "event"}, data
+    )
 
 
 def awkward_pieces(data: bytes, sizes: tuple[int, ...] = (7, 1, 33, 2, 120)) -> Iterator[bytes]:
@@ -65,16 +72,20 @@ def awkward_pieces(data: bytes, sizes: tuple[int, ...] = (7, 1, 33, 2, 120)) -> 
         i, k = i + n, k + 1
 
 
-def model_error_body(status: int, message: str, *, endpoint_name: str, region: str, account: str = "000000000000") -> bytes:
+def model_error_body(
+    status: int, message: str, *, endpoint_name: str, region: str, account: str = "000000000000"
+) -> bytes:
     """SageMaker Runtime's answer to a container's non-2xx: the ModelError members botocore's model declares."""
     kind = "client" if status < 500 else "server"
     log_group = f"/aws/sagemaker/Endpoints/{endpoint_name}"
-    return json.dumps({
-        "Message": f'Received {kind} error ({status}) from primary with message "{message}". See the {log_group} log group in account {account} for more information.',
-        "OriginalStatusCode": status,
-        "OriginalMessage": message,
-        "LogStreamArn": f"arn:aws:logs:{region}:{account}:log-group:{log_group}",
-    }).encode()
+    return json.dumps(
+        {
+            "Message": f'Received {kind} error ({status}) from primary with message "{message}". See the {log_group} log group in account {account} for more information.',
+            "OriginalStatusCode": status,
+            "OriginalMessage": message,
+            "LogStreamArn": f"arn:aws:logs:{region}:{account}:log-group:{log_group}",
+        }
+    ).encode()
 
 
 @contextlib.contextmanager
@@ -110,7 +121,19 @@ def _hmac(key: bytes, msg: str) -> bytes:
     return hmac.new(key, msg.encode(), hashlib.sha256).digest()
 
 
-def sigv4_signature(secret: str, *, method: str, raw_path: str, query: str, headers: dict[str, str], signed: list[str], body: bytes, amz_date: str, region: str, service: str) -> str:
+def sigv4_signature(
+    secret: str,
+    *,
+    method: str,
+    raw_path: str,
+    query: str,
+    headers: dict[str, str],
+    signed: list[str],
+    body: bytes,
+    amz_date: str,
+    region: str,
+    service: str,
+) -> str:
     """The SigV4 signature (AWS General Reference, "Create a signed AWS API request") of a request as
     received. Non-S3 services sign the URI-encoded, normalized path."""
     path = posixpath.normpath(raw_path) if raw_path not in ("", "/") else "/"
@@ -118,9 +141,13 @@ def sigv4_signature(secret: str, *, method: str, raw_path: str, query: str, head
     canonical_query = "&".join(sorted(q for q in query.split("&") if q))
     canonical_headers = "".join(f"{name}:{' '.join(headers.get(name, '').split())}\n" for name in signed)
     payload_hash = headers.get("x-amz-content-sha256") or hashlib.sha256(body).hexdigest()
-    canonical_request = "\n".join([method, canonical_uri, canonical_query, canonical_headers, ";".join(signed), payload_hash])
+    canonical_request = "\n".join(
+        [method, canonical_uri, canonical_query, canonical_headers, ";".join(signed), payload_hash]
+    )
     scope = f"{amz_date[:8]}/{region}/{service}/aws4_request"
-    string_to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical_request.encode()).hexdigest()])
+    string_to_sign = "\n".join(
+        ["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical_request.encode()).hexdigest()]
+    )
     key = _hmac(_hmac(_hmac(_hmac(("AWS4" + secret).encode(), amz_date[:8]), region), service), "aws4_request")
     return hmac.new(key, string_to_sign.encode(), hashlib.sha256).hexdigest()
 
@@ -151,8 +178,12 @@ class MultiModelStore:
                 tar.extractall(model_dir, filter="data")
             conn = http.client.HTTPConnection(*container, timeout=300)
             try:
-                conn.request("POST", "/models", body=json.dumps({"model_name": name, "url": str(model_dir)}),
-                             headers={"Content-Type": "application/json"})
+                conn.request(
+                    "POST",
+                    "/models",
+                    body=json.dumps({"model_name": name, "url": str(model_dir)}),
+                    headers={"Content-Type": "application/json"},
+                )
                 resp = conn.getresponse()
                 body = resp.read()
             finally:
@@ -175,8 +206,14 @@ class SageMakerRuntimeEmulator:
     """`container_url` serves the SageMaker container contract (POST /invocations); `credentials` maps
     access key id -> secret key, the identities this emulated account accepts."""
 
-    def __init__(self, container_url: str, endpoint_name: str, region: str = "us-east-1", credentials: dict[str, str] | None = None,
-                 models: MultiModelStore | None = None) -> None:
+    def __init__(
+        self,
+        container_url: str,
+        endpoint_name: str,
+        region: str = "us-east-1",
+        credentials: dict[str, str] | None = None,
+        models: MultiModelStore | None = None,
+    ) -> None:
         parts = urlsplit(container_url)
         self.models = models
         self.container = (parts.hostname, parts.port)
@@ -213,12 +250,34 @@ class SageMakerRuntimeEmulator:
         if abs(dt.datetime.now(dt.UTC) - when) > MAX_SKEW:
             return "InvalidSignatureException", "Signature expired"
         signed = auth["signed"].split(";")
-        if auth["date"] != amz_date[:8] or auth["region"] != self.region or auth["service"] != "sagemaker" or "host" not in signed:
-            return "InvalidSignatureException", f"Credential should be scoped to a valid region and service: {self.region}/sagemaker"
+        if (
+            auth["date"] != amz_date[:8]
+            or auth["region"] != self.region
+            or auth["service"] != "sagemaker"
+            or "host" not in signed
+        ):
+            return (
+                "InvalidSignatureException",
+                f"Credential should be scoped to a valid region and service: {self.region}/sagemaker",
+            )
         path, _, query = raw_path.partition("?")
-        expected = sigv4_signature(secret, method=method, raw_path=path, query=query, headers=headers, signed=signed, body=body, amz_date=amz_date, region=auth["region"], service=auth["service"])
+        expected = sigv4_signature(
+            secret,
+            method=method,
+            raw_path=path,
+            query=query,
+            headers=headers,
+            signed=signed,
+            body=body,
+            amz_date=amz_date,
+            region=auth["region"],
+            service=auth["service"],
+        )
         if not hmac.compare_digest(expected, auth["sig"]):
-            return "InvalidSignatureException", "The request signature we calculated does not match the signature you provided."
+            return (
+                "InvalidSignatureException",
+                "The request signature we calculated does not match the signature you provided.",
+            )
         return None
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
@@ -246,7 +305,15 @@ class SageMakerRuntimeEmulator:
                 rejected = emu.authenticate("POST", self.path, headers, body)
                 auth = AUTH.match(headers.get("authorization", ""))
                 with emu.seen.lock:
-                    emu.seen.requests.append({"path": self.path, "auth": auth.groupdict() if auth else None, "content_type": headers.get("content-type"), "accept": headers.get("accept"), "body": body})
+                    emu.seen.requests.append(
+                        {
+                            "path": self.path,
+                            "auth": auth.groupdict() if auth else None,
+                            "content_type": headers.get("content-type"),
+                            "accept": headers.get("accept"),
+                            "body": body,
+                        }
+                    )
                     if rejected:
                         emu.seen.rejected.append(rejected[0])
                 if rejected:
@@ -255,17 +322,25 @@ class SageMakerRuntimeEmulator:
                 if m is None:
                     return self._error(404, "UnknownOperationException", "unknown path")
                 if unquote(m.group(1)) != emu.endpoint_name:
-                    return self._error(400, "ValidationError", f"Endpoint {unquote(m.group(1))} of account 000000000000 not found.")
+                    return self._error(
+                        400, "ValidationError", f"Endpoint {unquote(m.group(1))} of account 000000000000 not found."
+                    )
                 target = headers.get("x-amzn-sagemaker-target-model")
                 container_path = "/invocations"
                 if emu.models is not None:
                     if target is None:
                         return self._error(400, "ValidationError", "TargetModel is required for a multi-model endpoint")
                     if m.group(2) != "invocations":
-                        return self._error(400, "ValidationError", "InvokeEndpointWithResponseStream takes no TargetModel")
+                        return self._error(
+                            400, "ValidationError", "InvokeEndpointWithResponseStream takes no TargetModel"
+                        )
                     name, status, detail = emu.models.ensure_loaded(emu.container, unquote(target))
                     if status != 200:
-                        return self._error(424 if status >= 500 else 400, "ModelError" if status >= 500 else "ValidationError", detail[:300].decode(errors="replace"))
+                        return self._error(
+                            424 if status >= 500 else 400,
+                            "ModelError" if status >= 500 else "ValidationError",
+                            detail[:300].decode(errors="replace"),
+                        )
                     container_path = f"/models/{quote(name, safe='')}/invoke"
                 upstream = http.client.HTTPConnection(*emu.container, timeout=120)
                 try:

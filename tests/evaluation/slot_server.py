@@ -31,14 +31,28 @@ class SlotServer:
                     time.sleep(srv.service_s)
                 usage = {"prompt_tokens": 5, "completion_tokens": srv.tokens, "total_tokens": 5 + srv.tokens}
                 if not body.get("stream"):
-                    data = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok " * srv.tokens}, "finish_reason": "length"}], "usage": usage}).encode()
+                    data = json.dumps(
+                        {
+                            "choices": [
+                                {
+                                    "index": 0,
+                                    "message": {"role": "assistant", "content": "ok " * srv.tokens},
+                                    "finish_reason": "length",
+                                }
+                            ],
+                            "usage": usage,
+                        }
+                    ).encode()
                     self.send_response(200)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
                     self.wfile.write(data)
                     return
-                events = [{"choices": [{"index": 0, "delta": {"content": "ok "}, "finish_reason": None}]} for _ in range(srv.tokens)]
+                events = [
+                    {"choices": [{"index": 0, "delta": {"content": "ok "}, "finish_reason": None}]}
+                    for _ in range(srv.tokens)
+                ]
                 events.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
                 events.append({"choices": [], "usage": usage})
                 data = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"

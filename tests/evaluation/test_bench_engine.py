@@ -31,7 +31,15 @@ def assert_tokens_agree(report: dict, engine_delta: int) -> None:
 
 def test_streamed_bench_agrees_with_engine_metrics(smol_url: str, tmp_path: Path) -> None:
     prompts = load_prompts(None)
-    plan = BenchPlan(endpoint=smol_url, concurrency=(1, 2, 4), requests=4, p95_ms=60_000, instance_type="c7g.large", warmup=1, load=LoadSettings(max_tokens=16))
+    plan = BenchPlan(
+        endpoint=smol_url,
+        concurrency=(1, 2, 4),
+        requests=4,
+        p95_ms=60_000,
+        instance_type="c7g.large",
+        warmup=1,
+        load=LoadSettings(max_tokens=16),
+    )
     client = OpenAIClient(smol_url)
     before = tokens_predicted(smol_url)
     try:
@@ -62,7 +70,9 @@ def test_streamed_bench_agrees_with_engine_metrics(smol_url: str, tmp_path: Path
 def test_ignore_eos_fixes_output_length(smol_url: str) -> None:
     client = OpenAIClient(smol_url)
     try:
-        r = client.chat(LoadSettings(max_tokens=20, ignore_eos=True).body([{"role": "user", "content": "Hi"}]), stream=True)
+        r = client.chat(
+            LoadSettings(max_tokens=20, ignore_eos=True).body([{"role": "user", "content": "Hi"}]), stream=True
+        )
     finally:
         client.close()
     assert r.ok and r.output_tokens == 20 and r.finish_reason == "length"
@@ -72,7 +82,9 @@ def test_http_errors_are_counted_not_raised(smol_url: str) -> None:
     client = OpenAIClient(smol_url)
     try:
         # A prompt longer than a slot's context: the engine answers 400, the client records the failure.
-        r = client.chat(chat_body([{"role": "user", "content": "word " * 10000}], max_tokens=4, stream=True), stream=True)
+        r = client.chat(
+            chat_body([{"role": "user", "content": "word " * 10000}], max_tokens=4, stream=True), stream=True
+        )
     finally:
         client.close()
     assert not r.ok and r.error.startswith("HTTP 400")
@@ -91,12 +103,22 @@ def aws_test_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["InvokeEndpointWithResponseStream", "InvokeEndpoint"])
-def test_sagemaker_endpoint_through_botocore(smol_url: str, sagemaker_container_url: str, aws_test_credentials: None, stream: bool) -> None:
+def test_sagemaker_endpoint_through_botocore(
+    smol_url: str, sagemaker_container_url: str, aws_test_credentials: None, stream: bool
+) -> None:
     """botocore (SigV4) -> SageMaker Runtime front end (emulated, signature verified) -> the image's
     /invocations adapter -> llama-server."""
     with SageMakerRuntimeEmulator(sagemaker_container_url, "slm-endpoint", region="eu-west-1") as emu:
         client = make_client("sagemaker:slm-endpoint", region="eu-west-1", sagemaker_endpoint_url=emu.url)
-        plan = BenchPlan(endpoint="sagemaker:slm-endpoint", concurrency=(1, 2), requests=3, p95_ms=60_000, instance_type="ml.c7g.large", warmup=1, load=LoadSettings(max_tokens=12, stream=stream))
+        plan = BenchPlan(
+            endpoint="sagemaker:slm-endpoint",
+            concurrency=(1, 2),
+            requests=3,
+            p95_ms=60_000,
+            instance_type="ml.c7g.large",
+            warmup=1,
+            load=LoadSettings(max_tokens=12, stream=stream),
+        )
         before = tokens_predicted(smol_url)
         try:
             report = run_bench(client, load_prompts(None), plan, PRICE)
@@ -112,7 +134,9 @@ def test_sagemaker_endpoint_through_botocore(smol_url: str, sagemaker_container_
     op = "invocations-response-stream" if stream else "invocations"
     assert len(seen) == 1 + 2 * 3 and all(r["path"] == f"/endpoints/slm-endpoint/{op}" for r in seen)
     for r in seen:
-        assert r["auth"]["service"] == "sagemaker" and r["auth"]["region"] == "eu-west-1" and r["auth"]["key"] == "testing"
+        assert (
+            r["auth"]["service"] == "sagemaker" and r["auth"]["region"] == "eu-west-1" and r["auth"]["key"] == "testing"
+        )
         assert r["content_type"] == "application/json"
         body = json.loads(r["body"])  # the container receives a plain OpenAI chat body
         assert body["stream"] is stream and body["max_tokens"] == 12 and body["messages"][0]["role"] == "user"
@@ -120,7 +144,9 @@ def test_sagemaker_endpoint_through_botocore(smol_url: str, sagemaker_container_
     assert (ttft is not None and ttft > 0) if stream else ttft is None
 
 
-def test_sagemaker_errors_are_reported(sagemaker_container_url: str, aws_test_credentials: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sagemaker_errors_are_reported(
+    sagemaker_container_url: str, aws_test_credentials: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     hi = chat_body([{"role": "user", "content": "Hi"}], max_tokens=4, stream=True)
     with SageMakerRuntimeEmulator(sagemaker_container_url, "slm-endpoint") as emu:
         client = make_client("sagemaker:other-endpoint", region="us-east-1", sagemaker_endpoint_url=emu.url)
@@ -143,5 +169,7 @@ def test_sagemaker_errors_are_reported(sagemaker_container_url: str, aws_test_cr
         rejected = list(emu.seen.rejected)
     assert not missing.ok and "ValidationError" in missing.error and "other-endpoint" in missing.error
     assert not wrong_region.ok and "InvalidSignatureException" in wrong_region.error
-    assert not bad_secret.ok and "InvalidSignatureException" in bad_secret.error and "does not match" in bad_secret.error
+    assert (
+        not bad_secret.ok and "InvalidSignatureException" in bad_secret.error and "does not match" in bad_secret.error
+    )
     assert rejected == ["InvalidSignatureException", "InvalidSignatureException"]

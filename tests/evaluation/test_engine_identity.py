@@ -54,7 +54,12 @@ def test_an_endpoint_that_does_not_say_is_unknown() -> None:
     with SlotServer(slots=2, service_s=0.01) as server:
         client = OpenAIClient(server.url)
         try:
-            report = run_bench(client, load_prompts(None), BenchPlan(endpoint=server.url, concurrency=(1,), requests=2, p95_ms=1000, warmup=0), Price(None, "unknown", "test"))
+            report = run_bench(
+                client,
+                load_prompts(None),
+                BenchPlan(endpoint=server.url, concurrency=(1,), requests=2, p95_ms=1000, warmup=0),
+                Price(None, "unknown", "test"),
+            )
         finally:
             client.close()
     assert report["server"]["engine"] is None and report["server"]["detail"] == "HTTP 501"
@@ -65,18 +70,51 @@ def test_an_endpoint_that_does_not_say_is_unknown() -> None:
     assert engine_label({"server": other.to_dict()}) == "unknown (owned_by openai)"
     assert from_models_body(b"not json").engine is None
     # Reports written before the engine was recorded compare as "unknown".
-    old = {"kind": "cpu-inference.bench", "endpoint": "http://x", "instance_type": None, "instance_count": 1, "price": {"usd_per_hour": None},
-           "target": {"p95_ms": 1.0, "latency_metric": "e2e"}, "selected": None, "levels": []}
+    old = {
+        "kind": "cpu-inference.bench",
+        "endpoint": "http://x",
+        "instance_type": None,
+        "instance_count": 1,
+        "price": {"usd_per_hour": None},
+        "target": {"p95_ms": 1.0, "latency_metric": "e2e"},
+        "selected": None,
+        "levels": [],
+    }
     assert compare_rows([old])[1][0][1:3] == ["unknown", "?"]
 
 
 @pytest.mark.engine
 def test_bench_compare_puts_llama_cpp_and_vllm_side_by_side(repo_root: Path, tmp_path: Path, smol_url: str) -> None:
-    common = ("bench", "--concurrency", "1,2", "--requests", "2", "--max-tokens", "8", "--ignore-eos", "--warmup", "0", "--quiet", "--no-plot", "--p95-ms", "60000")
+    common = (
+        "bench",
+        "--concurrency",
+        "1,2",
+        "--requests",
+        "2",
+        "--max-tokens",
+        "8",
+        "--ignore-eos",
+        "--warmup",
+        "0",
+        "--quiet",
+        "--no-plot",
+        "--p95-ms",
+        "60000",
+    )
     llama = cli(repo_root, tmp_path, *common, "--endpoint", smol_url, "--out", str(tmp_path / "llama"))
     assert llama.returncode == 0, llama.stderr
     with RecordedServer(VLLM_RECORDING) as server:
-        vllm = cli(repo_root, tmp_path, *common, "--endpoint", server.url, "--model", VLLM_MODEL, "--out", str(tmp_path / "vllm"))
+        vllm = cli(
+            repo_root,
+            tmp_path,
+            *common,
+            "--endpoint",
+            server.url,
+            "--model",
+            VLLM_MODEL,
+            "--out",
+            str(tmp_path / "vllm"),
+        )
     assert vllm.returncode == 0, vllm.stderr
 
     a = json.loads((tmp_path / "llama/bench.json").read_text())
@@ -84,14 +122,30 @@ def test_bench_compare_puts_llama_cpp_and_vllm_side_by_side(repo_root: Path, tmp
     assert a["server"]["engine"] == "llama.cpp" and b["server"]["engine"] == "vllm"
     # vLLM's recorded stream parses: its usage block gives the token count (8 = max_tokens of the recorded request).
     assert b["totals"]["output_tokens"] == 8 * b["totals"]["requests"] and b["totals"]["errors"] == 0
-    assert "- engine: vllm, model smollm2-135m-instruct-bf16, max_model_len 4096 (owned_by 'vllm'" in (tmp_path / "vllm/bench.md").read_text()
+    assert (
+        "- engine: vllm, model smollm2-135m-instruct-bf16, max_model_len 4096 (owned_by 'vllm'"
+        in (tmp_path / "vllm/bench.md").read_text()
+    )
     assert "- engine: llama.cpp, model " in (tmp_path / "llama/bench.md").read_text()
 
-    compared = cli(repo_root, tmp_path, "bench", "compare", str(tmp_path / "llama/bench.json"), str(tmp_path / "vllm/bench.json"), "--markdown", str(tmp_path / "cmp.md"))
+    compared = cli(
+        repo_root,
+        tmp_path,
+        "bench",
+        "compare",
+        str(tmp_path / "llama/bench.json"),
+        str(tmp_path / "vllm/bench.json"),
+        "--markdown",
+        str(tmp_path / "cmp.md"),
+    )
     assert compared.returncode == 0, compared.stderr
     lines = (tmp_path / "cmp.md").read_text().splitlines()
     assert lines[0].startswith("| run | engine | model |")
     rows = {ln.split(" | ")[1]: ln for ln in lines[2:]}
     assert set(rows) == {"llama.cpp", "vllm"}
-    assert f"| {VLLM_MODEL} |" in rows["vllm"] and "llama/bench.json" in rows["llama.cpp"] and "vllm/bench.json" in rows["vllm"]
+    assert (
+        f"| {VLLM_MODEL} |" in rows["vllm"]
+        and "llama/bench.json" in rows["llama.cpp"]
+        and "vllm/bench.json" in rows["vllm"]
+    )
     assert "llama.cpp" in compared.stdout and "vllm" in compared.stdout

@@ -32,8 +32,13 @@ MODEL_ERROR = botocore.session.get_session().get_service_model("sagemaker-runtim
 
 @pytest.fixture
 def aws_test_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_EC2_METADATA_DISABLED": "true",
-                 "AWS_CONFIG_FILE": str(tmp_path / "none"), "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none")}.items():
+    for k, v in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+    }.items():
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
@@ -48,14 +53,27 @@ def full_endpoint(aws_test_credentials: None) -> Iterator[SageMakerRuntimeEmulat
         yield emu
 
 
-def test_a_full_container_reaches_botocore_as_model_error_424_with_the_429_inside(full_endpoint: SageMakerRuntimeEmulator) -> None:
+def test_a_full_container_reaches_botocore_as_model_error_424_with_the_429_inside(
+    full_endpoint: SageMakerRuntimeEmulator,
+) -> None:
     runtime = botocore.session.get_session().create_client(
-        "sagemaker-runtime", region_name="eu-west-1", endpoint_url=full_endpoint.url, config=Config(retries={"total_max_attempts": 1}))
+        "sagemaker-runtime",
+        region_name="eu-west-1",
+        endpoint_url=full_endpoint.url,
+        config=Config(retries={"total_max_attempts": 1}),
+    )
     with pytest.raises(ClientError) as err:
-        runtime.invoke_endpoint(EndpointName="slm-endpoint", Body=json.dumps({"messages": HI}).encode(), ContentType="application/json")
+        runtime.invoke_endpoint(
+            EndpointName="slm-endpoint", Body=json.dumps({"messages": HI}).encode(), ContentType="application/json"
+        )
     resp = err.value.response
-    assert resp["Error"]["Code"] == "ModelError" and resp["ResponseMetadata"]["HTTPStatusCode"] == MODEL_ERROR.metadata["error"]["httpStatusCode"] == 424
-    assert resp["OriginalStatusCode"] == 429 and "busy: 2 requests in flight" in resp["OriginalMessage"]  # the adapter's own answer
+    assert (
+        resp["Error"]["Code"] == "ModelError"
+        and resp["ResponseMetadata"]["HTTPStatusCode"] == MODEL_ERROR.metadata["error"]["httpStatusCode"] == 424
+    )
+    assert (
+        resp["OriginalStatusCode"] == 429 and "busy: 2 requests in flight" in resp["OriginalMessage"]
+    )  # the adapter's own answer
     assert "retry-after" not in resp["ResponseMetadata"]["HTTPHeaders"]  # ModelError carries no Retry-After
     assert full_endpoint.seen.rejected == []
 
@@ -72,8 +90,15 @@ def test_sagemaker_overload_is_a_rejection_not_an_error(full_endpoint: SageMaker
 
 def test_bench_reports_rejections_apart_from_errors(full_endpoint: SageMakerRuntimeEmulator) -> None:
     client = make_client("sagemaker:slm-endpoint", region="eu-west-1", sagemaker_endpoint_url=full_endpoint.url)
-    plan = BenchPlan(endpoint="sagemaker:slm-endpoint", concurrency=(1, 2), requests=3, p95_ms=60_000, instance_type="ml.c7g.large",
-                     warmup=0, load=LoadSettings(max_tokens=4, stream=True))
+    plan = BenchPlan(
+        endpoint="sagemaker:slm-endpoint",
+        concurrency=(1, 2),
+        requests=3,
+        p95_ms=60_000,
+        instance_type="ml.c7g.large",
+        warmup=0,
+        load=LoadSettings(max_tokens=4, stream=True),
+    )
     try:
         report = run_bench(client, load_prompts(None), plan, Price(0.1, "--price-per-hour", "test input"))
     finally:

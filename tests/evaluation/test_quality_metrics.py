@@ -35,7 +35,11 @@ def test_per_class_f1_on_a_worked_example() -> None:
     pred = ["a", "a", "b", "b", INVALID, "a"]
     scores = per_class(gold, pred, ["a", "b", "c"])
     # a: tp 2, fp 1 (the c), fn 1 -> P 2/3, R 2/3; b: tp 1, fp 1, fn 1 -> 1/2, 1/2; c: 0.
-    assert scores["a"].precision == pytest.approx(2 / 3) and scores["a"].recall == pytest.approx(2 / 3) and scores["a"].f1 == pytest.approx(2 / 3)
+    assert (
+        scores["a"].precision == pytest.approx(2 / 3)
+        and scores["a"].recall == pytest.approx(2 / 3)
+        and scores["a"].f1 == pytest.approx(2 / 3)
+    )
     assert scores["b"].f1 == pytest.approx(0.5) and scores["b"].support == 2
     assert scores["c"].f1 == 0.0 and scores["c"].support == 1
     assert macro_f1(scores) == pytest.approx((2 / 3 + 0.5 + 0) / 3)
@@ -76,7 +80,11 @@ def test_classification_parsing_constrained_and_free_text() -> None:
     assert task.parse("I think this is about shipping, not billing") == "shipping"
     assert task.parse("no idea") is None
     rf = task.response_format()
-    assert rf["type"] == "json_schema" and rf["json_schema"]["schema"]["enum"] == ["billing", "technical_issue", "shipping"]
+    assert rf["type"] == "json_schema" and rf["json_schema"]["schema"]["enum"] == [
+        "billing",
+        "technical_issue",
+        "shipping",
+    ]
     assert ClassificationTask(["a", "b"], constrained=False).response_format() is None
     # Stops cut the grammar's optional trailing whitespace; the answer then lacks its closing quote.
     assert task.request_extra()["stop"] == ['" ', '"\n'] and task.parse('"shipping') == "shipping"
@@ -105,10 +113,16 @@ def test_routing_scores_tool_accuracy() -> None:
     task = RoutingTask(["get_order_status", "issue_refund"])
     examples = [Example("where", "get_order_status", 1), Example("money back", "issue_refund", 2)]
     scored = task.score(examples, ["get_order_status", None])
-    assert scored["tool_accuracy"] == 0.5 and scored["invalid"] == 1 and set(scored["per_tool"]) == {"get_order_status", "issue_refund"}
+    assert (
+        scored["tool_accuracy"] == 0.5
+        and scored["invalid"] == 1
+        and set(scored["per_tool"]) == {"get_order_status", "issue_refund"}
+    )
 
 
-@pytest.mark.parametrize(("text", "value"), [("5pp", 0.05), ("5", 0.05), ("2.5 pp", 0.025), ("0pp", 0.0), ("10%", 0.10)])
+@pytest.mark.parametrize(
+    ("text", "value"), [("5pp", 0.05), ("5", 0.05), ("2.5 pp", 0.025), ("0pp", 0.0), ("10%", 0.10)]
+)
 def test_threshold_is_in_percentage_points(text: str, value: float) -> None:
     assert parse_threshold(text) == pytest.approx(value)
 

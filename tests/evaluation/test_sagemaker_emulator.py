@@ -19,8 +19,20 @@ BODY = b'{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}'
 PATH = "/endpoints/slm-endpoint/invocations"
 
 
-def signed(secret: str = "testing", *, region: str = "eu-west-1", path: str = PATH, body: bytes = BODY, when: dt.datetime | None = None) -> tuple[str, dict[str, str], bytes]:
-    request = AWSRequest(method="POST", url=f"http://127.0.0.1:9{path}", data=body, headers={"Content-Type": "application/json", "Accept": "application/json"})
+def signed(
+    secret: str = "testing",
+    *,
+    region: str = "eu-west-1",
+    path: str = PATH,
+    body: bytes = BODY,
+    when: dt.datetime | None = None,
+) -> tuple[str, dict[str, str], bytes]:
+    request = AWSRequest(
+        method="POST",
+        url=f"http://127.0.0.1:9{path}",
+        data=body,
+        headers={"Content-Type": "application/json", "Accept": "application/json"},
+    )
     auth = SigV4Auth(Credentials("testing", secret), "sagemaker", region)
     # botocore reads the signing time from its clock; pin it for the stale-request case.
     with mock.patch("botocore.auth.get_current_datetime", return_value=when) if when else contextlib.nullcontext():

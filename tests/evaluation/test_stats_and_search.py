@@ -10,12 +10,33 @@ from cpu_inference.evaluation.pricing import Price
 from cpu_inference.evaluation.stats import LevelStats, percentile, pick_concurrency, summarize
 
 
-def level(c: int, p95_ms: float | None, *, qps: float = 1.0, errors: int = 0, requests: int = 20, ttft_p95: float | None = None) -> LevelStats:
+def level(
+    c: int,
+    p95_ms: float | None,
+    *,
+    qps: float = 1.0,
+    errors: int = 0,
+    requests: int = 20,
+    ttft_p95: float | None = None,
+) -> LevelStats:
     return LevelStats(
-        concurrency=c, requests=requests, ok=requests - errors, errors=errors, wall_s=10.0,
-        e2e_p50_ms=None if p95_ms is None else p95_ms / 2, e2e_p95_ms=p95_ms, e2e_p99_ms=p95_ms,
-        ttft_p50_ms=None, ttft_p95_ms=ttft_p95, ttft_p99_ms=None, tpot_p50_ms=None, tpot_p95_ms=None,
-        output_tokens=100, prompt_tokens=100, qps=qps, output_tok_s=10.0,
+        concurrency=c,
+        requests=requests,
+        ok=requests - errors,
+        errors=errors,
+        wall_s=10.0,
+        e2e_p50_ms=None if p95_ms is None else p95_ms / 2,
+        e2e_p95_ms=p95_ms,
+        e2e_p99_ms=p95_ms,
+        ttft_p50_ms=None,
+        ttft_p95_ms=ttft_p95,
+        ttft_p99_ms=None,
+        tpot_p50_ms=None,
+        tpot_p95_ms=None,
+        output_tokens=100,
+        prompt_tokens=100,
+        qps=qps,
+        output_tok_s=10.0,
     )
 
 
@@ -32,7 +53,13 @@ def test_percentile_matches_linear_interpolation() -> None:
 
 
 # A realistic CPU curve: latency flat until the slots fill, then queueing makes it climb.
-CURVE = [level(1, 210, qps=4.5), level(2, 260, qps=7.6), level(4, 430, qps=9.1), level(8, 880, qps=9.3), level(16, 1750, qps=9.2)]
+CURVE = [
+    level(1, 210, qps=4.5),
+    level(2, 260, qps=7.6),
+    level(4, 430, qps=9.1),
+    level(8, 880, qps=9.3),
+    level(16, 1750, qps=9.2),
+]
 
 
 @pytest.mark.parametrize(
@@ -75,7 +102,9 @@ def test_summarize_counts_only_successes_in_latency_and_throughput() -> None:
 
 
 def test_report_costs_the_selected_level() -> None:
-    plan = BenchPlan(endpoint="http://x", concurrency=(1, 2, 4, 8, 16), requests=20, p95_ms=500, instance_type="c7g.2xlarge")
+    plan = BenchPlan(
+        endpoint="http://x", concurrency=(1, 2, 4, 8, 16), requests=20, p95_ms=500, instance_type="c7g.2xlarge"
+    )
     report = build_report(plan, Price(0.29, "--price-per-hour", "test"), CURVE)
     assert report["selected"]["concurrency"] == 4
     assert report["selected"]["queries_per_hour"] == pytest.approx(9.1 * 3600)
@@ -100,7 +129,15 @@ def test_bench_finds_the_knee_of_a_known_latency_curve() -> None:
 
     with SlotServer(slots=2, service_s=0.15) as server:
         client = OpenAIClient(server.url)
-        plan = BenchPlan(endpoint=server.url, concurrency=(1, 2, 4, 8), requests=16, p95_ms=450, instance_type="c7g.large", warmup=0, load=LoadSettings(max_tokens=4))
+        plan = BenchPlan(
+            endpoint=server.url,
+            concurrency=(1, 2, 4, 8),
+            requests=16,
+            p95_ms=450,
+            instance_type="c7g.large",
+            warmup=0,
+            load=LoadSettings(max_tokens=4),
+        )
         try:
             report = run_bench(client, load_prompts(None), plan, Price(0.0723, "--price-per-hour", "test"))
         finally:

@@ -22,7 +22,9 @@ def real_pin() -> dict[str, str]:
 def make_context(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
     """make_context(name, dockerfile=DOCKERFILE, pin=None, files={}) -> a context directory."""
 
-    def make(name: str, *, dockerfile: str = DOCKERFILE, pin: str | None = None, files: dict[str, str] | None = None) -> Path:
+    def make(
+        name: str, *, dockerfile: str = DOCKERFILE, pin: str | None = None, files: dict[str, str] | None = None
+    ) -> Path:
         context = tmp_path_factory.mktemp(name)
         (context / "Dockerfile").write_text(dockerfile)
         if pin is None:

@@ -56,13 +56,13 @@ def _option(args: list[str], name: str) -> str | None:
         if a == name and i + 1 < len(args):
             found = args[i + 1]
         elif a.startswith(name + "="):
-            found = a[len(name) + 1:]
+            found = a[len(name) + 1 :]
     return found
 
 
 def _options(args: list[str], name: str) -> list[str]:
     return [args[i + 1] for i, a in enumerate(args) if a == name and i + 1 < len(args)] + [
-        a[len(name) + 1:] for a in args if a.startswith(name + "=")
+        a[len(name) + 1 :] for a in args if a.startswith(name + "=")
     ]
 
 
@@ -74,15 +74,22 @@ def _put(tag_ref: str, doc: dict, media_type: str) -> None:
     repo, tag = _split(tag_ref)
     body = json.dumps(doc)
     # A registry names a manifest by the sha256 of its bytes.
-    _ecr().put_image(repositoryName=repo, imageTag=tag, imageManifest=body, imageManifestMediaType=media_type,
-                     imageDigest="sha256:" + hashlib.sha256(body.encode()).hexdigest())
+    _ecr().put_image(
+        repositoryName=repo,
+        imageTag=tag,
+        imageManifest=body,
+        imageManifestMediaType=media_type,
+        imageDigest="sha256:" + hashlib.sha256(body.encode()).hexdigest(),
+    )
 
 
 def build_media_types(args: list[str]) -> tuple[bool, bool]:
     """(OCI types?, attestations?) for a `buildx build` command line, as BuildKit decides them."""
     output = _option(args, "--output") or _option(args, "-o") or ""
     params = dict(p.split("=", 1) for p in output.split(",") if "=" in p)
-    attestations = not _false(_option(args, "--provenance")) and os.environ.get("BUILDX_NO_DEFAULT_ATTESTATIONS") is None
+    attestations = (
+        not _false(_option(args, "--provenance")) and os.environ.get("BUILDX_NO_DEFAULT_ATTESTATIONS") is None
+    )
     sbom = _option(args, "--sbom")
     attestations |= sbom is not None and not _false(sbom)
     attestations |= any(not a.endswith("disabled=true") for a in _options(args, "--attest"))
@@ -97,7 +104,11 @@ def build_media_types(args: list[str]) -> tuple[bool, bool]:
 def _pushes(args: list[str]) -> bool:
     output = _option(args, "--output") or _option(args, "-o") or ""
     params = dict(p.split("=", 1) for p in output.split(",") if "=" in p)
-    return "--push" in args or params.get("type") == "registry" or (params.get("type") == "image" and params.get("push") == "true")
+    return (
+        "--push" in args
+        or params.get("type") == "registry"
+        or (params.get("type") == "image" and params.get("push") == "true")
+    )
 
 
 def _build(args: list[str]) -> int:
@@ -131,12 +142,28 @@ def _build(args: list[str]) -> int:
         return 0
     os_, arch = platform.split("/")[:2]
     image_digest = "sha256:" + hashlib.sha256(json.dumps(manifest).encode()).hexdigest()
-    index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [
-        {"mediaType": OCI_MANIFEST, "digest": image_digest, "size": 1, "platform": {"os": os_, "architecture": arch}},
-        {"mediaType": OCI_MANIFEST, "digest": "sha256:" + hashlib.sha256(image_digest.encode()).hexdigest(), "size": 1,
-         "platform": {"os": "unknown", "architecture": "unknown"},
-         "annotations": {"vnd.docker.reference.type": "attestation-manifest", "vnd.docker.reference.digest": image_digest}},
-    ]}
+    index = {
+        "schemaVersion": 2,
+        "mediaType": OCI_INDEX,
+        "manifests": [
+            {
+                "mediaType": OCI_MANIFEST,
+                "digest": image_digest,
+                "size": 1,
+                "platform": {"os": os_, "architecture": arch},
+            },
+            {
+                "mediaType": OCI_MANIFEST,
+                "digest": "sha256:" + hashlib.sha256(image_digest.encode()).hexdigest(),
+                "size": 1,
+                "platform": {"os": "unknown", "architecture": "unknown"},
+                "annotations": {
+                    "vnd.docker.reference.type": "attestation-manifest",
+                    "vnd.docker.reference.digest": image_digest,
+                },
+            },
+        ],
+    }
     _put(ref, index, OCI_INDEX)
     return 0
 
@@ -164,8 +191,14 @@ def _imagetools_create(args: list[str]) -> int:
         if media in LISTS:
             children.extend(doc["manifests"])
         else:
-            children.append({"mediaType": media, "digest": digest, "size": 1,
-                             "platform": {"os": "linux", "architecture": source.rsplit("-", 1)[1]}})
+            children.append(
+                {
+                    "mediaType": media,
+                    "digest": digest,
+                    "size": 1,
+                    "platform": {"os": "linux", "architecture": source.rsplit("-", 1)[1]},
+                }
+            )
     docker = all(c["mediaType"].startswith("application/vnd.docker.") for c in children) and not annotations
     media = DOCKER_LIST if docker else OCI_INDEX
     _put(ref, {"schemaVersion": 2, "mediaType": media, "manifests": children}, media)

@@ -20,7 +20,9 @@ def external_bases(dockerfile: Path) -> list[str]:
     """FROM images that are not an earlier stage of the same file."""
     stages: set[str] = set()
     bases = []
-    for image, stage in re.findall(r"^FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+(\S+))?", dockerfile.read_text(), re.M | re.I):
+    for image, stage in re.findall(
+        r"^FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+(\S+))?", dockerfile.read_text(), re.M | re.I
+    ):
         if image not in stages:
             bases.append(image)
         if stage:
@@ -42,5 +44,7 @@ def test_every_base_is_from_ecr_and_pinned_by_digest(dockerfile: Path) -> None:
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)
 def test_hadolint_clean(dockerfile: Path) -> None:
-    result = subprocess.run([str(Path(sys.executable).parent / "hadolint"), str(dockerfile)], capture_output=True, text=True)
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "hadolint"), str(dockerfile)], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -71,7 +71,16 @@ def test_no_soci_or_oci_path_reappears(real_pin) -> None:
     parallel-pull-unpack snapshotter, which reads no index (FIELD-NOTES)."""
     for name, spec in variants(real_pin).items():
         text = shell_of(spec).lower()
-        for banned in ("soci", "ctr ", "containerd", "oci-mediatypes=true", "--annotation", "--attest", "zstd", "estargz"):
+        for banned in (
+            "soci",
+            "ctr ",
+            "containerd",
+            "oci-mediatypes=true",
+            "--annotation",
+            "--attest",
+            "zstd",
+            "estargz",
+        ):
             assert banned not in text, f"{name}: {banned}"
 
 
@@ -81,7 +90,7 @@ def platform_build_command(real_pin) -> list[str]:
 
     text = shell_of(platform_buildspec(dockerfile="Dockerfile", build_args=real_pin))
     words = []
-    for line in text[text.index("docker buildx build"):].splitlines():
+    for line in text[text.index("docker buildx build") :].splitlines():
         words.append(line.rstrip().rstrip("\\"))
         if not line.rstrip().endswith("\\"):
             break
@@ -136,14 +145,20 @@ def context_object(ecr_endpoint, tmp_path, real_pin):
     (source / "bin").mkdir(parents=True)
     (source / "Dockerfile").write_text("FROM scratch\n")
     (source / "engine-pin.env").write_text("".join(f"{k}={v}\n" for k, v in real_pin.items()))
-    (source / "bin" / "entrypoint.sh").write_text("#!/bin/sh\nexec llama-server \"$@\"\n")
+    (source / "bin" / "entrypoint.sh").write_text('#!/bin/sh\nexec llama-server "$@"\n')
     (source / "bin" / "entrypoint.sh").chmod(0o755)
     archive = tmp_path / "context.zip"
     with zipfile.ZipFile(archive, "w") as z:
         for path in sorted(source.rglob("*")):
             if path.is_file():
                 z.write(path, path.relative_to(source))
-    s3 = boto3.client("s3", endpoint_url=ecr_endpoint, region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing")
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=ecr_endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
     bucket = f"assets-{uuid.uuid4().hex[:8]}"
     s3.create_bucket(Bucket=bucket)
     s3.upload_file(str(archive), bucket, "0123abcd.zip")
@@ -153,7 +168,13 @@ def context_object(ecr_endpoint, tmp_path, real_pin):
 @pytest.fixture()
 def repo(ecr_endpoint):
     name = f"image-{uuid.uuid4().hex[:8]}"
-    client = boto3.client("ecr", endpoint_url=ecr_endpoint, region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing")
+    client = boto3.client(
+        "ecr",
+        endpoint_url=ecr_endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
     uri = client.create_repository(repositoryName=name, imageTagMutability="IMMUTABLE")["repository"]["repositoryUri"]
     return {"name": name, "uri": uri, "client": client}
 
@@ -191,9 +212,17 @@ class Runner:
         exported = spec["env"]["exported-variables"]
         script.write_text(shell_of(spec) + "".join(f'echo "EXPORT {v}=${{{v}:-}}"\n' for v in exported))
         (self.work / "image-digest").unlink(missing_ok=True)
-        result = subprocess.run(["bash", "-e", str(script)], cwd=self.work, env={**self.env, **env},
-                                capture_output=True, text=True, timeout=120)
-        values = dict(line[len("EXPORT "):].split("=", 1) for line in result.stdout.splitlines() if line.startswith("EXPORT "))
+        result = subprocess.run(
+            ["bash", "-e", str(script)],
+            cwd=self.work,
+            env={**self.env, **env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        values = dict(
+            line[len("EXPORT ") :].split("=", 1) for line in result.stdout.splitlines() if line.startswith("EXPORT ")
+        )
         return result, values
 
     def docker_calls(self) -> list[list[str]]:
@@ -203,7 +232,9 @@ class Runner:
 
     def digest(self, tag: str) -> str:
         ids = [{"imageTag": tag}]
-        return self.repo["client"].describe_images(repositoryName=self.repo["name"], imageIds=ids)["imageDetails"][0]["imageDigest"]
+        return self.repo["client"].describe_images(repositoryName=self.repo["name"], imageIds=ids)["imageDetails"][0][
+            "imageDigest"
+        ]
 
 
 @pytest.fixture()
@@ -220,7 +251,9 @@ def builds(runner: Runner) -> list[list[str]]:
 def media_type(runner: Runner, tag: str) -> str:
     """What ECR itself records for a tag (what SageMaker CreateModel is given)."""
     ids = [{"imageTag": tag}]
-    return runner.repo["client"].describe_images(repositoryName=runner.repo["name"], imageIds=ids)["imageDetails"][0]["imageManifestMediaType"]
+    return runner.repo["client"].describe_images(repositoryName=runner.repo["name"], imageIds=ids)["imageDetails"][0][
+        "imageManifestMediaType"
+    ]
 
 
 TAG = "llama-server-0123456789abcdef"
@@ -233,7 +266,9 @@ def test_platform_build_pushes_once_and_exports_the_ecr_digest(runner, real_pin)
     (build,) = builds(runner)
     assert build[build.index("--platform") + 1] == "linux/arm64"
     assert build[build.index("--tag") + 1] == f"{runner.repo['uri']}:{TAG}-arm64"
-    assert [build[i + 1] for i, a in enumerate(build) if a == "--build-arg"] == [f"{k}={v}" for k, v in real_pin.items()]
+    assert [build[i + 1] for i, a in enumerate(build) if a == "--build-arg"] == [
+        f"{k}={v}" for k, v in real_pin.items()
+    ]
     assert exported == {"IMAGE_DIGEST": runner.digest(f"{TAG}-arm64"), "ARCH": "arm64"}
     seen = json.loads(Path(f"{runner.log}.context").read_text())
     assert seen == {"files": ["Dockerfile", "bin/entrypoint.sh", "engine-pin.env"], "executable": ["bin/entrypoint.sh"]}
@@ -261,7 +296,10 @@ def test_platform_build_refuses_an_oci_image_under_its_tag(runner, real_pin) -> 
     put_image(runner, f"{TAG}-arm64", OCI_MANIFEST)
     result, exported = runner.run(platform_buildspec(dockerfile="Dockerfile", build_args=real_pin), ARCH="arm64")
     assert result.returncode != 0
-    assert f"{TAG}-arm64 is {OCI_MANIFEST}, not {DOCKER_MANIFEST}: SageMaker CreateModel refuses OCI media types" in result.stderr
+    assert (
+        f"{TAG}-arm64 is {OCI_MANIFEST}, not {DOCKER_MANIFEST}: SageMaker CreateModel refuses OCI media types"
+        in result.stderr
+    )
     assert "IMAGE_DIGEST" not in exported
 
 
@@ -291,13 +329,32 @@ def put_image(runner: Runner, tag: str, media: str = DOCKER_MANIFEST) -> None:
     """What a platform build leaves in ECR (pushed directly: the platform script is tested above)."""
     oci = media == OCI_MANIFEST
     layer = "sha256:" + hashlib.sha256(tag.encode()).hexdigest()
-    manifest = {"schemaVersion": 2, "mediaType": media,
-                "config": {"mediaType": "application/vnd.oci.image.config.v1+json" if oci else "application/vnd.docker.container.image.v1+json",
-                           "digest": layer, "size": 1},
-                "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip" if oci else "application/vnd.docker.image.rootfs.diff.tar.gzip",
-                            "digest": layer, "size": 1}]}
-    runner.repo["client"].put_image(repositoryName=runner.repo["name"], imageTag=tag, imageManifest=json.dumps(manifest),
-                                    imageManifestMediaType=media)
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": media,
+        "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json"
+            if oci
+            else "application/vnd.docker.container.image.v1+json",
+            "digest": layer,
+            "size": 1,
+        },
+        "layers": [
+            {
+                "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip"
+                if oci
+                else "application/vnd.docker.image.rootfs.diff.tar.gzip",
+                "digest": layer,
+                "size": 1,
+            }
+        ],
+    }
+    runner.repo["client"].put_image(
+        repositoryName=runner.repo["name"],
+        imageTag=tag,
+        imageManifest=json.dumps(manifest),
+        imageManifestMediaType=media,
+    )
 
 
 def test_manifest_list_joins_both_architectures_under_one_tag(runner) -> None:
@@ -307,13 +364,20 @@ def test_manifest_list_joins_both_architectures_under_one_tag(runner) -> None:
     assert result.returncode == 0, result.stderr
     creates = [c for c in runner.docker_calls() if c[:3] == ["buildx", "imagetools", "create"]]
     uri = runner.repo["uri"]
-    assert creates == [["buildx", "imagetools", "create", "--tag", f"{uri}:{TAG}", f"{uri}:{TAG}-arm64", f"{uri}:{TAG}-amd64"]]
+    assert creates == [
+        ["buildx", "imagetools", "create", "--tag", f"{uri}:{TAG}", f"{uri}:{TAG}-arm64", f"{uri}:{TAG}-amd64"]
+    ]
     assert exported == {"IMAGE_DIGEST": runner.digest(TAG)}
     # The one media type SageMaker accepts for a multi-arch image, and Docker manifests inside.
     assert media_type(runner, TAG) == DOCKER_LIST
-    (image,) = runner.repo["client"].batch_get_image(repositoryName=runner.repo["name"], imageIds=[{"imageTag": TAG}])["images"]
+    (image,) = runner.repo["client"].batch_get_image(repositoryName=runner.repo["name"], imageIds=[{"imageTag": TAG}])[
+        "images"
+    ]
     children = json.loads(image["imageManifest"])["manifests"]
-    assert [(c["mediaType"], c["platform"]["architecture"]) for c in children] == [(DOCKER_MANIFEST, "arm64"), (DOCKER_MANIFEST, "amd64")]
+    assert [(c["mediaType"], c["platform"]["architecture"]) for c in children] == [
+        (DOCKER_MANIFEST, "arm64"),
+        (DOCKER_MANIFEST, "amd64"),
+    ]
 
 
 def test_one_platform_still_publishes_a_docker_manifest_list(runner) -> None:
@@ -336,8 +400,12 @@ def test_manifest_step_refuses_oci_platform_images(runner) -> None:
 def test_an_existing_oci_index_under_the_tag_fails_the_step(runner) -> None:
     """What the removed `soci convert` step published (an OCI index) is never handed on as the digest."""
     index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []}
-    runner.repo["client"].put_image(repositoryName=runner.repo["name"], imageTag=TAG, imageManifest=json.dumps(index),
-                                    imageManifestMediaType=OCI_INDEX)
+    runner.repo["client"].put_image(
+        repositoryName=runner.repo["name"],
+        imageTag=TAG,
+        imageManifest=json.dumps(index),
+        imageManifestMediaType=OCI_INDEX,
+    )
     result, exported = runner.run(manifest_buildspec(platforms=["arm64", "amd64"]), ARCH="arm64")
     assert result.returncode != 0 and f"is {OCI_INDEX}, not {DOCKER_LIST}" in result.stderr
     assert "IMAGE_DIGEST" not in exported

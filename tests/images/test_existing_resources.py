@@ -26,9 +26,18 @@ def synth(make_context):
     key = kms.Key.from_key_arn(stack, "Key", KEY_ARN)
     context = make_context("router")
     (context / "engine-pin.env").unlink()
-    image = LlamaCppImage(stack, "Router", props=LlamaCppImageProps(
-        context_dir=context, name="router", pin_file=None, existing_repository=repository, existing_key=key,
-        platforms=("arm64", "amd64")))
+    image = LlamaCppImage(
+        stack,
+        "Router",
+        props=LlamaCppImageProps(
+            context_dir=context,
+            name="router",
+            pin_file=None,
+            existing_repository=repository,
+            existing_key=key,
+            platforms=("arm64", "amd64"),
+        ),
+    )
     apply_nag(app)
     return stack, image, template_json(stack)
 
@@ -46,8 +55,13 @@ def test_nothing_of_the_users_is_created(synth) -> None:
 
 def test_push_actions_are_scoped_to_the_brought_repository(synth) -> None:
     _, _, template = synth
-    pushes = [s for r in template["Resources"].values() if r["Type"] == "AWS::IAM::Policy"
-              for s in r["Properties"]["PolicyDocument"]["Statement"] if "ecr:PutImage" in s["Action"]]
+    pushes = [
+        s
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::IAM::Policy"
+        for s in r["Properties"]["PolicyDocument"]["Statement"]
+        if "ecr:PutImage" in s["Action"]
+    ]
     assert len(pushes) == 3
     for statement in pushes:
         assert json.dumps(statement["Resource"]).endswith(':ecr:eu-west-1:111111111111:repository/team/router"]]}')

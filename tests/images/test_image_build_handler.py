@@ -139,7 +139,9 @@ def test_running_is_not_complete(handler, sfn) -> None:
 
 def test_success_returns_the_manifest_digest_and_uri(handler, sfn) -> None:
     client, stubber = sfn
-    stubber.add_response("describe_execution", describe("SUCCEEDED", output=workflow_output()), {"executionArn": EXECUTION})
+    stubber.add_response(
+        "describe_execution", describe("SUCCEEDED", output=workflow_output()), {"executionArn": EXECUTION}
+    )
     result = handler.is_complete(poll_event(), sfn=client)
     assert result == {
         "IsComplete": True,
@@ -155,7 +157,9 @@ def test_success_returns_the_manifest_digest_and_uri(handler, sfn) -> None:
 
 def test_success_without_a_valid_digest_fails_the_deployment(handler, sfn) -> None:
     client, stubber = sfn
-    stubber.add_response("describe_execution", describe("SUCCEEDED", output=workflow_output("")), {"executionArn": EXECUTION})
+    stubber.add_response(
+        "describe_execution", describe("SUCCEEDED", output=workflow_output("")), {"executionArn": EXECUTION}
+    )
     with pytest.raises(handler.BuildFailed, match=r"manifest build manifest:1 exported IMAGE_DIGEST='', not a sha256"):
         handler.is_complete(poll_event(), sfn=client)
 
@@ -166,8 +170,12 @@ def test_a_platform_build_without_its_digest_fails_the_deployment(handler, sfn) 
     doc = json.loads(workflow_output())
     doc["platformBuilds"][1]["ExportedEnvironmentVariables"] = variables(IMAGE_DIGEST="", ARCH="amd64")
     client, stubber = sfn
-    stubber.add_response("describe_execution", describe("SUCCEEDED", output=json.dumps(doc)), {"executionArn": EXECUTION})
-    with pytest.raises(handler.BuildFailed, match=r"platform build amd:1 exported ARCH='amd64' IMAGE_DIGEST='', not an architecture"):
+    stubber.add_response(
+        "describe_execution", describe("SUCCEEDED", output=json.dumps(doc)), {"executionArn": EXECUTION}
+    )
+    with pytest.raises(
+        handler.BuildFailed, match=r"platform build amd:1 exported ARCH='amd64' IMAGE_DIGEST='', not an architecture"
+    ):
         handler.is_complete(poll_event(), sfn=client)
 
 
@@ -180,7 +188,12 @@ CODEBUILD_FAILURE = {
         {
             "PhaseType": "BUILD",
             "PhaseStatus": "FAILED",
-            "Contexts": [{"StatusCode": "COMMAND_EXECUTION_ERROR", "Message": "Error while executing command: (. Reason: exit status 1"}],
+            "Contexts": [
+                {
+                    "StatusCode": "COMMAND_EXECUTION_ERROR",
+                    "Message": "Error while executing command: (. Reason: exit status 1",
+                }
+            ],
         },
     ],
     "Logs": {"DeepLink": "https://console.aws.amazon.com/cloudwatch/home#logsV2:log-groups/x"},
@@ -214,5 +227,9 @@ def test_failure_reasons_stay_short_with_huge_causes(handler) -> None:
 
 
 def test_camel_case_causes_are_read_too(handler) -> None:
-    cause = json.dumps({"id": "b:1", "buildStatus": "TIMED_OUT", "phases": [{"phaseType": "BUILD", "phaseStatus": "TIMED_OUT"}]})
-    assert "CodeBuild b:1 TIMED_OUT, in phase BUILD" in handler.failure_reason("FAILED", "States.TaskFailed", cause, EXECUTION)
+    cause = json.dumps(
+        {"id": "b:1", "buildStatus": "TIMED_OUT", "phases": [{"phaseType": "BUILD", "phaseStatus": "TIMED_OUT"}]}
+    )
+    assert "CodeBuild b:1 TIMED_OUT, in phase BUILD" in handler.failure_reason(
+        "FAILED", "States.TaskFailed", cause, EXECUTION
+    )

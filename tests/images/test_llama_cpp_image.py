@@ -68,16 +68,17 @@ def as_list(value: Any) -> list[Any]:
 
 def role_policy_id(template: dict[str, Any], role_id: str) -> str:
     (found,) = [
-        k
-        for k, v in resources(template, "AWS::IAM::Policy").items()
-        if {"Ref": role_id} in v["Properties"]["Roles"]
+        k for k, v in resources(template, "AWS::IAM::Policy").items() if {"Ref": role_id} in v["Properties"]["Roles"]
     ]
     return found
 
 
 def test_two_native_privileged_builds(synth) -> None:
-    projects = {env_vars(p)["ARCH"]: p for p in resources(synth.template, "AWS::CodeBuild::Project").values()
-                if p["Properties"]["Environment"]["ComputeType"] == "BUILD_GENERAL1_LARGE"}
+    projects = {
+        env_vars(p)["ARCH"]: p
+        for p in resources(synth.template, "AWS::CodeBuild::Project").values()
+        if p["Properties"]["Environment"]["ComputeType"] == "BUILD_GENERAL1_LARGE"
+    }
     assert set(projects) == {"arm64", "amd64"}
     arm, amd = projects["arm64"]["Properties"]["Environment"], projects["amd64"]["Properties"]["Environment"]
     assert (arm["Type"], arm["Image"]) == ("ARM_CONTAINER", "aws/codebuild/amazonlinux-aarch64-standard:3.0")
@@ -89,7 +90,9 @@ def test_two_native_privileged_builds(synth) -> None:
         assert props["EncryptionKey"] == key
         assert props["Source"]["Type"] == "NO_SOURCE"  # the buildspec fetches the one context object
         assert env_vars(project)["CONTEXT_KEY"] == synth.image.context_asset.s3_object_key
-        assert props["LogsConfig"]["CloudWatchLogs"]["GroupName"] == {"Ref": logical_id(synth.stack, synth.image.build_log_group)}
+        assert props["LogsConfig"]["CloudWatchLogs"]["GroupName"] == {
+            "Ref": logical_id(synth.stack, synth.image.build_log_group)
+        }
         spec = commands(buildspec(project))
         # No emulation: each architecture builds on its own host type for its own platform.
         assert 'docker buildx build --platform "linux/$ARCH"' in spec
@@ -113,7 +116,10 @@ def test_manifest_step_publishes_one_docker_manifest_list(synth) -> None:
     spec = buildspec(project)
     assert spec["env"]["exported-variables"] == ["IMAGE_DIGEST"]
     text = commands(spec)
-    assert 'docker buildx imagetools create --tag "$final" "$REPOSITORY_URI:$IMAGE_TAG-arm64" "$REPOSITORY_URI:$IMAGE_TAG-amd64"' in text
+    assert (
+        'docker buildx imagetools create --tag "$final" "$REPOSITORY_URI:$IMAGE_TAG-arm64" "$REPOSITORY_URI:$IMAGE_TAG-amd64"'
+        in text
+    )
     assert 'require_media_type "$IMAGE_TAG" application/vnd.docker.distribution.manifest.list.v2+json' in text
 
 
@@ -132,17 +138,32 @@ def test_repository_scans_is_immutable_encrypted_and_expires_images(synth) -> No
     assert props["ImageScanningConfiguration"] == {"ScanOnPush": True}
     assert props["ImageTagMutability"] == "IMMUTABLE"
     assert props["EncryptionConfiguration"] == {"EncryptionType": "KMS", "KmsKey": arn_of(synth.stack, synth.image.key)}
-    rules = {r["selection"]["tagStatus"]: r["selection"] for r in json.loads(props["LifecyclePolicy"]["LifecyclePolicyText"])["rules"]}
-    assert rules["untagged"] == {"tagStatus": "untagged", "countType": "sinceImagePushed", "countNumber": 7, "countUnit": "days"}
+    rules = {
+        r["selection"]["tagStatus"]: r["selection"]
+        for r in json.loads(props["LifecyclePolicy"]["LifecyclePolicyText"])["rules"]
+    }
+    assert rules["untagged"] == {
+        "tagStatus": "untagged",
+        "countType": "sinceImagePushed",
+        "countNumber": 7,
+        "countUnit": "days",
+    }
     # 10 builds x 3 tags (<tag>, -arm64, -amd64).
-    assert rules["tagged"] == {"tagStatus": "tagged", "tagPrefixList": ["llama-server-"], "countType": "imageCountMoreThan", "countNumber": 30}
+    assert rules["tagged"] == {
+        "tagStatus": "tagged",
+        "tagPrefixList": ["llama-server-"],
+        "countType": "imageCountMoreThan",
+        "countNumber": 30,
+    }
     assert repo["DeletionPolicy"] == "Retain"
 
 
 def test_key_rotates_and_log_groups_are_encrypted_with_retention(synth) -> None:
     (key,) = resources(synth.template, "AWS::KMS::Key").values()
     assert key["Properties"]["EnableKeyRotation"] is True
-    logs_statements = [s for s in key["Properties"]["KeyPolicy"]["Statement"] if s.get("Sid") == "CloudWatchLogsOfThisAccount"]
+    logs_statements = [
+        s for s in key["Properties"]["KeyPolicy"]["Statement"] if s.get("Sid") == "CloudWatchLogsOfThisAccount"
+    ]
     assert logs_statements and "kms:EncryptionContext:aws:logs:arn" in logs_statements[0]["Condition"]["ArnLike"]
     groups = resources(synth.template, "AWS::Logs::LogGroup")
     assert len(groups) == 3
@@ -166,7 +187,9 @@ def test_workflow_runs_both_builds_in_parallel_then_the_manifest(synth) -> None:
     manifest = states[first["Next"]]
     for task in [*branches, manifest]:
         assert task["Resource"].endswith(":states:::codebuild:startBuild.sync")
-        assert task["Parameters"]["EnvironmentVariablesOverride"] == [{"Name": "IMAGE_TAG", "Type": "PLAINTEXT", "Value.$": "$.tag"}]
+        assert task["Parameters"]["EnvironmentVariablesOverride"] == [
+            {"Name": "IMAGE_TAG", "Type": "PLAINTEXT", "Value.$": "$.tag"}
+        ]
     assert manifest["ResultPath"] == "$.manifestBuild" and manifest["End"] is True
     assert workflow["Properties"]["LoggingConfiguration"]["Level"] == "ALL"
     assert workflow["Properties"]["TracingConfiguration"] == {"Enabled": True}
@@ -193,7 +216,9 @@ def test_each_architecture_has_its_own_image_by_digest(synth) -> None:
     for arch in image.props.platforms:
         uri = synth.stack.resolve(image.image_uri_for(arch))
         assert {"Fn::GetAtt": [logical_id(synth.stack, image.build), f"Digest-{arch}"]} in uri["Fn::Join"][1]
-        assert synth.stack.resolve(image.image_digest_for(arch)) == {"Fn::GetAtt": [logical_id(synth.stack, image.build), f"Digest-{arch}"]}
+        assert synth.stack.resolve(image.image_digest_for(arch)) == {
+            "Fn::GetAtt": [logical_id(synth.stack, image.build), f"Digest-{arch}"]
+        }
     with pytest.raises(ValueError, match=r"no riscv64 build \(platforms: arm64, amd64\)"):
         image.image_uri_for("riscv64")
 
@@ -235,7 +260,11 @@ def test_no_statement_anywhere_pushes_to_another_resource(synth) -> None:
 def test_workflow_starts_only_these_projects_and_handlers_only_this_workflow(synth) -> None:
     image, stack = synth.image, synth.stack
     workflow_policy = role_policy_id(synth.template, logical_id(stack, image.state_machine.role))
-    started = [s["Resource"] for s in statements(synth.template, workflow_policy) if "codebuild:StartBuild" in as_list(s["Action"])]
+    started = [
+        s["Resource"]
+        for s in statements(synth.template, workflow_policy)
+        if "codebuild:StartBuild" in as_list(s["Action"])
+    ]
     projects = [image.platform_projects["arm64"], image.platform_projects["amd64"], image.manifest_project]
     assert sorted(map(json.dumps, started)) == sorted(json.dumps(arn_of(stack, p)) for p in projects)
     handler_role = image.on_event_function.role

@@ -50,7 +50,10 @@ def errors(context: Path) -> list[tuple[dict, str]]:
         ({"dockerfile": "../Dockerfile"}, r"dockerfile '../Dockerfile' must be inside context_dir"),
         ({"dockerfile": "Dockerfile.cpu"}, r"dockerfile .*Dockerfile.cpu does not exist"),
         ({"pin_file": "nope.env"}, r"pin_file .*nope.env does not exist \(use pin_file=None for no pin\)"),
-        ({"build_args": {"LLAMA_CPP_PYTHON_VERSION": "1"}}, r"build_args.LLAMA_CPP_PYTHON_VERSION repeats a key of engine-pin.env"),
+        (
+            {"build_args": {"LLAMA_CPP_PYTHON_VERSION": "1"}},
+            r"build_args.LLAMA_CPP_PYTHON_VERSION repeats a key of engine-pin.env",
+        ),
         ({"build_args": {"X": "a b"}}, r"build_args.X: value of X has characters outside"),
         ({"platforms": ()}, r"platforms must name at least one of arm64, amd64"),
         ({"platforms": ("arm64", "riscv64")}, r"each of arm64, amd64 at most once"),
@@ -59,7 +62,10 @@ def errors(context: Path) -> list[tuple[dict, str]]:
         ({"untagged_expiry_days": 0}, r"untagged_expiry_days must be >= 1"),
         ({"build_timeout_minutes": 4}, r"must each be >= 5"),
         ({"build_timeout_minutes": 45, "manifest_timeout_minutes": 15}, r"= 60 exceeds 55: the deploy-time wait"),
-        ({"repository_name": "r", "existing_repository": object()}, r"give repository_name or existing_repository, not both"),
+        (
+            {"repository_name": "r", "existing_repository": object()},
+            r"give repository_name or existing_repository, not both",
+        ),
         ({"engine": "vLLM"}, r"engine 'vLLM' must be one of llama\.cpp, vllm \(the engine the image serves\)"),
     ]
 

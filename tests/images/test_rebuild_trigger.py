@@ -22,7 +22,9 @@ def build_properties(**props: Any) -> dict[str, Any]:
     stack = cdk.Stack(app, "S")
     LlamaCppImage(stack, "Image", props=LlamaCppImageProps(**props))
     (resource,) = Template.from_stack(stack).find_resources("Custom::ContainerImageBuild").values()
-    return {k: v for k, v in resource["Properties"].items() if k in ("Tag", "ContentHash", "ContextAssetHash", "EnginePin")}
+    return {
+        k: v for k, v in resource["Properties"].items() if k in ("Tag", "ContentHash", "ContextAssetHash", "EnginePin")
+    }
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +56,9 @@ def test_a_changed_engine_pin_rebuilds(base, tmp_path) -> None:
     changed = tmp_path / "pin"
     shutil.copytree(context, changed)
     version = read_pin(REAL_PIN)["LLAMA_CPP_PYTHON_VERSION"]
-    text = REAL_PIN.read_text().replace(f"LLAMA_CPP_PYTHON_VERSION={version}", f"LLAMA_CPP_PYTHON_VERSION={version}.post1")
+    text = REAL_PIN.read_text().replace(
+        f"LLAMA_CPP_PYTHON_VERSION={version}", f"LLAMA_CPP_PYTHON_VERSION={version}.post1"
+    )
     assert text != REAL_PIN.read_text()
     (changed / "engine-pin.env").write_text(text)
     new = build_properties(context_dir=changed)

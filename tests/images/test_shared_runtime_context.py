@@ -35,8 +35,16 @@ def _source_files(*dirs: str) -> set[str]:
     files = set()
     for d in dirs:
         ignore = CONTAINERS / d / ".dockerignore"
-        ignored = {line for line in ignore.read_text().splitlines() if line and "*" not in line} if ignore.is_file() else set()
-        files |= {f"{d}/{p}" for p in _files(CONTAINERS / d) if "__pycache__" not in p and not p.endswith(".pyc") and p not in ignored}
+        ignored = (
+            {line for line in ignore.read_text().splitlines() if line and "*" not in line}
+            if ignore.is_file()
+            else set()
+        )
+        files |= {
+            f"{d}/{p}"
+            for p in _files(CONTAINERS / d)
+            if "__pycache__" not in p and not p.endswith(".pyc") and p not in ignored
+        }
     return files
 
 
@@ -49,12 +57,17 @@ def test_the_library_images_default_to_the_shared_runtime_package() -> None:
 @pytest.mark.parametrize("image", [LLAMA_SERVER, ROUTER])
 def test_the_asset_is_the_image_directory_and_the_shared_package_only(image: str) -> None:
     name = Path(image).name
-    props = LlamaCppImageProps(context_dir=runtime_dir(image), name=name, pin_file="engine-pin.env" if image == LLAMA_SERVER else None)
+    props = LlamaCppImageProps(
+        context_dir=runtime_dir(image), name=name, pin_file="engine-pin.env" if image == LLAMA_SERVER else None
+    )
     staged, template = _staged(props)
     assert sorted(p.name for p in staged.iterdir()) == sorted([name, "inference_runtime"])
     assert _files(staged) == _source_files(name, "inference_runtime")
-    buildspecs = [json.dumps(r["Properties"]["Source"]) for r in template["Resources"].values()
-                  if r["Type"] == "AWS::CodeBuild::Project" and "--file" in json.dumps(r["Properties"].get("Source", {}))]
+    buildspecs = [
+        json.dumps(r["Properties"]["Source"])
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::CodeBuild::Project" and "--file" in json.dumps(r["Properties"].get("Source", {}))
+    ]
     assert len(buildspecs) == 2 and all(f"--file {name}/Dockerfile " in b for b in buildspecs)
 
 
@@ -66,7 +79,9 @@ def test_a_context_of_its_own_ships_alone(make_context) -> None:
     assert _files(staged) == {"Dockerfile", "engine-pin.env"}
 
 
-def test_explicit_shared_dirs_are_siblings_and_dockerignore_applies_inside_the_image_directory(tmp_path: Path, real_pin) -> None:
+def test_explicit_shared_dirs_are_siblings_and_dockerignore_applies_inside_the_image_directory(
+    tmp_path: Path, real_pin
+) -> None:
     context = tmp_path / "img"
     (context / "docs").mkdir(parents=True)
     (context / "Dockerfile").write_text(DOCKERFILE)

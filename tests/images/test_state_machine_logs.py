@@ -74,7 +74,9 @@ def _logging_groups(template: dict[str, Any]) -> dict[str, list[str]]:
             continue
         for destination in logging["Destinations"]:
             arn = destination["CloudWatchLogsLogGroup"]["LogGroupArn"]
-            assert isinstance(arn, dict) and "Fn::GetAtt" in arn, f"{machine_id} logs to a group outside the stack: {arn}"
+            assert isinstance(arn, dict) and "Fn::GetAtt" in arn, (
+                f"{machine_id} logs to a group outside the stack: {arn}"
+            )
             group_id = arn["Fn::GetAtt"][0]
             assert resources[group_id]["Type"] == "AWS::Logs::LogGroup"
             out.setdefault(group_id, []).append(machine_id)
@@ -99,7 +101,9 @@ def _check(stacks: list[tuple[cdk.Stack, dict[str, Any]]], expected_machines: in
             if not name.startswith(VENDED):
                 problems.append(f"{where}: {name!r} is not under {VENDED}")
             if not (low <= len(name) <= high and pattern.fullmatch(name)):
-                problems.append(f"{where}: {name!r} breaks logs CreateLogGroup logGroupName {pattern.pattern} {low}..{high}")
+                problems.append(
+                    f"{where}: {name!r} breaks logs CreateLogGroup logGroupName {pattern.pattern} {low}..{high}"
+                )
             if name in names:
                 problems.append(f"{where}: {name!r} is also {names[name]}")
             names[name] = where
@@ -107,7 +111,9 @@ def _check(stacks: list[tuple[cdk.Stack, dict[str, Any]]], expected_machines: in
             # the name the next stack of the same name creates: a named AWS::Logs::LogGroup that exists fails the
             # create (AlreadyExists; "Resource names must be unique across all your active stacks",
             # https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-properties-name.html).
-            if group.get("DeletionPolicy", "Delete") != "Delete" and name == _resolve(raw, stack.stack_name, NEXT_STACK):
+            if group.get("DeletionPolicy", "Delete") != "Delete" and name == _resolve(
+                raw, stack.stack_name, NEXT_STACK
+            ):
                 problems.append(f"{where}: retained ({group['DeletionPolicy']}) under a fixed name {name!r}")
     assert not problems, "\n".join(problems)
     assert machines == expected_machines

@@ -142,8 +142,12 @@ def test_build_context_is_containers_vllm_cpu_with_every_copied_file(synth) -> N
     assert staged.is_dir()
     assert sorted(p.name for p in staged.iterdir()) == ["inference_runtime", "vllm-cpu"]
     names = {p.relative_to(staged).as_posix() for p in staged.rglob("*") if p.is_file()}
-    assert {"vllm-cpu/Dockerfile", "vllm-cpu/entrypoint.py", "inference_runtime/sagemaker_adapter.py",
-            "inference_runtime/requirements.txt"} <= names
+    assert {
+        "vllm-cpu/Dockerfile",
+        "vllm-cpu/entrypoint.py",
+        "inference_runtime/sagemaker_adapter.py",
+        "inference_runtime/requirements.txt",
+    } <= names
     assert not any("__pycache__" in n or n.endswith(".gguf") for n in names)
     copied = dockerfile_copies()
     assert "inference_runtime/" in copied

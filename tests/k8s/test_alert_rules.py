@@ -54,7 +54,9 @@ def series_and_labels(expr: str) -> tuple[set[str], set[str]]:
 
 
 def pools_only() -> dict[str, Any]:
-    return yaml.safe_load(rule_groups_yaml(NS, [], pools=POOLS, p95_latency_slo_seconds=2.0, router_app=GATEWAY, router_mode="gateway"))
+    return yaml.safe_load(
+        rule_groups_yaml(NS, [], pools=POOLS, p95_latency_slo_seconds=2.0, router_app=GATEWAY, router_mode="gateway")
+    )
 
 
 def test_a_pools_only_farm_gets_rule_groups_on_series_the_gateway_exports() -> None:
@@ -70,10 +72,15 @@ def test_a_pools_only_farm_gets_rule_groups_on_series_the_gateway_exports() -> N
         used, used_labels = series_and_labels(r["expr"])
         for name in used - recorded:
             assert name in names or f"{name}_bucket" in names, (r.get("alert") or r.get("record"), name)
-        assert used_labels - PROMQL_WORDS <= labels | SCRAPE_LABELS, (r.get("alert") or r.get("record"), used_labels - labels)
+        assert used_labels - PROMQL_WORDS <= labels | SCRAPE_LABELS, (
+            r.get("alert") or r.get("record"),
+            used_labels - labels,
+        )
         assert r["expr"].count("(") == r["expr"].count(")") and r["expr"].count("{") == r["expr"].count("}")
     # Every pool is covered, and no engine series (the pool pods have none) is read.
-    assert all(f'pool=~"{"|".join(sorted(POOLS))}"' in alerts[a]["expr"] for a in ("GatewayPoolDown", "GatewayPoolErrors"))
+    assert all(
+        f'pool=~"{"|".join(sorted(POOLS))}"' in alerts[a]["expr"] for a in ("GatewayPoolDown", "GatewayPoolErrors")
+    )
     assert "llamacpp:" not in yaml.safe_dump(doc) and "vllm:" not in yaml.safe_dump(doc)
 
 
@@ -81,7 +88,9 @@ def test_one_replica_scaled_away_is_not_an_alert_only_a_pool_without_any() -> No
     """The gateway tracks every ordinal up to replicas_max; one KEDA scaled away reads 0 (pools.py), so the rule
     must aggregate over replicas (and gateway pods) before comparing with 0."""
     down = next(r for g in pools_only()["groups"] for r in g["rules"] if r.get("alert") == "GatewayPoolDown")
-    assert down["expr"].startswith("max by (namespace, pool) (gateway_pool_replica_up{") and down["expr"].endswith(") == 0")
+    assert down["expr"].startswith("max by (namespace, pool) (gateway_pool_replica_up{") and down["expr"].endswith(
+        ") == 0"
+    )
 
 
 def test_pools_add_to_a_namespace_with_dedicated_models() -> None:
@@ -90,7 +99,9 @@ def test_pools_add_to_a_namespace_with_dedicated_models() -> None:
     without = rule_groups(NS, models, router_app=GATEWAY, router_mode="gateway")
     alerts = [r["alert"] for g in with_pools["groups"] for r in g["rules"] if "alert" in r]
     assert {"GatewayPoolDown", "GatewayPoolErrors", "LlamaSlotsSaturated"} <= set(alerts)
-    assert [g for g in with_pools["groups"] if g["name"].endswith("recording")] == [g for g in without["groups"] if g["name"].endswith("recording")]
+    assert [g for g in with_pools["groups"] if g["name"].endswith("recording")] == [
+        g for g in without["groups"] if g["name"].endswith("recording")
+    ]
 
 
 def test_the_dashboard_of_a_pools_only_farm_shows_the_pools() -> None:
@@ -103,11 +114,14 @@ def test_the_dashboard_of_a_pools_only_farm_shows_the_pools() -> None:
         assert all(n in names or f"{n}_bucket" in names for n in used), (p["title"], used)
 
 
-@pytest.mark.parametrize(("kw", "message"), [
-    (dict(pools=POOLS), "router_mode='gateway'"),
-    (dict(pools=POOLS, router_app=GATEWAY, router_mode="router"), "router_mode='gateway'"),
-    (dict(), "no models, pools or latency SLO"),
-])
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        (dict(pools=POOLS), "router_mode='gateway'"),
+        (dict(pools=POOLS, router_app=GATEWAY, router_mode="router"), "router_mode='gateway'"),
+        (dict(), "no models, pools or latency SLO"),
+    ],
+)
 def test_pool_rules_need_the_gateway(kw: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         rule_groups(NS, [], **kw)
@@ -129,21 +143,48 @@ def test_a_pools_only_farm_on_eks_gets_its_rule_groups_namespace_and_dashboard()
     from cpu_inference.k8s.workloads.serving_policy import ServingPolicy
 
     stack = cdk.Stack(cdk.App(), "PoolsOnly", env=cdk.Environment(account="123456789012", region="us-east-1"))
-    ic = InferenceCluster(stack, "Inference", props=InferenceClusterProps(admin_principal_arns=("arn:aws:iam::123456789012:role/PlatformAdmin",)))
+    ic = InferenceCluster(
+        stack,
+        "Inference",
+        props=InferenceClusterProps(admin_principal_arns=("arn:aws:iam::123456789012:role/PlatformAdmin",)),
+    )
     metrics = Metrics(stack, "Metrics", props=MetricsProps.for_cluster(ic))
-    mp = MountpointS3Csi(stack, "Mountpoint", props=MountpointS3CsiProps(cluster=ic, model_bucket=ModelBucket(stack, "Models")))
-    pool = ModelPoolChartProps(name="small", image="123456789012.dkr.ecr.us-east-1.amazonaws.com/llama-server@sha256:" + "b" * 64,
-                               models=(PoolModel("m-1", "m-1/0000000000000001/m.gguf", ctx_size=2048),), models_max=1, cpu=2,
-                               memory_bytes=4 << 30, bucket_name=mp.bucket_name, region="us-east-1")
-    workloads = InferenceWorkloads(stack, "Farm", props=InferenceWorkloadsProps(
-        cluster=ic, metrics=metrics, mountpoint=mp, pools=(pool,), policy=ServingPolicy(namespace=NS, pattern="model-farm"),
-        router=RouterChartProps(image="123456789012.dkr.ecr.us-east-1.amazonaws.com/router@sha256:" + "c" * 64, namespace=NS,
-                                name=GATEWAY, mode="gateway"),
-    ))
+    mp = MountpointS3Csi(
+        stack, "Mountpoint", props=MountpointS3CsiProps(cluster=ic, model_bucket=ModelBucket(stack, "Models"))
+    )
+    pool = ModelPoolChartProps(
+        name="small",
+        image="123456789012.dkr.ecr.us-east-1.amazonaws.com/llama-server@sha256:" + "b" * 64,
+        models=(PoolModel("m-1", "m-1/0000000000000001/m.gguf", ctx_size=2048),),
+        models_max=1,
+        cpu=2,
+        memory_bytes=4 << 30,
+        bucket_name=mp.bucket_name,
+        region="us-east-1",
+    )
+    workloads = InferenceWorkloads(
+        stack,
+        "Farm",
+        props=InferenceWorkloadsProps(
+            cluster=ic,
+            metrics=metrics,
+            mountpoint=mp,
+            pools=(pool,),
+            policy=ServingPolicy(namespace=NS, pattern="model-farm"),
+            router=RouterChartProps(
+                image="123456789012.dkr.ecr.us-east-1.amazonaws.com/router@sha256:" + "c" * 64,
+                namespace=NS,
+                name=GATEWAY,
+                mode="gateway",
+            ),
+        ),
+    )
     doc = yaml.safe_load(workloads.alert_rules_yaml)
     assert {"GatewayPoolDown", "GatewayPoolErrors"} <= {r.get("alert") for g in doc["groups"] for r in g["rules"]}
     assert workloads.rule_groups is not None
-    assert workloads.dashboard is not None and "Pool live replicas (gateway's view)" in [p["title"] for p in workloads.dashboard["panels"]]
+    assert workloads.dashboard is not None and "Pool live replicas (gateway's view)" in [
+        p["title"] for p in workloads.dashboard["panels"]
+    ]
 
 
 @pytest.mark.vllm  # reads vLLM's own source in the test environment (scripts/build_vllm_env.sh)
@@ -159,6 +200,11 @@ def test_vllm_decode_speed_series_is_the_inter_token_histogram_of_the_installed_
     stats = (vllm_source() / "v1" / "metrics" / "stats.py").read_text()
     assert 'name="vllm:inter_token_latency_seconds"' in loggers
     assert 'name="vllm:time_per_output_token_seconds"' not in loggers
-    assert re.search(r"itl = engine_core_timestamp - req_stats\.last_token_ts\s+self\.inter_token_latencies_iter\.append\(itl\)", stats)
+    assert re.search(
+        r"itl = engine_core_timestamp - req_stats\.last_token_ts\s+self\.inter_token_latencies_iter\.append\(itl\)",
+        stats,
+    )
     assert (SERIES["vllm"].decode_tokens, SERIES["vllm"].decode_seconds) == (
-        "vllm:inter_token_latency_seconds_count", "vllm:inter_token_latency_seconds_sum")
+        "vllm:inter_token_latency_seconds_count",
+        "vllm:inter_token_latency_seconds_sum",
+    )

@@ -53,7 +53,14 @@ def farm_pods(farm, node: str, replicas: str) -> list[PodRequest]:
     for pool in CONFIG.farm.pools:
         plan = plan_pool(CONFIG, pool)
         if plan is not None:
-            pods.append(pool_pod(pool.name, plan, cpu=pool.cpu, replicas=pool.replicas.min if replicas == "min" else pool.replicas.max))
+            pods.append(
+                pool_pod(
+                    pool.name,
+                    plan,
+                    cpu=pool.cpu,
+                    replicas=pool.replicas.min if replicas == "min" else pool.replicas.max,
+                )
+            )
     return pods
 
 
@@ -61,13 +68,22 @@ def test_pool_pod_requests_are_what_the_pool_chart_renders() -> None:
     used = [(pool, plan) for pool in CONFIG.farm.pools if (plan := plan_pool(CONFIG, pool)) is not None]
     assert used
     for pool, plan in used:
-        props = ModelPoolChartProps.from_plan(name=pool.name, image="i@sha256:" + "f" * 64, plan=plan,
-                                              paths={n: f"{n}/0123456789abcdef/m.gguf" for n in plan.per_model},
-                                              bucket_name="models-bucket", region="us-east-1")
+        props = ModelPoolChartProps.from_plan(
+            name=pool.name,
+            image="i@sha256:" + "f" * 64,
+            plan=plan,
+            paths={n: f"{n}/0123456789abcdef/m.gguf" for n in plan.per_model},
+            bucket_name="models-bucket",
+            region="us-east-1",
+        )
         chart = ModelPoolChart(cdk8s.App(), pool.name, props=props)
         sts = next(o for o in chart.to_json() if o["kind"] == "StatefulSet")
         containers = sts["spec"]["template"]["spec"]["containers"]
-        cpu = sum(float(str(c["resources"]["requests"]["cpu"]).removesuffix("m")) / (1000 if str(c["resources"]["requests"]["cpu"]).endswith("m") else 1) for c in containers)
+        cpu = sum(
+            float(str(c["resources"]["requests"]["cpu"]).removesuffix("m"))
+            / (1000 if str(c["resources"]["requests"]["cpu"]).endswith("m") else 1)
+            for c in containers
+        )
         mem = sum(int(str(c["resources"]["requests"]["memory"]).removesuffix("Mi")) * sizing.MIB for c in containers)
         pod = pool_pod(pool.name, plan, cpu=pool.cpu)
         assert (cpu, mem) == (pod.cpu, pod.memory_bytes)
@@ -83,7 +99,9 @@ def nodes_needed(pods: list[PodRequest], plan) -> int:
     alone, whatever CPU that node has left, and the other pods need at least the larger of their CPU, memory and
     pod-count bounds on top. Never below plan.lower_bound (the same bounds over all pods), never above the optimum."""
     items = expand(pods)
-    alone = [p for i, p in enumerate(items) if not any(fits_together(p, q, plan) for j, q in enumerate(items) if j != i)]
+    alone = [
+        p for i, p in enumerate(items) if not any(fits_together(p, q, plan) for j, q in enumerate(items) if j != i)
+    ]
     rest = [p for p in items if p not in alone]
     return len(alone) + max(
         math.ceil(round(sum(p[1] for p in rest) / plan.cpu_allocatable, 9)),
@@ -114,8 +132,16 @@ def test_farm_has_at_least_20_small_models(farm) -> None:
 def test_pod_requests_are_what_the_chart_renders(farm) -> None:
     node = CANDIDATES[0]
     for m in farm:
-        w = ModelWorkload(name=m.name, image="i@sha256:" + "f" * 64, model_uri=f"s3://b/models/{m.name}/main/{m.file}", spec=m.spec,
-                          cpu=m.cpu, node_type=node, replicas_min=max(1, m.replicas_min), replicas_max=m.replicas_max)
+        w = ModelWorkload(
+            name=m.name,
+            image="i@sha256:" + "f" * 64,
+            model_uri=f"s3://b/models/{m.name}/main/{m.file}",
+            spec=m.spec,
+            cpu=m.cpu,
+            node_type=node,
+            replicas_min=max(1, m.replicas_min),
+            replicas_max=m.replicas_max,
+        )
         chart = LlamaServerChart(cdk8s.App(), m.name, props=LlamaServerChartProps(model=w, policy=ServingPolicy()))
         dep = next(o for o in chart.to_json() if o["kind"] == "Deployment")
         containers = dep["spec"]["template"]["spec"]["containers"]  # the engine and its metrics sidecar
@@ -135,7 +161,9 @@ def test_farm_fits_the_chosen_node_sizes(farm, replicas: str) -> None:
         check(plan, farm_pods(farm, plan.instance.name, replicas))
     pods = farm_pods(farm, CANDIDATES[0], replicas)
     chosen = choose(pods, CANDIDATES)
-    print(f"chosen: {chosen.instance.name} x {chosen.node_count} ({chosen.node_vcpus} vCPUs, pods per node {chosen.pods_per_node})")
+    print(
+        f"chosen: {chosen.instance.name} x {chosen.node_count} ({chosen.node_vcpus} vCPUs, pods per node {chosen.pods_per_node})"
+    )
     total_cpu = sum(p.cpu * p.replicas for p in pods)
     assert chosen.cpu_requested == pytest.approx(total_cpu)
     assert chosen.node_vcpus == min(p.node_vcpus for p in plans)

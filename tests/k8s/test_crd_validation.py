@@ -29,12 +29,29 @@ def sample_objects() -> list[dict]:
         subnet_selector_terms=({"tags": {"karpenter.sh/discovery": "demo"}},),
         security_group_selector_terms=({"tags": {"aws:eks:cluster-name": "demo"}},),
     )
-    so = llama_queue_scaled_object("m", "inference", "m", server_address="http://prometheus-server.monitoring.svc", series_labels={"app": "m"}, slots=15)
-    return [nc.to_dict(), *(p.to_dict() for p in default_node_pools(nc.name)), so.to_dict(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "inference"}}]
+    so = llama_queue_scaled_object(
+        "m",
+        "inference",
+        "m",
+        server_address="http://prometheus-server.monitoring.svc",
+        series_labels={"app": "m"},
+        slots=15,
+    )
+    return [
+        nc.to_dict(),
+        *(p.to_dict() for p in default_node_pools(nc.name)),
+        so.to_dict(),
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "inference"}},
+    ]
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cpu_inference.testing.crd_validation", *args], cwd=ROOT / "constructs", capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "cpu_inference.testing.crd_validation", *args],
+        cwd=ROOT / "constructs",
+        capture_output=True,
+        text=True,
+    )
 
 
 def helm_pull_tree(dest: Path) -> Path:
@@ -45,7 +62,9 @@ def helm_pull_tree(dest: Path) -> Path:
         (dest / chart / "Chart.yaml").write_text(f"apiVersion: v2\nname: {chart}\nversion: 0.0.0\n")
         for crd in sorted(p for p in SHARED_CRDS.glob("*.yaml") if p.name.startswith(prefixes)):
             text = crd.read_text()
-            (dest / chart / "templates" / crd.name).write_text("{{- if .Values.crds.install }}\n" + text + "{{- end }}\n")
+            (dest / chart / "templates" / crd.name).write_text(
+                "{{- if .Values.crds.install }}\n" + text + "{{- end }}\n"
+            )
     return dest
 
 
@@ -84,14 +103,20 @@ def test_cli_explains_a_missing_crd_directory(tmp_path: Path) -> None:
 
 def test_unknown_kinds_are_reported_not_skipped(tmp_path: Path) -> None:
     (tmp_path / "crd.yaml").write_text("kind: ConfigMap\n")
-    problems = validate({"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledJob", "metadata": {"name": "x"}}, load_schemas([tmp_path]))
+    problems = validate(
+        {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledJob", "metadata": {"name": "x"}}, load_schemas([tmp_path])
+    )
     assert problems == ["ScaledJob/x: no CRD for keda.sh/v1alpha1 ScaledJob"]
 
 
 def test_chart_templates_with_helm_directives_still_load(tmp_path: Path) -> None:
     """The karpenter-crd chart's templates may carry {{ }} lines; the schema must still load."""
     text = (SHARED_CRDS / "karpenter.sh_nodepools.yaml").read_text()
-    templated = text.replace("metadata:\n", "metadata:\n  {{- with .Values.additionalAnnotations }}\n  annotations: {{ toYaml . }}\n  {{- end }}\n", 1)
+    templated = text.replace(
+        "metadata:\n",
+        "metadata:\n  {{- with .Values.additionalAnnotations }}\n  annotations: {{ toYaml . }}\n  {{- end }}\n",
+        1,
+    )
     (tmp_path / "templates").mkdir()
     (tmp_path / "templates" / "karpenter.sh_nodepools.yaml").write_text(templated)
     schemas = load_schemas([tmp_path])

@@ -25,7 +25,9 @@ TOO_LONG = LONGEST + "d"  # 64
 BAD = (TOO_LONG, "Upper", "name\n", "-lead", "trail-", "dot.ted", "")
 
 _TRIGGER = PrometheusTrigger(name="running", server_address="http://prometheus:9090", query="vector(1)")
-_SCALED = ScaledObjectSpec(name="m", namespace="inference", target_name="m", triggers=(_TRIGGER,), scaling_modifiers=None)
+_SCALED = ScaledObjectSpec(
+    name="m", namespace="inference", target_name="m", triggers=(_TRIGGER,), scaling_modifiers=None
+)
 _AUTH = AwsTriggerAuthentication(name="amp", namespace="inference", role_arn="arn:aws:iam::123456789012:role/keda-amp")
 _ROUTER = RouterChartProps(image="123456789012.dkr.ecr.us-east-1.amazonaws.com/router@sha256:" + "a" * 64)
 _NAMESPACE = ServingNamespaceProps(name="inference", pattern="slm-prefilter")
@@ -90,8 +92,16 @@ def test_the_label_pattern_is_written_once() -> None:
     """No other module of the library compiles its own label regex (import the owner's instead)."""
     owner = ROOT / "constructs" / "cpu_inference" / "_internal" / "_internal/k8s_object.py"
     label = re.compile(r"\[a-z0-9\]\(\[-?a-z0-9-?\]")  # the start of `[a-z0-9]([-a-z0-9]...` in any spelling
-    copies = [f"{p.relative_to(ROOT)}:{i}" for p in sorted((ROOT / "constructs" / "cpu_inference" / "k8s").rglob("*.py"))
-              for i, line in enumerate(p.read_text().splitlines(), 1) if label.search(line)]
-    copies += [f"{p.relative_to(ROOT)}:{i}" for p in (ROOT / "constructs" / "cpu_inference" / "patterns" / "deployment.py",)
-               for i, line in enumerate(p.read_text().splitlines(), 1) if label.search(line)]
+    copies = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in sorted((ROOT / "constructs" / "cpu_inference" / "k8s").rglob("*.py"))
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if label.search(line)
+    ]
+    copies += [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in (ROOT / "constructs" / "cpu_inference" / "patterns" / "deployment.py",)
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if label.search(line)
+    ]
     assert copies == [], f"import DNS_LABEL / is_dns_label from {owner.relative_to(ROOT)}"

@@ -27,7 +27,16 @@ def node_class(**kw: object) -> EC2NodeClassSpec:
 
 @pytest.mark.parametrize(
     ("family", "arch"),
-    [("c7g", "arm64"), ("c7gn", "arm64"), ("r8gd", "arm64"), ("m7g", "arm64"), ("c7a", "amd64"), ("m7i", "amd64"), ("m7i-flex", "amd64"), ("r7iz", "amd64")],
+    [
+        ("c7g", "arm64"),
+        ("c7gn", "arm64"),
+        ("r8gd", "arm64"),
+        ("m7g", "arm64"),
+        ("c7a", "amd64"),
+        ("m7i", "amd64"),
+        ("m7i-flex", "amd64"),
+        ("r7iz", "amd64"),
+    ],
 )
 def test_family_architecture(family: str, arch: str) -> None:
     assert family_architecture(family) == arch
@@ -52,8 +61,12 @@ def test_default_pools_follow_the_config_eks_section() -> None:
     assert set(by_name) == {"cpu-arm64", "cpu-amd64", "memory-optimized"}
     arm = by_name["cpu-arm64"]
     assert set(arm.instance_families) == {f for f in cfg.instance_families if family_architecture(f) == "arm64"}
-    assert set(by_name["cpu-amd64"].instance_families) == {f for f in cfg.instance_families if family_architecture(f) == "amd64"}
-    assert arm.weight is not None and by_name["cpu-amd64"].weight is not None and arm.weight > by_name["cpu-amd64"].weight
+    assert set(by_name["cpu-amd64"].instance_families) == {
+        f for f in cfg.instance_families if family_architecture(f) == "amd64"
+    }
+    assert (
+        arm.weight is not None and by_name["cpu-amd64"].weight is not None and arm.weight > by_name["cpu-amd64"].weight
+    )
     d = arm.to_dict()
     reqs = {r["key"]: r for r in d["spec"]["template"]["spec"]["requirements"]}
     # One pool listing both capacity types = Spot preferred, On-Demand fallback (Karpenter v1).
@@ -71,7 +84,9 @@ def test_default_pools_follow_the_config_eks_section() -> None:
 
 
 def test_default_pools_single_architecture_and_on_demand_only() -> None:
-    (pool, memory) = default_node_pools("nc", architectures=["arm64"], capacity_types=["on-demand"], instance_families=["c8g", "r8g"])
+    (pool, memory) = default_node_pools(
+        "nc", architectures=["arm64"], capacity_types=["on-demand"], instance_families=["c8g", "r8g"]
+    )
     assert pool.name == "cpu-arm64" and pool.weight is None and pool.capacity_types == ("on-demand",)
     assert memory.instance_families == ("r8g",)
 
@@ -79,11 +94,20 @@ def test_default_pools_single_architecture_and_on_demand_only() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"architectures": ["arm64"], "instance_families": ["c7g", "c7a"]}, "c7a is amd64 but architectures lists only"),
-        ({"architectures": ["arm64", "amd64"], "instance_families": ["c7g"]}, r"no instance family for architecture\(s\) \['amd64'\]"),
+        (
+            {"architectures": ["arm64"], "instance_families": ["c7g", "c7a"]},
+            "c7a is amd64 but architectures lists only",
+        ),
+        (
+            {"architectures": ["arm64", "amd64"], "instance_families": ["c7g"]},
+            r"no instance family for architecture\(s\) \['amd64'\]",
+        ),
         ({"instance_families": ["c6g", "c7a"]}, "c6g is outside the CPU-inference pools"),
         ({"instance_families": ["t4g", "c7a"]}, "t4g is outside"),
-        ({"instance_families": ["c7g", "c7a"], "instance_types": ["m7g.large"]}, "m7g.large is not in instance_families"),
+        (
+            {"instance_families": ["c7g", "c7a"], "instance_types": ["m7g.large"]},
+            "m7g.large is not in instance_families",
+        ),
         ({"instance_families": ["c7g", "c7a"], "consolidation_budget": "120%"}, "disruption budget nodes '120%'"),
     ],
 )
@@ -100,15 +124,30 @@ def test_default_pools_reject_inconsistent_inputs(kwargs: dict[str, object], mes
         (NodePoolSpec("p", "nc", architectures=("x86",)), "architectures"),
         (NodePoolSpec("p", "nc", capacity_types=("cheap",)), "capacity_types"),
         (NodePoolSpec("p", "nc", architectures=("amd64",), instance_families=("c7g",)), "c7g is arm64"),
-        (NodePoolSpec("p", "nc", extra_requirements=(Requirement("karpenter.sh/nodepool", "In", ("x",)),)), "reserved by Karpenter"),
-        (NodePoolSpec("p", "nc", extra_requirements=(Requirement("karpenter.k8s.aws/secret", "Exists"),)), "restricted karpenter.k8s.aws"),
-        (NodePoolSpec("p", "nc", extra_requirements=(Requirement("team", "In"),)), "operator In needs at least one value"),
-        (NodePoolSpec("p", "nc", extra_requirements=(Requirement("karpenter.k8s.aws/instance-cpu", "Gt", ("a",)),)), "non-negative integer"),
+        (
+            NodePoolSpec("p", "nc", extra_requirements=(Requirement("karpenter.sh/nodepool", "In", ("x",)),)),
+            "reserved by Karpenter",
+        ),
+        (
+            NodePoolSpec("p", "nc", extra_requirements=(Requirement("karpenter.k8s.aws/secret", "Exists"),)),
+            "restricted karpenter.k8s.aws",
+        ),
+        (
+            NodePoolSpec("p", "nc", extra_requirements=(Requirement("team", "In"),)),
+            "operator In needs at least one value",
+        ),
+        (
+            NodePoolSpec("p", "nc", extra_requirements=(Requirement("karpenter.k8s.aws/instance-cpu", "Gt", ("a",)),)),
+            "non-negative integer",
+        ),
         (NodePoolSpec("p", "nc", labels={"karpenter.sh/custom": "x"}), "karpenter.sh domain"),
         (NodePoolSpec("p", "nc", taints=(Taint("k", "v", "Sometimes"),)), "effect 'Sometimes'"),
         (NodePoolSpec("p", "nc", disruption=Disruption(consolidation_policy="Always")), "consolidationPolicy"),
         (NodePoolSpec("p", "nc", disruption=Disruption(consolidate_after="1 minute")), "consolidateAfter"),
-        (NodePoolSpec("p", "nc", disruption=Disruption(budgets=(Budget("10%", schedule="@daily"),))), "schedule and duration"),
+        (
+            NodePoolSpec("p", "nc", disruption=Disruption(budgets=(Budget("10%", schedule="@daily"),))),
+            "schedule and duration",
+        ),
         (NodePoolSpec("p", "nc", expire_after="30d"), "expireAfter"),
         (NodePoolSpec("p", "nc", weight=101), "weight 101"),
     ],
@@ -131,9 +170,20 @@ def test_node_pool_rejects_what_the_crd_would(spec: NodePoolSpec, message: str) 
         ({"tags": {"kubernetes.io/cluster/demo": "owned"}}, "reserved by Karpenter"),
         ({"block_device_mappings": (BlockDevice("/dev/xvda", volume_size="10G"),)}, "whole GiB"),
         ({"block_device_mappings": (BlockDevice("/dev/xvda", iops=1000),)}, "iops 1000"),
-        ({"block_device_mappings": (BlockDevice("/dev/xvda", volume_type="io2", throughput=500),)}, "only configurable on gp3"),
+        (
+            {"block_device_mappings": (BlockDevice("/dev/xvda", volume_type="io2", throughput=500),)},
+            "only configurable on gp3",
+        ),
         ({"block_device_mappings": (BlockDevice("/dev/xvda", volume_size=None),)}, "set volume_size or snapshot_id"),
-        ({"block_device_mappings": (BlockDevice("/dev/xvda", root_volume=True), BlockDevice("/dev/xvdb", root_volume=True))}, "only one block device"),
+        (
+            {
+                "block_device_mappings": (
+                    BlockDevice("/dev/xvda", root_volume=True),
+                    BlockDevice("/dev/xvdb", root_volume=True),
+                )
+            },
+            "only one block device",
+        ),
     ],
 )
 def test_node_class_rejects_what_the_crd_would(kwargs: dict[str, object], message: str) -> None:
@@ -149,7 +199,10 @@ def test_rendered_objects_validate_against_upstream_crds() -> None:
             "nc",
             architectures=("arm64", "amd64"),
             instance_types=("c7g.xlarge", "c7a.xlarge"),
-            extra_requirements=(Requirement("karpenter.k8s.aws/instance-cpu", "Lte", ("16",)), Requirement("topology.kubernetes.io/zone", "NotIn", ("us-east-1e",))),
+            extra_requirements=(
+                Requirement("karpenter.k8s.aws/instance-cpu", "Lte", ("16",)),
+                Requirement("topology.kubernetes.io/zone", "NotIn", ("us-east-1e",)),
+            ),
             labels={"team": "ml"},
             taints=(Taint("dedicated", "llm"),),
             startup_taints=(Taint("warming", None, "NoExecute"),),
@@ -163,7 +216,14 @@ def test_rendered_objects_validate_against_upstream_crds() -> None:
     )
     objs.append(
         node_class(
-            block_device_mappings=(BlockDevice("/dev/xvda", volume_size="50Gi", root_volume=True, kms_key_id="arn:aws:kms:us-east-1:123456789012:key/abc"),),
+            block_device_mappings=(
+                BlockDevice(
+                    "/dev/xvda",
+                    volume_size="50Gi",
+                    root_volume=True,
+                    kms_key_id="arn:aws:kms:us-east-1:123456789012:key/abc",
+                ),
+            ),
             tags={"team": "ml"},
             kubelet={"maxPods": 110},
             detailed_monitoring=True,

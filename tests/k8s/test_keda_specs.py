@@ -37,13 +37,26 @@ def queue_object(**kw: object) -> ScaledObjectSpec:
 def test_queue_depth_scaled_object_renders_the_field_notes_formula() -> None:
     d = queue_object(min_replicas=0, max_replicas=8).to_dict()
     spec = d["spec"]
-    assert spec["advanced"]["scalingModifiers"] == {"formula": "running + (waiting * 10)", "target": "25", "activationTarget": "5", "metricType": "AverageValue"}
+    assert spec["advanced"]["scalingModifiers"] == {
+        "formula": "running + (waiting * 10)",
+        "target": "25",
+        "activationTarget": "5",
+        "metricType": "AverageValue",
+    }
     running, waiting = spec["triggers"]
     assert running["name"] == "running" and waiting["name"] == "waiting"
-    assert running["metadata"]["query"] == 'sum(llamacpp:requests_processing{app="gemma",namespace="inference"}) or vector(0)'
-    assert waiting["metadata"]["query"] == 'sum(llamacpp:requests_deferred{app="gemma",namespace="inference"}) or vector(0)'
+    assert (
+        running["metadata"]["query"]
+        == 'sum(llamacpp:requests_processing{app="gemma",namespace="inference"}) or vector(0)'
+    )
+    assert (
+        waiting["metadata"]["query"]
+        == 'sum(llamacpp:requests_deferred{app="gemma",namespace="inference"}) or vector(0)'
+    )
     for trig in (running, waiting):
-        assert trig["metadata"]["serverAddress"] == "https://aps-workspaces.eu-west-1.amazonaws.com/workspaces/ws-0123abcd"
+        assert (
+            trig["metadata"]["serverAddress"] == "https://aps-workspaces.eu-west-1.amazonaws.com/workspaces/ws-0123abcd"
+        )
         assert trig["metadata"]["awsRegion"] == "eu-west-1"
         assert trig["authenticationRef"] == {"name": "amp-sigv4", "kind": "TriggerAuthentication"}
     assert spec["minReplicaCount"] == 0 and spec["maxReplicaCount"] == 8
@@ -60,12 +73,21 @@ def test_the_specs_have_no_default_formula_or_target() -> None:
     # The queue helper takes the owner's rule (model_scaling.queue_modifiers) for the replica's slots, or refuses.
     with pytest.raises(ValueError, match="give slots"):
         llama_queue_scaled_object("m", "inference", "m", server_address="http://p", series_labels={"app": "m"})
-    built = llama_queue_scaled_object("m", "inference", "m", server_address="http://p", series_labels={"app": "m"}, slots=4)
+    built = llama_queue_scaled_object(
+        "m", "inference", "m", server_address="http://p", series_labels={"app": "m"}, slots=4
+    )
     assert built.scaling_modifiers == queue_modifiers(4)
 
 
 def test_in_cluster_prometheus_needs_no_authentication() -> None:
-    so = llama_queue_scaled_object("m", "inference", "m", server_address="http://prometheus-server.monitoring.svc.cluster.local", series_labels={"app": "m"}, slots=15)
+    so = llama_queue_scaled_object(
+        "m",
+        "inference",
+        "m",
+        server_address="http://prometheus-server.monitoring.svc.cluster.local",
+        series_labels={"app": "m"},
+        slots=15,
+    )
     for trig in so.to_dict()["spec"]["triggers"]:
         assert "authenticationRef" not in trig and "awsRegion" not in trig["metadata"]
 
@@ -73,36 +95,89 @@ def test_in_cluster_prometheus_needs_no_authentication() -> None:
 def test_trigger_authentication_variants() -> None:
     assert AwsTriggerAuthentication("amp", "inference").to_dict()["spec"] == {"podIdentity": {"provider": "aws"}}
     role = "arn:aws:iam::123456789012:role/amp-query"
-    assert AwsTriggerAuthentication("amp", "inference", role_arn=role).to_dict()["spec"]["podIdentity"] == {"provider": "aws", "roleArn": role}
-    assert AwsTriggerAuthentication("amp", "inference", identity_owner="keda").to_dict()["spec"]["podIdentity"]["identityOwner"] == "keda"
+    assert AwsTriggerAuthentication("amp", "inference", role_arn=role).to_dict()["spec"]["podIdentity"] == {
+        "provider": "aws",
+        "roleArn": role,
+    }
+    assert (
+        AwsTriggerAuthentication("amp", "inference", identity_owner="keda").to_dict()["spec"]["podIdentity"][
+            "identityOwner"
+        ]
+        == "keda"
+    )
 
 
 def test_workload_identity_owner_is_refused_although_the_crd_accepts_it() -> None:
     """KEDA 2.20.2 resolves identityOwner: workload from the workload's `eks.amazonaws.com/role-arn` (IRSA)
     annotation, which EKS Pod Identity never sets: the CRD's enum lets it through, so synth must stop it."""
-    raw = {"apiVersion": "keda.sh/v1alpha1", "kind": "TriggerAuthentication", "metadata": {"name": "amp", "namespace": "inference"},
-           "spec": {"podIdentity": {"provider": "aws", "identityOwner": "workload"}}}
+    raw = {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "TriggerAuthentication",
+        "metadata": {"name": "amp", "namespace": "inference"},
+        "spec": {"podIdentity": {"provider": "aws", "identityOwner": "workload"}},
+    }
     assert validate_custom(raw) == []
-    with pytest.raises(ValueError, match=r"identity_owner='workload' makes KEDA read the workload's IRSA annotation eks\.amazonaws\.com/role-arn, which EKS Pod Identity never sets — leave identity_owner unset"):
+    with pytest.raises(
+        ValueError,
+        match=r"identity_owner='workload' makes KEDA read the workload's IRSA annotation eks\.amazonaws\.com/role-arn, which EKS Pod Identity never sets — leave identity_owner unset",
+    ):
         AwsTriggerAuthentication("amp", "inference", identity_owner="workload").to_dict()
 
 
 @pytest.mark.parametrize(
     ("build", "message"),
     [
-        (lambda: AwsTriggerAuthentication("amp", "inference", role_arn="arn:aws:iam::1:role/x", identity_owner="keda"), "mutually exclusive"),
-        (lambda: queue_object(min_replicas=5, max_replicas=2), r"min_replicas \(5\) ≤ max_replicas \(2\)"),
-        (lambda: queue_object(modifiers=ScalingModifiers(formula="running * 2", target="25")), r"does not use trigger\(s\) \['waiting'\]"),
-        (lambda: queue_object(modifiers=ScalingModifiers(formula="running + waiting", target="twenty")), "target 'twenty'"),
         (
-            lambda: ScaledObjectSpec("so", "ns", "dep", triggers=(PrometheusTrigger("q", "http://p", "up"), PrometheusTrigger("q", "http://p", "up"))),
+            lambda: AwsTriggerAuthentication(
+                "amp", "inference", role_arn="arn:aws:iam::1:role/x", identity_owner="keda"
+            ),
+            "mutually exclusive",
+        ),
+        (lambda: queue_object(min_replicas=5, max_replicas=2), r"min_replicas \(5\) ≤ max_replicas \(2\)"),
+        (
+            lambda: queue_object(modifiers=ScalingModifiers(formula="running * 2", target="25")),
+            r"does not use trigger\(s\) \['waiting'\]",
+        ),
+        (
+            lambda: queue_object(modifiers=ScalingModifiers(formula="running + waiting", target="twenty")),
+            "target 'twenty'",
+        ),
+        (
+            lambda: ScaledObjectSpec(
+                "so",
+                "ns",
+                "dep",
+                triggers=(PrometheusTrigger("q", "http://p", "up"), PrometheusTrigger("q", "http://p", "up")),
+            ),
             "must be unique",
         ),
-        (lambda: ScaledObjectSpec("so", "ns", "dep", triggers=(PrometheusTrigger("Bad-Name", "http://p", "up"),), scaling_modifiers=None), "trigger name 'Bad-Name'"),
-        (lambda: ScaledObjectSpec("so", "ns", "dep", triggers=(PrometheusTrigger("q", "prometheus:9090", "up"),), scaling_modifiers=None), "must be an http"),
-        (lambda: ScaledObjectSpec("so", "ns", "dep", triggers=(PrometheusTrigger("q", "https://aps", "up", aws_region="us-east-1"),), scaling_modifiers=None), "needs authentication_ref"),
+        (
+            lambda: ScaledObjectSpec(
+                "so", "ns", "dep", triggers=(PrometheusTrigger("Bad-Name", "http://p", "up"),), scaling_modifiers=None
+            ),
+            "trigger name 'Bad-Name'",
+        ),
+        (
+            lambda: ScaledObjectSpec(
+                "so", "ns", "dep", triggers=(PrometheusTrigger("q", "prometheus:9090", "up"),), scaling_modifiers=None
+            ),
+            "must be an http",
+        ),
+        (
+            lambda: ScaledObjectSpec(
+                "so",
+                "ns",
+                "dep",
+                triggers=(PrometheusTrigger("q", "https://aps", "up", aws_region="us-east-1"),),
+                scaling_modifiers=None,
+            ),
+            "needs authentication_ref",
+        ),
         (lambda: ScaledObjectSpec("so", "ns", "dep", triggers=()), "at least one trigger"),
-        (lambda: ScaledObjectSpec("So", "ns", "dep", triggers=(PrometheusTrigger("q", "http://p", "up"),)), "DNS label"),
+        (
+            lambda: ScaledObjectSpec("So", "ns", "dep", triggers=(PrometheusTrigger("q", "http://p", "up"),)),
+            "DNS label",
+        ),
     ],
 )
 def test_mistakes_fail_with_a_precise_message(build: object, message: str) -> None:
@@ -117,7 +192,15 @@ def test_rendered_objects_validate_against_upstream_keda_crds() -> None:
             "plain",
             "inference",
             "router",
-            triggers=(PrometheusTrigger("rps", "http://prometheus-server.monitoring.svc", "sum(rate(x[1m]))", threshold="50", activation_threshold="1"),),
+            triggers=(
+                PrometheusTrigger(
+                    "rps",
+                    "http://prometheus-server.monitoring.svc",
+                    "sum(rate(x[1m]))",
+                    threshold="50",
+                    activation_threshold="1",
+                ),
+            ),
             scaling_modifiers=None,
             scale_down_stabilization_seconds=None,
             fallback_replicas=2,

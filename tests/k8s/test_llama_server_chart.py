@@ -40,18 +40,33 @@ AMP = "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1"
 MINOR = "1.35"
 NODE_SIZES = ("m7g.4xlarge", "c7g.8xlarge")
 MODELS = {
-    "classifier-135m": dict(spec=sizing.ModelSpec(0.135, task="classification", context_window=2048), cpu=None, sha256="a" * 64),
+    "classifier-135m": dict(
+        spec=sizing.ModelSpec(0.135, task="classification", context_window=2048), cpu=None, sha256="a" * 64
+    ),
     "chat-8b": dict(spec=sizing.ModelSpec(8.0, task="chat", context_window=8192), cpu=None, sha256=None),
     "batch-30b": dict(spec=sizing.ModelSpec(30.0, task="batch", context_window=8192), cpu=12.0, sha256=None),
 }
-POLICY = ServingPolicy(namespace="inference", pattern="slm-prefilter", keda=KedaSource(AMP, aws_region="us-east-1", authentication_ref="amp-sigv4"),
-                       aws_region="us-east-1")
+POLICY = ServingPolicy(
+    namespace="inference",
+    pattern="slm-prefilter",
+    keda=KedaSource(AMP, aws_region="us-east-1", authentication_ref="amp-sigv4"),
+    aws_region="us-east-1",
+)
 
 
 def workload(name: str, node: str, **kw: Any) -> ModelWorkload:
     m = MODELS[name]
-    args: dict[str, Any] = dict(name=name, image=IMAGE, model_uri=f"s3://models-bucket/models/{name}/main/{name}-Q4_K_M.gguf",
-                                spec=m["spec"], cpu=m["cpu"], node_type=node, sha256=m["sha256"], replicas_min=1, replicas_max=5)
+    args: dict[str, Any] = dict(
+        name=name,
+        image=IMAGE,
+        model_uri=f"s3://models-bucket/models/{name}/main/{name}-Q4_K_M.gguf",
+        spec=m["spec"],
+        cpu=m["cpu"],
+        node_type=node,
+        sha256=m["sha256"],
+        replicas_min=1,
+        replicas_max=5,
+    )
     args.update(kw)
     return ModelWorkload(**args)
 
@@ -67,7 +82,9 @@ def rendered() -> dict[tuple[str, str], tuple[LlamaServerChart, dict[str, dict[s
     for name, m in MODELS.items():
         for node in NODE_SIZES:
             w = workload(name, node)
-            expected = sizing.size(m["spec"], sizing.instance(node), target="eks", cpu=m["cpu"] or sizing.default_pod_cpu(m["spec"]))
+            expected = sizing.size(
+                m["spec"], sizing.instance(node), target="eks", cpu=m["cpu"] or sizing.default_pod_cpu(m["spec"])
+            )
             chart, objs = render(w)
             out[(name, node)] = (chart, objs, expected)
     return out
@@ -92,7 +109,9 @@ def test_requests_and_limits_come_from_sizing(rendered, case) -> None:
     assert res["requests"]["cpu"] == f"{int(s.cpu_request * 1000)}m"
     assert res["requests"]["memory"] == f"{s.memory_request_mib}Mi"
     assert s.memory_needed_bytes == sizing.memory_needed(MODELS[case[0]]["spec"], s.slots, s.ctx_per_slot)
-    assert res["limits"] == {"memory": res["requests"]["memory"]}, "memory limit = request, no CPU limit (see the chart docstring)"
+    assert res["limits"] == {"memory": res["requests"]["memory"]}, (
+        "memory limit = request, no CPU limit (see the chart docstring)"
+    )
     assert s.fits and s.cpu_request <= s.cpu_available
 
 
@@ -111,7 +130,9 @@ def test_thread_discipline_and_context_from_sizing(rendered, case) -> None:
 
 def test_context_per_slot_follows_the_task(rendered) -> None:
     ctx = {name: rendered[(name, NODE_SIZES[0])][2].ctx_per_slot for name in MODELS}
-    assert ctx["classifier-135m"] == sizing.TASK_CONTEXT["classification"] < ctx["chat-8b"] == sizing.TASK_CONTEXT["chat"]
+    assert (
+        ctx["classifier-135m"] == sizing.TASK_CONTEXT["classification"] < ctx["chat-8b"] == sizing.TASK_CONTEXT["chat"]
+    )
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{n}@{node}" for n, node in CASES])
@@ -122,7 +143,9 @@ def test_engine_flags_are_what_the_container_computes_from_the_rendered_env(rend
     assert c["command"] == ["python3", "/opt/llama/entrypoint.py"], "EKS mode: the entrypoint without arguments"
     model = tmp_path / Path(env["MODEL_PATH"]).name
     model.write_bytes(b"GGUF")
-    cfg = engine_flags.config_from_env({**env, "MODEL_PATH": str(model)}, memory_limit=s.memory_request_mib * sizing.MIB)
+    cfg = engine_flags.config_from_env(
+        {**env, "MODEL_PATH": str(model)}, memory_limit=s.memory_request_mib * sizing.MIB
+    )
     args = engine_flags.llama_server_args(cfg)
     flag = lambda name: args[args.index(name) + 1]  # noqa: E731
     assert flag("--threads") == flag("--threads-batch") == str(int(s.cpu_request))
@@ -150,7 +173,9 @@ def test_probes_are_sized_to_the_model(rendered, case) -> None:
 
 
 def test_startup_budget_grows_with_the_model(rendered) -> None:
-    budgets = [rendered[(n, NODE_SIZES[0])][0].startup_probe_seconds for n in ("classifier-135m", "chat-8b", "batch-30b")]
+    budgets = [
+        rendered[(n, NODE_SIZES[0])][0].startup_probe_seconds for n in ("classifier-135m", "chat-8b", "batch-30b")
+    ]
     assert budgets == sorted(budgets) and budgets[0] < budgets[2]
 
 
@@ -160,14 +185,20 @@ def test_pdb_spread_and_affinity(rendered, case) -> None:
     dep = objs["Deployment"]
     selector = dep["spec"]["selector"]["matchLabels"]
     assert selector == chart.selector
-    assert objs["PodDisruptionBudget"]["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": selector}, "unhealthyPodEvictionPolicy": "AlwaysAllow"}
+    assert objs["PodDisruptionBudget"]["spec"] == {
+        "maxUnavailable": 1,
+        "selector": {"matchLabels": selector},
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
+    }
     pod = dep["spec"]["template"]["spec"]
     spread = {c["topologyKey"]: c for c in pod["topologySpreadConstraints"]}
     assert set(spread) == {"topology.kubernetes.io/zone", "kubernetes.io/hostname"}
     for c in spread.values():
         assert c["labelSelector"]["matchLabels"] == selector and c["maxSkew"] == 1
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert terms == [{"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64", "amd64"]}]}]
+    assert terms == [
+        {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64", "amd64"]}]}
+    ]
     assert objs["Service"]["spec"]["selector"] == selector
     assert "replicas" not in dep["spec"], "KEDA owns the replica count"
 
@@ -211,7 +242,9 @@ def test_keda_queue_depth_scaled_object(rendered, case) -> None:
     }
     assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (1, 5)
     hold = spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"]
-    assert hold >= MIN_SCALE_DOWN_STABILIZATION and hold >= 2 * (startup_budget_seconds(s.weights_bytes) + download_budget_seconds(s.weights_bytes))
+    assert hold >= MIN_SCALE_DOWN_STABILIZATION and hold >= 2 * (
+        startup_budget_seconds(s.weights_bytes) + download_budget_seconds(s.weights_bytes)
+    )
     assert validate_custom(so) == []
 
 
@@ -220,7 +253,14 @@ def test_targets_can_be_given_and_cold_models_need_a_demand_signal() -> None:
     assert chart.scaled_object.to_dict()["spec"]["advanced"]["scalingModifiers"]["target"] == "25"
     with pytest.raises(ValueError, match="replicas_min 0 needs cold_start_query"):
         render(workload("classifier-135m", NODE_SIZES[0], replicas_min=0))
-    cold, _ = render(workload("classifier-135m", NODE_SIZES[0], replicas_min=0, cold_start_query='sum(rate(gateway_requests_total{model="classifier-135m"}[2m]))'))
+    cold, _ = render(
+        workload(
+            "classifier-135m",
+            NODE_SIZES[0],
+            replicas_min=0,
+            cold_start_query='sum(rate(gateway_requests_total{model="classifier-135m"}[2m]))',
+        )
+    )
     so = cold.scaled_object.to_dict()
     assert so["spec"]["minReplicaCount"] == 0
     assert [t["name"] for t in so["spec"]["triggers"]] == ["running", "waiting", "demand"]
@@ -243,17 +283,30 @@ def test_pods_meet_pod_security_restricted(rendered, case) -> None:
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     for c in pod["containers"] + pod["initContainers"]:
         sc = c["securityContext"]
-        assert sc["readOnlyRootFilesystem"] is True and sc["runAsNonRoot"] is True and sc["capabilities"] == {"drop": ["ALL"]}
+        assert (
+            sc["readOnlyRootFilesystem"] is True
+            and sc["runAsNonRoot"] is True
+            and sc["capabilities"] == {"drop": ["ALL"]}
+        )
         assert "/tmp" in {m["mountPath"] for m in c["volumeMounts"]}, "read-only root: /tmp is an emptyDir"
 
 
 @pytest.mark.parametrize(
     "mutate, message",
     [
-        (lambda p: p["containers"][0]["securityContext"].update(allowPrivilegeEscalation=True), "allowPrivilegeEscalation must be false"),
+        (
+            lambda p: p["containers"][0]["securityContext"].update(allowPrivilegeEscalation=True),
+            "allowPrivilegeEscalation must be false",
+        ),
         (lambda p: p["initContainers"][0]["securityContext"].pop("capabilities"), "capabilities.drop must include ALL"),
         (lambda p: p["containers"][0]["securityContext"]["capabilities"].update(add=["SYS_ADMIN"]), "capabilities.add"),
-        (lambda p: (p["securityContext"].pop("runAsNonRoot"), [c["securityContext"].pop("runAsNonRoot") for c in p["containers"]]), "runAsNonRoot must be true"),
+        (
+            lambda p: (
+                p["securityContext"].pop("runAsNonRoot"),
+                [c["securityContext"].pop("runAsNonRoot") for c in p["containers"]],
+            ),
+            "runAsNonRoot must be true",
+        ),
         (lambda p: p["securityContext"].pop("seccompProfile"), "seccompProfile must be RuntimeDefault"),
         (lambda p: p["containers"][0]["securityContext"].update(runAsUser=0), "runAsUser must not be 0"),
         (lambda p: p["volumes"].append({"name": "host", "hostPath": {"path": "/"}}), "hostPath volumes are forbidden"),
@@ -283,7 +336,9 @@ def test_network_policy_admits_only_the_router_and_the_scraper(rendered) -> None
     egress_ports = {(p["port"], p["protocol"]) for r in spec["egress"] for p in r["ports"]}
     assert egress_ports == {(53, "UDP"), (53, "TCP"), (80, "TCP"), (443, "TCP")}
     agent = next(r for r in spec["egress"] if r["ports"][0]["port"] == 80)
-    assert {p["ipBlock"]["cidr"] for p in agent["to"]} == {"169.254.170.23/32", "fd00:ec2::23/128"}, "port 80 only to the Pod Identity agent"
+    assert {p["ipBlock"]["cidr"] for p in agent["to"]} == {"169.254.170.23/32", "fd00:ec2::23/128"}, (
+        "port 80 only to the Pod Identity agent"
+    )
 
 
 def test_namespaces_and_cidrs_widen_the_callers() -> None:
@@ -295,13 +350,23 @@ def test_namespaces_and_cidrs_widen_the_callers() -> None:
 
 
 def test_farm_placement_and_guaranteed_cpu_option() -> None:
-    policy = replace(POLICY, tolerations=({"key": "cpu-inference/memory-optimized", "operator": "Equal", "value": "true", "effect": "NoSchedule"},),
-                     preferred_pools=("memory-optimized",), cpu_limit="request")
+    policy = replace(
+        POLICY,
+        tolerations=(
+            {"key": "cpu-inference/memory-optimized", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
+        ),
+        preferred_pools=("memory-optimized",),
+        cpu_limit="request",
+    )
     chart, objs = render(workload("classifier-135m", NODE_SIZES[0], role="farm"), policy)
     pod = objs["Deployment"]["spec"]["template"]["spec"]
-    assert pod["tolerations"] == [{"key": "cpu-inference/memory-optimized", "operator": "Equal", "value": "true", "effect": "NoSchedule"}]
+    assert pod["tolerations"] == [
+        {"key": "cpu-inference/memory-optimized", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+    ]
     preferred = pod["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
-    assert preferred[0]["preference"]["matchExpressions"] == [{"key": "cpu-inference/pool", "operator": "In", "values": ["memory-optimized"]}]
+    assert preferred[0]["preference"]["matchExpressions"] == [
+        {"key": "cpu-inference/pool", "operator": "In", "values": ["memory-optimized"]}
+    ]
     res = engine(objs)["resources"]
     assert res["limits"]["cpu"] == res["requests"]["cpu"] == f"{int(chart.sizing.cpu_request * 1000)}m"
     assert res["limits"]["memory"] == res["requests"]["memory"]

@@ -49,8 +49,12 @@ def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
     for e in selector.get("matchExpressions", []):
         present = e["key"] in labels
         value = labels.get(e["key"])
-        ok = {"In": present and value in e.get("values", []), "NotIn": not present or value not in e.get("values", []),
-              "Exists": present, "DoesNotExist": not present}[e["operator"]]
+        ok = {
+            "In": present and value in e.get("values", []),
+            "NotIn": not present or value not in e.get("values", []),
+            "Exists": present,
+            "DoesNotExist": not present,
+        }[e["operator"]]
         if not ok:
             return False
     return True
@@ -60,7 +64,9 @@ def _peer_matches(peer: dict[str, Any], policy_ns: str, src: Source) -> bool:
     if "ipBlock" in peer:
         ip = ipaddress.ip_address(src.ip)
         block = peer["ipBlock"]
-        return ip in ipaddress.ip_network(block["cidr"]) and not any(ip in ipaddress.ip_network(x) for x in block.get("except", []))
+        return ip in ipaddress.ip_network(block["cidr"]) and not any(
+            ip in ipaddress.ip_network(x) for x in block.get("except", [])
+        )
     if src.namespace is None:
         return False
     ns_labels = {"kubernetes.io/metadata.name": src.namespace, **src.namespace_labels}
@@ -74,8 +80,13 @@ def _peer_matches(peer: dict[str, Any], policy_ns: str, src: Source) -> bool:
 
 def admits(policies: list[dict[str, Any]], pod_ns: str, pod_labels: dict[str, str], src: Source, port: int) -> bool:
     """NetworkPolicy ingress semantics (networking.k8s.io/v1) for numeric TCP ports."""
-    selecting = [p for p in policies if p["metadata"].get("namespace", pod_ns) == pod_ns
-                 and "Ingress" in p["spec"].get("policyTypes", ["Ingress"]) and _selects(p["spec"]["podSelector"], pod_labels)]
+    selecting = [
+        p
+        for p in policies
+        if p["metadata"].get("namespace", pod_ns) == pod_ns
+        and "Ingress" in p["spec"].get("policyTypes", ["Ingress"])
+        and _selects(p["spec"]["podSelector"], pod_labels)
+    ]
     if not selecting:
         return True
     for p in selecting:
@@ -91,8 +102,15 @@ def admits(policies: list[dict[str, Any]], pod_ns: str, pod_labels: dict[str, st
 
 def rendered(policy: ServingPolicy) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     app = cdk8s.App()
-    w = ModelWorkload(name="smollm2", image="llama@sha256:" + "d" * 64, model_uri="s3://b/models/smollm2/m.gguf",
-                      spec=sizing.ModelSpec(0.135, quantization="Q4_1", task="classification"), node_type="m7g.large", cpu=1, sha256="a" * 64)
+    w = ModelWorkload(
+        name="smollm2",
+        image="llama@sha256:" + "d" * 64,
+        model_uri="s3://b/models/smollm2/m.gguf",
+        spec=sizing.ModelSpec(0.135, quantization="Q4_1", task="classification"),
+        node_type="m7g.large",
+        cpu=1,
+        sha256="a" * 64,
+    )
     objs = LlamaServerChart(app, "smollm2", props=LlamaServerChartProps(model=w, policy=policy)).to_json()
     objs += ServingNamespaceChart(app, "ns", props=ServingNamespaceProps(NS, "slm-prefilter", "1.35")).to_json()
     for o in objs:
@@ -120,7 +138,9 @@ def test_with_the_amp_collector_allowed_by_subnet_no_other_pod_reaches_the_model
     assert allowed(collector_eni, METRICS_PORT) and not allowed(collector_eni, ENGINE_PORT)
     for pod in (other_pod, foreign_pod):  # inside the scraper's CIDRs, yet not the router
         assert not allowed(pod, ENGINE_PORT), pod
-        assert allowed(pod, METRICS_PORT)  # what the CIDR rule must admit: /metrics only (the sidecar serves nothing else)
+        assert allowed(
+            pod, METRICS_PORT
+        )  # what the CIDR rule must admit: /metrics only (the sidecar serves nothing else)
     assert not allowed(outside, ENGINE_PORT) and not allowed(outside, METRICS_PORT)
     annotations = dep["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/port"] == str(METRICS_PORT), "the collector scrapes the sidecar, not the API port"
@@ -130,7 +150,9 @@ def test_in_cluster_prometheus_reaches_only_the_metrics_port() -> None:
     policies, dep = rendered(ServingPolicy(namespace=NS, pattern="slm-prefilter"))
     pod_labels = dep["spec"]["template"]["metadata"]["labels"]
     prom = Source("10.0.2.2", "monitoring", {"app": "prometheus"})
-    assert admits(policies, NS, pod_labels, prom, METRICS_PORT) and not admits(policies, NS, pod_labels, prom, ENGINE_PORT)
+    assert admits(policies, NS, pod_labels, prom, METRICS_PORT) and not admits(
+        policies, NS, pod_labels, prom, ENGINE_PORT
+    )
 
 
 def test_the_evaluator_is_not_vacuous() -> None:
@@ -153,7 +175,9 @@ def _get(url: str) -> tuple[int, str]:
         return e.code, e.read().decode()
 
 
-def test_the_rendered_sidecar_serves_the_engines_metrics_and_nothing_else(llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path) -> None:
+def test_the_rendered_sidecar_serves_the_engines_metrics_and_nothing_else(
+    llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path
+) -> None:
     """The sidecar's command and env exactly as rendered (only its ports moved to free loopback ports),
     in front of a real llama-server with --metrics."""
     _, dep = rendered(AMP_POLICY)
@@ -198,5 +222,7 @@ def test_a_router_restricted_to_its_client_namespaces_stays_closed_to_other_pods
     stranger = Source("10.0.5.6", "default", {"app": "curl"})
     collector_eni = Source("10.0.33.7")
     assert admits([policy], "slm-prefilter", labels, app, port)
-    assert not admits([policy], "slm-prefilter", labels, stranger, port) and not admits([policy], "slm-prefilter", labels, collector_eni, port)
+    assert not admits([policy], "slm-prefilter", labels, stranger, port) and not admits(
+        [policy], "slm-prefilter", labels, collector_eni, port
+    )
     assert admits([policy], "slm-prefilter", labels, collector_eni, METRICS_PORT)

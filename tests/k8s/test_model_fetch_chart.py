@@ -31,7 +31,6 @@ BUCKET = "fetch-test"
 KEY = "models/tiny/main/tiny-Q4_1.gguf"
 
 
-
 @pytest.fixture(scope="module")
 def s3(smollm2_gguf: Path) -> Iterator[dict[str, Any]]:
     from moto.server import ThreadedMotoServer
@@ -42,11 +41,19 @@ def s3(smollm2_gguf: Path) -> Iterator[dict[str, Any]]:
     host, port = server.get_host_and_port()
     url = f"http://{host}:{port}"
     creds = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing"}
-    client = boto3.client("s3", region_name="us-east-1", endpoint_url=url, aws_access_key_id="testing",
-                          aws_secret_access_key="testing", aws_session_token="testing")
+    client = boto3.client(
+        "s3",
+        region_name="us-east-1",
+        endpoint_url=url,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        aws_session_token="testing",
+    )
     client.create_bucket(Bucket=BUCKET)
     with open(smollm2_gguf, "rb") as f:
-        body = f.read(20 * 1024 * 1024)  # a real GGUF head, over the CLI's multipart threshold: ranged GETs of 16 MB parts
+        body = f.read(
+            20 * 1024 * 1024
+        )  # a real GGUF head, over the CLI's multipart threshold: ranged GETs of 16 MB parts
     digest = hashlib.sha256(body).hexdigest()
     client.put_object(Bucket=BUCKET, Key=KEY, Body=body, Metadata={"sha256": digest})
     client.put_object(Bucket=BUCKET, Key="models/tiny/main/unverified.gguf", Body=body)
@@ -55,9 +62,18 @@ def s3(smollm2_gguf: Path) -> Iterator[dict[str, Any]]:
 
 
 def rendered_fetch(model_uri: str = f"s3://{BUCKET}/{KEY}", **kw: Any) -> dict[str, Any]:
-    w = ModelWorkload(name="tiny", image="llama@sha256:" + "d" * 64, model_uri=model_uri,
-                      spec=sizing.ModelSpec(0.135, quantization="Q4_1", task="classification"), node_type="m7g.large", cpu=1, **kw)
-    chart = LlamaServerChart(cdk8s.App(), "tiny", props=LlamaServerChartProps(model=w, policy=ServingPolicy(aws_region="us-east-1")))
+    w = ModelWorkload(
+        name="tiny",
+        image="llama@sha256:" + "d" * 64,
+        model_uri=model_uri,
+        spec=sizing.ModelSpec(0.135, quantization="Q4_1", task="classification"),
+        node_type="m7g.large",
+        cpu=1,
+        **kw,
+    )
+    chart = LlamaServerChart(
+        cdk8s.App(), "tiny", props=LlamaServerChartProps(model=w, policy=ServingPolicy(aws_region="us-east-1"))
+    )
     dep = next(o for o in chart.to_json() if o["kind"] == "Deployment")
     (fetch,) = dep["spec"]["template"]["spec"]["initContainers"]
     return fetch
@@ -102,7 +118,9 @@ def test_pinned_sha256_and_size_are_used_and_enforced(s3, tmp_path: Path) -> Non
     out = run(wrong, s3, tmp_path / "wrong")
     assert out.returncode == 1 and "sha256 mismatch" in out.stderr
     path = model_file(wrong, tmp_path / "wrong")
-    assert not path.exists() and not path.with_name(path.name + ".part").exists(), "nothing half-verified is left for the engine"
+    assert not path.exists() and not path.with_name(path.name + ".part").exists(), (
+        "nothing half-verified is left for the engine"
+    )
 
     short = rendered_fetch(size_bytes=len(s3["body"]) - 1)
     out = run(short, s3, tmp_path / "short")
@@ -145,7 +163,12 @@ def test_the_crt_buffer_pool_is_capped_inside_the_containers_memory_limit() -> N
     assert int(env["AWS_CRT_S3_MEMORY_LIMIT_IN_GIB"]) == CRT_MEMORY_LIMIT_GIB >= 1  # aws-c-s3 refuses less than 1 GiB
     limit_mib = int(fetch["resources"]["limits"]["memory"].removesuffix("Mi"))
     assert limit_mib == FETCH_MEMORY_LIMIT_MIB
-    process_overhead_mib = 256  # the CLI's Python + CRT outside the pool (the measured 532-644 MiB peaks include in-flight parts)
+    process_overhead_mib = (
+        256  # the CLI's Python + CRT outside the pool (the measured 532-644 MiB peaks include in-flight parts)
+    )
     assert pool_mib + process_overhead_mib <= limit_mib
-    assert "target_bandwidth = %s" in fetch["command"][2] and "${MODEL_FETCH_TARGET_BANDWIDTH:-5Gb/s}" in fetch["command"][2]
+    assert (
+        "target_bandwidth = %s" in fetch["command"][2]
+        and "${MODEL_FETCH_TARGET_BANDWIDTH:-5Gb/s}" in fetch["command"][2]
+    )
     assert "MODEL_FETCH_TARGET_BANDWIDTH" not in env  # the 5 Gb/s default, for which the uncapped pool is 2 GiB

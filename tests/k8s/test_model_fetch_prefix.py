@@ -33,8 +33,9 @@ COMMIT = "c" * 40
 PREFIX = f"models/smol/{COMMIT}/"
 
 
-
-def put_snapshot(client: Any, prefix: str, files: dict[str, bytes], *, manifest: bool = True, seal_metadata: bool = True) -> str:
+def put_snapshot(
+    client: Any, prefix: str, files: dict[str, bytes], *, manifest: bool = True, seal_metadata: bool = True
+) -> str:
     """Objects as the snapshot copy writes them (each with its `sha256` metadata), then the manifest; its digest."""
     landed = []
     for path, body in files.items():
@@ -44,7 +45,9 @@ def put_snapshot(client: Any, prefix: str, files: dict[str, bytes], *, manifest:
     text = manifest_text(landed).encode()
     digest = hashlib.sha256(text).hexdigest()
     if manifest:
-        client.put_object(Bucket=BUCKET, Key=prefix + MANIFEST_NAME, Body=text, Metadata={"sha256": digest} if seal_metadata else {})
+        client.put_object(
+            Bucket=BUCKET, Key=prefix + MANIFEST_NAME, Body=text, Metadata={"sha256": digest} if seal_metadata else {}
+        )
     return digest
 
 
@@ -58,11 +61,19 @@ def s3(smollm2_gguf: Path) -> Iterator[dict[str, Any]]:
     host, port = server.get_host_and_port()
     url = f"http://{host}:{port}"
     creds = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing"}
-    client = boto3.client("s3", region_name="us-east-1", endpoint_url=url, aws_access_key_id="testing",
-                          aws_secret_access_key="testing", aws_session_token="testing")
+    client = boto3.client(
+        "s3",
+        region_name="us-east-1",
+        endpoint_url=url,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        aws_session_token="testing",
+    )
     client.create_bucket(Bucket=BUCKET)
     with open(smollm2_gguf, "rb") as f:
-        shard = f.read(20 * 1024 * 1024)  # real model bytes, over the CLI's multipart threshold: ranged GETs of 16 MB parts
+        shard = f.read(
+            20 * 1024 * 1024
+        )  # real model bytes, over the CLI's multipart threshold: ranged GETs of 16 MB parts
     files = {
         "config.json": b'{"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 30}\n',
         "tokenizer.json": b'{"version": "1.0"}\n' * 1000,
@@ -79,8 +90,12 @@ def s3(smollm2_gguf: Path) -> Iterator[dict[str, Any]]:
     same_size = b'{"architectures": ["EvilForCausalLMx"], "num_hidden_layers": 30}\n'  # only the sha256 tells
     assert len(same_size) == len(files["config.json"])
     client.put_object(Bucket=BUCKET, Key="models/smol/tampered/config.json", Body=same_size)
-    client.put_object(Bucket=BUCKET, Key="models/smol/escape/" + MANIFEST_NAME, Body=f"../../etc/x {'0' * 64} 3\n".encode(),
-                      Metadata={"sha256": hashlib.sha256(f"../../etc/x {'0' * 64} 3\n".encode()).hexdigest()})
+    client.put_object(
+        Bucket=BUCKET,
+        Key="models/smol/escape/" + MANIFEST_NAME,
+        Body=f"../../etc/x {'0' * 64} 3\n".encode(),
+        Metadata={"sha256": hashlib.sha256(f"../../etc/x {'0' * 64} 3\n".encode()).hexdigest()},
+    )
     put_snapshot(client, "models/smol/unverified/", files, seal_metadata=False)
     yield {"url": url, "creds": creds, "files": files, "digest": digest, "client": client}
     server.stop()
@@ -88,12 +103,18 @@ def s3(smollm2_gguf: Path) -> Iterator[dict[str, Any]]:
 
 def rendered_fetch(model_uri: str = f"s3://{BUCKET}/{PREFIX}", **kw: Any) -> dict[str, Any]:
     spec = sizing.ModelSpec(0.135, engine="vllm", task="chat", context_window=2048, layers=30, kv_heads=3, head_dim=64)
-    w = ModelWorkload(name="smol", image="vllm@sha256:" + "d" * 64, model_uri=model_uri, spec=spec, node_type="m7g.xlarge", **kw)
-    chart = LlamaServerChart(cdk8s.App(), "smol", props=LlamaServerChartProps(model=w, policy=ServingPolicy(aws_region="us-east-1")))
+    w = ModelWorkload(
+        name="smol", image="vllm@sha256:" + "d" * 64, model_uri=model_uri, spec=spec, node_type="m7g.xlarge", **kw
+    )
+    chart = LlamaServerChart(
+        cdk8s.App(), "smol", props=LlamaServerChartProps(model=w, policy=ServingPolicy(aws_region="us-east-1"))
+    )
     dep = next(o for o in chart.to_json() if o["kind"] == "Deployment")
     (fetch,) = dep["spec"]["template"]["spec"]["initContainers"]
     engine_env = {e["name"]: e["value"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert {e["name"]: e["value"] for e in fetch["env"]}["MODEL_PATH"] == engine_env["MODEL_PATH"], "the engine reads what the fetch wrote"
+    assert {e["name"]: e["value"] for e in fetch["env"]}["MODEL_PATH"] == engine_env["MODEL_PATH"], (
+        "the engine reads what the fetch wrote"
+    )
     return fetch
 
 
@@ -153,7 +174,9 @@ def test_an_object_altered_after_sealing_is_refused_and_nothing_is_left(s3, tmp_
     assert out.returncode == 1
     assert f"sha256 mismatch for s3://{BUCKET}/models/smol/tampered/config.json" in out.stderr, out.stderr
     dest = model_dir(fetch, tmp_path)
-    assert not dest.exists() and not dest.with_name("smol.part").exists(), "nothing half-verified is left for the engine"
+    assert not dest.exists() and not dest.with_name("smol.part").exists(), (
+        "nothing half-verified is left for the engine"
+    )
 
 
 def test_a_damaged_local_copy_is_replaced(s3, tmp_path: Path) -> None:
@@ -166,11 +189,14 @@ def test_a_damaged_local_copy_is_replaced(s3, tmp_path: Path) -> None:
     assert tree(dest) == s3["files"]
 
 
-@pytest.mark.parametrize("prefix, message", [
-    ("models/smol/unsealed/", "the snapshot is not sealed"),
-    ("models/smol/escape/", "must be relative without '.' or '..' segments"),
-    ("models/smol/unverified/", "no sha256 to verify the manifest against"),
-])
+@pytest.mark.parametrize(
+    "prefix, message",
+    [
+        ("models/smol/unsealed/", "the snapshot is not sealed"),
+        ("models/smol/escape/", "must be relative without '.' or '..' segments"),
+        ("models/smol/unverified/", "no sha256 to verify the manifest against"),
+    ],
+)
 def test_refuses_prefixes_it_cannot_trust(s3, tmp_path: Path, prefix: str, message: str) -> None:
     fetch = rendered_fetch(f"s3://{BUCKET}/{prefix}")
     out = run(fetch, s3, tmp_path)
@@ -192,15 +218,33 @@ def test_the_vllm_images_entrypoint_accepts_the_fetched_directory_with_the_rende
     fetch = rendered_fetch()
     assert run(fetch, s3, tmp_path).returncode == 0
     spec = sizing.ModelSpec(0.135, engine="vllm", task="chat", context_window=2048, layers=30, kv_heads=3, head_dim=64)
-    w = ModelWorkload(name="smol", image="vllm@sha256:" + "d" * 64, model_uri=f"s3://{BUCKET}/{PREFIX}", spec=spec, node_type="m7g.xlarge")
-    chart = LlamaServerChart(cdk8s.App(), "smol", props=LlamaServerChartProps(model=w, policy=ServingPolicy(aws_region="us-east-1")))
-    env = {**rendered_engine_env(chart), "MODEL_PATH": str(model_dir(fetch, tmp_path)), "SERVE_PYTHON": "python3",
-           "PATH": os.environ["PATH"]}
-    out = subprocess.run([sys.executable, str(VLLM_ENTRYPOINT), "print-command"], env=env, capture_output=True, text=True, timeout=60)
+    w = ModelWorkload(
+        name="smol",
+        image="vllm@sha256:" + "d" * 64,
+        model_uri=f"s3://{BUCKET}/{PREFIX}",
+        spec=spec,
+        node_type="m7g.xlarge",
+    )
+    chart = LlamaServerChart(
+        cdk8s.App(), "smol", props=LlamaServerChartProps(model=w, policy=ServingPolicy(aws_region="us-east-1"))
+    )
+    env = {
+        **rendered_engine_env(chart),
+        "MODEL_PATH": str(model_dir(fetch, tmp_path)),
+        "SERVE_PYTHON": "python3",
+        "PATH": os.environ["PATH"],
+    }
+    out = subprocess.run(
+        [sys.executable, str(VLLM_ENTRYPOINT), "print-command"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     argv = shlex.split(out.stdout)
     flag = lambda name: argv[argv.index(name) + 1]  # noqa: E731
     s = chart.sizing
     assert flag("--model") == env["MODEL_PATH"] and flag("--served-model-name") == "smol"
     assert (flag("--host"), flag("--port")) == ("0.0.0.0", "8080")
-    assert (flag("--max-num-seqs"), flag("--max-model-len"), flag("--dtype")) == (str(s.slots), str(s.ctx_per_slot), "bfloat16")
+    assert (flag("--max-num-seqs"), flag("--max-model-len"), flag("--dtype")) == (
+        str(s.slots),
+        str(s.ctx_per_slot),
+        "bfloat16",
+    )

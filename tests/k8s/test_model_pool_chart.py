@@ -47,19 +47,41 @@ ROUTER_DIR = ROOT / "containers" / "router"
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/llama-server@sha256:" + "b" * 64
 ROUTER_IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/router@sha256:" + "c" * 64
 NS = "model-farm"
-AMP = KedaSource("https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1", aws_region="us-east-1", authentication_ref="amp-sigv4")
+AMP = KedaSource(
+    "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1",
+    aws_region="us-east-1",
+    authentication_ref="amp-sigv4",
+)
 POLICY = ServingPolicy(namespace=NS, pattern="model-farm", keda=AMP)
 
 
 def pool_models(n: int, *, threads: int = 2) -> tuple[PoolModel, ...]:
     # Key layout of lambda/model_download/catalog.gguf_key without the farm/ prefix: <name>/<16 hex>/<file>.
-    return tuple(PoolModel(f"m-{i:04d}", f"m-{i:04d}/{i:016x}/smollm2-135m-instruct-q4_1.gguf", ctx_size=2048, parallel=1, threads=threads)
-                 for i in range(n))
+    return tuple(
+        PoolModel(
+            f"m-{i:04d}",
+            f"m-{i:04d}/{i:016x}/smollm2-135m-instruct-q4_1.gguf",
+            ctx_size=2048,
+            parallel=1,
+            threads=threads,
+        )
+        for i in range(n)
+    )
 
 
 def props(n: int = 3, **kw: Any) -> ModelPoolChartProps:
-    base = ModelPoolChartProps(name="small", image=IMAGE, models=pool_models(n), models_max=2, cpu=4, memory_bytes=8 << 30,
-                               bucket_name="cpu-inference-models-123456789012", region="us-east-1", replicas_max=4, policy=POLICY)
+    base = ModelPoolChartProps(
+        name="small",
+        image=IMAGE,
+        models=pool_models(n),
+        models_max=2,
+        cpu=4,
+        memory_bytes=8 << 30,
+        bucket_name="cpu-inference-models-123456789012",
+        region="us-east-1",
+        replicas_max=4,
+        policy=POLICY,
+    )
     return replace(base, **kw)
 
 
@@ -79,8 +101,16 @@ def pod(objs: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def test_every_object_validates_and_the_pods_are_restricted(rendered) -> None:
     chart, objs = rendered
-    assert set(objs) == {"ServiceAccount", "ConfigMap", "PersistentVolume", "PersistentVolumeClaim", "Service", "StatefulSet",
-                         "PodDisruptionBudget", "NetworkPolicy"}
+    assert set(objs) == {
+        "ServiceAccount",
+        "ConfigMap",
+        "PersistentVolume",
+        "PersistentVolumeClaim",
+        "Service",
+        "StatefulSet",
+        "PodDisruptionBudget",
+        "NetworkPolicy",
+    }
     assert [p for o in objs.values() for p in validate_core(o, "1.35")] == []
     assert restricted_violations(objs["StatefulSet"]) == []
     assert "namespace" not in objs["PersistentVolume"]["metadata"]  # cluster-scoped
@@ -98,8 +128,11 @@ def test_stateful_set_gives_stable_names_behind_a_headless_service(rendered) -> 
     assert svc["spec"]["selector"] == sts["spec"]["selector"]["matchLabels"] == chart.selector
     assert "replicas" not in sts["spec"]  # KEDA owns it
     # <pod>.<governing service>.<ns>.svc.cluster.local: the StatefulSet's stable network identity.
-    assert chart.replica_urls == pool_replica_urls("small", NS, 4) == [
-        f"http://pool-small-{i}.pool-small.{NS}.svc.cluster.local:{ENGINE_PORT}" for i in range(4)]
+    assert (
+        chart.replica_urls
+        == pool_replica_urls("small", NS, 4)
+        == [f"http://pool-small-{i}.pool-small.{NS}.svc.cluster.local:{ENGINE_PORT}" for i in range(4)]
+    )
 
 
 def test_model_volume_is_a_read_only_mountpoint_static_volume(rendered) -> None:
@@ -125,8 +158,10 @@ def test_model_volume_is_a_read_only_mountpoint_static_volume(rendered) -> None:
 
 
 def test_a_second_pool_or_namespace_gets_its_own_volume_handle() -> None:
-    handles = {render(p)[1]["PersistentVolume"]["spec"]["csi"]["volumeHandle"]
-               for p in (props(), props(name="medium"), props(policy=replace(POLICY, namespace="farm-b")))}
+    handles = {
+        render(p)[1]["PersistentVolume"]["spec"]["csi"]["volumeHandle"]
+        for p in (props(), props(name="medium"), props(policy=replace(POLICY, namespace="farm-b")))
+    }
     assert len(handles) == 3  # docs: "Kubernetes only processes a volume once per volumeHandle"
 
 
@@ -141,15 +176,24 @@ def test_preset_holds_every_per_model_setting_and_the_command_none(rendered) -> 
     mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
     assert mounts["/etc/llama"] == "preset"
     # The plan's 8 GiB + the node's Mountpoint pod allowance (pool_sizing.MOUNTPOINT_MEMORY_BYTES, 2 GiB).
-    assert c["resources"]["requests"]["cpu"] == "4000m" and c["resources"]["requests"]["memory"] == c["resources"]["limits"]["memory"] == "10240Mi"
+    assert (
+        c["resources"]["requests"]["cpu"] == "4000m"
+        and c["resources"]["requests"]["memory"] == c["resources"]["limits"]["memory"] == "10240Mi"
+    )
 
 
 def test_render_preset_puts_common_values_in_star_and_overrides_in_sections() -> None:
-    models = (PoolModel("a", "a/1/a.gguf", 2048, 1, 2), PoolModel("b", "b/1/b.gguf", 512, 4, 2), PoolModel("c", "c/1/c.gguf", 2048, 1, 2))
+    models = (
+        PoolModel("a", "a/1/a.gguf", 2048, 1, 2),
+        PoolModel("b", "b/1/b.gguf", 512, 4, 2),
+        PoolModel("c", "c/1/c.gguf", 2048, 1, 2),
+    )
     text = render_preset(models, defaults={"load-mode": "none"})
-    assert text == ("version = 1\n[*]\nload-mode = none\nctx-size = 2048\nparallel = 1\nthreads = 2\n"
-                    "[a]\nmodel = /models/a/1/a.gguf\n[b]\nmodel = /models/b/1/b.gguf\nctx-size = 512\nparallel = 4\n"
-                    "[c]\nmodel = /models/c/1/c.gguf\n")
+    assert text == (
+        "version = 1\n[*]\nload-mode = none\nctx-size = 2048\nparallel = 1\nthreads = 2\n"
+        "[a]\nmodel = /models/a/1/a.gguf\n[b]\nmodel = /models/b/1/b.gguf\nctx-size = 512\nparallel = 4\n"
+        "[c]\nmodel = /models/c/1/c.gguf\n"
+    )
 
 
 def test_network_policy_admits_the_gateway_only_and_allows_no_egress(rendered) -> None:
@@ -166,7 +210,9 @@ def test_keda_scales_the_stateful_set_on_the_gateways_pool_gauge(rendered) -> No
     so = chart.scaled_object.to_dict()
     assert so["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "pool-small"}
     (trigger,) = so["spec"]["triggers"]
-    assert trigger["metadata"]["query"] == 'sum(gateway_pool_in_flight{namespace="model-farm",pool="small"}) or vector(0)'
+    assert (
+        trigger["metadata"]["query"] == 'sum(gateway_pool_in_flight{namespace="model-farm",pool="small"}) or vector(0)'
+    )
     mods = so["spec"]["advanced"]["scalingModifiers"]
     assert mods == {"formula": "in_flight", "target": str(chart.slots_per_replica), "metricType": "AverageValue"}
     assert (so["spec"]["minReplicaCount"], so["spec"]["maxReplicaCount"]) == (1, 4)
@@ -174,20 +220,41 @@ def test_keda_scales_the_stateful_set_on_the_gateways_pool_gauge(rendered) -> No
 
 def test_policy_placement_reaches_the_pods() -> None:
     toleration = {"key": "cpu-inference/memory", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
-    _, objs = render(props(policy=replace(POLICY, tolerations=(toleration,), preferred_pools=("memory-optimized",), cpu_limit="request")))
+    _, objs = render(
+        props(
+            policy=replace(
+                POLICY, tolerations=(toleration,), preferred_pools=("memory-optimized",), cpu_limit="request"
+            )
+        )
+    )
     spec = pod(objs)
     assert spec["tolerations"] == [toleration]
     preferred = spec["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     assert preferred[0]["preference"]["matchExpressions"][0]["values"] == ["memory-optimized"]
     assert spec["containers"][0]["resources"]["limits"]["cpu"] == "4000m"
-    assert {c["topologyKey"] for c in spec["topologySpreadConstraints"]} == {"topology.kubernetes.io/zone", "kubernetes.io/hostname"}
+    assert {c["topologyKey"] for c in spec["topologySpreadConstraints"]} == {
+        "topology.kubernetes.io/zone",
+        "kubernetes.io/hostname",
+    }
 
 
 def _gateway_config(charts: list[ModelPoolChart]) -> dict[str, Any]:
-    pools = [gateway_pool(c.props.name, c.props.replication, [m.name for m in c.props.models], c.replica_urls) for c in charts]
-    router = RouterChart(cdk8s.App(), "gw", props=RouterChartProps(
-        image=ROUTER_IMAGE, mode="gateway", name="gateway", namespace=NS, pattern="model-farm",
-        config={"gateway": {"pools": pools, "cold_load_timeout_s": 60, "health_interval_s": 5, "retry_after_s": 5}}))
+    pools = [
+        gateway_pool(c.props.name, c.props.replication, [m.name for m in c.props.models], c.replica_urls)
+        for c in charts
+    ]
+    router = RouterChart(
+        cdk8s.App(),
+        "gw",
+        props=RouterChartProps(
+            image=ROUTER_IMAGE,
+            mode="gateway",
+            name="gateway",
+            namespace=NS,
+            pattern="model-farm",
+            config={"gateway": {"pools": pools, "cold_load_timeout_s": 60, "health_interval_s": 5, "retry_after_s": 5}},
+        ),
+    )
     return {o["kind"]: o for o in router.to_json()}["ConfigMap"]
 
 
@@ -196,8 +263,13 @@ def test_gateway_config_with_pools_is_what_the_gateway_loads(rendered, tmp_path:
     cm = _gateway_config([chart])
     path = tmp_path / CONFIG_FILE
     path.write_text(cm["data"][CONFIG_FILE])
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ROUTER_")} | {"ROUTER_CONFIG": str(path), "PYTHONPATH": str(ROUTER_DIR)}
-    out = subprocess.run([sys.executable, "-m", "slm_router", "--print-config"], env=env, capture_output=True, text=True, timeout=60)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROUTER_")} | {
+        "ROUTER_CONFIG": str(path),
+        "PYTHONPATH": str(ROUTER_DIR),
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "slm_router", "--print-config"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     gw = json.loads(out.stdout)["gateway"]
     (pool,) = gw["pools"]
@@ -261,23 +333,26 @@ def test_the_preset_is_mounted_as_a_directory_so_the_kubelet_updates_it(rendered
     assert env["LLAMA_MODELS_PRESET"] == f"{mount['mountPath']}/{PRESET_FILE}"
 
 
-@pytest.mark.parametrize(("kw", "message"), [
-    (dict(name="Small"), "DNS label"),
-    (dict(models=()), "at least one PoolModel"),
-    (dict(models=(PoolModel("a", "a/1/a.gguf", 512), PoolModel("a", "a/2/a.gguf", 512))), "appears twice"),
-    (dict(models=(PoolModel("a:q4", "a/1/a.gguf", 512),)), "letters, digits"),
-    (dict(models=(PoolModel("a", "/abs/a.gguf", 512),)), "relative key"),
-    (dict(models=(PoolModel("a", "a/1/a.bin", 512),)), "ending in .gguf"),
-    (dict(models=(PoolModel("a", "a/1/a.gguf", 0),)), "ctx_size must be ≥ 1"),
-    (dict(models_max=0), "models_max"),
-    (dict(replicas_min=0), "does not scale from zero"),
-    (dict(cpu=0), "whole number"),
-    (dict(memory_bytes=1 << 20), "memory_bytes"),
-    (dict(bucket_name="Bad_Bucket"), "bucket name"),
-    (dict(region="mars"), "AWS Region"),
-    (dict(prefix="/farm"), "key prefix"),
-    (dict(extra_env={"LLAMA_MODELS_MAX": "9"}), "extra_env must not set"),
-])
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        (dict(name="Small"), "DNS label"),
+        (dict(models=()), "at least one PoolModel"),
+        (dict(models=(PoolModel("a", "a/1/a.gguf", 512), PoolModel("a", "a/2/a.gguf", 512))), "appears twice"),
+        (dict(models=(PoolModel("a:q4", "a/1/a.gguf", 512),)), "letters, digits"),
+        (dict(models=(PoolModel("a", "/abs/a.gguf", 512),)), "relative key"),
+        (dict(models=(PoolModel("a", "a/1/a.bin", 512),)), "ending in .gguf"),
+        (dict(models=(PoolModel("a", "a/1/a.gguf", 0),)), "ctx_size must be ≥ 1"),
+        (dict(models_max=0), "models_max"),
+        (dict(replicas_min=0), "does not scale from zero"),
+        (dict(cpu=0), "whole number"),
+        (dict(memory_bytes=1 << 20), "memory_bytes"),
+        (dict(bucket_name="Bad_Bucket"), "bucket name"),
+        (dict(region="mars"), "AWS Region"),
+        (dict(prefix="/farm"), "key prefix"),
+        (dict(extra_env={"LLAMA_MODELS_MAX": "9"}), "extra_env must not set"),
+    ],
+)
 def test_mistakes_fail_with_the_key(kw: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         render(props(**kw))
@@ -287,7 +362,9 @@ def test_mistakes_fail_with_the_key(kw: dict[str, Any], message: str) -> None:
 
 
 def _chat(base: str, model: str) -> tuple[int, dict]:
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "ignore_eos": True}).encode()
+    body = json.dumps(
+        {"model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "ignore_eos": True}
+    ).encode()
     req = urllib.request.Request(base + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=180) as r:
@@ -297,7 +374,9 @@ def _chat(base: str, model: str) -> tuple[int, dict]:
 
 
 @pytest.mark.engine
-def test_rendered_pool_runs_in_router_mode_and_every_model_answers(llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path) -> None:
+def test_rendered_pool_runs_in_router_mode_and_every_model_answers(
+    llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path
+) -> None:
     """The rendered ConfigMap's preset, the container's command and env, run by the real entrypoint and router.
     Only the /models root moves to a temp dir laid out like the mount (farm/<name>/<idhash>/<file>), the port to a
     free one, and threads are scaled down to 1 (a chart input, not a rewrite)."""
@@ -314,8 +393,12 @@ def test_rendered_pool_runs_in_router_mode_and_every_model_answers(llama_server_
     c = pod(objs)["containers"][0]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "MODEL_", "SAGEMAKER_"))}
     env |= {e["name"]: e["value"] for e in c["env"]}
-    env |= {"LLAMA_MODELS_PRESET": str(preset_path), "LLAMA_HOST": "127.0.0.1", "LLAMA_PORT": str(free_port()),
-            "LLAMA_SERVER_BIN": str(llama_server_bin)}
+    env |= {
+        "LLAMA_MODELS_PRESET": str(preset_path),
+        "LLAMA_HOST": "127.0.0.1",
+        "LLAMA_PORT": str(free_port()),
+        "LLAMA_SERVER_BIN": str(llama_server_bin),
+    }
     assert c["command"][1:] == ["/opt/llama/entrypoint.py", "pool"]
     command = [sys.executable, str(ENGINE_DIR / "entrypoint.py"), *c["command"][2:]]
     base = f"http://127.0.0.1:{env['LLAMA_PORT']}"
@@ -342,16 +425,32 @@ def test_props_from_the_pool_plan_carry_its_numbers_into_preset_and_pod() -> Non
     from cpu_inference import sizing
     from cpu_inference.sizing.pools import pool_plan
 
-    specs = {"tiny": sizing.ModelSpec(0.135, quantization="Q4_1", task="chat"), "small": sizing.ModelSpec(0.27, task="chat")}
+    specs = {
+        "tiny": sizing.ModelSpec(0.135, quantization="Q4_1", task="chat"),
+        "small": sizing.ModelSpec(0.27, task="chat"),
+    }
     plan = pool_plan(specs, cpu=4, memory_bytes=4 << 30)
-    p = ModelPoolChartProps.from_plan(name="small", image=IMAGE, plan=plan, paths={n: f"{n}/0123456789abcdef/{n}.gguf" for n in specs},
-                                      bucket_name="models-bucket", region="us-east-1", policy=POLICY)
+    p = ModelPoolChartProps.from_plan(
+        name="small",
+        image=IMAGE,
+        plan=plan,
+        paths={n: f"{n}/0123456789abcdef/{n}.gguf" for n in specs},
+        bucket_name="models-bucket",
+        region="us-east-1",
+        policy=POLICY,
+    )
     chart, objs = render(p)
     assert chart.props.models_max == plan.models_max and chart.props.cpu == 4
     for m in chart.props.models:
-        assert (m.ctx_size, m.parallel, m.threads) == (plan.per_model[m.name].ctx_size, plan.per_model[m.name].parallel, plan.threads_per_model)
+        assert (m.ctx_size, m.parallel, m.threads) == (
+            plan.per_model[m.name].ctx_size,
+            plan.per_model[m.name].parallel,
+            plan.threads_per_model,
+        )
     limits = pod(objs)["containers"][0]["resources"]["limits"]["memory"]
     assert int(limits.removesuffix("Mi")) * 1024 * 1024 >= plan.memory_request_bytes
     assert f"threads = {plan.threads_per_model}" in chart.preset
     with pytest.raises(ValueError, match="no path for models"):
-        ModelPoolChartProps.from_plan(name="small", image=IMAGE, plan=plan, paths={}, bucket_name="models-bucket", region="us-east-1")
+        ModelPoolChartProps.from_plan(
+            name="small", image=IMAGE, plan=plan, paths={}, bucket_name="models-bucket", region="us-east-1"
+        )

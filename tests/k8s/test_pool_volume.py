@@ -42,9 +42,17 @@ MIB = 1024 * 1024
 
 def props(**kw: Any) -> ModelPoolChartProps:
     models = tuple(PoolModel(f"m-{i}", f"m-{i}/{i:016x}/m.gguf", ctx_size=2048) for i in range(3))
-    base = ModelPoolChartProps(name="small", image=IMAGE, models=models, models_max=2, cpu=4, memory_bytes=8 << 30,
-                               bucket_name="cpu-inference-models-123456789012", region="us-east-1",
-                               policy=ServingPolicy(namespace=NS, pattern="model-farm"))
+    base = ModelPoolChartProps(
+        name="small",
+        image=IMAGE,
+        models=models,
+        models_max=2,
+        cpu=4,
+        memory_bytes=8 << 30,
+        bucket_name="cpu-inference-models-123456789012",
+        region="us-east-1",
+        policy=ServingPolicy(namespace=NS, pattern="model-farm"),
+    )
     return replace(base, **kw)
 
 
@@ -57,8 +65,15 @@ def _pv_immutable(pv: dict[str, Any]) -> dict[str, Any]:
     """The PV fields ValidatePersistentVolumeUpdate refuses to change: the volume source (here `csi`), volumeMode,
     nodeAffinity."""
     spec = pv["spec"]
-    mutable = {"capacity", "accessModes", "claimRef", "persistentVolumeReclaimPolicy", "storageClassName", "mountOptions",
-               "volumeAttributesClassName"}
+    mutable = {
+        "capacity",
+        "accessModes",
+        "claimRef",
+        "persistentVolumeReclaimPolicy",
+        "storageClassName",
+        "mountOptions",
+        "volumeAttributesClassName",
+    }
     return {k: v for k, v in spec.items() if k not in mutable}
 
 
@@ -70,7 +85,9 @@ def _pvc_immutable(pvc: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
-def immutable_changes(old: dict[tuple[str, str], dict[str, Any]], new: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
+def immutable_changes(
+    old: dict[tuple[str, str], dict[str, Any]], new: dict[tuple[str, str], dict[str, Any]]
+) -> list[str]:
     """Objects of the same identity (kind, name) whose immutable fields differ: what `kubectl apply` would refuse."""
     out = []
     for key in old.keys() & new.keys():
@@ -95,29 +112,38 @@ def claim_of_pods(objs: dict[tuple[str, str], dict[str, Any]]) -> str:
 # --- F7: a change of the volume's source is a new PV/PVC pair, never an update of an immutable field ---------------
 
 
-@pytest.mark.parametrize("change", [
-    dict(cache_gib=40),  # volumeAttributes.cacheEmptyDirSizeLimit
-    dict(cache_gib=0),  # volumeAttributes without the cache keys
-    dict(bucket_name="another-models-bucket"),  # volumeAttributes.bucketName
-    dict(prefix="farm-v2/"),  # a mount option: mutable on the PV, but only new Mountpoint pods read it
-    dict(region="eu-west-1"),
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        dict(cache_gib=40),  # volumeAttributes.cacheEmptyDirSizeLimit
+        dict(cache_gib=0),  # volumeAttributes without the cache keys
+        dict(bucket_name="another-models-bucket"),  # volumeAttributes.bucketName
+        dict(prefix="farm-v2/"),  # a mount option: mutable on the PV, but only new Mountpoint pods read it
+        dict(region="eu-west-1"),
+    ],
+)
 def test_a_changed_volume_source_is_a_new_pv_and_claim_that_the_pods_roll_to(change: dict[str, Any]) -> None:
     before, after = objects(props()), objects(props(**change))
     assert immutable_changes(before, after) == []
     (pv0, pvc0), (pv1, pvc1) = volume(before), volume(after)
     assert pv0["metadata"]["name"] != pv1["metadata"]["name"] and pvc0["metadata"]["name"] != pvc1["metadata"]["name"]
     assert pv1["spec"]["csi"]["volumeHandle"] == pv1["metadata"]["name"] != pv0["spec"]["csi"]["volumeHandle"]
-    assert pv1["spec"]["claimRef"] == {"namespace": NS, "name": pvc1["metadata"]["name"]} and pvc1["spec"]["volumeName"] == pv1["metadata"]["name"]
+    assert (
+        pv1["spec"]["claimRef"] == {"namespace": NS, "name": pvc1["metadata"]["name"]}
+        and pvc1["spec"]["volumeName"] == pv1["metadata"]["name"]
+    )
     assert claim_of_pods(after) == pvc1["metadata"]["name"]  # the StatefulSet rolls onto the new claim
     assert [p for o in after.values() for p in validate_core(o, "1.35")] == []
 
 
-@pytest.mark.parametrize("change", [
-    dict(models=(PoolModel("x", "x/0000000000000001/x.gguf", ctx_size=512),)),
-    dict(memory_bytes=16 << 30, cpu=8, models_max=3),
-    dict(replicas_max=8, replication=3, image=IMAGE.replace("b" * 64, "d" * 64)),
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        dict(models=(PoolModel("x", "x/0000000000000001/x.gguf", ctx_size=512),)),
+        dict(memory_bytes=16 << 30, cpu=8, models_max=3),
+        dict(replicas_max=8, replication=3, image=IMAGE.replace("b" * 64, "d" * 64)),
+    ],
+)
 def test_the_volume_keeps_its_name_when_its_source_does_not_change(change: dict[str, Any]) -> None:
     before, after = objects(props()), objects(props(**change))
     assert [o["metadata"]["name"] for o in volume(before)] == [o["metadata"]["name"] for o in volume(after)]
@@ -132,7 +158,12 @@ def test_a_bucket_known_at_deploy_time_only_is_part_of_the_names() -> None:
     bucket = cdk.Token.as_string(cdk.Fn.ref("ModelBucket"))
     objs = objects(props(bucket_name=bucket))
     pv, pvc = volume(objs)
-    for name in (pv["metadata"]["name"], pvc["metadata"]["name"], pv["spec"]["csi"]["volumeHandle"], claim_of_pods(objs)):
+    for name in (
+        pv["metadata"]["name"],
+        pvc["metadata"]["name"],
+        pv["spec"]["csi"]["volumeHandle"],
+        claim_of_pods(objs),
+    ):
         assert bucket in name
     resolved = json.dumps(stack.resolve(pv["metadata"]["name"]))
     assert "ModelBucket" in resolved

@@ -63,7 +63,9 @@ def engine_env(rendered: dict[str, str], binary: Path, model: Path) -> dict[str,
 
 
 def print_command(env: dict[str, str], *mode: str) -> list[str]:
-    out = subprocess.run([sys.executable, str(ENTRYPOINT), "print-command", *mode], env=env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, str(ENTRYPOINT), "print-command", *mode], env=env, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     return shlex.split(out.stdout)
 
@@ -76,7 +78,9 @@ class Engine:
     def __init__(self, env: dict[str, str], url: str, log: Path, *mode: str):
         self.url, self.log = url, log
         with open(log, "wb") as out:
-            self.proc = subprocess.Popen([sys.executable, str(ENTRYPOINT), *mode], env=env, stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                [sys.executable, str(ENTRYPOINT), *mode], env=env, stdout=out, stderr=subprocess.STDOUT
+            )
         try:
             wait_healthy(url, self.proc, timeout=180) if not mode else self._wait_ping()
         except BaseException:
@@ -106,7 +110,9 @@ class Engine:
 
 
 @pytest.fixture(scope="module")
-def eks_engine(llama_server_bin: Path, smollm2_gguf: Path, tmp_path_factory) -> Iterator[tuple[Engine, dict[str, str], list[str]]]:
+def eks_engine(
+    llama_server_bin: Path, smollm2_gguf: Path, tmp_path_factory
+) -> Iterator[tuple[Engine, dict[str, str], list[str]]]:
     c = engine_container(EKS_CONFIG, SLM)
     rendered = {e["name"]: e["value"] for e in c["env"]}
     port = free_port()
@@ -146,7 +152,9 @@ def test_budget_chars_per_token_holds_for_the_slm_tokenizer(eks_engine) -> None:
 @pytest.fixture(scope="module")
 def llm_engine(llama_server_bin: Path, smollm2_gguf: Path) -> Iterator[str]:
     """The escalation target's stand-in (config.yaml escalates to Bedrock): room for any request of these tests."""
-    with llama_server(llama_server_bin, smollm2_gguf, "-np", "1", "-c", "8192", "-t", "1", "--alias", "llm-stand-in") as url:
+    with llama_server(
+        llama_server_bin, smollm2_gguf, "-np", "1", "-c", "8192", "-t", "1", "--alias", "llm-stand-in"
+    ) as url:
         yield url
 
 
@@ -169,10 +177,15 @@ def eks_router(eks_engine, llm_engine, tmp_path_factory) -> Iterator[Any]:
 
 def test_eks_router_classifies_a_2000_character_request_with_the_slm(eks_engine, eks_router) -> None:
     engine, _, _ = eks_engine
-    r = httpx.post(f"{eks_router.url}/v1/chat/completions", timeout=600,
-                   json={"messages": [{"role": "user", "content": LONG_REQUEST}], "max_tokens": 4, "temperature": 0})
+    r = httpx.post(
+        f"{eks_router.url}/v1/chat/completions",
+        timeout=600,
+        json={"messages": [{"role": "user", "content": LONG_REQUEST}], "max_tokens": 4, "temperature": 0},
+    )
     assert r.status_code == 200, r.text
-    assert "x-router-label" in r.headers, f"not classified by the SLM (route {r.headers.get('x-router-route')}):\n{eks_router.log_tail()}"
+    assert "x-router-label" in r.headers, (
+        f"not classified by the SLM (route {r.headers.get('x-router-route')}):\n{eks_router.log_tail()}"
+    )
     assert metric(eks_router.url, "router_classification_errors_total", reason="unusable-answer") == 0
     # Whole: not cut down to fit a slot too small for it (the router's fallback for scripts denser than the budget).
     assert "classifying a shorter head and tail" not in eks_router.log.read_text(errors="replace")
@@ -180,8 +193,11 @@ def test_eks_router_classifies_a_2000_character_request_with_the_slm(eks_engine,
 
 
 def test_eks_router_answers_a_simple_request_with_the_slm(eks_router) -> None:
-    r = httpx.post(f"{eks_router.url}/v1/chat/completions", timeout=600,
-                   json={"messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16, "temperature": 0})
+    r = httpx.post(
+        f"{eks_router.url}/v1/chat/completions",
+        timeout=600,
+        json={"messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16, "temperature": 0},
+    )
     assert r.status_code == 200, r.text
     assert (r.headers["x-router-route"], r.headers["x-router-label"]) == ("slm", "simple"), dict(r.headers)
     assert r.json()["choices"][0]["message"]["content"].strip()
@@ -194,9 +210,16 @@ def test_eks_slm_has_room_to_answer_the_longest_simple_request(eks_engine) -> No
     from cpu_inference.config import load
 
     answer = load(ROOT / EKS_CONFIG).router.answer_max_tokens
-    r = httpx.post(f"{engine.url}/v1/chat/completions", timeout=900, json={
-        "messages": [{"role": "user", "content": LONG_REQUEST}], "max_tokens": answer, "ignore_eos": True, "temperature": 0,
-    })
+    r = httpx.post(
+        f"{engine.url}/v1/chat/completions",
+        timeout=900,
+        json={
+            "messages": [{"role": "user", "content": LONG_REQUEST}],
+            "max_tokens": answer,
+            "ignore_eos": True,
+            "temperature": 0,
+        },
+    )
     assert r.status_code == 200, r.text
     usage = r.json()["usage"]
     assert usage["completion_tokens"] == answer
@@ -213,7 +236,9 @@ def _sm_env(key: str, value_test) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def sm_engine(llama_server_bin: Path, smollm2_gguf: Path, tmp_path_factory) -> Iterator[tuple[Engine, dict[str, str], list[str]]]:
+def sm_engine(
+    llama_server_bin: Path, smollm2_gguf: Path, tmp_path_factory
+) -> Iterator[tuple[Engine, dict[str, str], list[str]]]:
     slm_env = _sm_env("LLAMA_MODEL_ALIAS", lambda v: v == SLM)
     adapter, engine_port = free_port(), free_port()
     env = engine_env(slm_env, llama_server_bin, smollm2_gguf)
@@ -242,7 +267,9 @@ def test_sagemaker_slm_classifies_the_router_prompt_for_a_2000_character_request
     assert per_slot >= budget.slm_budget(router_cfg).context_per_slot
     # Exactly the body the router sends through SageMaker Runtime's InvokeEndpoint for this request.
     classifier = Classifier(router_cfg, client=None)  # type: ignore[arg-type]
-    text = request_text({"messages": [{"role": "user", "content": LONG_REQUEST + " and more"}]}, router_cfg.classify_max_chars)
+    text = request_text(
+        {"messages": [{"role": "user", "content": LONG_REQUEST + " and more"}]}, router_cfg.classify_max_chars
+    )
     r = httpx.post(f"{engine.url}/invocations", json=classifier.request_body(text, max_tokens=8), timeout=600)
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["message"]["content"] in router_cfg.labels
@@ -270,14 +297,22 @@ def test_sagemaker_router_classifies_and_answers_through_sagemaker_runtime(sm_en
     try:
         # The environment the endpoint's container gets (ROUTER_CONFIG_JSON wins over the harness' config file).
         env = {**AWS_ENV, "ROUTER_PORT": str(port), "ROUTER_CONFIG_JSON": json.dumps(cfg, separators=(",", ":"))}
-        with running_router({**cfg, "listen_port": port}, tmp_path, env=env, args=("serve",)) as r:  # the harness' file: unused
-            long = httpx.post(f"{r.url}/invocations", timeout=600,
-                              json={"messages": [{"role": "user", "content": LONG_REQUEST}], "max_tokens": 4, "temperature": 0})
+        with running_router(
+            {**cfg, "listen_port": port}, tmp_path, env=env, args=("serve",)
+        ) as r:  # the harness' file: unused
+            long = httpx.post(
+                f"{r.url}/invocations",
+                timeout=600,
+                json={"messages": [{"role": "user", "content": LONG_REQUEST}], "max_tokens": 4, "temperature": 0},
+            )
             assert long.status_code == 200, long.text
             assert "x-router-label" in long.headers, f"not classified by the SLM:\n{r.log_tail()}"
             assert "classifying a shorter head and tail" not in r.log.read_text(errors="replace")
-            simple = httpx.post(f"{r.url}/invocations", timeout=600,
-                                json={"messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16, "temperature": 0})
+            simple = httpx.post(
+                f"{r.url}/invocations",
+                timeout=600,
+                json={"messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16, "temperature": 0},
+            )
             assert simple.status_code == 200, simple.text
             assert (simple.headers["x-router-route"], simple.headers["x-router-label"]) == ("slm", "simple")
             assert simple.json()["choices"][0]["message"]["content"].strip()
@@ -290,9 +325,18 @@ def test_eks_router_classifies_a_long_cjk_request_on_a_shorter_head_and_tail(eks
     """Chinese is denser in SmolLM2 tokens than the budget's bound: 2,000 characters overflow the slot, and the
     classifier retries on a shorter head and tail instead of escalating the request unclassified; a request
     that does not fit the SLM's slot is never answered by it (it escalates whatever the label)."""
-    r = httpx.post(f"{eks_router.url}/v1/chat/completions", timeout=600, json={
-        "messages": [{"role": "user", "content": repeated(NOT_COVERED["chinese"], 2000)}], "max_tokens": 4, "temperature": 0})
+    r = httpx.post(
+        f"{eks_router.url}/v1/chat/completions",
+        timeout=600,
+        json={
+            "messages": [{"role": "user", "content": repeated(NOT_COVERED["chinese"], 2000)}],
+            "max_tokens": 4,
+            "temperature": 0,
+        },
+    )
     assert r.status_code == 200, r.text
-    assert "x-router-label" in r.headers, f"not classified (route {r.headers.get('x-router-route')}):\n{eks_router.log_tail()}"
+    assert "x-router-label" in r.headers, (
+        f"not classified (route {r.headers.get('x-router-route')}):\n{eks_router.log_tail()}"
+    )
     assert "classifying a shorter head and tail" in eks_router.log.read_text(errors="replace")
     assert r.headers["x-router-route"] == "llm" and "x-router-fallback" not in r.headers

@@ -46,12 +46,18 @@ IMAGE_ENGINE_DIR = "/opt/llama"
 def container() -> tuple[LlamaServerChart, dict[str, Any]]:
     # A farm-style classifier: 1 vCPU (= 1 thread, right for a 2-vCPU shared test machine), sized on m7g.large.
     w = ModelWorkload(
-        name="smollm2-135m", image="llama-server@sha256:" + "a" * 64, model_uri="s3://models/models/smollm2-135m/main/SmolLM2-135M-Instruct.Q4_1.gguf",
-        spec=sizing.ModelSpec(0.135, quantization="Q4_1", task="classification", context_window=2048), cpu=1, node_type="m7g.large",
+        name="smollm2-135m",
+        image="llama-server@sha256:" + "a" * 64,
+        model_uri="s3://models/models/smollm2-135m/main/SmolLM2-135M-Instruct.Q4_1.gguf",
+        spec=sizing.ModelSpec(0.135, quantization="Q4_1", task="classification", context_window=2048),
+        cpu=1,
+        node_type="m7g.large",
     )
     chart = LlamaServerChart(cdk8s.App(), "smollm2", props=LlamaServerChartProps(model=w, policy=ServingPolicy()))
     dep = next(o for o in chart.to_json() if o["kind"] == "Deployment")
-    (c,) = [x for x in dep["spec"]["template"]["spec"]["containers"] if x["name"] == "llama-server"]  # not the metrics sidecar
+    (c,) = [
+        x for x in dep["spec"]["template"]["spec"]["containers"] if x["name"] == "llama-server"
+    ]  # not the metrics sidecar
     return chart, c
 
 
@@ -64,7 +70,13 @@ def local_env(c: dict[str, Any], binary: Path, model: Path, port: int) -> dict[s
     rendered = {e["name"]: e["value"] for e in c["env"]}
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "MODEL_"))}
     env.update(rendered)
-    env.update(MODEL_PATH=str(model), LLAMA_SERVER_BIN=str(binary), LLAMA_HOST="127.0.0.1", LLAMA_PORT=str(port), LLAMA_ARG_REPACK="0")
+    env.update(
+        MODEL_PATH=str(model),
+        LLAMA_SERVER_BIN=str(binary),
+        LLAMA_HOST="127.0.0.1",
+        LLAMA_PORT=str(port),
+        LLAMA_ARG_REPACK="0",
+    )
     return env
 
 
@@ -77,14 +89,18 @@ def metrics(client: httpx.Client, url: str) -> dict[str, float]:
     return out
 
 
-def test_rendered_engine_command_starts_serves_and_exposes_keda_metrics(container, llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path) -> None:
+def test_rendered_engine_command_starts_serves_and_exposes_keda_metrics(
+    container, llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path
+) -> None:
     chart, c = container
     s = chart.sizing
     port = free_port()
     env = local_env(c, llama_server_bin, smollm2_gguf, port)
     cmd = local_command(c["command"])
 
-    printed = subprocess.run([*cmd, "print-command"], env=env, capture_output=True, text=True, timeout=60, check=True).stdout
+    printed = subprocess.run(
+        [*cmd, "print-command"], env=env, capture_output=True, text=True, timeout=60, check=True
+    ).stdout
     argv = shlex.split(printed)
     flag = lambda name: argv[argv.index(name) + 1]  # noqa: E731
     assert argv[0] == str(llama_server_bin)
@@ -101,7 +117,10 @@ def test_rendered_engine_command_starts_serves_and_exposes_keda_metrics(containe
         # EKS mode execs: the container's PID 1 is llama-server itself with exactly the printed argv.
         assert Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")[:-1] == [a.encode() for a in argv]
         with httpx.Client(timeout=120) as client:
-            r = client.post(f"{url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "temperature": 0})
+            r = client.post(
+                f"{url}/v1/chat/completions",
+                json={"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "temperature": 0},
+            )
             assert r.status_code == 200, r.text
             body = r.json()
             assert body["model"] == "smollm2-135m" and body["choices"][0]["message"]["content"].strip()
@@ -114,7 +133,11 @@ def test_rendered_engine_command_starts_serves_and_exposes_keda_metrics(containe
             done: list[int] = []
 
             def ask() -> None:
-                resp = httpx.post(f"{url}/v1/completions", json={"prompt": "Count: one, two, three,", "max_tokens": 48, "temperature": 0}, timeout=300)
+                resp = httpx.post(
+                    f"{url}/v1/completions",
+                    json={"prompt": "Count: one, two, three,", "max_tokens": 48, "temperature": 0},
+                    timeout=300,
+                )
                 done.append(resp.status_code)
 
             threads = [threading.Thread(target=ask) for _ in range(burst)]

@@ -38,7 +38,11 @@ ROOT = Path(__file__).resolve().parents[2]
 ROUTER_DIR = ROOT / "containers" / "router"
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/router@sha256:" + "e" * 64
 SLM = "http://smollm2.slm-prefilter.svc.cluster.local:8080"
-AMP = KedaSource("https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1", aws_region="us-east-1", authentication_ref="amp-sigv4")
+AMP = KedaSource(
+    "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1",
+    aws_region="us-east-1",
+    authentication_ref="amp-sigv4",
+)
 CONFIG = {
     "slm_url": SLM,
     "labels": ["simple", "complex"],
@@ -69,7 +73,9 @@ def print_config(config_text: str, env: dict[str, str], tmp_path: Path) -> subpr
     path.write_text(config_text)
     run_env = {k: v for k, v in os.environ.items() if not k.startswith("ROUTER_")}
     run_env.update(env, ROUTER_CONFIG=str(path), PYTHONPATH=str(ROUTER_DIR))
-    return subprocess.run([sys.executable, "-m", "slm_router", "--print-config"], env=run_env, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "slm_router", "--print-config"], env=run_env, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_config_map_is_what_the_router_loads(rendered, tmp_path: Path) -> None:
@@ -80,7 +86,12 @@ def test_config_map_is_what_the_router_loads(rendered, tmp_path: Path) -> None:
     out = print_config(text, {k: v for k, v in env.items() if k != "ROUTER_CONFIG"}, tmp_path)
     assert out.returncode == 0, out.stderr
     loaded = json.loads(out.stdout)
-    assert loaded["mode"] == "router" and loaded["slm_url"] == SLM and loaded["listen_port"] == ROUTER_PORT and loaded["listen_host"] == "0.0.0.0"
+    assert (
+        loaded["mode"] == "router"
+        and loaded["slm_url"] == SLM
+        and loaded["listen_port"] == ROUTER_PORT
+        and loaded["listen_host"] == "0.0.0.0"
+    )
     assert loaded["escalation"]["api_key_file"] == f"{API_KEY_DIR}/{API_KEY_FILE}"
     assert loaded["confidence_threshold"] == 0.8
     mounts = {m["mountPath"]: m for m in pod(objs)["containers"][0]["volumeMounts"]}
@@ -100,7 +111,10 @@ def test_config_changes_roll_the_pods() -> None:
     _, a = render()
     _, b = render(config={**CONFIG, "confidence_threshold": 0.9})
     key = "cpu-inference/config-sha256"
-    assert a["Deployment"]["spec"]["template"]["metadata"]["annotations"][key] != b["Deployment"]["spec"]["template"]["metadata"]["annotations"][key]
+    assert (
+        a["Deployment"]["spec"]["template"]["metadata"]["annotations"][key]
+        != b["Deployment"]["spec"]["template"]["metadata"]["annotations"][key]
+    )
 
 
 def test_probes_resources_and_placement(rendered) -> None:
@@ -113,8 +127,14 @@ def test_probes_resources_and_placement(rendered) -> None:
     assert c["resources"]["requests"] == {"cpu": f"{int(p.cpu * 1000)}m", "memory": f"{p.memory_mib}Mi"}
     assert c["resources"]["limits"] == {"memory": f"{p.memory_mib}Mi"}
     assert objs["PodDisruptionBudget"]["spec"]["maxUnavailable"] == 1
-    assert {t["topologyKey"] for t in pod(objs)["topologySpreadConstraints"]} == {"topology.kubernetes.io/zone", "kubernetes.io/hostname"}
-    assert objs["Service"]["spec"]["selector"] == chart.selector and objs["Service"]["spec"]["ports"][0]["port"] == ROUTER_PORT
+    assert {t["topologyKey"] for t in pod(objs)["topologySpreadConstraints"]} == {
+        "topology.kubernetes.io/zone",
+        "kubernetes.io/hostname",
+    }
+    assert (
+        objs["Service"]["spec"]["selector"] == chart.selector
+        and objs["Service"]["spec"]["ports"][0]["port"] == ROUTER_PORT
+    )
 
 
 def test_keda_scales_on_requests_in_progress(rendered) -> None:
@@ -122,9 +142,15 @@ def test_keda_scales_on_requests_in_progress(rendered) -> None:
     so = chart.scaled_object.to_dict()
     (trigger,) = so["spec"]["triggers"]
     assert trigger["metadata"]["query"] == 'sum(router_in_flight{namespace="slm-prefilter",app="router"}) or vector(0)'
-    assert trigger["metadata"]["threshold"] == str(chart.props.in_flight_per_replica) and trigger["authenticationRef"]["name"] == "amp-sigv4"
+    assert (
+        trigger["metadata"]["threshold"] == str(chart.props.in_flight_per_replica)
+        and trigger["authenticationRef"]["name"] == "amp-sigv4"
+    )
     assert chart.props.in_flight_per_replica < DEFAULT_MAX_IN_FLIGHT
-    assert (so["spec"]["minReplicaCount"], so["spec"]["maxReplicaCount"]) == (chart.props.replicas_min, chart.props.replicas_max)
+    assert (so["spec"]["minReplicaCount"], so["spec"]["maxReplicaCount"]) == (
+        chart.props.replicas_min,
+        chart.props.replicas_max,
+    )
     assert "replicas" not in objs["Deployment"]["spec"] and "HorizontalPodAutoscaler" not in objs
     assert validate_custom(so) == []
 
@@ -147,11 +173,19 @@ def test_network_policy_lets_it_reach_the_models_and_escalate(rendered) -> None:
     annotations = objs["Deployment"]["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/port"] == str(METRICS_PORT)
     sidecar = objs["Deployment"]["spec"]["template"]["spec"]["containers"][1]
-    assert sidecar["name"] == "metrics" and {e["name"]: e["value"] for e in sidecar["env"]}["METRICS_UPSTREAM_PORT"] == str(ROUTER_PORT)
+    assert sidecar["name"] == "metrics" and {e["name"]: e["value"] for e in sidecar["env"]}[
+        "METRICS_UPSTREAM_PORT"
+    ] == str(ROUTER_PORT)
     to_models = spec["egress"][0]
     assert to_models["to"] == [{"podSelector": {"matchLabels": {"app.kubernetes.io/component": "llama-server"}}}]
     assert to_models["ports"] == [{"port": ENGINE_PORT, "protocol": "TCP"}]
-    assert {(p["port"], p["protocol"]) for r in spec["egress"] for p in r["ports"]} == {(ENGINE_PORT, "TCP"), (53, "UDP"), (53, "TCP"), (80, "TCP"), (443, "TCP")}
+    assert {(p["port"], p["protocol"]) for r in spec["egress"] for p in r["ports"]} == {
+        (ENGINE_PORT, "TCP"),
+        (53, "UDP"),
+        (53, "TCP"),
+        (80, "TCP"),
+        (443, "TCP"),
+    }
 
 
 def test_restricted_callers() -> None:
@@ -163,9 +197,17 @@ def test_restricted_callers() -> None:
 
 
 def test_gateway_mode_config_is_what_the_gateway_loads(tmp_path: Path) -> None:
-    urls = {"bge-small": "http://bge-small.model-farm.svc.cluster.local:8080", "qwen3-0-6b": "http://qwen3-0-6b.model-farm.svc.cluster.local:8080"}
-    chart, objs = render(mode="gateway", pattern="model-farm", namespace="model-farm", name="gateway",
-                         config={"gateway": {"models": gateway_models(urls), "retry_after_s": 5}})
+    urls = {
+        "bge-small": "http://bge-small.model-farm.svc.cluster.local:8080",
+        "qwen3-0-6b": "http://qwen3-0-6b.model-farm.svc.cluster.local:8080",
+    }
+    chart, objs = render(
+        mode="gateway",
+        pattern="model-farm",
+        namespace="model-farm",
+        name="gateway",
+        config={"gateway": {"models": gateway_models(urls), "retry_after_s": 5}},
+    )
     assert objs["Deployment"]["metadata"]["labels"]["cpu-inference/router-mode"] == "gateway"
     assert chart.service_url == f"http://gateway.model-farm.svc.cluster.local:{ROUTER_PORT}"
     out = print_config(objs["ConfigMap"]["data"][CONFIG_FILE], {}, tmp_path)
@@ -180,7 +222,10 @@ def test_gateway_mode_config_is_what_the_gateway_loads(tmp_path: Path) -> None:
 
 def test_cold_start_query_reads_the_gateways_refusals() -> None:
     q = gateway_cold_start_query("model-farm", "bge-reranker")
-    assert q == 'clamp_max(sum(increase(gateway_backend_unavailable_total{namespace="model-farm",model="bge-reranker"}[2m])), 1) or vector(0)'
+    assert (
+        q
+        == 'clamp_max(sum(increase(gateway_backend_unavailable_total{namespace="model-farm",model="bge-reranker"}[2m])), 1) or vector(0)'
+    )
 
 
 def test_every_object_validates_and_is_restricted(rendered) -> None:
@@ -198,12 +243,21 @@ def test_every_object_validates_and_is_restricted(rendered) -> None:
         (dict(config={**CONFIG, "mode": "gateway"}), "differs from mode"),
         (dict(replicas_min=0), "replicas_min"),
         (dict(config={**CONFIG, "listen_port": 9000}), "listen_port must be 8000"),
-        (dict(config={**CONFIG, "escalation": {"kind": "openai", "url": "https://x/v1", "api_key_env": "K"}}, api_key_secret="s"), "api_key_secret"),
+        (
+            dict(
+                config={**CONFIG, "escalation": {"kind": "openai", "url": "https://x/v1", "api_key_env": "K"}},
+                api_key_secret="s",
+            ),
+            "api_key_secret",
+        ),
         (dict(name="Router"), "DNS label"),
         # The config is type-checked as the router reads it (slm_router.config), at synth rather than in the pod.
         (dict(config={"x": 1}), r"RouterChartProps\.config\.x: unknown key"),
         (dict(config={"labels": object()}), r"RouterChartProps\.config\.labels: must be a list of strings"),
-        (dict(config={"escalation": {"kind": "openai", "url": 1}}), r"RouterChartProps\.config\.escalation\.url: must be a string"),
+        (
+            dict(config={"escalation": {"kind": "openai", "url": 1}}),
+            r"RouterChartProps\.config\.escalation\.url: must be a string",
+        ),
     ],
 )
 def test_mistakes_fail_with_the_key(kw: dict[str, Any], message: str) -> None:

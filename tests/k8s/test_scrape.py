@@ -68,18 +68,32 @@ def test_annotated_pod_is_scraped_at_its_port_and_path_with_selector_labels() ->
     assert target["__address__"] == "10.0.3.7:8080"
     assert target["__metrics_path__"] == "/metrics"
     assert target["__scheme__"] == "http"
-    assert target["namespace"] == "inference" and target["pod"] == "smollm2-7d9c-abcde" and target["node"] == "ip-10-0-3-1"
+    assert (
+        target["namespace"] == "inference" and target["pod"] == "smollm2-7d9c-abcde" and target["node"] == "ip-10-0-3-1"
+    )
     assert target["app"] == "smollm2" and target["app_kubernetes_io_name"] == "llama-server"
 
 
 def test_custom_path_and_scheme_are_honoured() -> None:
-    target = relabel(pod({**scrape_annotations(9090, "/stats"), "prometheus.io/scheme": "https"}), pod_scrape_job()["relabel_configs"])
-    assert target is not None and (target["__address__"], target["__metrics_path__"], target["__scheme__"]) == ("10.0.3.7:9090", "/stats", "https")
+    target = relabel(
+        pod({**scrape_annotations(9090, "/stats"), "prometheus.io/scheme": "https"}),
+        pod_scrape_job()["relabel_configs"],
+    )
+    assert target is not None and (target["__address__"], target["__metrics_path__"], target["__scheme__"]) == (
+        "10.0.3.7:9090",
+        "/stats",
+        "https",
+    )
 
 
 @pytest.mark.parametrize(
     ("annotations", "phase"),
-    [({}, "Running"), ({"prometheus.io/scrape": "false", "prometheus.io/port": "8080"}, "Running"), (scrape_annotations(), "Pending"), (scrape_annotations(), "Succeeded")],
+    [
+        ({}, "Running"),
+        ({"prometheus.io/scrape": "false", "prometheus.io/port": "8080"}, "Running"),
+        (scrape_annotations(), "Pending"),
+        (scrape_annotations(), "Succeeded"),
+    ],
 )
 def test_unannotated_or_finished_pods_are_dropped(annotations: dict[str, str], phase: str) -> None:
     assert relabel(pod(annotations, phase), pod_scrape_job()["relabel_configs"]) is None
@@ -98,7 +112,11 @@ def test_whole_config_round_trips_and_respects_the_amp_minimum_interval() -> Non
 
 def test_cadvisor_is_read_through_the_api_server_node_proxy() -> None:
     job = cadvisor_scrape_job()
-    node = {"__address__": "10.0.3.1:10250", "__metrics_path__": "/metrics", "__meta_kubernetes_node_name": "ip-10-0-3-1"}
+    node = {
+        "__address__": "10.0.3.1:10250",
+        "__metrics_path__": "/metrics",
+        "__meta_kubernetes_node_name": "ip-10-0-3-1",
+    }
     out = relabel(node, job["relabel_configs"])
     assert out is not None
     assert out["__address__"] == "kubernetes.default.svc:443"

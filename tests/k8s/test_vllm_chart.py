@@ -44,17 +44,30 @@ MINOR = "1.35"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 # SmolLM2-135M's shape (config.json of the BF16 checkpoint) and a 1.7B chat model sized by parameters.
 MODELS = {
-    "smol": sizing.ModelSpec(0.135, engine="vllm", task="chat", context_window=2048, layers=30, kv_heads=3, head_dim=64),
+    "smol": sizing.ModelSpec(
+        0.135, engine="vllm", task="chat", context_window=2048, layers=30, kv_heads=3, head_dim=64
+    ),
     "chat-2b": sizing.ModelSpec(1.7, engine="vllm", task="chat", context_window=8192),
 }
 NODES = ("m7g.2xlarge", "m7a.2xlarge")
-POLICY = ServingPolicy(namespace="inference", pattern="slm-prefilter", keda=KedaSource(AMP, aws_region="us-east-1", authentication_ref="amp-sigv4"),
-                       aws_region="us-east-1")
+POLICY = ServingPolicy(
+    namespace="inference",
+    pattern="slm-prefilter",
+    keda=KedaSource(AMP, aws_region="us-east-1", authentication_ref="amp-sigv4"),
+    aws_region="us-east-1",
+)
 
 
 def workload(name: str, node: str | None = None, **kw: Any) -> ModelWorkload:
-    args: dict[str, Any] = dict(name=name, image=IMAGE, model_uri=f"s3://models-bucket/models/{name}/{COMMIT}/", spec=MODELS[name],
-                                node_type=node, replicas_min=1, replicas_max=5)
+    args: dict[str, Any] = dict(
+        name=name,
+        image=IMAGE,
+        model_uri=f"s3://models-bucket/models/{name}/{COMMIT}/",
+        spec=MODELS[name],
+        node_type=node,
+        replicas_min=1,
+        replicas_max=5,
+    )
     args.update(kw)
     return ModelWorkload(**args)
 
@@ -103,8 +116,16 @@ def test_engine_env_is_exactly_the_sized_vllm_env_plus_location_name_and_caches(
     assert {k: env[k] for k in sized} == sized and sized["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
     assert env["VLLM_CPU_KVCACHE_SPACE"] == str(s.kv_cache_space_gib) and env["SERVE_MAX_NUM_SEQS"] == str(s.slots)
     assert env["OMP_NUM_THREADS"] == str(int(s.cpu_request) - s.reserved_cpus)
-    chart_set = {"MODEL_PATH": f"/models/{case[0]}", "SERVE_MODEL_NAME": case[0], "SERVE_HOST": "0.0.0.0", "SERVE_PORT": str(ENGINE_PORT),
-                 "HOME": "/tmp", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    chart_set = {
+        "MODEL_PATH": f"/models/{case[0]}",
+        "SERVE_MODEL_NAME": case[0],
+        "SERVE_HOST": "0.0.0.0",
+        "SERVE_PORT": str(ENGINE_PORT),
+        "HOME": "/tmp",
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+    }
     assert env == {**sized, **chart_set}, "nothing llama-specific, nothing unsized"
     assert not [k for k in env if k.startswith("LLAMA_")]
 
@@ -112,7 +133,9 @@ def test_engine_env_is_exactly_the_sized_vllm_env_plus_location_name_and_caches(
 def test_guaranteed_cpus_let_vllm_bind_its_threads() -> None:
     chart, objs = render(workload("smol", NODES[0]), replace(POLICY, cpu_limit="request"))
     env = env_of(engine(objs))
-    assert {k: env[k] for k in chart.sizing.engine_env(exclusive_cpus=True)} == chart.sizing.engine_env(exclusive_cpus=True)
+    assert {k: env[k] for k in chart.sizing.engine_env(exclusive_cpus=True)} == chart.sizing.engine_env(
+        exclusive_cpus=True
+    )
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "auto"
     res = engine(objs)["resources"]
     assert res["limits"]["cpu"] == res["requests"]["cpu"] and res["limits"]["memory"] == res["requests"]["memory"]
@@ -123,7 +146,9 @@ def test_image_and_command_are_the_vllm_images_entrypoint(rendered) -> None:
     c = engine(objs)
     assert c["name"] == "vllm" and c["image"] == IMAGE
     (entrypoint,) = re.findall(r"^ENTRYPOINT\s+(\[.*\])\s*$", VLLM_DOCKERFILE.read_text(), re.M)
-    assert c["command"] == json.loads(entrypoint), "the manifest spells out the image's own ENTRYPOINT (EKS mode: no argument)"
+    assert c["command"] == json.loads(entrypoint), (
+        "the manifest spells out the image's own ENTRYPOINT (EKS mode: no argument)"
+    )
     sidecar = pod(objs)["containers"][1]
     assert sidecar["name"] == "metrics" and sidecar["image"] == IMAGE and sidecar["command"][:2] == ["python3", "-c"]
 
@@ -154,7 +179,10 @@ def test_dev_shm_is_memory_backed_sized_for_vllms_queues_and_counted_in_memory(r
     broadcast = (src / "distributed" / "device_communicators" / "shm_broadcast.py").read_text()
     default_chunk = eval(re.findall(r"max_chunk_bytes: int = ([0-9 *]+),", broadcast)[0])  # noqa: S307 - a literal product
     chunks = _default_int(broadcast, r"max_chunks: int = (\d+),")
-    assert "self.worker_response_mq = MessageQueue(1, 1)" in (src / "v1" / "executor" / "multiproc_executor.py").read_text()
+    assert (
+        "self.worker_response_mq = MessageQueue(1, 1)"
+        in (src / "v1" / "executor" / "multiproc_executor.py").read_text()
+    )
     assert 'parallel_config.distributed_executor_backend = "mp"' in (src / "platforms" / "cpu.py").read_text()
     needed = chunks * (mq_mb * sizing.MIB + default_chunk)
     assert needed <= VLLM_SHM_MIB * sizing.MIB, f"vLLM's queues need {needed / sizing.MIB:.0f} MiB of /dev/shm"
@@ -170,7 +198,9 @@ def test_probes_cover_vllms_start_and_scale_with_the_weights(rendered, case) -> 
     budget = startup_budget_seconds(stored, "vllm")
     assert chart.startup_probe_seconds == budget
     startup = c["startupProbe"]
-    assert startup["periodSeconds"] * startup["failureThreshold"] >= budget > VLLM_COLD_START_SECONDS, "the measured cold start fits"
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= budget > VLLM_COLD_START_SECONDS, (
+        "the measured cold start fits"
+    )
     assert budget > startup_budget_seconds(s.weights_bytes), "vLLM's compile warm-up is on top of llama-server's load"
     deadline = objs["Deployment"]["spec"]["progressDeadlineSeconds"]
     assert deadline >= budget + download_budget_seconds(stored)
@@ -180,6 +210,7 @@ def test_probes_cover_vllms_start_and_scale_with_the_weights(rendered, case) -> 
 def test_disk_holds_a_float32_checkpoint_unless_its_size_is_known() -> None:
     """Hub checkpoints are often stored in float32 and cast to --dtype at load: without size_bytes the model's
     emptyDir must hold 4 bytes a parameter, or the kubelet evicts the pod mid-download."""
+
     def models_volume(objs: dict[str, dict[str, Any]]) -> int:
         (v,) = [v for v in pod(objs)["volumes"] if v["name"] == "models"]
         return int(v["emptyDir"]["sizeLimit"].removesuffix("Mi")) * sizing.MIB
@@ -230,13 +261,24 @@ def test_every_object_validates_and_the_pod_is_restricted(rendered, case) -> Non
     p = pod(objs)
     for c in p["containers"] + p["initContainers"]:
         sc = c["securityContext"]
-        assert sc["readOnlyRootFilesystem"] is True and sc["runAsUser"] == 65532 and sc["capabilities"] == {"drop": ["ALL"]}
+        assert (
+            sc["readOnlyRootFilesystem"] is True
+            and sc["runAsUser"] == 65532
+            and sc["capabilities"] == {"drop": ["ALL"]}
+        )
     assert objs["PodDisruptionBudget"]["spec"]["maxUnavailable"] == 1
-    assert {c["topologyKey"] for c in p["topologySpreadConstraints"]} == {"topology.kubernetes.io/zone", "kubernetes.io/hostname"}
+    assert {c["topologyKey"] for c in p["topologySpreadConstraints"]} == {
+        "topology.kubernetes.io/zone",
+        "kubernetes.io/hostname",
+    }
     labels = objs["Deployment"]["spec"]["template"]["metadata"]["labels"]
-    assert labels["cpu-inference/engine"] == "vllm" and labels["app.kubernetes.io/component"] == "llama-server", "router egress selects it"
+    assert labels["cpu-inference/engine"] == "vllm" and labels["app.kubernetes.io/component"] == "llama-server", (
+        "router egress selects it"
+    )
     callers, scrapers = objs["NetworkPolicy"]["spec"]["ingress"]
-    assert callers["ports"] == [{"port": ENGINE_PORT, "protocol": "TCP"}] and scrapers["ports"] == [{"port": METRICS_PORT, "protocol": "TCP"}]
+    assert callers["ports"] == [{"port": ENGINE_PORT, "protocol": "TCP"}] and scrapers["ports"] == [
+        {"port": METRICS_PORT, "protocol": "TCP"}
+    ]
 
 
 def test_writable_paths_are_mounted_where_vllm_writes() -> None:
@@ -252,7 +294,10 @@ def test_writable_paths_are_mounted_where_vllm_writes() -> None:
 @pytest.mark.parametrize(
     "kw, message",
     [
-        (dict(model_uri=f"s3://models-bucket/models/smol/{COMMIT}/model.gguf"), r"vllm serves a Hugging Face safetensors checkpoint, not a GGUF"),
+        (
+            dict(model_uri=f"s3://models-bucket/models/smol/{COMMIT}/model.gguf"),
+            r"vllm serves a Hugging Face safetensors checkpoint, not a GGUF",
+        ),
         (dict(model_uri=f"s3://models-bucket/models/smol/{COMMIT}/config.json"), r"prefix ending in '/'"),
         (dict(model_uri="https://x/models/smol/"), r"s3://<bucket>/models/<name>/<commit>/"),
         (dict(extra_env={"SERVE_MAX_NUM_SEQS": "64"}), "extra_env must not set"),
@@ -278,7 +323,9 @@ def test_extra_env_reaches_the_engine_and_a_gguf_stays_llama_cpp() -> None:
 
 def test_a_vllm_model_cannot_join_a_farm_pool() -> None:
     specs = {"tiny": sizing.ModelSpec(0.135, task="classification"), "smol": MODELS["smol"]}
-    with pytest.raises(ValueError, match=r"models \['smol'\] use engine vllm, which serves one model per process") as err:
+    with pytest.raises(
+        ValueError, match=r"models \['smol'\] use engine vllm, which serves one model per process"
+    ) as err:
         pool_sizing.pool_plan(specs, cpu=4, memory_bytes=8 * sizing.GIB)
     assert "\n" not in str(err.value)
 
@@ -288,25 +335,51 @@ def _vllm_metric_names() -> set[str]:
     text = (vllm_source() / "v1" / "metrics" / "loggers.py").read_text()
     names: set[str] = set()
     for cls, name in re.findall(r"self\._(gauge|counter|histogram)_cls\(\s*name=\"(vllm:[a-z_]+)\"", text):
-        names |= {f"{name}_total"} if cls == "counter" else {f"{name}_sum", f"{name}_count"} if cls == "histogram" else {name}
+        names |= (
+            {f"{name}_total"}
+            if cls == "counter"
+            else {f"{name}_sum", f"{name}_count"}
+            if cls == "histogram"
+            else {name}
+        )
     return names
 
 
 @pytest.mark.vllm  # reads vLLM's own source in the test environment (scripts/build_vllm_env.sh)
 def test_vllm_alerts_use_vllms_own_series() -> None:
-    models = [ModelAlertSpec("classifier", slots=16, memory_limit_bytes=2 * sizing.GIB),
-              ModelAlertSpec("smol", slots=8, memory_limit_bytes=3 * sizing.GIB, engine="vllm")]
+    models = [
+        ModelAlertSpec("classifier", slots=16, memory_limit_bytes=2 * sizing.GIB),
+        ModelAlertSpec("smol", slots=8, memory_limit_bytes=3 * sizing.GIB, engine="vllm"),
+    ]
     doc = rule_groups("inference", models)
     text = json.dumps(doc)
     used = set(re.findall(r"vllm:[a-z_]+", text))
-    assert used >= {"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-                    "vllm:generation_tokens_total", "vllm:inter_token_latency_seconds_count"}
+    assert used >= {
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:generation_tokens_total",
+        "vllm:inter_token_latency_seconds_count",
+    }
     alerts = {r["alert"]: r for g in doc["groups"] for r in g["rules"] if "alert" in r}
-    assert {"VllmRequestsQueued", "VllmSlotsSaturated", "VllmKvCacheHigh", "VllmTokenThroughputLow", "VllmMemoryNearLimit",
-            "VllmMetricsMissing", "LlamaRequestsQueued", "LlamaSlotsSaturated"} <= set(alerts)
-    assert 'container="vllm"' in alerts["VllmMemoryNearLimit"]["expr"] and 'app=~"smol"' in alerts["VllmRequestsQueued"]["expr"]
+    assert {
+        "VllmRequestsQueued",
+        "VllmSlotsSaturated",
+        "VllmKvCacheHigh",
+        "VllmTokenThroughputLow",
+        "VllmMemoryNearLimit",
+        "VllmMetricsMissing",
+        "LlamaRequestsQueued",
+        "LlamaSlotsSaturated",
+    } <= set(alerts)
+    assert (
+        'container="vllm"' in alerts["VllmMemoryNearLimit"]["expr"]
+        and 'app=~"smol"' in alerts["VllmRequestsQueued"]["expr"]
+    )
     assert 'app=~"classifier"' in alerts["LlamaRequestsQueued"]["expr"], "each engine's queue alert covers its own apps"
-    assert "llamacpp:" not in json.dumps([r for r in alerts.values() if r["alert"].startswith("Vllm") and "RequestsQueued" not in r["alert"]])
+    assert "llamacpp:" not in json.dumps(
+        [r for r in alerts.values() if r["alert"].startswith("Vllm") and "RequestsQueued" not in r["alert"]]
+    )
     dash = json.dumps(dashboard("inference", models))
     assert "vllm:num_requests_running" in dash and "llamacpp:requests_processing" in dash
     exported = _vllm_metric_names()

@@ -27,4 +27,6 @@ def reference() -> Reference:
     """transformers' embeddings and rerank scores for the matrix's texts (the same weights as the GGUFs)."""
     from tests.support.encoder_reference import reference_embeddings, reference_rerank_scores
 
-    return Reference(reference_embeddings(list(EMBED_TEXTS)), reference_rerank_scores(RERANK_QUERY, list(RERANK_DOCUMENTS)))
+    return Reference(
+        reference_embeddings(list(EMBED_TEXTS)), reference_rerank_scores(RERANK_QUERY, list(RERANK_DOCUMENTS))
+    )

@@ -31,8 +31,9 @@ def _files(example: Path) -> tuple[dict[str, str], Callable[[str], Path]]:
     return tasks, lambda model: STAND_IN_FILES[stand_in_for(tasks[model])]()
 
 
-def test_every_model_of_the_sagemaker_farm_example_answers_its_task(tmp_path: Path, llama_server_bin, stand_in_files,
-                                                                     reference: Reference) -> None:
+def test_every_model_of_the_sagemaker_farm_example_answers_its_task(
+    tmp_path: Path, llama_server_bin, stand_in_files, reference: Reference
+) -> None:
     from tests.support.matrix_paths import sagemaker_stack, synthesize
 
     example = ROOT / "examples" / "model-farm-sagemaker.yaml"
@@ -49,8 +50,9 @@ def test_every_model_of_the_sagemaker_farm_example_answers_its_task(tmp_path: Pa
                 via_sagemaker(runtime, endpoint, kind, reference, target_model=target)
 
 
-def test_every_model_of_the_eks_farm_example_answers_its_task_through_the_gateway(tmp_path: Path, llama_server_bin, stand_in_files,
-                                                                                 reference: Reference) -> None:
+def test_every_model_of_the_eks_farm_example_answers_its_task_through_the_gateway(
+    tmp_path: Path, llama_server_bin, stand_in_files, reference: Reference
+) -> None:
     from tests.support.matrix_paths import eks_stack, synthesize
 
     example = ROOT / "examples" / "model-farm-eks.yaml"

@@ -52,6 +52,7 @@ def _cases(path: str) -> list:
 
 # --- the table ------------------------------------------------------------------------------------------------------
 
+
 def test_the_table_covers_every_task_path_and_engine_the_product_has() -> None:
     assert set(REQUESTS) == set(TASKS), "a task without its requests: add its row to REQUESTS"
     assert {(c.task, c.path, c.engine) for c in CELLS} == set(product(TASKS, PATHS, ENGINES))
@@ -64,16 +65,29 @@ def test_what_a_path_cannot_carry_is_the_services_own_limit() -> None:
 
     runtime = botocore.session.get_session().get_service_model("sagemaker-runtime")
     stream = runtime.operation_model("InvokeEndpointWithResponseStream").input_shape.members
-    assert "TargetModel" not in stream and "TargetModel" in runtime.operation_model("InvokeEndpoint").input_shape.members
+    assert (
+        "TargetModel" not in stream and "TargetModel" in runtime.operation_model("InvokeEndpoint").input_shape.members
+    )
     assert set(NOT_CARRIED) == {("sagemaker-mme", "chat-stream")}
 
 
 @pytest.mark.parametrize("cell", REFUSED, ids=lambda c: c.id)
-def test_a_combination_the_library_cannot_serve_is_refused_at_validate_with_one_line(cell: Cell, tmp_path: Path) -> None:
+def test_a_combination_the_library_cannot_serve_is_refused_at_validate_with_one_line(
+    cell: Cell, tmp_path: Path
+) -> None:
     target = cell.target or "eks"
     config = tmp_path / "config.yaml"
-    config.write_text("\n".join([f"target: {target}", "pattern: model-farm", "models:",
-                                 model_line(target, cell.task, cell.engine, cell.serving or "dedicated"), ""]))
+    config.write_text(
+        "\n".join(
+            [
+                f"target: {target}",
+                "pattern: model-farm",
+                "models:",
+                model_line(target, cell.task, cell.engine, cell.serving or "dedicated"),
+                "",
+            ]
+        )
+    )
     out = subprocess.run([CLI, "validate", str(config)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     errors = [line for line in out.stderr.splitlines() if "warning:" not in line]
     assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr
@@ -116,11 +130,14 @@ def test_the_generated_configs_of_the_served_cells_validate(target: str, engine:
 
 # --- the paths ------------------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def eks(tmp_path_factory, stand_in_files, llama_server_bin):
     from tests.support.matrix_paths import deployed
 
-    with deployed("eks", config_yaml("eks", ENGINE), stand_in_files, llama_server_bin, tmp_path_factory.mktemp("eks")) as running:
+    with deployed(
+        "eks", config_yaml("eks", ENGINE), stand_in_files, llama_server_bin, tmp_path_factory.mktemp("eks")
+    ) as running:
         yield running
 
 
@@ -128,7 +145,9 @@ def eks(tmp_path_factory, stand_in_files, llama_server_bin):
 def sagemaker(tmp_path_factory, stand_in_files, llama_server_bin):
     from tests.support.matrix_paths import deployed
 
-    with deployed("sagemaker", config_yaml("sagemaker", ENGINE), stand_in_files, llama_server_bin, tmp_path_factory.mktemp("sm")) as running:
+    with deployed(
+        "sagemaker", config_yaml("sagemaker", ENGINE), stand_in_files, llama_server_bin, tmp_path_factory.mktemp("sm")
+    ) as running:
         yield running
 
 
@@ -141,7 +160,16 @@ def local(tmp_path_factory, llama_server_bin):
     work = tmp_path_factory.mktemp("local")
     config = work / "config.yaml"
     config.write_text(config_yaml("eks", ENGINE))
-    run = LocalRun(config, "--llama-server", str(llama_server_bin), "--stand-ins", "--threads", "1", "--log-dir", str(work / "logs"))
+    run = LocalRun(
+        config,
+        "--llama-server",
+        str(llama_server_bin),
+        "--stand-ins",
+        "--threads",
+        "1",
+        "--log-dir",
+        str(work / "logs"),
+    )
     try:
         run.wait_for("Ctrl-C stops everything", timeout=300)
         yield f"{run.url}/v1"

@@ -30,8 +30,13 @@ def cdk_out(doc: dict, out: Path) -> Path:
 def outs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("plan")
     grown = copy.deepcopy(FARM)
-    grown["model_groups"][0]["models"].append({"name": "bge-small-en-b", "parameters_billions": 0.033,
-                                               "source": {"hf_repo": "CompendiumLabs/bge-small-en-v1.5-gguf", "file": "bge-small-en-v1.5-q8_0.gguf"}})
+    grown["model_groups"][0]["models"].append(
+        {
+            "name": "bge-small-en-b",
+            "parameters_billions": 0.033,
+            "source": {"hf_repo": "CompendiumLabs/bge-small-en-v1.5-gguf", "file": "bge-small-en-v1.5-q8_0.gguf"},
+        }
+    )
     return {"before": cdk_out(FARM, base / "before"), "after": cdk_out(grown, base / "after")}
 
 
@@ -54,18 +59,28 @@ def test_a_renamed_manifest_resource_is_a_hazard_and_exit_1(outs, tmp_path, caps
     shutil.copytree(outs["before"], renamed)
     (template,) = renamed.glob("*.template.json")
     t = json.loads(template.read_text())
-    lid = next(k for k, r in t["Resources"].items() if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource" and "WorkloadsPools" in k)
+    lid = next(
+        k
+        for k, r in t["Resources"].items()
+        if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource" and "WorkloadsPools" in k
+    )
     t["Resources"][lid + "Renamed"] = t["Resources"].pop(lid)
     template.write_text(json.dumps(t))
     assert main(["plan", str(outs["before"]), str(renamed)]) == 1
     out = capsys.readouterr().out
     assert "[deleted-while-declared]" in out and "[rollback-deletes]" in out
     # Reviewed hazards can be accepted one by one (printed, not counted); every one must be, to exit 0.
-    codes = {line.split("]")[0].strip(" [") + ":" + line.split("]")[1].split(":")[0].strip().rsplit("/", 1)[-1]
-             for line in out.splitlines() if line.startswith("  [")}
+    codes = {
+        line.split("]")[0].strip(" [") + ":" + line.split("]")[1].split(":")[0].strip().rsplit("/", 1)[-1]
+        for line in out.splitlines()
+        if line.startswith("  [")
+    }
     assert main(["plan", str(outs["before"]), str(renamed), *[f"--accept={c}" for c in sorted(codes)][:-1]]) == 1
     assert main(["plan", str(outs["before"]), str(renamed), *[f"--accept={c}" for c in sorted(codes)]]) == 0
-    assert "hazards: 0" in capsys.readouterr().out and main(["plan", str(outs["before"]), str(renamed), "--accept=nocolon"]) == 2
+    assert (
+        "hazards: 0" in capsys.readouterr().out
+        and main(["plan", str(outs["before"]), str(renamed), "--accept=nocolon"]) == 2
+    )
 
 
 def test_a_directory_that_is_not_an_assembly_is_one_line_and_exit_2(tmp_path, capsys) -> None:

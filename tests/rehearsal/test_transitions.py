@@ -47,8 +47,13 @@ def remove_dedicated(doc):
 
 
 def add_pooled(doc):
-    _farm_group(doc, 0).append({"name": "bge-small-en-b", "parameters_billions": 0.033,
-                                "source": {"hf_repo": "CompendiumLabs/bge-small-en-v1.5-gguf", "file": "bge-small-en-v1.5-q8_0.gguf"}})
+    _farm_group(doc, 0).append(
+        {
+            "name": "bge-small-en-b",
+            "parameters_billions": 0.033,
+            "source": {"hf_repo": "CompendiumLabs/bge-small-en-v1.5-gguf", "file": "bge-small-en-v1.5-q8_0.gguf"},
+        }
+    )
 
 
 def remove_pooled(doc):
@@ -56,7 +61,9 @@ def remove_pooled(doc):
 
 
 def add_pool(doc):
-    doc["farm"]["pools"].append({"name": "large", "cpu": 7, "memory_gib": 24, "replicas": {"min": 1, "max": 2}, "replication": 1})
+    doc["farm"]["pools"].append(
+        {"name": "large", "cpu": 7, "memory_gib": 24, "replicas": {"min": 1, "max": 2}, "replication": 1}
+    )
     _farm_group(doc, 1)[-1]["pool"] = "large"
 
 
@@ -74,7 +81,16 @@ def change_models_max(doc):
     doc["farm"]["pools"][0]["models_max"] = 3
 
 
-FARM_TRANSITIONS = [add_dedicated, remove_dedicated, add_pooled, remove_pooled, add_pool, remove_pool, change_revision, change_models_max]
+FARM_TRANSITIONS = [
+    add_dedicated,
+    remove_dedicated,
+    add_pooled,
+    remove_pooled,
+    add_pool,
+    remove_pool,
+    change_revision,
+    change_models_max,
+]
 
 
 @pytest.fixture(scope="module")
@@ -109,10 +125,24 @@ def _bounded(groups: int, max_bytes: int) -> Assembly:
     app = cdk.App()
     stack = cdk.Stack(app, "Bounded", env=cdk.Environment(account="123456789012", region="eu-west-1"))
     vpc, cluster = imported_cluster(stack)
-    ic = InferenceCluster(stack, "Inference", props=InferenceClusterProps(existing_cluster=cluster, existing_cluster_name="prod", existing_vpc=vpc))
-    objs = [{"apiVersion": "v1", "kind": k, "metadata": {"name": f"g{i:03d}", "namespace": "default"}, "data": {"x": "y" * 900}}
-            for i in range(groups) for k in ("ConfigMap", "Secret")]
-    add_bounded_manifests(ic.cluster, "Objs", objs, max_bytes=max_bytes, scope=stack, key=lambda o: o["metadata"]["name"])
+    ic = InferenceCluster(
+        stack,
+        "Inference",
+        props=InferenceClusterProps(existing_cluster=cluster, existing_cluster_name="prod", existing_vpc=vpc),
+    )
+    objs = [
+        {
+            "apiVersion": "v1",
+            "kind": k,
+            "metadata": {"name": f"g{i:03d}", "namespace": "default"},
+            "data": {"x": "y" * 900},
+        }
+        for i in range(groups)
+        for k in ("ConfigMap", "Secret")
+    ]
+    add_bounded_manifests(
+        ic.cluster, "Objs", objs, max_bytes=max_bytes, scope=stack, key=lambda o: o["metadata"]["name"]
+    )
     app.synth()
     return assembly_from_templates({"Bounded": template_json(stack)})
 
@@ -150,20 +180,48 @@ def _farm_workloads(*, cache_gib: int, alerts: bool) -> Assembly:
 
     app = cdk.App()
     stack = cdk.Stack(app, "Pools", env=cdk.Environment(account="123456789012", region="us-east-1"))
-    ic = InferenceCluster(stack, "Inference", props=InferenceClusterProps(admin_principal_arns=("arn:aws:iam::123456789012:role/PlatformAdmin",)))
+    ic = InferenceCluster(
+        stack,
+        "Inference",
+        props=InferenceClusterProps(admin_principal_arns=("arn:aws:iam::123456789012:role/PlatformAdmin",)),
+    )
     metrics = Metrics(stack, "Metrics", props=MetricsProps.for_cluster(ic))
     keda = Keda(stack, "Keda", props=KedaProps.for_cluster(ic, metrics=metrics))
     bucket = ModelBucket(stack, "Models")
     mp = MountpointS3Csi(stack, "Mountpoint", props=MountpointS3CsiProps(cluster=ic, model_bucket=bucket))
     image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/llama-server@sha256:" + "b" * 64
-    models = tuple(PoolModel(f"m-{i:04d}", f"m-{i:04d}/{i:016x}/model.gguf", ctx_size=2048, parallel=1, threads=2) for i in range(20))
-    pool = ModelPoolChartProps(name="small", image=image, models=models, models_max=4, cpu=8, memory_bytes=16 << 30,
-                               bucket_name=mp.bucket_name, region="us-east-1", replicas_max=6, cache_gib=cache_gib)
-    InferenceWorkloads(stack, "Farm", props=InferenceWorkloadsProps(
-        cluster=ic, metrics=metrics, keda=keda, mountpoint=mp, pools=(pool,), alerts=alerts,
-        policy=ServingPolicy(namespace="model-farm", pattern="model-farm"),
-        router=RouterChartProps(image=image.replace("llama-server", "router"), namespace="model-farm", name="gateway", mode="gateway"),
-    ))
+    models = tuple(
+        PoolModel(f"m-{i:04d}", f"m-{i:04d}/{i:016x}/model.gguf", ctx_size=2048, parallel=1, threads=2)
+        for i in range(20)
+    )
+    pool = ModelPoolChartProps(
+        name="small",
+        image=image,
+        models=models,
+        models_max=4,
+        cpu=8,
+        memory_bytes=16 << 30,
+        bucket_name=mp.bucket_name,
+        region="us-east-1",
+        replicas_max=6,
+        cache_gib=cache_gib,
+    )
+    InferenceWorkloads(
+        stack,
+        "Farm",
+        props=InferenceWorkloadsProps(
+            cluster=ic,
+            metrics=metrics,
+            keda=keda,
+            mountpoint=mp,
+            pools=(pool,),
+            alerts=alerts,
+            policy=ServingPolicy(namespace="model-farm", pattern="model-farm"),
+            router=RouterChartProps(
+                image=image.replace("llama-server", "router"), namespace="model-farm", name="gateway", mode="gateway"
+            ),
+        ),
+    )
     app.synth()
     return assembly_from_templates({"Pools": template_json(stack)})
 
@@ -174,12 +232,18 @@ def test_changing_a_pools_cache_and_switching_alerts_on_have_no_hazard() -> None
     # A new PV/PVC pair (the old one pruned: PV and PVC are on kubectl's allowlist), never an immutable-field change.
     assert cache.hazards == [], "\n".join(map(str, cache.hazards))
     actions = {(c.action, c.key.split("/")[1]) for c in cache.objects}
-    assert {("create", "PersistentVolume"), ("create", "PersistentVolumeClaim"), ("delete", "PersistentVolume"),
-            ("change", "StatefulSet")} <= actions
+    assert {
+        ("create", "PersistentVolume"),
+        ("create", "PersistentVolumeClaim"),
+        ("delete", "PersistentVolume"),
+        ("change", "StatefulSet"),
+    } <= actions
     with_alerts = _farm_workloads(cache_gib=20, alerts=True)
     alerts = plan(base, with_alerts)
     assert alerts.hazards == [], alerts.text()
-    rule_groups = [lid for lid, r in with_alerts.stacks["Pools"].resources.items() if r["Type"] == "AWS::APS::RuleGroupsNamespace"]
+    rule_groups = [
+        lid for lid, r in with_alerts.stacks["Pools"].resources.items() if r["Type"] == "AWS::APS::RuleGroupsNamespace"
+    ]
     assert rule_groups and not set(rule_groups) & set(base.stacks["Pools"].resources)  # the switch added them
 
 

@@ -47,7 +47,7 @@ def image_module(image: str, name: str) -> ModuleType:
 def _stubborn_engine(tmp_path: Path) -> Path:
     """An executable that runs the stand-in, whatever engine command line it is given."""
     engine = tmp_path / "engine"
-    engine.write_text(f"#!/bin/sh\nexec {sys.executable} {STUBBORN} \"$@\"\n")
+    engine.write_text(f'#!/bin/sh\nexec {sys.executable} {STUBBORN} "$@"\n')
     engine.chmod(0o755)
     return engine
 
@@ -57,28 +57,56 @@ def _engine_env(image: str, tmp_path: Path, engine: Path) -> dict[str, str]:
     if image == "llama-server":
         (tmp_path / "model").mkdir()
         (tmp_path / "model" / "m.gguf").write_bytes(b"GGUF")  # never opened: the stand-in ignores its arguments
-        return {"LLAMA_SERVER_BIN": str(engine), "SM_MODEL_DIR": str(tmp_path / "model"), "LLAMA_ENGINE_PORT": str(free_port()),
-                "LLAMA_THREADS": "1", "LLAMA_PARALLEL": "1"}
+        return {
+            "LLAMA_SERVER_BIN": str(engine),
+            "SM_MODEL_DIR": str(tmp_path / "model"),
+            "LLAMA_ENGINE_PORT": str(free_port()),
+            "LLAMA_THREADS": "1",
+            "LLAMA_PARALLEL": "1",
+        }
     checkpoint = tmp_path / "checkpoint"
     checkpoint.mkdir()
     (checkpoint / "config.json").write_text("{}")
     (checkpoint / "model.safetensors").write_bytes(b"\0" * 8)
-    return {"SERVE_PYTHON": str(engine), "MODEL_PATH": str(checkpoint), "SERVE_MAX_NUM_SEQS": "2", "SERVE_ENGINE_PORT": str(free_port())}
+    return {
+        "SERVE_PYTHON": str(engine),
+        "MODEL_PATH": str(checkpoint),
+        "SERVE_MAX_NUM_SEQS": "2",
+        "SERVE_ENGINE_PORT": str(free_port()),
+    }
 
 
 @pytest.mark.parametrize("image", sorted(IMAGES))
-def test_an_engine_that_ignores_sigterm_is_killed_with_its_children_and_the_container_exits_0_in_time(image: str, tmp_path: Path) -> None:
+def test_an_engine_that_ignores_sigterm_is_killed_with_its_children_and_the_container_exits_0_in_time(
+    image: str, tmp_path: Path
+) -> None:
     stop_seconds = image_module(image, "entrypoint").ENGINE_STOP_SECONDS
     from inference_runtime import sagemaker_adapter as adapter  # both images ship this one package
+
     engine = _stubborn_engine(tmp_path)
     pids_file, port = tmp_path / "pids", free_port()
-    keep = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "SERVE_", "SAGEMAKER_", "ADAPTER_", "MODEL_", "SM_"))}
-    env = {**keep, **_engine_env(image, tmp_path, engine), "STUBBORN_PIDS": str(pids_file), "SAGEMAKER_BIND_TO_PORT": str(port),
-           "ADAPTER_HOST": "127.0.0.1", "ADAPTER_DRAIN_SECONDS": "0", "LLAMA_RUN_AS": f"{os.getuid()}:{os.getgid()}"}
+    keep = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("LLAMA_", "SERVE_", "SAGEMAKER_", "ADAPTER_", "MODEL_", "SM_"))
+    }
+    env = {
+        **keep,
+        **_engine_env(image, tmp_path, engine),
+        "STUBBORN_PIDS": str(pids_file),
+        "SAGEMAKER_BIND_TO_PORT": str(port),
+        "ADAPTER_HOST": "127.0.0.1",
+        "ADAPTER_DRAIN_SECONDS": "0",
+        "LLAMA_RUN_AS": f"{os.getuid()}:{os.getgid()}",
+    }
     log = tmp_path / "serve.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, str(IMAGES[image] / "entrypoint.py"), "serve"], env=env, stdout=out,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, str(IMAGES[image] / "entrypoint.py"), "serve"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.monotonic() + 60
         while not pids_file.exists():
@@ -104,7 +132,9 @@ def test_an_engine_that_ignores_sigterm_is_killed_with_its_children_and_the_cont
     assert process_gone(leader) and process_gone(child), "the engine or its child outlived the container"
 
 
-def test_a_multi_model_child_that_ignores_sigterm_is_killed_and_the_load_answers(tmp_path: Path, smollm2_gguf: Path) -> None:
+def test_a_multi_model_child_that_ignores_sigterm_is_killed_and_the_load_answers(
+    tmp_path: Path, smollm2_gguf: Path
+) -> None:
     """The multi-model adapter's child stop (mme_adapter._stop_child, the same wait-then-kill) on a child that never
     becomes healthy and ignores SIGTERM: the load gives up at MME_LOAD_TIMEOUT_SECONDS with a 500, the child is
     SIGKILLed ENGINE_STOP_SECONDS later and reaped, and the container still stops with exit 0."""
@@ -118,7 +148,9 @@ def test_a_multi_model_child_that_ignores_sigterm_is_killed_and_the_load_answers
         r = mme.load("m-0001", mme.arrive("m-0001", smollm2_gguf), timeout=60)
         took = time.monotonic() - t0
         assert r.status_code == 500 and "did not load within 1 s" in r.text, r.text
-        assert stop_seconds <= took <= 1 + stop_seconds + 5, took  # the load timeout, then the stop budget, then SIGKILL
+        assert stop_seconds <= took <= 1 + stop_seconds + 5, (
+            took
+        )  # the load timeout, then the stop budget, then SIGKILL
         leader, child = map(int, pids_file.read_text().split())
         assert process_gone(leader)
         assert mme.children() == [], "the killed child is reaped"

@@ -16,8 +16,11 @@ CONTAINERS = ROOT / "containers"
 SHARED = CONTAINERS / "inference_runtime"
 MODULES = {p.stem for p in SHARED.glob("*.py")} - {"__init__"}
 # Where each image puts the package (beside its entrypoint, or on its PYTHONPATH).
-TARGETS = {"llama-server": "/opt/llama/inference_runtime/", "router": "/opt/router/app/inference_runtime/",
-           "vllm-cpu": "/opt/vllm/app/inference_runtime/"}
+TARGETS = {
+    "llama-server": "/opt/llama/inference_runtime/",
+    "router": "/opt/router/app/inference_runtime/",
+    "vllm-cpu": "/opt/vllm/app/inference_runtime/",
+}
 
 
 def _pins() -> dict[str, str]:
@@ -42,8 +45,13 @@ def _imports(path: Path) -> set[str]:
 
 def test_no_symlink_in_the_repository() -> None:
     # Every file git knows or would add (tracked, or untracked and not ignored), as it is in the working tree.
-    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT,
-                           capture_output=True, text=True, check=True).stdout.split("\0")
+    files = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")
     assert len(files) > 100
     assert [f for f in files if f and (ROOT / f).is_symlink()] == []
 
@@ -67,7 +75,11 @@ def test_its_third_party_imports_are_exactly_its_hash_locked_wheels() -> None:
 
 def test_every_image_that_runs_it_copies_it_and_installs_its_wheels() -> None:
     for image, target in TARGETS.items():
-        users = [p for p in (CONTAINERS / image).rglob("*.py") if any(n.split(".")[0] == "inference_runtime" for n in _imports(p))]
+        users = [
+            p
+            for p in (CONTAINERS / image).rglob("*.py")
+            if any(n.split(".")[0] == "inference_runtime" for n in _imports(p))
+        ]
         assert users, f"{image} no longer imports inference_runtime: drop it from TARGETS and its Dockerfile"
         text = (CONTAINERS / image / "Dockerfile").read_text()
         assert f"\nCOPY inference_runtime/ {target}\n" in text, image
@@ -90,8 +102,12 @@ def test_the_library_depends_on_the_images_pin_and_its_wheel_ships_the_package()
 def test_mypy_checks_the_vllm_entrypoint_with_the_shared_package() -> None:
     """`mypy` (pyproject's files) checks every runtime entrypoint but this one: it shares llama-server's module name
     `entrypoint`, so it gets its own run with the same config (the shared package's types included)."""
-    out = subprocess.run([str(Path(sys.executable).parent / "mypy"), "containers/vllm-cpu/entrypoint.py"], cwd=ROOT,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "mypy"), "containers/vllm-cpu/entrypoint.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     files = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]["files"]
     assert {"containers/inference_runtime", "containers/llama-server", "containers/router/slm_router"} <= set(files)
@@ -108,11 +124,20 @@ def _env_number_parses(source: str) -> list[int]:
 
     def reads_env(node: ast.AST) -> bool:
         for sub in ast.walk(node):
-            target = sub.value if isinstance(sub, ast.Subscript) else (
-                sub.func.value if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr == "get" else None)
+            target = (
+                sub.value
+                if isinstance(sub, ast.Subscript)
+                else (
+                    sub.func.value
+                    if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr == "get"
+                    else None
+                )
+            )
             if target is None:
                 continue
-            name = target.attr if isinstance(target, ast.Attribute) else target.id if isinstance(target, ast.Name) else ""
+            name = (
+                target.attr if isinstance(target, ast.Attribute) else target.id if isinstance(target, ast.Name) else ""
+            )
             if name in ("environ", "env"):
                 return True
         return False
@@ -120,8 +145,13 @@ def _env_number_parses(source: str) -> list[int]:
     lines = []
     tree = ast.parse(source)
     for scope in [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]:
-        from_env = {t.id for n in ast.walk(scope) if isinstance(n, ast.Assign) and reads_env(n.value)
-                    for t in n.targets if isinstance(t, ast.Name)}
+        from_env = {
+            t.id
+            for n in ast.walk(scope)
+            if isinstance(n, ast.Assign) and reads_env(n.value)
+            for t in n.targets
+            if isinstance(t, ast.Name)
+        }
         for n in ast.walk(scope):
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("int", "float") and n.args:
                 arg = n.args[0]
@@ -133,8 +163,11 @@ def _env_number_parses(source: str) -> list[int]:
 def test_every_number_read_from_the_environment_goes_through_inference_runtime_env() -> None:
     """No image's code parses a number from its environment by hand (the helpers used to exist seven times, with
     different messages): each goes through inference_runtime.env's env_int / env_float."""
-    found = {str(p.relative_to(ROOT)): _env_number_parses(p.read_text(encoding="utf-8"))
-             for p in CONTAINERS.rglob("*.py") if "__pycache__" not in p.parts and p != ENV_HELPERS}
+    found = {
+        str(p.relative_to(ROOT)): _env_number_parses(p.read_text(encoding="utf-8"))
+        for p in CONTAINERS.rglob("*.py")
+        if "__pycache__" not in p.parts and p != ENV_HELPERS
+    }
     assert {path: lines for path, lines in found.items() if lines} == {}
     # The scan sees the shapes it forbids (the helpers this replaced), so the empty result above is not vacuous.
     assert _env_number_parses("import os\nx = int(os.environ['N'])\n") == [2]

@@ -65,28 +65,68 @@ def build_serving() -> Serving:
     endpoints: dict[str, GravitonEndpoint] = {}
     artifacts: dict[str, ModelArtifact] = {}
     for served in served_models(config):
-        artifacts[served.name] = ModelArtifact(stack, f"{served.name}-artifact", props=ModelArtifactProps(
-            model_bucket=bucket, name=served.name, hf_repo=served.hf_repo, file=served.file, revision=served.revision,
-        ))
-        endpoints[served.name] = GravitonEndpoint(stack, served.name, props=graviton_endpoint_props(
-            served, model=artifacts[served.name], image=image, latency_slo_ms=config.slo.p95_latency_ms,
-            network_isolation=config.sagemaker.network_isolation, data_capture_percent=config.sagemaker.data_capture_percent,
-        ))
+        artifacts[served.name] = ModelArtifact(
+            stack,
+            f"{served.name}-artifact",
+            props=ModelArtifactProps(
+                model_bucket=bucket,
+                name=served.name,
+                hf_repo=served.hf_repo,
+                file=served.file,
+                revision=served.revision,
+            ),
+        )
+        endpoints[served.name] = GravitonEndpoint(
+            stack,
+            served.name,
+            props=graviton_endpoint_props(
+                served,
+                model=artifacts[served.name],
+                image=image,
+                latency_slo_ms=config.slo.p95_latency_ms,
+                network_isolation=config.sagemaker.network_isolation,
+                data_capture_percent=config.sagemaker.data_capture_percent,
+            ),
+        )
 
     vpc = ec2.Vpc(
-        stack, "Vpc", max_azs=2, nat_gateways=0, flow_logs={"all": ec2.FlowLogOptions()},
+        stack,
+        "Vpc",
+        max_azs=2,
+        nat_gateways=0,
+        flow_logs={"all": ec2.FlowLogOptions()},
         subnet_configuration=[ec2.SubnetConfiguration(name="isolated", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)],
     )
-    topic = sns.Topic(stack, "Alarms", enforce_ssl=True, master_key=kms.Alias.from_alias_name(stack, "SnsKey", "alias/aws/sns"))
-    artifacts["llama-8b"] = ModelArtifact(stack, "llama-8b-artifact", props=ModelArtifactProps(
-        model_bucket=bucket, name="llama-8b", hf_repo="bartowski/Meta-Llama-3.1-8B-Instruct-GGUF",
-        file="Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
-    ))
-    endpoints["llama-8b"] = GravitonEndpoint(stack, "llama-8b", props=GravitonEndpointProps(
-        name="llama-8b", model=artifacts["llama-8b"], spec=LLAMA_8B, image=image, instance_type="ml.c7g.8xlarge",
-        min_capacity=1, max_capacity=4, vpc=vpc, data_capture_percent=20, alarm_topic=topic,
-        latency_slo=cdk.Duration.millis(config.slo.p95_latency_ms),
-    ))
+    topic = sns.Topic(
+        stack, "Alarms", enforce_ssl=True, master_key=kms.Alias.from_alias_name(stack, "SnsKey", "alias/aws/sns")
+    )
+    artifacts["llama-8b"] = ModelArtifact(
+        stack,
+        "llama-8b-artifact",
+        props=ModelArtifactProps(
+            model_bucket=bucket,
+            name="llama-8b",
+            hf_repo="bartowski/Meta-Llama-3.1-8B-Instruct-GGUF",
+            file="Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
+        ),
+    )
+    endpoints["llama-8b"] = GravitonEndpoint(
+        stack,
+        "llama-8b",
+        props=GravitonEndpointProps(
+            name="llama-8b",
+            model=artifacts["llama-8b"],
+            spec=LLAMA_8B,
+            image=image,
+            instance_type="ml.c7g.8xlarge",
+            min_capacity=1,
+            max_capacity=4,
+            vpc=vpc,
+            data_capture_percent=20,
+            alarm_topic=topic,
+            latency_slo=cdk.Duration.millis(config.slo.p95_latency_ms),
+        ),
+    )
     # A caller of the LLM (what the SLM router's role gets): invoke on that one endpoint.
     router = iam.Role(stack, "Router", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
     endpoints["zephyr-7b"].grant_invoke(router)
@@ -116,9 +156,18 @@ def placement(instance_type: str, context_window: int = 4096) -> Placement:
     stack = cdk.Stack(app, "Llm", env=ENV)
     repo = ecr.Repository.from_repository_name(stack, "Repo", "llama-server")
     spec = sizing.ModelSpec(parameters_billions=8, quantization="Q4_K_M", context_window=context_window, task="chat")
-    ep = GravitonEndpoint(stack, "Llm", props=GravitonEndpointProps(
-        name="llama-8b", model="s3://my-models/models/llama-8b/main/", model_file="Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
-        spec=spec, image=EngineImage(repo, digest=DIGEST), instance_type=instance_type, max_capacity=3,
-    ))
+    ep = GravitonEndpoint(
+        stack,
+        "Llm",
+        props=GravitonEndpointProps(
+            name="llama-8b",
+            model="s3://my-models/models/llama-8b/main/",
+            model_file="Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
+            spec=spec,
+            image=EngineImage(repo, digest=DIGEST),
+            instance_type=instance_type,
+            max_capacity=3,
+        ),
+    )
     app.synth()
     return Placement(stack, ep, template_json(stack))

@@ -22,7 +22,15 @@ from cpu_inference.sagemaker.endpoint_props import EndpointPropsBase, EngineEndp
 DEFAULT_OVERRIDES = {
     GravitonEndpointProps: {"instance_type"},
     MultiModelEndpointProps: {"instance_type", "alarm_output_tokens"},
-    RouterEndpointProps: {"name", "instance_type", "min_capacity", "max_capacity", "scale_out_cooldown", "scale_in_cooldown", "latency_slo"},
+    RouterEndpointProps: {
+        "name",
+        "instance_type",
+        "min_capacity",
+        "max_capacity",
+        "scale_out_cooldown",
+        "scale_in_cooldown",
+        "latency_slo",
+    },
 }
 
 
@@ -33,11 +41,19 @@ def _own_annotations(cls: type) -> set[str]:
 def test_shared_fields_are_declared_once() -> None:
     shared = {f.name for f in dataclasses.fields(EndpointPropsBase)}
     engine = {f.name for f in dataclasses.fields(EngineEndpointPropsBase)} - shared
-    assert len(shared) == 26 and engine == {"environment", "volume_size_gb", "network_isolation", "alarm_output_tokens", "time_per_output_token"}
+    assert len(shared) == 26 and engine == {
+        "environment",
+        "volume_size_gb",
+        "network_isolation",
+        "alarm_output_tokens",
+        "time_per_output_token",
+    }
     for cls, overrides in DEFAULT_OVERRIDES.items():
         assert _own_annotations(cls) & (shared | engine) == overrides, cls.__name__
         assert shared <= {f.name for f in dataclasses.fields(cls)}
-    assert issubclass(GravitonEndpointProps, EngineEndpointPropsBase) and issubclass(MultiModelEndpointProps, EngineEndpointPropsBase)
+    assert issubclass(GravitonEndpointProps, EngineEndpointPropsBase) and issubclass(
+        MultiModelEndpointProps, EngineEndpointPropsBase
+    )
     assert not issubclass(RouterEndpointProps, EngineEndpointPropsBase)  # no engine: no environment, no isolation
 
 

@@ -10,7 +10,9 @@ from cpu_inference.sagemaker.engine_settings import engine_settings, prompt_cach
 SPEC_8B = sizing.ModelSpec(parameters_billions=8, quantization="Q4_K_M", context_window=4096)
 
 
-@pytest.mark.parametrize("instance_type", ["ml.m8g.large", "ml.c7g.2xlarge", "ml.c7g.4xlarge", "ml.c7g.8xlarge", "ml.r7gd.16xlarge"])
+@pytest.mark.parametrize(
+    "instance_type", ["ml.m8g.large", "ml.c7g.2xlarge", "ml.c7g.4xlarge", "ml.c7g.8xlarge", "ml.r7gd.16xlarge"]
+)
 def test_prompt_cache_keeps_memory_under_the_alarm(instance_type: str) -> None:
     s = sizing.size(SPEC_8B, sizing.instance(instance_type), target="sagemaker")
     cache = prompt_cache_mib(s)
@@ -54,6 +56,14 @@ def test_the_invoke_time_figures_are_the_containers() -> None:
         sys.path.remove(str(engine_dir))
     assert sagemaker_adapter.INVOKE_ENDPOINT_TIMEOUT_SECONDS == es.INVOKE_TIMEOUT_SECONDS
     assert sagemaker_adapter.DEFAULT_GENERATION_BUDGET_SECONDS == es.GENERATION_BUDGET_SECONDS
-    assert sagemaker_adapter.adapter_settings({es.GENERATION_BUDGET_ENV: "20"}, engine_stop_seconds=5).generation_budget == 20  # both images
-    doc = botocore.session.get_session().get_service_model("sagemaker-runtime").operation_model("InvokeEndpoint").documentation
+    assert (
+        sagemaker_adapter.adapter_settings({es.GENERATION_BUDGET_ENV: "20"}, engine_stop_seconds=5).generation_budget
+        == 20
+    )  # both images
+    doc = (
+        botocore.session.get_session()
+        .get_service_model("sagemaker-runtime")
+        .operation_model("InvokeEndpoint")
+        .documentation
+    )
     assert f"must respond to requests within {es.INVOKE_TIMEOUT_SECONDS} seconds" in doc

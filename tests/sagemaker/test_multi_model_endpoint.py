@@ -55,7 +55,9 @@ def pool_stack(n: int, **overrides: Any) -> tuple[cdk.Stack, MultiModelEndpoint,
     stack = cdk.Stack(app, "Farm", env=ENV)
     bucket = ModelBucket(stack, "Models")
     image = EngineImage(ecr.Repository.from_repository_name(stack, "Repo", "llama-server"), digest=DIGEST)
-    props = MultiModelEndpointProps(name="default", image=image, model_bucket=bucket, target_models=farm(n), **overrides)
+    props = MultiModelEndpointProps(
+        name="default", image=image, model_bucket=bucket, target_models=farm(n), **overrides
+    )
     ep = MultiModelEndpoint(stack, "PoolDefault", props=props)
     synth(app)
     return stack, ep, template_json(stack)
@@ -75,15 +77,33 @@ def built() -> tuple[cdk.Stack, MultiModelEndpoint, dict[str, Any], iam.Role]:
     bucket = ModelBucket(stack, "Models")
     image = LlamaCppImage(stack, "Engine")
     vpc = ec2.Vpc(
-        stack, "Vpc", max_azs=2, nat_gateways=0, flow_logs={"all": ec2.FlowLogOptions()},
+        stack,
+        "Vpc",
+        max_azs=2,
+        nat_gateways=0,
+        flow_logs={"all": ec2.FlowLogOptions()},
         subnet_configuration=[ec2.SubnetConfiguration(name="isolated", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)],
     )
-    topic = sns.Topic(stack, "Alarms", enforce_ssl=True, master_key=kms.Alias.from_alias_name(stack, "SnsKey", "alias/aws/sns"))
+    topic = sns.Topic(
+        stack, "Alarms", enforce_ssl=True, master_key=kms.Alias.from_alias_name(stack, "SnsKey", "alias/aws/sns")
+    )
     copy = cdk.CfnWaitConditionHandle(stack, "CatalogCopy")  # stands for the catalog's copy resource
-    ep = MultiModelEndpoint(stack, "PoolSmall", props=MultiModelEndpointProps(
-        name="small", image=image, model_bucket=bucket, target_models=farm(5), depends_on=(copy,),
-        instance_type="ml.c8g.2xlarge", max_capacity=3, vpc=vpc, alarm_topic=topic, volume_size_gb=100,
-    ))
+    ep = MultiModelEndpoint(
+        stack,
+        "PoolSmall",
+        props=MultiModelEndpointProps(
+            name="small",
+            image=image,
+            model_bucket=bucket,
+            target_models=farm(5),
+            depends_on=(copy,),
+            instance_type="ml.c8g.2xlarge",
+            max_capacity=3,
+            vpc=vpc,
+            alarm_topic=topic,
+            volume_size_gb=100,
+        ),
+    )
     caller = iam.Role(stack, "Gateway", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
     ep.grant_invoke(caller, models=["m-0001", "m-0003"])
     synth(app)
@@ -98,12 +118,19 @@ def test_model_is_multi_model_on_the_prefix(pool) -> None:
     container = one(t, "AWS::SageMaker::Model")["PrimaryContainer"]
     assert container["Mode"] == "MultiModel"
     assert container["Mode"] in SAGEMAKER.shape_for("ContainerMode").enum
-    assert flatten(container["ModelDataUrl"]) == f"s3://<{stack.get_logical_id(ep.props.model_bucket.bucket.node.default_child)}>/farm/"
+    assert (
+        flatten(container["ModelDataUrl"])
+        == f"s3://<{stack.get_logical_id(ep.props.model_bucket.bucket.node.default_child)}>/farm/"
+    )
     # botocore: ModelDataSource cannot be used with multi-model endpoints.
     assert "ModelDataSource" not in container
     assert container["MultiModelConfig"] == {"ModelCacheSetting": "Enabled"}
     assert "Enabled" in SAGEMAKER.shape_for("ModelCacheSetting").enum
-    assert container["Environment"] == {"LLAMA_THREADS": "2", "MME_MEMORY_BUDGET_BYTES": str(12 * GIB), "ADAPTER_GENERATION_BUDGET_SECONDS": "20"}
+    assert container["Environment"] == {
+        "LLAMA_THREADS": "2",
+        "MME_MEMORY_BUDGET_BYTES": str(12 * GIB),
+        "ADAPTER_GENERATION_BUDGET_SECONDS": "20",
+    }
     assert flatten(container["Image"]).endswith("/llama-server@" + DIGEST)
 
 
@@ -124,7 +151,9 @@ def test_target_models_are_valid_target_model_headers(pool) -> None:
     assert len(ep.target_models) == 20
     for name, target in ep.target_models.items():
         assert target == TargetModel(name=name, path=farm(20)[name], key=f"farm/{farm(20)[name]}")
-        assert re.fullmatch(pattern, target.path) and header.metadata["min"] <= len(target.path) <= header.metadata["max"]
+        assert (
+            re.fullmatch(pattern, target.path) and header.metadata["min"] <= len(target.path) <= header.metadata["max"]
+        )
 
 
 def test_the_shipped_image_and_its_build_order(built) -> None:
@@ -136,7 +165,9 @@ def test_the_shipped_image_and_its_build_order(built) -> None:
     # No memory_budget_bytes: the memory alarm's 85% of ml.c8g.2xlarge's 16 GiB (507 → SageMaker unloads), not the
     # adapter's own default of all of it.
     assert model["Properties"]["PrimaryContainer"]["Environment"] == {
-        "LLAMA_THREADS": "2", "MME_MEMORY_BUDGET_BYTES": str(int(16 * GIB * 0.85)), "ADAPTER_GENERATION_BUDGET_SECONDS": "20",
+        "LLAMA_THREADS": "2",
+        "MME_MEMORY_BUDGET_BYTES": str(int(16 * GIB * 0.85)),
+        "ADAPTER_GENERATION_BUDGET_SECONDS": "20",
     }
     assert {"CatalogCopy", stack.get_logical_id(ep.role.node.default_child)} <= set(model["DependsOn"])
 
@@ -155,17 +186,27 @@ def test_variant_on_a_graviton_instance_botocore_hosts(pool, built) -> None:
     assert variant["VolumeSizeInGB"] == 100
 
 
-@pytest.mark.parametrize(("instance_type", "threads", "slots", "target"), [("ml.m8g.xlarge", 2, 2, 1.0), ("ml.m8g.4xlarge", 2, 8, 6.0), ("ml.c8g.2xlarge", 1, 8, 6.0)])
-def test_autoscaling_targets_three_quarters_of_the_slots(instance_type: str, threads: int, slots: int, target: float) -> None:
+@pytest.mark.parametrize(
+    ("instance_type", "threads", "slots", "target"),
+    [("ml.m8g.xlarge", 2, 2, 1.0), ("ml.m8g.4xlarge", 2, 8, 6.0), ("ml.c8g.2xlarge", 1, 8, 6.0)],
+)
+def test_autoscaling_targets_three_quarters_of_the_slots(
+    instance_type: str, threads: int, slots: int, target: float
+) -> None:
     # Models that each admit 16 (parallel 8 + queue 8): the instance's slots are the tighter bound.
-    _, ep, t = pool_stack(3, instance_type=instance_type, threads_per_model=threads, min_capacity=1, max_capacity=5, model_parallel=8)
+    _, ep, t = pool_stack(
+        3, instance_type=instance_type, threads_per_model=threads, min_capacity=1, max_capacity=5, model_parallel=8
+    )
     assert (ep.slots, ep.target_concurrency) == (slots, target)
     scalable = one(t, "AWS::ApplicationAutoScaling::ScalableTarget")
     assert (scalable["MinCapacity"], scalable["MaxCapacity"]) == (1, 5)
     assert scalable["ScalableDimension"] == "sagemaker:variant:DesiredInstanceCount"
     policy = one(t, "AWS::ApplicationAutoScaling::ScalingPolicy")["TargetTrackingScalingPolicyConfiguration"]
     assert policy["TargetValue"] == target
-    assert policy["PredefinedMetricSpecification"]["PredefinedMetricType"] == "SageMakerVariantConcurrentRequestsPerModelHighResolution"
+    assert (
+        policy["PredefinedMetricSpecification"]["PredefinedMetricType"]
+        == "SageMakerVariantConcurrentRequestsPerModelHighResolution"
+    )
 
 
 def test_fixed_size_pool_has_no_scaling() -> None:
@@ -180,7 +221,9 @@ def test_fixed_size_pool_has_no_scaling() -> None:
 
 def _statements(t: dict[str, Any], role_logical_id: str) -> list[dict[str, Any]]:
     return [
-        s for p in resources(t, "AWS::IAM::Policy").values() if {"Ref": role_logical_id} in p["Properties"]["Roles"]
+        s
+        for p in resources(t, "AWS::IAM::Policy").values()
+        if {"Ref": role_logical_id} in p["Properties"]["Roles"]
         for s in p["Properties"]["PolicyDocument"]["Statement"]
     ]
 
@@ -188,7 +231,11 @@ def _statements(t: dict[str, Any], role_logical_id: str) -> list[dict[str, Any]]
 def test_role_reads_only_the_catalog_prefix(pool) -> None:
     stack, ep, t = pool
     bucket = stack.get_logical_id(ep.props.model_bucket.bucket.node.default_child)
-    s3 = [s for s in _statements(t, stack.get_logical_id(ep.role.node.default_child)) if any(a.startswith("s3:") for a in _actions(s))]
+    s3 = [
+        s
+        for s in _statements(t, stack.get_logical_id(ep.role.node.default_child))
+        if any(a.startswith("s3:") for a in _actions(s))
+    ]
     assert [(_actions(s), flatten(s["Resource"])) for s in s3] == [
         (["s3:GetObject"], f"<{bucket}.Arn>/farm/*"),
         (["s3:ListBucket"], f"<{bucket}.Arn>"),
@@ -199,11 +246,24 @@ def test_role_reads_only_the_catalog_prefix(pool) -> None:
 def test_role_has_nothing_else(pool) -> None:
     stack, ep, t = pool
     actions = sorted({a for s in _statements(t, stack.get_logical_id(ep.role.node.default_child)) for a in _actions(s)})
-    assert actions == sorted([
-        "s3:GetObject", "s3:ListBucket", "kms:Decrypt", "ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer",
-        "ecr:BatchGetImage", "ecr:GetAuthorizationToken", "logs:CreateLogStream", "logs:PutLogEvents", "logs:CreateLogGroup",
-        "logs:DescribeLogStreams", "cloudwatch:PutMetricData", "kms:CreateGrant", "kms:DescribeKey",
-    ])
+    assert actions == sorted(
+        [
+            "s3:GetObject",
+            "s3:ListBucket",
+            "kms:Decrypt",
+            "ecr:BatchCheckLayerAvailability",
+            "ecr:GetDownloadUrlForLayer",
+            "ecr:BatchGetImage",
+            "ecr:GetAuthorizationToken",
+            "logs:CreateLogStream",
+            "logs:PutLogEvents",
+            "logs:CreateLogGroup",
+            "logs:DescribeLogStreams",
+            "cloudwatch:PutMetricData",
+            "kms:CreateGrant",
+            "kms:DescribeKey",
+        ]
+    )
 
 
 def _actions(statement: dict[str, Any]) -> list[str]:
@@ -238,19 +298,37 @@ def test_alarms_include_cold_loads_and_cache_thrashing(pool) -> None:
     assert "ExtendedStatistic" not in cold
     assert cold["ComparisonOperator"] == "GreaterThanThreshold"
     hit = by_metric["ModelCacheHit"]
-    assert (hit["Namespace"], hit["Statistic"], hit["Threshold"], hit["ComparisonOperator"]) == ("AWS/SageMaker", "Average", 0.5, "LessThanThreshold")
+    assert (hit["Namespace"], hit["Statistic"], hit["Threshold"], hit["ComparisonOperator"]) == (
+        "AWS/SageMaker",
+        "Average",
+        0.5,
+        "LessThanThreshold",
+    )
     for props in (cold, hit):
-        assert {d["Name"]: d["Value"] for d in props["Dimensions"]} == {"EndpointName": ep.endpoint_name, "VariantName": "AllTraffic"}
+        assert {d["Name"]: d["Value"] for d in props["Dimensions"]} == {
+            "EndpointName": ep.endpoint_name,
+            "VariantName": "AllTraffic",
+        }
     latency = by_metric["ModelLatency"]
     # SLO + 256 tokens x 100 ms = 27.6 s is beyond the 20 s at which an MME answer is cut: 90% of that instead (µs).
     assert latency["Threshold"] == 18_000_000
-    assert "2000 ms first-token SLO + 256 output tokens x 100 ms = 27600 ms, capped at 90% of the 20 s" in latency["AlarmDescription"]
+    assert (
+        "2000 ms first-token SLO + 256 output tokens x 100 ms = 27600 ms, capped at 90% of the 20 s"
+        in latency["AlarmDescription"]
+    )
 
 
 def test_dashboard_shows_the_model_cache(pool) -> None:
     _, ep, t = pool
     body = json.dumps(one(t, "AWS::CloudWatch::Dashboard")["DashboardBody"])
-    for metric in ("LoadedModelCount", "ModelCacheHit", "ModelLoadingWaitTime", "ModelDownloadingTime", "ModelLoadingTime", "ModelUnloadingTime"):
+    for metric in (
+        "LoadedModelCount",
+        "ModelCacheHit",
+        "ModelLoadingWaitTime",
+        "ModelDownloadingTime",
+        "ModelLoadingTime",
+        "ModelUnloadingTime",
+    ):
         assert metric in body
     assert '\\"/aws/sagemaker/Endpoints\\",\\"LoadedModelCount\\"' in body  # an instance metric, not AWS/SageMaker
 
@@ -270,7 +348,10 @@ def test_isolated_encrypted_and_in_the_vpc(built) -> None:
     model = one(t, "AWS::SageMaker::Model")
     assert model["EnableNetworkIsolation"] is True
     assert len(model["VpcConfig"]["Subnets"]) == 2 and len(model["VpcConfig"]["SecurityGroupIds"]) == 1
-    assert flatten(one(t, "AWS::SageMaker::EndpointConfig")["KmsKeyId"]) == f"<{stack.get_logical_id(ep.key.node.default_child)}.Arn>"
+    assert (
+        flatten(one(t, "AWS::SageMaker::EndpointConfig")["KmsKeyId"])
+        == f"<{stack.get_logical_id(ep.key.node.default_child)}.Arn>"
+    )
     (sg,) = resources(t, "AWS::EC2::SecurityGroup").values()
     assert "SecurityGroupIngress" not in sg["Properties"]
     assert [(r["FromPort"], r["ToPort"]) for r in sg["Properties"]["SecurityGroupEgress"]] == [(443, 443)]
@@ -295,7 +376,9 @@ def test_template_does_not_grow_with_the_number_of_models() -> None:
         assert len(ep.target_models) == n
     assert templates[10] == templates[1000]  # byte for byte: the model list is not in the template
     assert "m-0007" not in templates[1000] and ".tar.gz" not in templates[1000]
-    print(f"\nMME pool synth: 10 models {timings[10]:.2f} s, 1000 models {timings[1000]:.2f} s; template {len(templates[1000])} bytes")
+    print(
+        f"\nMME pool synth: 10 models {timings[10]:.2f} s, 1000 models {timings[1000]:.2f} s; template {len(templates[1000])} bytes"
+    )
 
 
 # -- time, memory and scaling of a pool (review findings F5, F6, F9, F11, F12) ------------------------------------
@@ -316,7 +399,11 @@ def test_a_cold_load_and_the_answer_fit_in_invoke_endpoints_60_seconds() -> None
 def test_memory_budget_defaults_to_the_memory_alarms_share_of_the_instance() -> None:
     # F6: the adapter's own default is all of the cgroup limit / MemTotal; the construct always renders the memory
     # alarm's threshold (utilization_alarm_percent) of the instance type's memory instead — one figure for both.
-    for instance_type, gib, percent in (("ml.m8g.xlarge", 16, 85.0), ("ml.r8g.2xlarge", 64, 85.0), ("ml.c8g.xlarge", 8, 70.0)):
+    for instance_type, gib, percent in (
+        ("ml.m8g.xlarge", 16, 85.0),
+        ("ml.r8g.2xlarge", 64, 85.0),
+        ("ml.c8g.xlarge", 8, 70.0),
+    ):
         _, ep, t = pool_stack(2, instance_type=instance_type, utilization_alarm_percent=percent)
         env = one(t, "AWS::SageMaker::Model")["PrimaryContainer"]["Environment"]
         assert int(env["MME_MEMORY_BUDGET_BYTES"]) == int(gib * GIB * percent / 100) < gib * GIB
@@ -337,14 +424,19 @@ def test_every_alarm_uses_a_statistic_sagemaker_publishes(pool, built) -> None:
         for alarm in resources(t, "AWS::CloudWatch::Alarm").values():
             props = alarm["Properties"]
             queries = [q["MetricStat"] for q in props.get("Metrics", []) if "MetricStat" in q]
-            stats = [(props["MetricName"], props.get("Statistic") or props["ExtendedStatistic"])] if "MetricName" in props else [
-                (q["Metric"]["MetricName"], q["Stat"]) for q in queries]
+            stats = (
+                [(props["MetricName"], props.get("Statistic") or props["ExtendedStatistic"])]
+                if "MetricName" in props
+                else [(q["Metric"]["MetricName"], q["Stat"]) for q in queries]
+            )
             for metric, stat in stats:
                 check_statistic(metric, stat)
         body = json.dumps(one(t, "AWS::CloudWatch::Dashboard")["DashboardBody"])
         for metric in ("ModelLoadingWaitTime", "ModelDownloadingTime", "ModelLoadingTime"):
             assert re.search(rf'{metric}\\",[^\]]*\\"stat\\":\\"p\d', body) is None, metric
-    assert PERCENTILES in VALID_STATISTICS["ModelLatency"] and PERCENTILES not in VALID_STATISTICS["ModelLoadingWaitTime"]
+    assert (
+        PERCENTILES in VALID_STATISTICS["ModelLatency"] and PERCENTILES not in VALID_STATISTICS["ModelLoadingWaitTime"]
+    )
     with pytest.raises(ValueError, match=r"ModelLoadingWaitTime has no p95 statistic in CloudWatch"):
         check_statistic("ModelLoadingWaitTime", "p95")
 
@@ -371,15 +463,30 @@ def hot_model_pool(parameters_billions: float, instance_type: str) -> MultiModel
     from cpu_inference.sizing import pools as pool_sizing
     from model_download.catalog import CatalogEntry
 
-    slots = pool_sizing.model_slots(sizing.ModelSpec(parameters_billions=parameters_billions, quantization="Q4_K_M", context_window=4096))
+    slots = pool_sizing.model_slots(
+        sizing.ModelSpec(parameters_billions=parameters_billions, quantization="Q4_K_M", context_window=4096)
+    )
     app = cdk.App()
     stack = cdk.Stack(app, "HotPool", env=ENV)
-    entry = CatalogEntry(name="big", hf_repo="acme/big-GGUF", file="big-Q4_K_M.gguf",
-                         engine_args={"ctx-size": str(slots.ctx_size), "parallel": str(slots.parallel), "threads": "2"})
-    catalog = ModelCatalog(stack, "Catalog", props=ModelCatalogProps(model_bucket=ModelBucket(stack, "Models"), entries=(entry,), layouts=("mme",)))
+    entry = CatalogEntry(
+        name="big",
+        hf_repo="acme/big-GGUF",
+        file="big-Q4_K_M.gguf",
+        engine_args={"ctx-size": str(slots.ctx_size), "parallel": str(slots.parallel), "threads": "2"},
+    )
+    catalog = ModelCatalog(
+        stack,
+        "Catalog",
+        props=ModelCatalogProps(model_bucket=ModelBucket(stack, "Models"), entries=(entry,), layouts=("mme",)),
+    )
     image = EngineImage(ecr.Repository.from_repository_name(stack, "Repo", "llama-server"), digest=DIGEST)
-    return MultiModelEndpoint(stack, "Pool", props=MultiModelEndpointProps.for_catalog(
-        catalog, name="hot", image=image, instance_type=instance_type, max_capacity=4))
+    return MultiModelEndpoint(
+        stack,
+        "Pool",
+        props=MultiModelEndpointProps.for_catalog(
+            catalog, name="hot", image=image, instance_type=instance_type, max_capacity=4
+        ),
+    )
 
 
 def test_a_single_hot_2b_model_can_scale_the_pool_out() -> None:
@@ -397,7 +504,9 @@ def test_a_single_hot_2b_model_can_scale_the_pool_out() -> None:
     assert (small.props.model_admission, small.target_concurrency) == (4, 3.0)
     assert hot_model_pool(1, "ml.m8g.xlarge").target_concurrency == 1.0  # 2 slots
     # A queue set in the environment counts too.
-    _, queued, _ = pool_stack(2, instance_type="ml.m8g.4xlarge", model_parallel=1, environment={"LLAMA_QUEUE_DEPTH": "7"})
+    _, queued, _ = pool_stack(
+        2, instance_type="ml.m8g.4xlarge", model_parallel=1, environment={"LLAMA_QUEUE_DEPTH": "7"}
+    )
     assert (queued.props.model_admission, queued.target_concurrency) == (8, 6.0)
 
 
@@ -413,22 +522,40 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"prefix": "farm/*/"}, r"prefix must be a key prefix"),
     ({"prefix": "f/" * 500}, r"ModelDataUrl 1\d{3} characters; SageMaker allows 1024 — shorten the prefix"),
     ({"target_models": {"m-1": "m-1/abc.gguf"}}, r"target_models\['m-1'\] must be a .tar.gz artifact"),
-    ({"target_models": {"m-1": "farm/m-1/abc.tar.gz"}}, r"must be relative to the prefix 'farm/'.* drop the leading 'farm/'"),
+    (
+        {"target_models": {"m-1": "farm/m-1/abc.tar.gz"}},
+        r"must be relative to the prefix 'farm/'.* drop the leading 'farm/'",
+    ),
     ({"target_models": {"m-1": "m-1/\tx.tar.gz"}}, r"printable ASCII characters \(InvokeEndpoint TargetModel\)"),
     ({"target_models": {"M_1": "m-1/x.tar.gz"}}, r"target_models key 'M_1' must be a DNS label"),
-    ({"instance_type": "ml.r7gd.2xlarge", "volume_size_gb": 100}, r"local NVMe instance storage .* drop volume_size_gb"),
+    (
+        {"instance_type": "ml.r7gd.2xlarge", "volume_size_gb": 100},
+        r"local NVMe instance storage .* drop volume_size_gb",
+    ),
     ({"volume_size_gb": 600}, r"volume_size_gb must be 1..512"),
     ({"threads_per_model": 8}, r"threads_per_model must be 1..4 \(the vCPUs of ml.m8g.xlarge\)"),
-    ({"memory_budget_bytes": 0}, r"memory_budget_bytes must be in 1..17179869184 \(the 16 GiB of ml.m8g.xlarge\).* or leave it out"),
+    (
+        {"memory_budget_bytes": 0},
+        r"memory_budget_bytes must be in 1..17179869184 \(the 16 GiB of ml.m8g.xlarge\).* or leave it out",
+    ),
     ({"memory_budget_bytes": 17 * GIB}, r"memory_budget_bytes must be in 1..17179869184"),
-    ({"environment": {"LLAMA_THREADS": "3"}}, r"environment may not set LLAMA_THREADS: set threads_per_model / memory_budget_bytes / cold_load_alarm instead"),
-    ({"environment": {"ADAPTER_GENERATION_BUDGET_SECONDS": "50"}}, r"environment may not set ADAPTER_GENERATION_BUDGET_SECONDS: .* cold_load_alarm instead"),
+    (
+        {"environment": {"LLAMA_THREADS": "3"}},
+        r"environment may not set LLAMA_THREADS: set threads_per_model / memory_budget_bytes / cold_load_alarm instead",
+    ),
+    (
+        {"environment": {"ADAPTER_GENERATION_BUDGET_SECONDS": "50"}},
+        r"environment may not set ADAPTER_GENERATION_BUDGET_SECONDS: .* cold_load_alarm instead",
+    ),
     ({"model_parallel": 0}, r"model_parallel must be >= 1"),
     ({"environment": {f"K{i}": "v" for i in range(100)}}, r"SageMaker allows 100 in all"),
     ({"environment": {"K": "v" * 1025}}, r"exceed SageMaker's 1024 bytes per value"),
     ({"min_capacity": 0}, r"min_capacity must be >= 1 \(SageMaker real-time endpoints cannot scale to zero\)"),
     ({"startup_health_check_timeout": cdk.Duration.seconds(30)}, r"startup_health_check_timeout must be 60..3600"),
-    ({"cold_load_alarm": cdk.Duration.seconds(90)}, r"cold_load_alarm must be between 0 and 50 s \(InvokeEndpoint's 60 s less 10 s for the answer"),
+    (
+        {"cold_load_alarm": cdk.Duration.seconds(90)},
+        r"cold_load_alarm must be between 0 and 50 s \(InvokeEndpoint's 60 s less 10 s for the answer",
+    ),
     # 50 s of load would leave no time to answer inside InvokeEndpoint's 60 s.
     ({"cold_load_alarm": cdk.Duration.seconds(50)}, r"cold_load_alarm must be between 0 and 50 s"),
     ({"cache_hit_alarm_percent": 0}, r"cache_hit_alarm_percent must be in \(0, 100\]"),
@@ -438,7 +565,9 @@ BAD: list[tuple[dict[str, Any], str]] = [
 
 
 def _props(stack: cdk.Stack, bucket: ModelBucket, image: EngineImage, **overrides: Any) -> MultiModelEndpointProps:
-    return MultiModelEndpointProps(image=image, model_bucket=bucket, **{"name": "default", "target_models": farm(2), **overrides})
+    return MultiModelEndpointProps(
+        image=image, model_bucket=bucket, **{"name": "default", "target_models": farm(2), **overrides}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -459,7 +588,9 @@ def test_props_refuse_what_sagemaker_refuses(parts, overrides: dict[str, Any], m
 
 def test_props_refuse_an_image_without_the_instances_architecture(parts) -> None:
     stack, bucket, _ = parts
-    amd64_only = EngineImage(ecr.Repository.from_repository_name(stack, "Amd", "x86-engine"), tag="v1", architectures=("amd64",))
+    amd64_only = EngineImage(
+        ecr.Repository.from_repository_name(stack, "Amd", "x86-engine"), tag="v1", architectures=("amd64",)
+    )
     with pytest.raises(ValueError, match=r"image has no arm64 build \(amd64\) but ml.m8g.xlarge is arm64"):
         _props(stack, bucket, amd64_only).validate()
     _props(stack, bucket, amd64_only, instance_type="ml.m7i.xlarge").validate()  # x86 for comparison is fine
@@ -472,10 +603,15 @@ def test_refusals_match_botocores_limits() -> None:
     assert SAGEMAKER.shape_for("Url").metadata["max"] == mp.MODEL_DATA_URL_MAX
     assert SAGEMAKER.shape_for("EnvironmentMap").metadata["max"] == mp.ENV_MAX_ENTRIES
     assert SAGEMAKER.shape_for("EnvironmentValue").metadata["max"] == mp.ENV_VALUE_MAX
-    assert RUNTIME.operation_model("InvokeEndpoint").input_shape.members["TargetModel"].metadata["max"] == mp.TARGET_MODEL_MAX
+    assert (
+        RUNTIME.operation_model("InvokeEndpoint").input_shape.members["TargetModel"].metadata["max"]
+        == mp.TARGET_MODEL_MAX
+    )
     volume = SAGEMAKER.shape_for("ProductionVariant").members["VolumeSizeInGB"].metadata
     assert (volume["min"], volume["max"]) == (1, 512)
-    assert "multi-model endpoints" in SAGEMAKER.shape_for("ContainerDefinition").members["ModelDataSource"].documentation
+    assert (
+        "multi-model endpoints" in SAGEMAKER.shape_for("ContainerDefinition").members["ModelDataSource"].documentation
+    )
 
 
 def test_a_valid_pool_of_1000_models_validates_quickly(parts) -> None:
@@ -489,7 +625,9 @@ def test_a_valid_pool_of_1000_models_validates_quickly(parts) -> None:
 # -- from the ModelCatalog (the one copy workflow) -------------------------------------------------------------
 
 
-def catalog_pool(count: int, models: list[str] | None = None) -> tuple[cdk.Stack, Any, MultiModelEndpoint, dict[str, Any]]:
+def catalog_pool(
+    count: int, models: list[str] | None = None
+) -> tuple[cdk.Stack, Any, MultiModelEndpoint, dict[str, Any]]:
     from cpu_inference.artifacts import ModelCatalog, ModelCatalogProps
     from model_download.catalog import CatalogEntry
 
@@ -497,27 +635,45 @@ def catalog_pool(count: int, models: list[str] | None = None) -> tuple[cdk.Stack
     apply_nag(app)
     stack = cdk.Stack(app, "FarmCatalog", env=ENV)
     entries = tuple(
-        CatalogEntry(name=f"m-{i:04d}", hf_repo=f"acme/classifier-{i:04d}-GGUF", file=f"classifier-{i:04d}-Q4_K_M.gguf",
-                     engine_args={"ctx-size": "2048", "parallel": "1", "threads": "2"})
+        CatalogEntry(
+            name=f"m-{i:04d}",
+            hf_repo=f"acme/classifier-{i:04d}-GGUF",
+            file=f"classifier-{i:04d}-Q4_K_M.gguf",
+            engine_args={"ctx-size": "2048", "parallel": "1", "threads": "2"},
+        )
         for i in range(count)
     )
-    catalog = ModelCatalog(stack, "Catalog", props=ModelCatalogProps(model_bucket=ModelBucket(stack, "Models"), entries=entries, layouts=("gguf", "mme")))
+    catalog = ModelCatalog(
+        stack,
+        "Catalog",
+        props=ModelCatalogProps(model_bucket=ModelBucket(stack, "Models"), entries=entries, layouts=("gguf", "mme")),
+    )
     image = EngineImage(ecr.Repository.from_repository_name(stack, "Repo", "llama-server"), digest=DIGEST)
-    ep = MultiModelEndpoint(stack, "PoolDefault", props=MultiModelEndpointProps.for_catalog(catalog, name="default", image=image, models=models))
+    ep = MultiModelEndpoint(
+        stack,
+        "PoolDefault",
+        props=MultiModelEndpointProps.for_catalog(catalog, name="default", image=image, models=models),
+    )
     synth(app)
     return stack, catalog, ep, template_json(stack)
 
 
 def test_for_catalog_serves_the_catalogs_artifacts_after_the_copy() -> None:
     stack, catalog, ep, t = catalog_pool(3, models=["m-0000", "m-0002"])
-    assert {n: m.path for n, m in ep.target_models.items()} == {n: catalog.mme_target_model(n) for n in ("m-0000", "m-0002")}
+    assert {n: m.path for n, m in ep.target_models.items()} == {
+        n: catalog.mme_target_model(n) for n in ("m-0000", "m-0002")
+    }
     assert all(m.key == catalog.mme_key(n) for n, m in ep.target_models.items())  # farm/<name>/<idhash>-<sha8>.tar.gz
     model = t["Resources"][stack.get_logical_id(ep.model)]
     assert stack.get_logical_id(catalog.resource.node.default_child) in model["DependsOn"]
     assert flatten(model["Properties"]["PrimaryContainer"]["ModelDataUrl"]).endswith(f">/{catalog.prefix}")
     assert nag_errors(stack) == [] and cfn_lint_errors(t) == []
     # Every model of the catalog by default.
-    assert MultiModelEndpointProps.for_catalog(catalog, name="all", image=ep.props.image).target_models.keys() == {"m-0000", "m-0001", "m-0002"}
+    assert MultiModelEndpointProps.for_catalog(catalog, name="all", image=ep.props.image).target_models.keys() == {
+        "m-0000",
+        "m-0001",
+        "m-0002",
+    }
 
 
 def test_endpoint_resources_are_the_same_for_10_and_1000_catalog_models() -> None:

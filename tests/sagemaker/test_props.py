@@ -26,8 +26,11 @@ def repo() -> ecr.IRepository:
 @pytest.fixture
 def props(repo: ecr.IRepository) -> GravitonEndpointProps:
     return GravitonEndpointProps(
-        name="llama-8b", model="s3://my-models/models/llama-8b/main/", spec=SPEC,
-        image=EngineImage(repo, digest=DIGEST), instance_type="ml.c7g.8xlarge",
+        name="llama-8b",
+        model="s3://my-models/models/llama-8b/main/",
+        spec=SPEC,
+        image=EngineImage(repo, digest=DIGEST),
+        instance_type="ml.c7g.8xlarge",
     )
 
 
@@ -41,25 +44,52 @@ def test_valid_props_pass(props: GravitonEndpointProps) -> None:
     [
         ({"name": "Llama_8B"}, r"name must be a DNS label"),
         ({"instance_type": "c7g.8xlarge"}, r"instance_type must be a SageMaker instance type such as ml\.c7g\.8xlarge"),
-        ({"instance_type": "ml.g5.xlarge"}, r"'ml\.g5\.xlarge' is not a SageMaker CPU instance in the catalog \(families: ml\.c7g"),
-        ({"instance_type": "ml.c7g.large"}, r"\(8B Q4_K_M, 1 slot\(s\) x 4096 context\) needs 6\.8 GiB but ml\.c7g\.large has 3\.0 GiB usable — use a larger instance such as ml\.r7gd\.medium"),
-        ({"model": "s3://my-models/models/llama-8b/main/llama.Q4_K_M.gguf"}, r"not the file: use model='s3://my-models/models/llama-8b/main/', model_file='llama\.Q4_K_M\.gguf'"),
+        (
+            {"instance_type": "ml.g5.xlarge"},
+            r"'ml\.g5\.xlarge' is not a SageMaker CPU instance in the catalog \(families: ml\.c7g",
+        ),
+        (
+            {"instance_type": "ml.c7g.large"},
+            r"\(8B Q4_K_M, 1 slot\(s\) x 4096 context\) needs 6\.8 GiB but ml\.c7g\.large has 3\.0 GiB usable — use a larger instance such as ml\.r7gd\.medium",
+        ),
+        (
+            {"model": "s3://my-models/models/llama-8b/main/llama.Q4_K_M.gguf"},
+            r"not the file: use model='s3://my-models/models/llama-8b/main/', model_file='llama\.Q4_K_M\.gguf'",
+        ),
         ({"model": "s3://my-models/models/llama-8b"}, r"model must be an S3 prefix URI ending in '/'"),
         ({"model_file": "../x.gguf"}, r"model_file must be a \.gguf path relative to the model prefix"),
         ({"min_capacity": 0}, r"min_capacity must be >= 1 \(SageMaker real-time endpoints cannot scale to zero\)"),
         ({"min_capacity": 3, "max_capacity": 2}, r"max_capacity \(2\) must be >= min_capacity \(3\)"),
-        ({"initial_instance_count": 5}, r"initial_instance_count \(5\) must be within min_capacity\.\.max_capacity \(1\.\.2\)"),
+        (
+            {"initial_instance_count": 5},
+            r"initial_instance_count \(5\) must be within min_capacity\.\.max_capacity \(1\.\.2\)",
+        ),
         ({"target_concurrency": 0}, r"target_concurrency must be > 0"),
         ({"queue_depth": -1}, r"queue_depth must be >= 0"),
         ({"environment": {"LLAMA_PARALLEL": "2"}}, r"environment may not set LLAMA_PARALLEL: .*spec\.parallel_slots"),
         ({"environment": {"bad key": "1"}}, r"environment keys must be environment variable names"),
         ({"model_download_timeout": cdk.Duration.hours(2)}, r"model_download_timeout must be 60\.\.3600 seconds"),
-        ({"startup_health_check_timeout": cdk.Duration.seconds(30)}, r"startup_health_check_timeout must be 60\.\.3600 seconds"),
-        ({"volume_size_gb": 0}, r"volume_size_gb must be 11\.\.512 \(the 4\.5 GiB model file \+ image and scratch; SageMaker's maximum\), got 0 — or leave it out \(default: 11\)"),
+        (
+            {"startup_health_check_timeout": cdk.Duration.seconds(30)},
+            r"startup_health_check_timeout must be 60\.\.3600 seconds",
+        ),
+        (
+            {"volume_size_gb": 0},
+            r"volume_size_gb must be 11\.\.512 \(the 4\.5 GiB model file \+ image and scratch; SageMaker's maximum\), got 0 — or leave it out \(default: 11\)",
+        ),
         ({"volume_size_gb": 513}, r"volume_size_gb must be 11\.\.512"),
-        ({"instance_type": "ml.r7gd.2xlarge", "volume_size_gb": 50}, r"volume_size_gb: ml\.r7gd\.2xlarge has local NVMe instance storage .* — drop volume_size_gb"),
-        ({"spec": sizing.ModelSpec(parameters_billions=405, quantization="F16"), "instance_type": "ml.r8g.48xlarge"}, r"model: a 754\.4 GiB model file needs a \d+ GB ML storage volume, more than SageMaker's 512 GB"),
-        ({"instance_type": "ml.m7g.2xlarge"}, r"instance_type 'ml\.m7g\.2xlarge' is not a SageMaker hosting instance type \(not in ProductionVariantInstanceType\) — use ml\.m8g\.2xlarge"),
+        (
+            {"instance_type": "ml.r7gd.2xlarge", "volume_size_gb": 50},
+            r"volume_size_gb: ml\.r7gd\.2xlarge has local NVMe instance storage .* — drop volume_size_gb",
+        ),
+        (
+            {"spec": sizing.ModelSpec(parameters_billions=405, quantization="F16"), "instance_type": "ml.r8g.48xlarge"},
+            r"model: a 754\.4 GiB model file needs a \d+ GB ML storage volume, more than SageMaker's 512 GB",
+        ),
+        (
+            {"instance_type": "ml.m7g.2xlarge"},
+            r"instance_type 'ml\.m7g\.2xlarge' is not a SageMaker hosting instance type \(not in ProductionVariantInstanceType\) — use ml\.m8g\.2xlarge",
+        ),
         ({"data_capture_percent": 101}, r"data_capture_percent must be 0\.\.100"),
         ({"data_capture_prefix": "a/../b"}, r"data_capture_prefix must be an S3 key prefix"),
         ({"error_rate_5xx_percent": 0}, r"error_rate_5xx_percent must be in \(0, 100\]"),
@@ -107,7 +137,14 @@ def test_security_groups_need_a_vpc(props: GravitonEndpointProps) -> None:
 
 
 def test_x86_families_for_comparison_and_graviton4(props: GravitonEndpointProps) -> None:
-    for it in ("ml.c7i.8xlarge", "ml.m7i.8xlarge", "ml.c8g.8xlarge", "ml.m8g.8xlarge", "ml.r7gd.4xlarge", "ml.r8g.4xlarge"):
+    for it in (
+        "ml.c7i.8xlarge",
+        "ml.m7i.8xlarge",
+        "ml.c8g.8xlarge",
+        "ml.m8g.8xlarge",
+        "ml.r7gd.4xlarge",
+        "ml.r8g.4xlarge",
+    ):
         dataclasses.replace(props, instance_type=it).validate()
 
 

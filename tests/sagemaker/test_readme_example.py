@@ -16,11 +16,19 @@ def test_minimal_example_synthesizes() -> None:
     (model,) = [r for r in t.values() if r["Type"] == "AWS::SageMaker::Model"]
     (config,) = [r for r in t.values() if r["Type"] == "AWS::SageMaker::EndpointConfig"]
     source = model["Properties"]["PrimaryContainer"]["ModelDataSource"]["S3DataSource"]
-    assert "/models/zephyr-7b/<" in flatten(source["S3Uri"]) and flatten(source["S3Uri"]).endswith(".Commit>/")  # the pinned commit
-    assert model["Properties"]["PrimaryContainer"]["Environment"]["MODEL_PATH"] == "/opt/ml/model/zephyr-7b-beta.Q4_K_M.gguf"
+    assert "/models/zephyr-7b/<" in flatten(source["S3Uri"]) and flatten(source["S3Uri"]).endswith(
+        ".Commit>/"
+    )  # the pinned commit
+    assert (
+        model["Properties"]["PrimaryContainer"]["Environment"]["MODEL_PATH"]
+        == "/opt/ml/model/zephyr-7b-beta.Q4_K_M.gguf"
+    )
     (variant,) = config["Properties"]["ProductionVariants"]
     assert variant["InstanceType"] == "ml.c7g.8xlarge"
-    assert (variant["ModelDataDownloadTimeoutInSeconds"], variant["ContainerStartupHealthCheckTimeoutInSeconds"]) == (300, 270)
+    assert (variant["ModelDataDownloadTimeoutInSeconds"], variant["ContainerStartupHealthCheckTimeoutInSeconds"]) == (
+        300,
+        270,
+    )
     (target,) = [r for r in t.values() if r["Type"] == "AWS::ApplicationAutoScaling::ScalableTarget"]
     assert (target["Properties"]["MinCapacity"], target["Properties"]["MaxCapacity"]) == (1, 3)
     outputs = Template.from_stack(stack).to_json()["Outputs"]
@@ -40,8 +48,12 @@ def test_vllm_example_synthesizes_a_vllm_endpoint() -> None:
     assert (source["S3DataType"], source["CompressionType"]) == ("S3Prefix", "None")
     assert flatten(source["S3Uri"]).endswith(".Commit>/") and "/models/llama-3-2-1b/<" in flatten(source["S3Uri"])
     env = container["Environment"]
-    assert env == {**llama.sizing.engine_env(exclusive_cpus=True), "SERVE_MODEL_NAME": "llama-3-2-1b",
-                   "SERVE_QUEUE_DEPTH": str(llama.sizing.slots), "MODEL_PATH": "/opt/ml/model"}
+    assert env == {
+        **llama.sizing.engine_env(exclusive_cpus=True),
+        "SERVE_MODEL_NAME": "llama-3-2-1b",
+        "SERVE_QUEUE_DEPTH": str(llama.sizing.slots),
+        "MODEL_PATH": "/opt/ml/model",
+    }
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "auto" and env["SERVE_DTYPE"] == "bfloat16"
     assert "VllmImage" in flatten(container["Image"])
     (config,) = [r for r in t.values() if r["Type"] == "AWS::SageMaker::EndpointConfig"]

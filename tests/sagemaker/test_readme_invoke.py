@@ -48,12 +48,21 @@ def template_environment(model_file: str, spec: sizing.ModelSpec = CHAT, name: s
     """The container environment GravitonEndpoint synthesizes for `spec` (default: SmolLM2-135M chat), ml.c7g.large."""
     app = cdk.App()
     stack = cdk.Stack(app, "Slm")
-    GravitonEndpoint(stack, "Slm", props=GravitonEndpointProps(
-        name=name, model=f"s3://my-models/models/{name}/main/", model_file=model_file, spec=spec,
-        image=EngineImage(ecr.Repository.from_repository_name(stack, "Repo", "llama-server"), tag="v1"),
-        instance_type="ml.c7g.large",
-    ))
-    (model,) = [r for r in Template.from_stack(stack).to_json()["Resources"].values() if r["Type"] == "AWS::SageMaker::Model"]
+    GravitonEndpoint(
+        stack,
+        "Slm",
+        props=GravitonEndpointProps(
+            name=name,
+            model=f"s3://my-models/models/{name}/main/",
+            model_file=model_file,
+            spec=spec,
+            image=EngineImage(ecr.Repository.from_repository_name(stack, "Repo", "llama-server"), tag="v1"),
+            instance_type="ml.c7g.large",
+        ),
+    )
+    (model,) = [
+        r for r in Template.from_stack(stack).to_json()["Resources"].values() if r["Type"] == "AWS::SageMaker::Model"
+    ]
     return model["Properties"]["PrimaryContainer"]["Environment"]
 
 
@@ -78,7 +87,12 @@ def synthesized_endpoint(binary: Path, gguf: Path, workdir: Path, env: dict[str,
 def readme_endpoint(llama_server_bin: Path, smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFactory):
     env = template_environment(smollm2_gguf.name)
     assert env["MODEL_PATH"] == f"/opt/ml/model/{smollm2_gguf.name}"
-    assert (env["LLAMA_THREADS"], env["LLAMA_PARALLEL"], env["LLAMA_CTX_PER_SLOT"], env["LLAMA_QUEUE_DEPTH"]) == ("2", "4", "2048", "4")
+    assert (env["LLAMA_THREADS"], env["LLAMA_PARALLEL"], env["LLAMA_CTX_PER_SLOT"], env["LLAMA_QUEUE_DEPTH"]) == (
+        "2",
+        "4",
+        "2048",
+        "4",
+    )
     with synthesized_endpoint(llama_server_bin, smollm2_gguf, tmp_path_factory.mktemp("readme-invoke"), env) as ep:
         yield ep
 
@@ -169,7 +183,9 @@ def test_readme_extraction_answers_in_its_schema(readme_endpoint, aws_env) -> No
     with SageMakerRuntimeEmulator(readme_endpoint.url, name, region="us-east-1") as emu:
         aws_env.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", emu.url)
         ns: dict = {}
-        exec("import json\nimport boto3\nruntime = boto3.client('sagemaker-runtime')", ns)  # what the invoke block set up
+        exec(
+            "import json\nimport boto3\nruntime = boto3.client('sagemaker-runtime')", ns
+        )  # what the invoke block set up
         ns["endpoint_name"] = name
         printed = _run("extract", ns).strip()
         jsonschema.validate(ns["place"], ns["schema"])  # the answer parses as the schema, whatever the model wrote
@@ -191,7 +207,10 @@ def test_readme_embeddings_single_and_batch(embedding_endpoint, aws_env) -> None
         assert [r["path"] for r in emu.seen.requests] == [f"/endpoints/{name}/invocations"] * 2
     # The paraphrase is nearer than the unrelated sentence: a sentence encoder answered, in the batch's order.
     a, b, c = ns["vectors"]
-    cos = lambda x, y: sum(p * q for p, q in zip(x, y, strict=True)) / (sum(p * p for p in x) * sum(q * q for q in y)) ** 0.5  # noqa: E731
+
+    def cos(x: list[float], y: list[float]) -> float:
+        return sum(p * q for p, q in zip(x, y, strict=True)) / (sum(p * p for p in x) * sum(q * q for q in y)) ** 0.5
+
     assert cos(a, b) > cos(a, c) + 0.2, (cos(a, b), cos(a, c))
 
 
@@ -200,7 +219,9 @@ def test_readme_rerank(rerank_endpoint, aws_env) -> None:
     with SageMakerRuntimeEmulator(rerank_endpoint.url, name, region="us-east-1") as emu:
         aws_env.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", emu.url)
         ns: dict = {}
-        exec("import json\nimport boto3\nruntime = boto3.client('sagemaker-runtime')", ns)  # what the embed block set up
+        exec(
+            "import json\nimport boto3\nruntime = boto3.client('sagemaker-runtime')", ns
+        )  # what the embed block set up
         printed = _run("rerank", ns).strip().splitlines()
         ranked = ns["ranked"]
         assert len(ranked) == len(printed) == 2  # top_n

@@ -61,7 +61,9 @@ class Routers:
     def resource(self, construct: Any, template: dict[str, Any] | None = None) -> dict[str, Any]:
         element = construct if isinstance(construct, cdk.CfnElement) else construct.node.default_child
         stack = cdk.Stack.of(element)
-        return (template or (self.template if stack is self.stack else self.agnostic_template))["Resources"][stack.get_logical_id(element)]
+        return (template or (self.template if stack is self.stack else self.agnostic_template))["Resources"][
+            stack.get_logical_id(element)
+        ]
 
     def logical_id(self, construct: Any) -> str:
         element = construct if isinstance(construct, cdk.CfnElement) else construct.node.default_child
@@ -71,16 +73,30 @@ class Routers:
 def _endpoints(stack: cdk.Stack) -> tuple[GravitonEndpoint, GravitonEndpoint]:
     repo = ecr.Repository.from_repository_name(stack, "EngineRepo", "llama-server")
     image = EngineImage(repo, digest=DIGEST)
-    slm = GravitonEndpoint(stack, "Slm", props=GravitonEndpointProps(
-        name="smollm2-1-7b", model="s3://my-models/models/smollm2/main/", model_file="SmolLM2-1.7B-Instruct-Q4_K_M.gguf",
-        spec=sizing.ModelSpec(parameters_billions=1.7, quantization="Q4_K_M", context_window=2048, task="chat"),
-        image=image, instance_type="ml.c7g.2xlarge",
-    ))
-    llm = GravitonEndpoint(stack, "Llm", props=GravitonEndpointProps(
-        name="llama-8b", model="s3://my-models/models/llama-8b/main/", model_file="Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
-        spec=sizing.ModelSpec(parameters_billions=8, quantization="Q4_K_M", context_window=4096, task="chat"),
-        image=image, instance_type="ml.c7g.8xlarge",
-    ))
+    slm = GravitonEndpoint(
+        stack,
+        "Slm",
+        props=GravitonEndpointProps(
+            name="smollm2-1-7b",
+            model="s3://my-models/models/smollm2/main/",
+            model_file="SmolLM2-1.7B-Instruct-Q4_K_M.gguf",
+            spec=sizing.ModelSpec(parameters_billions=1.7, quantization="Q4_K_M", context_window=2048, task="chat"),
+            image=image,
+            instance_type="ml.c7g.2xlarge",
+        ),
+    )
+    llm = GravitonEndpoint(
+        stack,
+        "Llm",
+        props=GravitonEndpointProps(
+            name="llama-8b",
+            model="s3://my-models/models/llama-8b/main/",
+            model_file="Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
+            spec=sizing.ModelSpec(parameters_billions=8, quantization="Q4_K_M", context_window=4096, task="chat"),
+            image=image,
+            instance_type="ml.c7g.8xlarge",
+        ),
+    )
     return slm, llm
 
 
@@ -91,27 +107,62 @@ def build() -> Routers:
     slm, llm = _endpoints(stack)
     router_image = LlamaCppImage(stack, "RouterImage", props=ROUTER_IMAGE)
     vpc = ec2.Vpc(
-        stack, "Vpc", max_azs=2, nat_gateways=0, flow_logs={"all": ec2.FlowLogOptions()},
+        stack,
+        "Vpc",
+        max_azs=2,
+        nat_gateways=0,
+        flow_logs={"all": ec2.FlowLogOptions()},
         subnet_configuration=[ec2.SubnetConfiguration(name="isolated", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)],
     )
     routers = {
-        "sagemaker": RouterEndpoint(stack, "Router", props=RouterEndpointProps(
-            image=router_image, slm=slm, escalation=RouterEscalation.sagemaker(llm), few_shot=SHOTS, confidence_threshold=0.8,
-        )),
-        "bedrock": RouterEndpoint(stack, "BedrockRouter", props=RouterEndpointProps(
-            name="bedrock-router", image=router_image, slm="Existing-Slm", escalation=RouterEscalation.bedrock(HAIKU),
-            vpc=vpc, min_capacity=1, max_capacity=1, config_overrides={"timeouts": {"total_s": 55}, "log_level": "DEBUG"},
-        )),
-        "openai": RouterEndpoint(stack, "OpenAiRouter", props=RouterEndpointProps(
-            name="openai-router", image=router_image, slm=slm,
-            escalation=RouterEscalation.openai("http://llm.internal:8000/v1", model_id="big"), vpc=vpc,
-        )),
+        "sagemaker": RouterEndpoint(
+            stack,
+            "Router",
+            props=RouterEndpointProps(
+                image=router_image,
+                slm=slm,
+                escalation=RouterEscalation.sagemaker(llm),
+                few_shot=SHOTS,
+                confidence_threshold=0.8,
+            ),
+        ),
+        "bedrock": RouterEndpoint(
+            stack,
+            "BedrockRouter",
+            props=RouterEndpointProps(
+                name="bedrock-router",
+                image=router_image,
+                slm="Existing-Slm",
+                escalation=RouterEscalation.bedrock(HAIKU),
+                vpc=vpc,
+                min_capacity=1,
+                max_capacity=1,
+                config_overrides={"timeouts": {"total_s": 55}, "log_level": "DEBUG"},
+            ),
+        ),
+        "openai": RouterEndpoint(
+            stack,
+            "OpenAiRouter",
+            props=RouterEndpointProps(
+                name="openai-router",
+                image=router_image,
+                slm=slm,
+                escalation=RouterEscalation.openai("http://llm.internal:8000/v1", model_id="big"),
+                vpc=vpc,
+            ),
+        ),
     }
     agnostic = cdk.Stack(app, "RouterAgnostic")  # no account/Region: both are deploy-time values
     repo = ecr.Repository.from_repository_name(agnostic, "RouterRepo", "slm-router")
-    routers["agnostic"] = RouterEndpoint(agnostic, "Router", props=RouterEndpointProps(
-        image=EngineImage(repo, tag="router-1", architectures=("arm64",)), slm="smollm2", escalation=RouterEscalation.bedrock(HAIKU),
-    ))
+    routers["agnostic"] = RouterEndpoint(
+        agnostic,
+        "Router",
+        props=RouterEndpointProps(
+            image=EngineImage(repo, tag="router-1", architectures=("arm64",)),
+            slm="smollm2",
+            escalation=RouterEscalation.bedrock(HAIKU),
+        ),
+    )
     synth(app)
     return Routers(app, stack, agnostic, slm, llm, router_image, routers, template_json(stack), template_json(agnostic))
 
@@ -144,8 +195,12 @@ def _statements(r: Routers, key: str) -> list[dict[str, Any]]:
     router = r.routers[key]
     template = r.template if cdk.Stack.of(router) is r.stack else r.agnostic_template
     role_id = r.logical_id(router.role.node.default_child)
-    out = [s for res in template["Resources"].values() if res["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in res["Properties"]["Roles"]
-           for s in res["Properties"]["PolicyDocument"]["Statement"]]
+    out = [
+        s
+        for res in template["Resources"].values()
+        if res["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in res["Properties"]["Roles"]
+        for s in res["Properties"]["PolicyDocument"]["Statement"]
+    ]
     assert out, f"no policy on the {key} router's role"
     return out
 
@@ -155,7 +210,12 @@ def _as_list(v: Any) -> list[Any]:
 
 
 def _invoke_resources(r: Routers, key: str, prefix: str) -> set[str]:
-    return {flatten(res) for s in _statements(r, key) if any(a.startswith(prefix) for a in _as_list(s["Action"])) for res in _as_list(s["Resource"])}
+    return {
+        flatten(res)
+        for s in _statements(r, key)
+        if any(a.startswith(prefix) for a in _as_list(s["Action"]))
+        for res in _as_list(s["Resource"])
+    }
 
 
 # -- the router's config ----------------------------------------------------------------------------------
@@ -167,8 +227,12 @@ def test_environment_is_the_compact_router_config_and_port(r: Routers) -> None:
     raw = env["ROUTER_CONFIG_JSON"]
     assert raw == json.dumps(json.loads(raw), separators=(",", ":")) and len(raw.encode()) <= 1024
     assert json.loads(raw) == {
-        "labels": ["simple", "complex"], "slm_labels": ["simple"], "confidence_threshold": 0.8, "max_in_flight": 64,
-        "slm_endpoint_name": r.slm.endpoint_name, "slm_region": "us-east-1",
+        "labels": ["simple", "complex"],
+        "slm_labels": ["simple"],
+        "confidence_threshold": 0.8,
+        "max_in_flight": 64,
+        "slm_endpoint_name": r.slm.endpoint_name,
+        "slm_region": "us-east-1",
         "escalation": {"kind": "sagemaker", "endpoint_name": r.llm.endpoint_name, "region": "us-east-1"},
         "few_shot": list(SHOTS),
     }
@@ -188,7 +252,13 @@ def test_router_loader_accepts_the_config(r: Routers, key: str) -> None:
         assert cfg.timeouts.total_s == 55 and cfg.log_level == "DEBUG"
         assert cfg.few_shot == router_config.Config().few_shot  # the router's built-in examples
     else:
-        assert (e.kind, e.url, e.model_id, e.api_key_env, e.api_key_file) == ("openai", "http://llm.internal:8000/v1", "big", "", "")
+        assert (e.kind, e.url, e.model_id, e.api_key_env, e.api_key_file) == (
+            "openai",
+            "http://llm.internal:8000/v1",
+            "big",
+            "",
+            "",
+        )
 
 
 def test_router_loader_accepts_the_slm_endpoint_keys(r: Routers) -> None:
@@ -226,7 +296,11 @@ def test_endpoint_config_is_a_small_graviton_instance_with_kms_volume(r: Routers
     router = r.routers["sagemaker"]
     config = r.resource(router.endpoint_config)["Properties"]
     (variant,) = config["ProductionVariants"]
-    assert (variant["InstanceType"], variant["InitialInstanceCount"], variant["VariantName"]) == ("ml.c7g.large", 2, "AllTraffic")
+    assert (variant["InstanceType"], variant["InitialInstanceCount"], variant["VariantName"]) == (
+        "ml.c7g.large",
+        2,
+        "AllTraffic",
+    )
     assert "ModelDataDownloadTimeoutInSeconds" not in variant and "EndpointConfigName" not in config
     assert config["KmsKeyId"] == {"Fn::GetAtt": [r.logical_id(router.key), "Arn"]}
     key = r.resource(router.key)["Properties"]
@@ -247,9 +321,16 @@ def test_endpoint_name_is_generated_per_placement_and_waits_for_its_models(r: Ro
     app = cdk.App()
     stack = cdk.Stack(app, "RouterSm", env=ENV)
     repo = ecr.Repository.from_repository_name(stack, "Repo", "slm-router")
-    moved = RouterEndpoint(stack, "Router", props=RouterEndpointProps(
-        image=EngineImage(repo, digest=DIGEST), slm="smollm2", escalation=RouterEscalation.bedrock(HAIKU), instance_type="ml.c7g.xlarge",
-    ))
+    moved = RouterEndpoint(
+        stack,
+        "Router",
+        props=RouterEndpointProps(
+            image=EngineImage(repo, digest=DIGEST),
+            slm="smollm2",
+            escalation=RouterEscalation.bedrock(HAIKU),
+            instance_type="ml.c7g.xlarge",
+        ),
+    )
     assert moved.endpoint_name != router.endpoint_name and moved.endpoint_name.startswith("routersm-router-")
     assert stack.get_logical_id(moved.endpoint).startswith("RouterEndpointMlC7gXlarge")
     assert r.logical_id(router.endpoint).startswith("RouterEndpointMlC7gLarge")
@@ -261,9 +342,19 @@ def test_endpoint_name_is_generated_per_placement_and_waits_for_its_models(r: Ro
 def test_sagemaker_router_invokes_only_the_slm_and_llm_endpoints(r: Routers) -> None:
     statements = _statements(r, "sagemaker")
     invoke = [s for s in statements if any(a.startswith("sagemaker:") for a in _as_list(s["Action"]))]
-    assert {a for s in invoke for a in _as_list(s["Action"])} == {"sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithResponseStream"}
-    assert _invoke_resources(r, "sagemaker", "sagemaker:") == {f"<{r.logical_id(r.slm.endpoint)}>", f"<{r.logical_id(r.llm.endpoint)}>"}
-    assert not [s for s in statements if any(a.startswith(("bedrock:", "secretsmanager:", "s3:")) for a in _as_list(s["Action"]))]
+    assert {a for s in invoke for a in _as_list(s["Action"])} == {
+        "sagemaker:InvokeEndpoint",
+        "sagemaker:InvokeEndpointWithResponseStream",
+    }
+    assert _invoke_resources(r, "sagemaker", "sagemaker:") == {
+        f"<{r.logical_id(r.slm.endpoint)}>",
+        f"<{r.logical_id(r.llm.endpoint)}>",
+    }
+    assert not [
+        s
+        for s in statements
+        if any(a.startswith(("bedrock:", "secretsmanager:", "s3:")) for a in _as_list(s["Action"]))
+    ]
 
 
 def test_role_pulls_only_the_router_image_and_writes_only_its_logs(r: Routers) -> None:
@@ -284,14 +375,24 @@ def test_role_pulls_only_the_router_image_and_writes_only_its_logs(r: Routers) -
 
 
 def test_bedrock_router_invokes_only_one_foundation_model_arn(r: Routers) -> None:
-    assert _invoke_resources(r, "bedrock", "bedrock:") == {f"arn:<AWS::Partition>:bedrock:us-east-1::foundation-model/{HAIKU}"}
+    assert _invoke_resources(r, "bedrock", "bedrock:") == {
+        f"arn:<AWS::Partition>:bedrock:us-east-1::foundation-model/{HAIKU}"
+    }
     assert {a for s in _statements(r, "bedrock") for a in _as_list(s["Action"]) if a.startswith("bedrock:")} == {
-        "bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"}
+        "bedrock:InvokeModel",
+        "bedrock:InvokeModelWithResponseStream",
+    }
     # The SLM given by name: its ARN, lowercased as SageMaker reports endpoint ARNs.
-    assert _invoke_resources(r, "bedrock", "sagemaker:") == {"arn:<AWS::Partition>:sagemaker:us-east-1:123456789012:endpoint/existing-slm"}
+    assert _invoke_resources(r, "bedrock", "sagemaker:") == {
+        "arn:<AWS::Partition>:sagemaker:us-east-1:123456789012:endpoint/existing-slm"
+    }
     # Partition and Region follow the deployment in an env-agnostic stack.
-    assert _invoke_resources(r, "agnostic", "bedrock:") == {f"arn:<AWS::Partition>:bedrock:<AWS::Region>::foundation-model/{HAIKU}"}
-    assert _invoke_resources(r, "agnostic", "sagemaker:") == {"arn:<AWS::Partition>:sagemaker:<AWS::Region>:<AWS::AccountId>:endpoint/smollm2"}
+    assert _invoke_resources(r, "agnostic", "bedrock:") == {
+        f"arn:<AWS::Partition>:bedrock:<AWS::Region>::foundation-model/{HAIKU}"
+    }
+    assert _invoke_resources(r, "agnostic", "sagemaker:") == {
+        "arn:<AWS::Partition>:sagemaker:<AWS::Region>:<AWS::AccountId>:endpoint/smollm2"
+    }
 
 
 def test_openai_router_invokes_only_the_slm_and_reaches_the_url_port(r: Routers) -> None:
@@ -300,7 +401,10 @@ def test_openai_router_invokes_only_the_slm_and_reaches_the_url_port(r: Routers)
     assert not _invoke_resources(r, "openai", "bedrock:")
     (sg,) = router.security_groups
     egress = r.resource(sg)["Properties"]["SecurityGroupEgress"]
-    assert sorted((e["FromPort"], e["ToPort"], e["CidrIp"]) for e in egress) == [(443, 443, "0.0.0.0/0"), (8000, 8000, "0.0.0.0/0")]
+    assert sorted((e["FromPort"], e["ToPort"], e["CidrIp"]) for e in egress) == [
+        (443, 443, "0.0.0.0/0"),
+        (8000, 8000, "0.0.0.0/0"),
+    ]
     assert "SecurityGroupIngress" not in r.resource(sg)["Properties"]
 
 
@@ -315,8 +419,16 @@ def test_grant_invoke_lets_a_client_call_the_router_only(r: Routers) -> None:
 
     stack = cdk.Stack(cdk.App(), "Client", env=ENV)
     repo = ecr.Repository.from_repository_name(stack, "Repo", "slm-router")
-    router = RouterEndpoint(stack, "Router", props=RouterEndpointProps(
-        image=EngineImage(repo, digest=DIGEST), slm="smollm2", escalation=RouterEscalation.bedrock(HAIKU), dashboard=False))
+    router = RouterEndpoint(
+        stack,
+        "Router",
+        props=RouterEndpointProps(
+            image=EngineImage(repo, digest=DIGEST),
+            slm="smollm2",
+            escalation=RouterEscalation.bedrock(HAIKU),
+            dashboard=False,
+        ),
+    )
     client = iam.Role(stack, "Client", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
     router.grant_invoke(client)
     doc = stack.resolve(client.node.find_child("DefaultPolicy").document)
@@ -332,14 +444,21 @@ def test_autoscaling_tracks_in_flight_requests(r: Routers) -> None:
     router = r.routers["sagemaker"]
     target = r.resource(router.scalable_target)["Properties"]
     assert (target["MinCapacity"], target["MaxCapacity"]) == (2, 4)
-    assert flatten(target["ResourceId"]) == f"endpoint/<{r.logical_id(router.endpoint)}.EndpointName>/variant/AllTraffic"
+    assert (
+        flatten(target["ResourceId"]) == f"endpoint/<{r.logical_id(router.endpoint)}.EndpointName>/variant/AllTraffic"
+    )
     tracking = r.resource(router.scaling_policy)["Properties"]["TargetTrackingScalingPolicyConfiguration"]
-    assert tracking["PredefinedMetricSpecification"]["PredefinedMetricType"] == "SageMakerVariantConcurrentRequestsPerModelHighResolution"
+    assert (
+        tracking["PredefinedMetricSpecification"]["PredefinedMetricType"]
+        == "SageMakerVariantConcurrentRequestsPerModelHighResolution"
+    )
     assert tracking["TargetValue"] == 48 == 0.75 * router.props.max_in_flight
     assert (tracking["ScaleOutCooldown"], tracking["ScaleInCooldown"]) == (60, 300)
     assert r.resource(router.endpoint)["Properties"]["RetainAllVariantProperties"] is True
     fixed = r.routers["bedrock"]
-    assert fixed.scalable_target is None and "RetainAllVariantProperties" not in r.resource(fixed.endpoint)["Properties"]
+    assert (
+        fixed.scalable_target is None and "RetainAllVariantProperties" not in r.resource(fixed.endpoint)["Properties"]
+    )
 
 
 def test_alarms_watch_the_router_endpoint(r: Routers) -> None:
@@ -377,7 +496,9 @@ def repo() -> ecr.IRepository:
 
 @pytest.fixture
 def props(repo: ecr.IRepository) -> RouterEndpointProps:
-    return RouterEndpointProps(image=EngineImage(repo, digest=DIGEST), slm="smollm2", escalation=RouterEscalation.bedrock(HAIKU))
+    return RouterEndpointProps(
+        image=EngineImage(repo, digest=DIGEST), slm="smollm2", escalation=RouterEscalation.bedrock(HAIKU)
+    )
 
 
 def test_valid_props_pass(props: RouterEndpointProps) -> None:
@@ -385,7 +506,10 @@ def test_valid_props_pass(props: RouterEndpointProps) -> None:
     assert props.scales and props.initial_count == 2 and props.target_in_flight() == 48
 
 
-LONG_SHOTS = tuple({"text": f"Example request number {i} that is rather long for a router prompt", "label": "simple"} for i in range(16))
+LONG_SHOTS = tuple(
+    {"text": f"Example request number {i} that is rather long for a router prompt", "label": "simple"}
+    for i in range(16)
+)
 
 
 @pytest.mark.parametrize(
@@ -393,35 +517,75 @@ LONG_SHOTS = tuple({"text": f"Example request number {i} that is rather long for
     [
         ({"name": "Router_1"}, r"RouterEndpointProps\.name must be a DNS label"),
         ({"slm": "bad name!"}, r"RouterEndpointProps\.slm 'bad name!' is not a SageMaker endpoint name"),
-        ({"slm": 42}, r"RouterEndpointProps\.slm must be a GravitonEndpoint or the name of an existing SageMaker endpoint"),
-        ({"escalation": RouterEscalation.sagemaker("smollm2")}, r"the SLM's own endpoint cannot be the escalation target"),
-        ({"escalation": RouterEscalation(kind="sagemaker")}, r"kind sagemaker needs endpoint .*RouterEscalation\.sagemaker\(llm\)"),
-        ({"escalation": RouterEscalation(kind="azure")}, r"RouterEscalation\.kind must be sagemaker, bedrock or openai, got 'azure'"),
+        (
+            {"slm": 42},
+            r"RouterEndpointProps\.slm must be a GravitonEndpoint or the name of an existing SageMaker endpoint",
+        ),
+        (
+            {"escalation": RouterEscalation.sagemaker("smollm2")},
+            r"the SLM's own endpoint cannot be the escalation target",
+        ),
+        (
+            {"escalation": RouterEscalation(kind="sagemaker")},
+            r"kind sagemaker needs endpoint .*RouterEscalation\.sagemaker\(llm\)",
+        ),
+        (
+            {"escalation": RouterEscalation(kind="azure")},
+            r"RouterEscalation\.kind must be sagemaker, bedrock or openai, got 'azure'",
+        ),
         ({"escalation": RouterEscalation.bedrock("")}, r"kind bedrock needs model_id"),
-        ({"escalation": RouterEscalation.bedrock("us.anthropic.claude-3-5-haiku-20241022-v1:0")},
-         r"cross-Region inference profile.*give the foundation-model id 'anthropic\.claude-3-5-haiku-20241022-v1:0'"),
+        (
+            {"escalation": RouterEscalation.bedrock("us.anthropic.claude-3-5-haiku-20241022-v1:0")},
+            r"cross-Region inference profile.*give the foundation-model id 'anthropic\.claude-3-5-haiku-20241022-v1:0'",
+        ),
         ({"escalation": RouterEscalation.bedrock("arn:aws:bedrock:us-east-1::foundation-model/x.y")}, r"not an ARN"),
         ({"escalation": RouterEscalation.bedrock("claude")}, r"'claude' is not a Bedrock foundation-model id"),
-        ({"escalation": RouterEscalation.openai("llm.internal/v1")}, r"RouterEscalation\.url: kind openai needs the LLM's http\(s\) base URL"),
-        ({"escalation": RouterEscalation.openai("https://api.example.com/v1", api_key_secret="llm-key")},
-         r"api_key_secret: a router on SageMaker cannot receive an API key .*RouterEscalation\.bedrock.*run the router on EKS"),
+        (
+            {"escalation": RouterEscalation.openai("llm.internal/v1")},
+            r"RouterEscalation\.url: kind openai needs the LLM's http\(s\) base URL",
+        ),
+        (
+            {"escalation": RouterEscalation.openai("https://api.example.com/v1", api_key_secret="llm-key")},
+            r"api_key_secret: a router on SageMaker cannot receive an API key .*RouterEscalation\.bedrock.*run the router on EKS",
+        ),
         ({"labels": ("simple",)}, r"labels needs at least two distinct labels"),
-        ({"labels": ("easy", "hard"), "slm_labels": ("easy",)}, r"few_shot: labels \['easy', 'hard'\] need their own examples"),
+        (
+            {"labels": ("easy", "hard"), "slm_labels": ("easy",)},
+            r"few_shot: labels \['easy', 'hard'\] need their own examples",
+        ),
         ({"slm_labels": ("simple", "complex")}, r"slm_labels must be a non-empty strict subset of labels"),
         ({"slm_labels": ("easy",)}, r"slm_labels must be a non-empty strict subset"),
         ({"confidence_threshold": 1.5}, r"confidence_threshold must be within 0\.\.1"),
-        ({"few_shot": ({"text": "hi", "label": "medium"},)}, r"few_shot\[0\] needs exactly the keys text \(non-empty\) and label \(one of"),
-        ({"few_shot": LONG_SHOTS}, r"the router config is \d+ bytes as JSON but SageMaker allows 1024 bytes per environment value .*shorten few_shot \(16 examples\)"),
-        ({"config_overrides": {"slm_url": "http://x"}}, r"config_overrides may not set slm_url: the construct sets them"),
+        (
+            {"few_shot": ({"text": "hi", "label": "medium"},)},
+            r"few_shot\[0\] needs exactly the keys text \(non-empty\) and label \(one of",
+        ),
+        (
+            {"few_shot": LONG_SHOTS},
+            r"the router config is \d+ bytes as JSON but SageMaker allows 1024 bytes per environment value .*shorten few_shot \(16 examples\)",
+        ),
+        (
+            {"config_overrides": {"slm_url": "http://x"}},
+            r"config_overrides may not set slm_url: the construct sets them",
+        ),
         ({"max_in_flight": 0}, r"max_in_flight must be >= 1"),
         ({"instance_type": "c7g.large"}, r"instance_type must be a SageMaker instance type such as ml\.c7g\.large"),
         ({"instance_type": "ml.g5.xlarge"}, r"'ml\.g5\.xlarge' is not a SageMaker CPU instance in the catalog"),
-        ({"instance_type": "ml.c7i.large", "image": "x"}, r"image must be a LlamaCppImage .* or an EngineImage, got str"),
+        (
+            {"instance_type": "ml.c7i.large", "image": "x"},
+            r"image must be a LlamaCppImage .* or an EngineImage, got str",
+        ),
         ({"min_capacity": 0}, r"min_capacity must be >= 1 \(SageMaker real-time endpoints cannot scale to zero\)"),
         ({"min_capacity": 5}, r"max_capacity \(4\) must be >= min_capacity \(5\)"),
-        ({"initial_instance_count": 9}, r"initial_instance_count \(9\) must be within min_capacity\.\.max_capacity \(2\.\.4\)"),
+        (
+            {"initial_instance_count": 9},
+            r"initial_instance_count \(9\) must be within min_capacity\.\.max_capacity \(2\.\.4\)",
+        ),
         ({"target_concurrency": 100}, r"target_concurrency must be > 0 and <= max_in_flight \(64"),
-        ({"startup_health_check_timeout": cdk.Duration.seconds(10)}, r"startup_health_check_timeout must be 60\.\.3600 seconds"),
+        (
+            {"startup_health_check_timeout": cdk.Duration.seconds(10)},
+            r"startup_health_check_timeout must be 60\.\.3600 seconds",
+        ),
         ({"vpc_subnets": ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)}, r"vpc_subnets need a vpc"),
         ({"error_rate_5xx_percent": 0}, r"error_rate_5xx_percent must be in \(0, 100\]"),
         ({"endpoint_name_prefix": "-x"}, r"endpoint_name_prefix must be letters, digits and '-'"),
@@ -434,7 +598,10 @@ def test_bad_props_name_the_key_and_the_fix(props: RouterEndpointProps, change: 
 
 def test_image_architecture_must_match_the_instance(props: RouterEndpointProps, repo: ecr.IRepository) -> None:
     x86_only = dataclasses.replace(props, image=EngineImage(repo, digest=DIGEST, architectures=("amd64",)))
-    with pytest.raises(ValueError, match=r"image has no arm64 build \(amd64\) but ml\.c7g\.large is arm64 — build the router image for arm64"):
+    with pytest.raises(
+        ValueError,
+        match=r"image has no arm64 build \(amd64\) but ml\.c7g\.large is arm64 — build the router image for arm64",
+    ):
         x86_only.validate()
     dataclasses.replace(x86_only, instance_type="ml.c7i.large").validate()
 
@@ -444,8 +611,13 @@ def test_graviton_endpoint_as_slm_and_escalation_must_differ() -> None:
     slm, _ = _endpoints(stack)
     repo = ecr.Repository.from_repository_name(stack, "Repo", "slm-router")
     with pytest.raises(ValueError, match=r"the SLM's own endpoint cannot be the escalation target"):
-        RouterEndpoint(stack, "Router", props=RouterEndpointProps(
-            image=EngineImage(repo, digest=DIGEST), slm=slm, escalation=RouterEscalation.sagemaker(slm)))
+        RouterEndpoint(
+            stack,
+            "Router",
+            props=RouterEndpointProps(
+                image=EngineImage(repo, digest=DIGEST), slm=slm, escalation=RouterEscalation.sagemaker(slm)
+            ),
+        )
 
 
 # -- the README ----------------------------------------------------------------------------------------------------
@@ -459,7 +631,11 @@ def test_readme_router_example_synthesizes() -> None:
     env = resources[stack.get_logical_id(router.model)]["Properties"]["PrimaryContainer"]["Environment"]
     raw = _resolve(env["ROUTER_CONFIG_JSON"], {"AWS::Region": "eu-central-1"})  # an env-agnostic stack
     cfg = _load(raw)
-    assert (cfg.escalation.kind, cfg.escalation.endpoint_name, cfg.escalation.region) == ("sagemaker", ns["llm"].endpoint_name, "eu-central-1")
+    assert (cfg.escalation.kind, cfg.escalation.endpoint_name, cfg.escalation.region) == (
+        "sagemaker",
+        ns["llm"].endpoint_name,
+        "eu-central-1",
+    )
     assert cfg.confidence_threshold == 0.8 and json.loads(raw)["slm_endpoint_name"] == ns["slm"].endpoint_name
     (variant,) = resources[stack.get_logical_id(router.endpoint_config)]["Properties"]["ProductionVariants"]
     assert variant["InstanceType"] == "ml.c7g.large"

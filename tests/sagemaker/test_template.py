@@ -64,9 +64,13 @@ def test_one_endpoint_per_configured_model_on_its_instance_type(serving: Serving
     for name, instance_type in configured.items():
         ep = serving.endpoints[name]
         endpoint = _resource(serving, ep.endpoint)["Properties"]
-        assert endpoint["EndpointConfigName"] == {"Fn::GetAtt": [serving.logical_id(ep.endpoint_config), "EndpointConfigName"]}
+        assert endpoint["EndpointConfigName"] == {
+            "Fn::GetAtt": [serving.logical_id(ep.endpoint_config), "EndpointConfigName"]
+        }
         assert _variant(serving, name)["InstanceType"] == instance_type
-        assert _variant(serving, name)["InitialInstanceCount"] == next(m.replicas.min for m in serving.config.models if m.name == name)
+        assert _variant(serving, name)["InitialInstanceCount"] == next(
+            m.replicas.min for m in serving.config.models if m.name == name
+        )
 
 
 def test_names_are_generated_except_the_placement_keyed_endpoint_name(serving: Serving) -> None:
@@ -94,7 +98,10 @@ def test_model_data_is_the_artifact_prefix_downloaded_uncompressed(serving: Serv
         assert source["S3DataType"] == "S3Prefix" and source["CompressionType"] == "None"
         bucket = serving.logical_id(artifact.bucket.node.default_child)
         # The commit the copy pinned (its attribute), never the branch: scaled-out instances load the same bytes.
-        assert flatten(source["S3Uri"]) == f"s3://<{bucket}>/models/{name}/<{serving.logical_id(artifact.resource)}.Commit>/"
+        assert (
+            flatten(source["S3Uri"])
+            == f"s3://<{bucket}>/models/{name}/<{serving.logical_id(artifact.resource)}.Commit>/"
+        )
         assert container["Environment"]["MODEL_PATH"] == f"/opt/ml/model/{artifact.props.file}"
         assert container["Mode"] == "SingleModel"
         # Created only after the copy finished and the role can read it.
@@ -107,16 +114,26 @@ def test_zephyr_reference_config_synthesizes_with_sized_settings(serving: Servin
     copy = _resource(serving, serving.artifacts["zephyr-7b"].resource.node.default_child)["Properties"]
     assert (copy["HfRepo"], copy["File"]) == ("TheBloke/zephyr-7B-beta-GGUF", "zephyr-7b-beta.Q4_K_M.gguf")
     env = _env(serving, "zephyr-7b")
-    print(f"\nZephyr-7B-beta Q4_K_M on ml.c7g.8xlarge: threads {env['LLAMA_THREADS']}, slots {env['LLAMA_PARALLEL']}, "
-          f"ctx/slot {env['LLAMA_CTX_PER_SLOT']}, queue {env['LLAMA_QUEUE_DEPTH']}, prompt cache {env['LLAMA_CACHE_RAM_MIB']} MiB, "
-          f"download timeout {_variant(serving, 'zephyr-7b')['ModelDataDownloadTimeoutInSeconds']} s, "
-          f"health-check timeout {_variant(serving, 'zephyr-7b')['ContainerStartupHealthCheckTimeoutInSeconds']} s")
+    print(
+        f"\nZephyr-7B-beta Q4_K_M on ml.c7g.8xlarge: threads {env['LLAMA_THREADS']}, slots {env['LLAMA_PARALLEL']}, "
+        f"ctx/slot {env['LLAMA_CTX_PER_SLOT']}, queue {env['LLAMA_QUEUE_DEPTH']}, prompt cache {env['LLAMA_CACHE_RAM_MIB']} MiB, "
+        f"download timeout {_variant(serving, 'zephyr-7b')['ModelDataDownloadTimeoutInSeconds']} s, "
+        f"health-check timeout {_variant(serving, 'zephyr-7b')['ContainerStartupHealthCheckTimeoutInSeconds']} s"
+    )
     # The sample gave 8 slots 256 tokens each; here every slot gets the configured 4k context.
     assert (env["LLAMA_THREADS"], env["LLAMA_PARALLEL"], env["LLAMA_CTX_PER_SLOT"]) == ("32", "8", "4096")
     size = serving.config.models[1].source.size_bytes
     assert size == 4368438944
-    assert _variant(serving, "zephyr-7b")["ModelDataDownloadTimeoutInSeconds"] == model_download_timeout_seconds(size) == 300
-    assert _variant(serving, "zephyr-7b")["ContainerStartupHealthCheckTimeoutInSeconds"] == startup_health_check_timeout_seconds(size) == 270
+    assert (
+        _variant(serving, "zephyr-7b")["ModelDataDownloadTimeoutInSeconds"]
+        == model_download_timeout_seconds(size)
+        == 300
+    )
+    assert (
+        _variant(serving, "zephyr-7b")["ContainerStartupHealthCheckTimeoutInSeconds"]
+        == startup_health_check_timeout_seconds(size)
+        == 270
+    )
     assert ep.endpoint_name in flatten(_resource(serving, ep.endpoint)["Properties"]["EndpointName"])
 
 
@@ -135,13 +152,26 @@ def test_engine_environment_for_8b_q4_k_m_4k_on_c7g_8xlarge(serving: Serving, tm
     )
     assert (s.threads, s.slots, s.ctx_per_slot, s.ctx_total) == (32, 8, 4096, 32768)
     expected = {
-        "LLAMA_THREADS": "32", "LLAMA_PARALLEL": "8", "LLAMA_CTX_PER_SLOT": "4096",
-        "OMP_NUM_THREADS": "32", "MKL_NUM_THREADS": "32", "OPENBLAS_NUM_THREADS": "32", "INTRA_OP_NUM_THREADS": "32",
-        "NUM_INTER_THREADS": "1", "LLAMA_QUEUE_DEPTH": "8", "LLAMA_CACHE_RAM_MIB": "8192", "LLAMA_MODEL_ALIAS": "llama-8b",
+        "LLAMA_THREADS": "32",
+        "LLAMA_PARALLEL": "8",
+        "LLAMA_CTX_PER_SLOT": "4096",
+        "OMP_NUM_THREADS": "32",
+        "MKL_NUM_THREADS": "32",
+        "OPENBLAS_NUM_THREADS": "32",
+        "INTRA_OP_NUM_THREADS": "32",
+        "NUM_INTER_THREADS": "1",
+        "LLAMA_QUEUE_DEPTH": "8",
+        "LLAMA_CACHE_RAM_MIB": "8192",
+        "LLAMA_MODEL_ALIAS": "llama-8b",
         "MODEL_PATH": "/opt/ml/model/Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
     }
     assert env == expected
-    assert env == engine_settings(LLAMA_8B, "ml.c7g.8xlarge", alias="llama-8b", model_file="Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf").environment()
+    assert (
+        env
+        == engine_settings(
+            LLAMA_8B, "ml.c7g.8xlarge", alias="llama-8b", model_file="Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf"
+        ).environment()
+    )
 
     # The container's own flag code turns exactly this environment into the llama-server command line.
     sys.path.insert(0, str(ENGINE_DIR))
@@ -151,9 +181,21 @@ def test_engine_environment_for_8b_q4_k_m_4k_on_c7g_8xlarge(serving: Serving, tm
         sys.path.remove(str(ENGINE_DIR))
     model = tmp_path / "Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf"
     model.write_bytes(b"GGUF")
-    args = engine_flags.llama_server_args(engine_flags.config_from_env({**env, "MODEL_PATH": str(model)}, cpus=32, memory_limit=64 * sizing.GIB))
-    value = {flag: args[args.index(flag) + 1] for flag in ("--threads", "--threads-batch", "--parallel", "--ctx-size", "--cache-ram", "--alias")}
-    assert value == {"--threads": "32", "--threads-batch": "32", "--parallel": "8", "--ctx-size": "32768", "--cache-ram": "8192", "--alias": "llama-8b"}
+    args = engine_flags.llama_server_args(
+        engine_flags.config_from_env({**env, "MODEL_PATH": str(model)}, cpus=32, memory_limit=64 * sizing.GIB)
+    )
+    value = {
+        flag: args[args.index(flag) + 1]
+        for flag in ("--threads", "--threads-batch", "--parallel", "--ctx-size", "--cache-ram", "--alias")
+    }
+    assert value == {
+        "--threads": "32",
+        "--threads-batch": "32",
+        "--parallel": "8",
+        "--ctx-size": "32768",
+        "--cache-ram": "8192",
+        "--alias": "llama-8b",
+    }
 
 
 def test_smaller_instance_gets_its_own_threads_and_slots(serving: Serving) -> None:
@@ -174,11 +216,21 @@ def test_timeouts_grow_with_the_model_file(serving: Serving) -> None:
     assert small["ContainerStartupHealthCheckTimeoutInSeconds"] < large["ContainerStartupHealthCheckTimeoutInSeconds"]
     huge = sizing.weights_bytes(sizing.ModelSpec(parameters_billions=70, quantization="Q4_K_M"))
     assert (model_download_timeout_seconds(huge), startup_health_check_timeout_seconds(huge)) == (1740, 840)
-    assert model_download_timeout_seconds(10**12) == 3600 and startup_health_check_timeout_seconds(0) == 180 and startup_health_check_timeout_seconds(1) == 210
+    assert (
+        model_download_timeout_seconds(10**12) == 3600
+        and startup_health_check_timeout_seconds(0) == 180
+        and startup_health_check_timeout_seconds(1) == 210
+    )
 
 
 # The ML storage volume's range from SageMaker's API model (shape ProductionVariantVolumeSizeInGB), not from our code.
-_VOLUME = botocore.session.get_session().get_service_model("sagemaker").shape_for("ProductionVariant").members["VolumeSizeInGB"].metadata
+_VOLUME = (
+    botocore.session.get_session()
+    .get_service_model("sagemaker")
+    .shape_for("ProductionVariant")
+    .members["VolumeSizeInGB"]
+    .metadata
+)
 
 
 @pytest.mark.parametrize("name", ["smollm2-1-7b", "zephyr-7b", "llama-8b"])
@@ -202,7 +254,10 @@ def test_ml_storage_volume_grows_with_the_model_and_stops_at_sagemakers_maximum(
 def test_instance_storage_types_get_no_volume_size() -> None:
     # SageMaker attaches no EBS volume to "d" types and refuses VolumeSizeInGB there (SageMaker Python SDK's
     # volume_size_supported); r7gd is the Graviton3 memory-optimized hosting type.
-    assert "ml.r7gd.2xlarge" in botocore.session.get_session().get_service_model("sagemaker").shape_for("ProductionVariantInstanceType").enum
+    assert (
+        "ml.r7gd.2xlarge"
+        in botocore.session.get_session().get_service_model("sagemaker").shape_for("ProductionVariantInstanceType").enum
+    )
     variant = _variant_of(placement("ml.r7gd.2xlarge"))
     assert "VolumeSizeInGB" not in variant and variant["InstanceType"] == "ml.r7gd.2xlarge"
     assert _variant_of(placement("ml.c7g.8xlarge"))["VolumeSizeInGB"] >= 11
@@ -222,13 +277,23 @@ def test_autoscaling_target_and_policy(serving: Serving, name: str) -> None:
     ep = serving.endpoints[name]
     target = _resource(serving, ep.scalable_target)["Properties"]
     assert (target["MinCapacity"], target["MaxCapacity"]) == (ep.props.min_capacity, ep.props.max_capacity)
-    assert target["ServiceNamespace"] == "sagemaker" and target["ScalableDimension"] == "sagemaker:variant:DesiredInstanceCount"
-    assert flatten(target["ResourceId"]) == f"endpoint/<{serving.logical_id(ep.endpoint)}.EndpointName>/variant/AllTraffic"
-    assert flatten(target["RoleARN"]).endswith(":role/aws-service-role/sagemaker.application-autoscaling.amazonaws.com/AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint")
+    assert (
+        target["ServiceNamespace"] == "sagemaker"
+        and target["ScalableDimension"] == "sagemaker:variant:DesiredInstanceCount"
+    )
+    assert (
+        flatten(target["ResourceId"]) == f"endpoint/<{serving.logical_id(ep.endpoint)}.EndpointName>/variant/AllTraffic"
+    )
+    assert flatten(target["RoleARN"]).endswith(
+        ":role/aws-service-role/sagemaker.application-autoscaling.amazonaws.com/AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint"
+    )
     policy = _resource(serving, ep.scaling_policy)["Properties"]
     assert policy["PolicyType"] == "TargetTrackingScaling"
     tracking = policy["TargetTrackingScalingPolicyConfiguration"]
-    assert tracking["PredefinedMetricSpecification"]["PredefinedMetricType"] == "SageMakerVariantConcurrentRequestsPerModelHighResolution"
+    assert (
+        tracking["PredefinedMetricSpecification"]["PredefinedMetricType"]
+        == "SageMakerVariantConcurrentRequestsPerModelHighResolution"
+    )
     assert tracking["TargetValue"] == math.floor(0.75 * ep.sizing.slots) >= 1
     assert (tracking["ScaleOutCooldown"], tracking["ScaleInCooldown"]) == (120, 600)
     assert _resource(serving, ep.endpoint)["Properties"]["RetainAllVariantProperties"] is True
@@ -260,11 +325,18 @@ def test_alarms(serving: Serving, name: str) -> None:
     assert ep.alarms.keys() == {"latency_p95", "errors_4xx", "errors_5xx", "cpu", "memory"}
 
     latency = _alarm(serving, name, "latency_p95")
-    assert (latency["Namespace"], latency["MetricName"], latency["ExtendedStatistic"]) == ("AWS/SageMaker", "ModelLatency", "p95")
+    assert (latency["Namespace"], latency["MetricName"], latency["ExtendedStatistic"]) == (
+        "AWS/SageMaker",
+        "ModelLatency",
+        "p95",
+    )
     # ModelLatency is the whole generation: the SLO (first token) + the answer's decode budget, in microseconds.
     budget_ms = slo_ms + {"smollm2-1-7b": 256, "zephyr-7b": 256, "llama-8b": 256}[name] * 100
     assert latency["Threshold"] == budget_ms * 1000 and latency["Dimensions"] == dims
-    assert f"above {budget_ms:g} ms ({slo_ms:g} ms first-token SLO + 256 output tokens x 100 ms)" in latency["AlarmDescription"]
+    assert (
+        f"above {budget_ms:g} ms ({slo_ms:g} ms first-token SLO + 256 output tokens x 100 ms)"
+        in latency["AlarmDescription"]
+    )
 
     for key, metric, threshold in (("errors_4xx", "Invocation4XXErrors", 5), ("errors_5xx", "Invocation5XXErrors", 1)):
         alarm = _alarm(serving, name, key)
@@ -280,7 +352,11 @@ def test_alarms(serving: Serving, name: str) -> None:
     assert _metrics(cpu)["cpu"]["Namespace"] == "/aws/sagemaker/Endpoints"
     assert [q["Expression"] for q in cpu["Metrics"] if "Expression" in q] == [f"cpu / {ep.sizing.instance.vcpus}"]
     memory = _alarm(serving, name, "memory")
-    assert (memory["Namespace"], memory["MetricName"], memory["Threshold"]) == ("/aws/sagemaker/Endpoints", "MemoryUtilization", 85)
+    assert (memory["Namespace"], memory["MetricName"], memory["Threshold"]) == (
+        "/aws/sagemaker/Endpoints",
+        "MemoryUtilization",
+        85,
+    )
 
 
 def test_latency_alarm_is_quiet_under_normal_traffic_and_fires_when_decode_degrades(serving: Serving) -> None:
@@ -305,9 +381,19 @@ def test_alarm_topic_and_dashboard(serving: Serving) -> None:
     assert "AlarmActions" not in _alarm(serving, "zephyr-7b", "cpu")
     dashboards = serving.resources("AWS::CloudWatch::Dashboard")
     assert len(dashboards) == 3
-    body = flatten(_resource(serving, serving.endpoints["zephyr-7b"].dashboard.node.default_child)["Properties"]["DashboardBody"])
-    for needle in ("ModelLatency", "Invocation5XXErrors", "ConcurrentRequestsPerModel", "CPUUtilization", "MemoryUtilization",
-                   f"p95 alarm {serving.config.slo.p95_latency_ms + 256 * 100} ms", "scaling target 6", "429 above 16"):
+    body = flatten(
+        _resource(serving, serving.endpoints["zephyr-7b"].dashboard.node.default_child)["Properties"]["DashboardBody"]
+    )
+    for needle in (
+        "ModelLatency",
+        "Invocation5XXErrors",
+        "ConcurrentRequestsPerModel",
+        "CPUUtilization",
+        "MemoryUtilization",
+        f"p95 alarm {serving.config.slo.p95_latency_ms + 256 * 100} ms",
+        "scaling target 6",
+        "429 above 16",
+    ):
         assert needle in body, needle
     assert all("DashboardName" not in d["Properties"] for d in dashboards.values())
 
@@ -329,7 +415,9 @@ def test_role_reads_only_its_model_prefix(serving: Serving, name: str) -> None:
     writes = [st for st in s3 if st not in reads and st not in lists]
     # Only the data-capture endpoint may write, and only under its capture prefix (not the model bucket).
     for st in writes:
-        assert _as_list(st["Action"]) == ["s3:PutObject"] and flatten(st["Resource"]).endswith(f"/data-capture/{name}/*")
+        assert _as_list(st["Action"]) == ["s3:PutObject"] and flatten(st["Resource"]).endswith(
+            f"/data-capture/{name}/*"
+        )
         assert bucket not in flatten(st["Resource"])
     assert bool(writes) == (name == "llama-8b")
 
@@ -340,7 +428,11 @@ def test_role_pulls_only_its_image(serving: Serving, name: str) -> None:
     ecr = [st for st in _statements(serving, name) if any(a.startswith("ecr:") for a in _as_list(st["Action"]))]
     pulls = [st for st in ecr if "ecr:GetAuthorizationToken" not in _as_list(st["Action"])]
     assert [flatten(st["Resource"]) for st in pulls] == [f"<{repo}.Arn>"]
-    assert set(_as_list(pulls[0]["Action"])) == {"ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer", "ecr:BatchGetImage"}
+    assert set(_as_list(pulls[0]["Action"])) == {
+        "ecr:BatchCheckLayerAvailability",
+        "ecr:GetDownloadUrlForLayer",
+        "ecr:BatchGetImage",
+    }
     token = [st for st in ecr if st not in pulls]
     assert [(_as_list(st["Action"]), st["Resource"]) for st in token] == [(["ecr:GetAuthorizationToken"], "*")]
     image = _resource(serving, serving.endpoints[name].model)["Properties"]["PrimaryContainer"]["Image"]
@@ -353,14 +445,35 @@ def test_role_pulls_only_its_image(serving: Serving, name: str) -> None:
 def test_role_has_nothing_else(serving: Serving, name: str) -> None:
     ep = serving.endpoints[name]
     allowed = {
-        "s3:GetObject", "s3:ListBucket", "ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer", "ecr:BatchGetImage",
-        "ecr:GetAuthorizationToken", "kms:Decrypt", "logs:CreateLogStream", "logs:PutLogEvents", "logs:CreateLogGroup",
-        "logs:DescribeLogStreams", "cloudwatch:PutMetricData", "kms:CreateGrant", "kms:DescribeKey",
+        "s3:GetObject",
+        "s3:ListBucket",
+        "ecr:BatchCheckLayerAvailability",
+        "ecr:GetDownloadUrlForLayer",
+        "ecr:BatchGetImage",
+        "ecr:GetAuthorizationToken",
+        "kms:Decrypt",
+        "logs:CreateLogStream",
+        "logs:PutLogEvents",
+        "logs:CreateLogGroup",
+        "logs:DescribeLogStreams",
+        "cloudwatch:PutMetricData",
+        "kms:CreateGrant",
+        "kms:DescribeKey",
     }
     if name == "llama-8b":  # VPC + data capture
-        allowed |= {"s3:PutObject", "kms:GenerateDataKey", "ec2:DescribeVpcs", "ec2:DescribeDhcpOptions", "ec2:DescribeSubnets",
-                    "ec2:DescribeSecurityGroups", "ec2:DescribeNetworkInterfaces", "ec2:CreateNetworkInterface",
-                    "ec2:CreateNetworkInterfacePermission", "ec2:DeleteNetworkInterface", "ec2:DeleteNetworkInterfacePermission"}
+        allowed |= {
+            "s3:PutObject",
+            "kms:GenerateDataKey",
+            "ec2:DescribeVpcs",
+            "ec2:DescribeDhcpOptions",
+            "ec2:DescribeSubnets",
+            "ec2:DescribeSecurityGroups",
+            "ec2:DescribeNetworkInterfaces",
+            "ec2:CreateNetworkInterface",
+            "ec2:CreateNetworkInterfacePermission",
+            "ec2:DeleteNetworkInterface",
+            "ec2:DeleteNetworkInterfacePermission",
+        }
     statements = _statements(serving, name)
     actions = {a for st in statements for a in _as_list(st["Action"])}
     assert actions <= allowed, actions - allowed
@@ -369,7 +482,9 @@ def test_role_has_nothing_else(serving: Serving, name: str) -> None:
         resources = [flatten(r) for r in _as_list(st["Resource"])]
         if "*" in resources:
             acts = set(_as_list(st["Action"]))
-            assert acts <= {"ecr:GetAuthorizationToken", "cloudwatch:PutMetricData"} or all(a.startswith("ec2:") for a in acts), st
+            assert acts <= {"ecr:GetAuthorizationToken", "cloudwatch:PutMetricData"} or all(
+                a.startswith("ec2:") for a in acts
+            ), st
             if acts & {"cloudwatch:PutMetricData"}:
                 assert st["Condition"] == {"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/*"}}
             if acts & {"ec2:CreateNetworkInterface"}:
@@ -386,7 +501,9 @@ def test_role_has_nothing_else(serving: Serving, name: str) -> None:
 
 def test_grant_invoke_is_scoped_to_one_endpoint(serving: Serving) -> None:
     router = serving.logical_id(serving.router.node.default_child)
-    (policy,) = [p for p in serving.resources("AWS::IAM::Policy").values() if {"Ref": router} in p["Properties"]["Roles"]]
+    (policy,) = [
+        p for p in serving.resources("AWS::IAM::Policy").values() if {"Ref": router} in p["Properties"]["Roles"]
+    ]
     (st,) = policy["Properties"]["PolicyDocument"]["Statement"]
     assert set(st["Action"]) == {"sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithResponseStream"}
     assert st["Resource"] == {"Ref": serving.logical_id(serving.endpoints["zephyr-7b"].endpoint)}
@@ -415,7 +532,10 @@ def test_encryption_isolation_vpc_and_capture(serving: Serving) -> None:
     assert [(e["IpProtocol"], e["FromPort"], e["ToPort"]) for e in group["SecurityGroupEgress"]] == [("tcp", 443, 443)]
     capture = _resource(serving, ep.endpoint_config)["Properties"]["DataCaptureConfig"]
     assert capture["InitialSamplingPercentage"] == 20 and capture["EnableCapture"] is True
-    assert flatten(capture["DestinationS3Uri"]) == f"s3://<{serving.logical_id(ep.capture_bucket.node.default_child)}>/data-capture/llama-8b"
+    assert (
+        flatten(capture["DestinationS3Uri"])
+        == f"s3://<{serving.logical_id(ep.capture_bucket.node.default_child)}>/data-capture/llama-8b"
+    )
     assert {o["CaptureMode"] for o in capture["CaptureOptions"]} == {"Input", "Output"}
     bucket = _resource(serving, ep.capture_bucket)["Properties"]
     (rule,) = bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"]

@@ -74,19 +74,24 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     tmp = tmp_path_factory.mktemp("vllm-serve")
     python = vllm_python()
     adapter, engine = free_port(), free_port()
-    env = entrypoint_env({
-        **env_rendered,
-        "MODEL_PATH": str(vllm_model_dir()),
-        "SAGEMAKER_BIND_TO_PORT": str(adapter), "SERVE_ENGINE_PORT": str(engine),
-        **({"LLAMA_RUN_AS": "0:0"} if os.geteuid() == 0 else {}),
-        "SERVE_PRELOAD_DIR": str(preload_dir(tmp, python)),
-    })
+    env = entrypoint_env(
+        {
+            **env_rendered,
+            "MODEL_PATH": str(vllm_model_dir()),
+            "SAGEMAKER_BIND_TO_PORT": str(adapter),
+            "SERVE_ENGINE_PORT": str(engine),
+            **({"LLAMA_RUN_AS": "0:0"} if os.geteuid() == 0 else {}),
+            "SERVE_PRELOAD_DIR": str(preload_dir(tmp, python)),
+        }
+    )
     log = tmp / "serve.log"
     proc = start_entrypoint(python, env, "serve", log=log)
     try:
         seconds = wait_ready(f"http://127.0.0.1:{adapter}/ping", proc, log, timeout=max(budget, 600))
         # Measured here (2 shared vCPUs): compare with the budget SageMaker will hold the container to.
-        print(f"vLLM serve mode: /ping 200 after {seconds:.0f} s (ContainerStartupHealthCheckTimeoutInSeconds {budget})")
+        print(
+            f"vLLM serve mode: /ping 200 after {seconds:.0f} s (ContainerStartupHealthCheckTimeoutInSeconds {budget})"
+        )
         yield Served(f"http://127.0.0.1:{adapter}", env_rendered, budget, seconds, log)
     finally:
         stop_group(proc)
@@ -99,9 +104,14 @@ def test_serve_mode_from_the_synthesized_environment(served: Served) -> None:
     assert served.seconds < served.budget, f"/ping took {served.seconds:.0f} s, over the synthesized {served.budget} s"
     text = served.log.read_text(errors="replace")
     assert "VLLM_CPU_OMP_THREADS_BIND='auto', auto_setup=True" in text and "reserve_cpu_num=1" in text, text[-3000:]
-    status, answer = post(f"{served.url}/invocations", {
-        "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "temperature": 0,
-    })
+    status, answer = post(
+        f"{served.url}/invocations",
+        {
+            "messages": [{"role": "user", "content": "Say hello."}],
+            "max_tokens": 8,
+            "temperature": 0,
+        },
+    )
     assert status == 200 and answer["model"] == env["SERVE_MODEL_NAME"] == "smollm2-vllm"
     assert answer["choices"][0]["message"]["content"].strip()
     assert answer["usage"]["completion_tokens"] <= 8

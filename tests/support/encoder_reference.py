@@ -68,8 +68,13 @@ json.dump(out, sys.stdout)
 
 
 def _run(request: dict[str, Any]) -> Any:
-    out = subprocess.run([str(vllm_python()), "-c", _SCRIPT], input=json.dumps(request), capture_output=True, text=True,
-                         env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"})
+    out = subprocess.run(
+        [str(vllm_python()), "-c", _SCRIPT],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"},
+    )
     if out.returncode != 0:
         raise RuntimeError(f"the transformers reference failed:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout)

@@ -19,14 +19,18 @@ def llama_server_path() -> Path:
     explicit = os.environ.get("LLAMA_SERVER_BIN")
     if explicit:
         return Path(explicit)
-    out = subprocess.run(["bash", str(ROOT / "scripts" / "build_llama_server.sh")], check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "build_llama_server.sh")], check=True, capture_output=True, text=True
+    )
     return Path(out.stdout.strip().splitlines()[-1])
 
 
 def pinned_sdist() -> Path:
     """The pinned llama-cpp-python sdist (engine-pin.env) in the cache, sha256-checked: the same file the engine
     build and the image start from (scripts/pinned_sdist.sh downloads it from PyPI once)."""
-    out = subprocess.run(["bash", str(ROOT / "scripts" / "pinned_sdist.sh")], check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "pinned_sdist.sh")], check=True, capture_output=True, text=True
+    )
     return Path(out.stdout.strip().splitlines()[-1])
 
 
@@ -54,7 +58,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_healthy(base_url: str, proc: subprocess.Popen | None = None, timeout: float = 120, path: str = "/health") -> None:
+def wait_healthy(
+    base_url: str, proc: subprocess.Popen | None = None, timeout: float = 120, path: str = "/health"
+) -> None:
     """Poll `base_url + path` until it answers 200 (llama-server: /health; a SageMaker container: /ping)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -71,11 +77,17 @@ def wait_healthy(base_url: str, proc: subprocess.Popen | None = None, timeout: f
 
 
 @contextmanager
-def llama_server(binary: Path, model: Path, *args: str, port: int | None = None, log: Path | None = None) -> Iterator[str]:
+def llama_server(
+    binary: Path, model: Path, *args: str, port: int | None = None, log: Path | None = None
+) -> Iterator[str]:
     """Run `llama-server -m model --host 127.0.0.1 --port N args...`; yields the base URL."""
     port = port or free_port()
     out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - the server's log stays open while it runs
-    proc = subprocess.Popen([str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), *args], stdout=out, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), *args],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(base, proc)

@@ -40,7 +40,9 @@ def helm_charts(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
 @cache
 def _crd_schemas(crd_dir: str) -> dict[tuple[str, str], dict[str, Any]]:
     # A missing directory fails here, loudly: skipping the custom objects' validation would pass unchecked objects.
-    assert Path(crd_dir).is_dir(), f"no CRD directory at {crd_dir}: the upstream CRDs (../shared/crds) belong beside the repo"
+    assert Path(crd_dir).is_dir(), (
+        f"no CRD directory at {crd_dir}: the upstream CRDs (../shared/crds) belong beside the repo"
+    )
     out: dict[tuple[str, str], dict[str, Any]] = {}
     for f in sorted(Path(crd_dir).glob("*.yaml")):
         crd = yaml.safe_load(f.read_text())
@@ -62,7 +64,10 @@ def validate_custom(obj: dict[str, Any], crd_dir: Path = SHARED_CRDS) -> list[st
     if schema is None:
         return [f"no CRD for {obj['apiVersion']} {obj['kind']} in {crd_dir}"]
     validator = jsonschema.Draft7Validator(schema)
-    return [f"{obj['kind']}/{obj.get('metadata', {}).get('name')}: {'/'.join(map(str, e.path))}: {e.message}" for e in validator.iter_errors(obj)]
+    return [
+        f"{obj['kind']}/{obj.get('metadata', {}).get('name')}: {'/'.join(map(str, e.path))}: {e.message}"
+        for e in validator.iter_errors(obj)
+    ]
 
 
 def validate_core(obj: dict[str, Any], minor: str) -> list[str]:

@@ -41,9 +41,21 @@ LAMBDA_DIR = ROOT / "lambda"
 IMAGE_LLAMA_DIR = "/opt/llama"
 THREAD_VARS = ("LLAMA_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "INTRA_OP_NUM_THREADS")
 # The container env names a test machine swaps (everything else is exactly the rendered value).
-SWAPPED_ENV = (*THREAD_VARS, "MODEL_PATH", "LLAMA_SERVER_BIN", "LLAMA_HOST", "LLAMA_PORT", "LLAMA_MODELS_PRESET",
-               "SERVE_HOST", "SERVE_PORT", "SAGEMAKER_BIND_TO_PORT", "ADAPTER_HOST", "LLAMA_RUN_AS", "SM_MODEL_DIR",
-               "LLAMA_ENGINE_PORT")
+SWAPPED_ENV = (
+    *THREAD_VARS,
+    "MODEL_PATH",
+    "LLAMA_SERVER_BIN",
+    "LLAMA_HOST",
+    "LLAMA_PORT",
+    "LLAMA_MODELS_PRESET",
+    "SERVE_HOST",
+    "SERVE_PORT",
+    "SAGEMAKER_BIND_TO_PORT",
+    "ADAPTER_HOST",
+    "LLAMA_RUN_AS",
+    "SM_MODEL_DIR",
+    "LLAMA_ENGINE_PORT",
+)
 
 
 @dataclass
@@ -80,8 +92,13 @@ def _port() -> int:
 
 
 def _base_env(**extra: str) -> dict[str, str]:
-    keep = {k: v for k, v in os.environ.items()
-            if not k.startswith(("LLAMA_", "SAGEMAKER_", "ADAPTER_", "MODEL_", "SM_", "MME_", "SERVE_", "VLLM_", "ROUTER_", "AWS_"))}
+    keep = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(
+            ("LLAMA_", "SAGEMAKER_", "ADAPTER_", "MODEL_", "SM_", "MME_", "SERVE_", "VLLM_", "ROUTER_", "AWS_")
+        )
+    }
     keep.update(LLAMA_ARG_REPACK="0")  # this machine's hypervisor faults on AMX tiles (tests/conftest.py)
     keep.update(extra)
     return keep
@@ -100,7 +117,11 @@ class Started:
     urls: dict[str, str] = field(default_factory=dict)
 
     def tail(self, n: int = 15) -> str:
-        return "\n".join(f"--- {log.name}\n" + "\n".join(log.read_text(errors="replace").splitlines()[-n:]) for log in self.logs if log.exists())
+        return "\n".join(
+            f"--- {log.name}\n" + "\n".join(log.read_text(errors="replace").splitlines()[-n:])
+            for log in self.logs
+            if log.exists()
+        )
 
     def spawn(self, argv: list[str], env: Mapping[str, str], log: Path, **kw: Any) -> subprocess.Popen:
         with open(log, "wb") as out:
@@ -115,6 +136,7 @@ class Started:
 
 
 # --- EKS ------------------------------------------------------------------------------------------------------------
+
 
 def _container(obj: dict[str, Any], name: str) -> dict[str, Any] | None:
     return next((c for c in obj["spec"]["template"]["spec"]["containers"] if c["name"] == name), None)
@@ -139,7 +161,9 @@ def eks_dedicated_llama(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]
 
 
 def eks_dedicated_vllm(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {o["metadata"]["name"]: c for o in objs if o["kind"] == "Deployment" and (c := _container(o, "vllm")) is not None}
+    return {
+        o["metadata"]["name"]: c for o in objs if o["kind"] == "Deployment" and (c := _container(o, "vllm")) is not None
+    }
 
 
 def gateway_config(objs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -148,8 +172,13 @@ def gateway_config(objs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 @contextmanager
-def eks_stack(syn: Synthesized, files: Callable[[str], Path], binary: Path, workdir: Path,
-              vllm: Callable[[str, dict[str, str], Path], tuple[str, Callable[[], None]]] | None = None) -> Iterator[Started]:
+def eks_stack(
+    syn: Synthesized,
+    files: Callable[[str], Path],
+    binary: Path,
+    workdir: Path,
+    vllm: Callable[[str, dict[str, str], Path], tuple[str, Callable[[], None]]] | None = None,
+) -> Iterator[Started]:
     """The EKS path: dedicated engines, pool replicas and the gateway, from the rendered objects. `files(model)` is
     the stand-in file of a config model; `vllm(name, rendered_env, log)` starts a vLLM container (returns its URL and
     a stopper) for vLLM Deployments."""
@@ -163,7 +192,9 @@ def eks_stack(syn: Synthesized, files: Callable[[str], Path], binary: Path, work
         for name, c in eks_dedicated_llama(objs).items():
             port = _port()
             env = _base_env(**_one_thread(_env(c)))
-            env.update(MODEL_PATH=str(files(name)), LLAMA_SERVER_BIN=str(binary), LLAMA_HOST="127.0.0.1", LLAMA_PORT=str(port))
+            env.update(
+                MODEL_PATH=str(files(name)), LLAMA_SERVER_BIN=str(binary), LLAMA_HOST="127.0.0.1", LLAMA_PORT=str(port)
+            )
             started.spawn(_local_entrypoint(c["command"]), env, workdir / f"{name}.log")
             service_url[name] = f"http://127.0.0.1:{port}"
         for name, c in eks_dedicated_vllm(objs).items():
@@ -196,8 +227,14 @@ def eks_stack(syn: Synthesized, files: Callable[[str], Path], binary: Path, work
             stop()
 
 
-def _pool_replicas(objs: list[dict[str, Any]], pool: dict[str, Any], files: Callable[[str], Path], binary: Path,
-                   workdir: Path, started: Started) -> list[str]:
+def _pool_replicas(
+    objs: list[dict[str, Any]],
+    pool: dict[str, Any],
+    files: Callable[[str], Path],
+    binary: Path,
+    workdir: Path,
+    started: Started,
+) -> list[str]:
     """Every replica of the pool's StatefulSet (its rendered `replicas` URLs), each the container's command over the
     ConfigMap's preset with /models mapped to a local directory of stand-in files at the preset's paths."""
     sts = next(o for o in objs if o["kind"] == "StatefulSet" and o["metadata"]["name"] == f"pool-{pool['name']}")
@@ -205,8 +242,10 @@ def _pool_replicas(objs: list[dict[str, Any]], pool: dict[str, Any], files: Call
     assert c is not None
     env = _env(c)
     cm = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == f"pool-{pool['name']}")
-    mount = next(m["mountPath"] for m in c["volumeMounts"] if env["LLAMA_MODELS_PRESET"].startswith(m["mountPath"] + "/"))
-    key = env["LLAMA_MODELS_PRESET"][len(mount) + 1:]
+    mount = next(
+        m["mountPath"] for m in c["volumeMounts"] if env["LLAMA_MODELS_PRESET"].startswith(m["mountPath"] + "/")
+    )
+    key = env["LLAMA_MODELS_PRESET"][len(mount) + 1 :]
     preset = cm["data"][key]
     models_dir = workdir / f"pool-{pool['name']}-models"
     section = None
@@ -229,13 +268,19 @@ def _pool_replicas(objs: list[dict[str, Any]], pool: dict[str, Any], files: Call
     for i in range(len(pool["replicas"])):
         port = _port()
         penv = _base_env(**_one_thread(env))
-        penv.update(LLAMA_MODELS_PRESET=str(preset_path), LLAMA_SERVER_BIN=str(binary), LLAMA_HOST="127.0.0.1", LLAMA_PORT=str(port))
+        penv.update(
+            LLAMA_MODELS_PRESET=str(preset_path),
+            LLAMA_SERVER_BIN=str(binary),
+            LLAMA_HOST="127.0.0.1",
+            LLAMA_PORT=str(port),
+        )
         started.spawn(_local_entrypoint(c["command"]), penv, workdir / f"pool-{pool['name']}-{i}.log")
         urls.append(f"http://127.0.0.1:{port}")
     return urls
 
 
 # --- SageMaker ------------------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class SageMakerModel:
@@ -306,14 +351,24 @@ def boto3_runtime(url: str) -> Any:
     import boto3
     from botocore.config import Config
 
-    return boto3.client("sagemaker-runtime", endpoint_url=url, region_name="us-east-1", aws_access_key_id="testing",
-                        aws_secret_access_key="testing",
-                        config=Config(retries={"max_attempts": 1, "mode": "standard"}, read_timeout=180))
+    return boto3.client(
+        "sagemaker-runtime",
+        endpoint_url=url,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=Config(retries={"max_attempts": 1, "mode": "standard"}, read_timeout=180),
+    )
 
 
 @contextmanager
-def sagemaker_stack(syn: Synthesized, files: Callable[[str], Path], binary: Path, workdir: Path,
-                    vllm: Callable[[str, dict[str, str], Path], tuple[str, Callable[[], None]]] | None = None) -> Iterator[SageMakerPaths]:
+def sagemaker_stack(
+    syn: Synthesized,
+    files: Callable[[str], Path],
+    binary: Path,
+    workdir: Path,
+    vllm: Callable[[str, dict[str, str], Path], tuple[str, Callable[[], None]]] | None = None,
+) -> Iterator[SageMakerPaths]:
     """Every endpoint of the template as SageMaker runs it, each behind its own SageMaker Runtime emulator."""
     from tests.evaluation.sagemaker_emulator import MultiModelStore, SageMakerRuntimeEmulator
 
@@ -338,23 +393,32 @@ def sagemaker_stack(syn: Synthesized, files: Callable[[str], Path], binary: Path
                 continue
             port = _port()
             env = _base_env(**_one_thread(sm.environment))
-            env.update(LLAMA_SERVER_BIN=str(binary), SAGEMAKER_BIND_TO_PORT=str(port), ADAPTER_HOST="127.0.0.1",
-                       LLAMA_ENGINE_PORT=str(_port()), LLAMA_RUN_AS=f"{os.getuid()}:{os.getgid()}")
+            env.update(
+                LLAMA_SERVER_BIN=str(binary),
+                SAGEMAKER_BIND_TO_PORT=str(port),
+                ADAPTER_HOST="127.0.0.1",
+                LLAMA_ENGINE_PORT=str(_port()),
+                LLAMA_RUN_AS=f"{os.getuid()}:{os.getgid()}",
+            )
             store = None
             if sm.mode == "MultiModel":
                 env["SAGEMAKER_MULTI_MODEL"] = "true"  # SageMaker injects it into a multi-model endpoint's container
-                store = MultiModelStore({t: a for m, (t, a) in artifacts.items() if m in pool_models[sm.endpoint_name]},
-                                        workdir / f"{sm.endpoint_name}-opt-ml-models")
+                store = MultiModelStore(
+                    {t: a for m, (t, a) in artifacts.items() if m in pool_models[sm.endpoint_name]},
+                    workdir / f"{sm.endpoint_name}-opt-ml-models",
+                )
             else:
                 name = model_of(sm)
                 model_dir = workdir / f"{sm.endpoint_name}-opt-ml-model"
                 model_dir.mkdir(parents=True, exist_ok=True)
                 rendered = sm.environment["MODEL_PATH"]
                 assert rendered.startswith("/opt/ml/model/"), rendered
-                local = model_dir / rendered[len("/opt/ml/model/"):]
+                local = model_dir / rendered[len("/opt/ml/model/") :]
                 local.symlink_to(files(name))
                 env.update(MODEL_PATH=str(local), SM_MODEL_DIR=str(model_dir))
-            started.spawn([sys.executable, str(LLAMA_DIR / "entrypoint.py"), "serve"], env, workdir / f"{sm.endpoint_name}.log")
+            started.spawn(
+                [sys.executable, str(LLAMA_DIR / "entrypoint.py"), "serve"], env, workdir / f"{sm.endpoint_name}.log"
+            )
             containers.append((sm, f"http://127.0.0.1:{port}", store))
         for sm, url, store in containers:
             try:
@@ -400,8 +464,14 @@ def mme_artifacts_index(store: Any) -> dict[str, tuple[str, Path]]:
 
 
 @contextmanager
-def deployed(target: str, config_text: str, files: Callable[[str], Path], binary: Path, workdir: Path,
-             vllm: Callable[[str, dict[str, str], Path], tuple[str, Callable[[], None]]] | None = None) -> Iterator[Any]:
+def deployed(
+    target: str,
+    config_text: str,
+    files: Callable[[str], Path],
+    binary: Path,
+    workdir: Path,
+    vllm: Callable[[str, dict[str, str], Path], tuple[str, Callable[[], None]]] | None = None,
+) -> Iterator[Any]:
     """`config_text` synthesized, then its `target` path started (eks_stack or sagemaker_stack)."""
     start = {"eks": eks_stack, "sagemaker": sagemaker_stack}[target]
     with start(synthesize(config_text, workdir), files, binary, workdir, vllm=vllm) as running:

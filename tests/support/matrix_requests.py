@@ -37,13 +37,17 @@ EXTRACT_SCHEMA = {
     "required": ["city", "country"],
     "additionalProperties": False,
 }
-EMBED_TEXTS = ("Graviton instances run quantized models cheaply.",
-               "The cat sat on the mat.",
-               "Embeddings map sentences to vectors.")
+EMBED_TEXTS = (
+    "Graviton instances run quantized models cheaply.",
+    "The cat sat on the mat.",
+    "Embeddings map sentences to vectors.",
+)
 RERANK_QUERY = "Which instance family uses Graviton processors?"
-RERANK_DOCUMENTS = ("The c7g family runs on AWS Graviton3.",
-                    "Bananas are rich in potassium.",
-                    "Spot capacity can be reclaimed with two minutes' notice.")
+RERANK_DOCUMENTS = (
+    "The c7g family runs on AWS Graviton3.",
+    "Bananas are rich in potassium.",
+    "Spot capacity can be reclaimed with two minutes' notice.",
+)
 MAX_TOKENS = 12
 CLASSIFIER = Classifier(RouterConfig(), client=None)  # type: ignore[arg-type]  # the shipped labels and few-shot
 
@@ -61,8 +65,12 @@ def classify_body() -> dict[str, Any]:
 
 
 def extract_body() -> dict[str, Any]:
-    return {"messages": [{"role": "user", "content": EXTRACT_TEXT}], "max_tokens": 48, "temperature": 0,
-            "response_format": {"type": "json_schema", "json_schema": {"name": "place", "schema": EXTRACT_SCHEMA}}}
+    return {
+        "messages": [{"role": "user", "content": EXTRACT_TEXT}],
+        "max_tokens": 48,
+        "temperature": 0,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "place", "schema": EXTRACT_SCHEMA}},
+    }
 
 
 def embed_body(batch: bool) -> dict[str, Any]:
@@ -87,6 +95,7 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 # --- checks (shared by both transports: each gets the decoded JSON answer) ------------------------------------------
+
 
 def check_chat(answer: Mapping[str, Any]) -> str:
     text = answer["choices"][0]["message"]["content"]
@@ -127,6 +136,7 @@ def check_rerank(answer: Mapping[str, Any], ref: Reference) -> None:
 
 # --- transport 1: an OpenAI-compatible base URL, the official SDK ---------------------------------------------------
 
+
 def via_openai(base_url: str, model: str, kind: str, ref: Reference) -> None:
     """Send `kind` to `model` at `base_url` (…/v1) with the openai SDK (httpx for /v1/rerank, which the SDK lacks)."""
     from openai import OpenAI
@@ -160,11 +170,17 @@ def via_openai(base_url: str, model: str, kind: str, ref: Reference) -> None:
 
 # --- transport 2: SageMaker Runtime with boto3 ----------------------------------------------------------------------
 
+
 def sagemaker_body(kind: str) -> dict[str, Any]:
     """The body a boto3 user sends for `kind` (the SageMaker README's examples)."""
     bodies: dict[str, Callable[[], dict[str, Any]]] = {
-        "chat": chat_body, "chat-stream": chat_body, "completion": completion_body, "classify": classify_body,
-        "extract": extract_body, "embed": lambda: embed_body(False), "embed-batch": lambda: embed_body(True),
+        "chat": chat_body,
+        "chat-stream": chat_body,
+        "completion": completion_body,
+        "classify": classify_body,
+        "extract": extract_body,
+        "embed": lambda: embed_body(False),
+        "embed-batch": lambda: embed_body(True),
         "rerank": rerank_body,
     }
     return bodies[kind]()
@@ -172,8 +188,9 @@ def sagemaker_body(kind: str) -> dict[str, Any]:
 
 def stream_text(runtime: Any, endpoint: str, body: Mapping[str, Any]) -> str:
     """InvokeEndpointWithResponseStream's text, buffered across PayloadPart boundaries (as the README does)."""
-    response = runtime.invoke_endpoint_with_response_stream(EndpointName=endpoint, ContentType="application/json",
-                                                            Body=json.dumps({**body, "stream": True}))
+    response = runtime.invoke_endpoint_with_response_stream(
+        EndpointName=endpoint, ContentType="application/json", Body=json.dumps({**body, "stream": True})
+    )
     buffer, out = b"", []
     for event in response["Body"]:
         buffer += event.get("PayloadPart", {}).get("Bytes", b"")
@@ -181,7 +198,7 @@ def stream_text(runtime: Any, endpoint: str, body: Mapping[str, Any]) -> str:
             line, buffer = buffer.split(b"\n", 1)
             line = line.strip()
             if line.startswith(b"data: ") and line != b"data: [DONE]":
-                delta = json.loads(line[len(b"data: "):])["choices"][0]["delta"]
+                delta = json.loads(line[len(b"data: ") :])["choices"][0]["delta"]
                 out.append(delta.get("content") or "")
     return "".join(out)
 
@@ -192,7 +209,9 @@ def via_sagemaker(runtime: Any, endpoint: str, kind: str, ref: Reference, *, tar
     extra = {"TargetModel": target_model} if target_model else {}
 
     def invoke(b: Mapping[str, Any]) -> dict[str, Any]:
-        response = runtime.invoke_endpoint(EndpointName=endpoint, ContentType="application/json", Body=json.dumps(b), **extra)
+        response = runtime.invoke_endpoint(
+            EndpointName=endpoint, ContentType="application/json", Body=json.dumps(b), **extra
+        )
         return json.loads(response["Body"].read())
 
     if kind == "chat-stream":

@@ -13,9 +13,11 @@ import pytest
 # reason (a regular expression matched from the start of pytest's skip reason) -> why it may skip.
 ALLOWED: dict[str, str] = {
     r"needs root: SageMaker starts the container as root": (
-        "the root-to-65532 drop can only be exercised as root; CI and the dev machines run as root, so it runs there"),
+        "the root-to-65532 drop can only be exercised as root; CI and the dev machines run as root, so it runs there"
+    ),
     r"the drop happens only when started as root \(SageMaker's way\)": (
-        "the vLLM image's root drop, likewise: runs wherever the suite runs as root (CI does)"),
+        "the vLLM image's root drop, likewise: runs wherever the suite runs as root (CI does)"
+    ),
 }
 _ALLOWED = [re.compile(pattern) for pattern in ALLOWED]
 

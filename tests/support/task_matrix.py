@@ -24,8 +24,12 @@ SERVINGS: tuple[str, ...] = typing.get_args(typing.get_args(Model.model_fields["
 TARGETS: tuple[str, ...] = tuple(t.value for t in Target)
 LOCAL = "local"
 # (target, serving) -> the path's name; `local` runs any config on this machine.
-DEPLOYED = {("eks", "dedicated"): "eks-dedicated", ("eks", "pool"): "eks-pool",
-            ("sagemaker", "dedicated"): "sagemaker-single", ("sagemaker", "pool"): "sagemaker-mme"}
+DEPLOYED = {
+    ("eks", "dedicated"): "eks-dedicated",
+    ("eks", "pool"): "eks-pool",
+    ("sagemaker", "dedicated"): "sagemaker-single",
+    ("sagemaker", "pool"): "sagemaker-mme",
+}
 PATHS: tuple[str, ...] = (*(DEPLOYED[k] for k in product(TARGETS, SERVINGS)), LOCAL)
 
 # What a client sends for each task (the requests a test makes on every path that serves it):
@@ -113,12 +117,14 @@ def served(engine: str, path: str) -> tuple[Cell, ...]:
 VLLM_SOURCE = "{hf_repo: HuggingFaceTB/SmolLM2-135M-Instruct, revision: 12fd25f77366fa6b3b4b768ec3050bf629380bac}"
 LLAMA_SOURCES = {
     "embedding": "{hf_repo: sentence-transformers/all-MiniLM-L6-v2, file: all-minilm-l6-v2.gguf}, parameters_billions: 0.023, "
-                 "quantization: F16, context_window: 512",
+    "quantization: F16, context_window: 512",
     "rerank": "{hf_repo: cross-encoder/minilm-rerank, file: minilm-rerank.gguf}, parameters_billions: 0.023, quantization: F16, "
-              "context_window: 512",
+    "context_window: 512",
 }
-GENERATOR_SOURCE = ("{hf_repo: HuggingFaceTB/SmolLM2-135M-Instruct-GGUF, file: smollm2-135m-instruct-q4_1.gguf}, "
-                    "parameters_billions: 0.135, quantization: Q4_1, context_window: 2048")
+GENERATOR_SOURCE = (
+    "{hf_repo: HuggingFaceTB/SmolLM2-135M-Instruct-GGUF, file: smollm2-135m-instruct-q4_1.gguf}, "
+    "parameters_billions: 0.135, quantization: Q4_1, context_window: 2048"
+)
 POOLS = {
     "eks": "{name: small, cpu: 2, memory_gib: 4, replicas: {min: 1, max: 2}, replication: 1}",
     "sagemaker": "{name: small, instance_type: ml.c7g.xlarge, replicas: {min: 1, max: 2}}",
@@ -150,8 +156,18 @@ def model_line(target: str, task: str, engine: str, serving: str) -> str:
 def config_yaml(target: str, engine: str, tasks: tuple[str, ...] = TASKS) -> str:
     """A model-farm config for `target` with one model per served (task, serving) of `engine` (and a pool only when
     `engine` has pooled models)."""
-    cells = [c for c in SERVED if c.target == target and c.engine == engine and c.task in tasks and c.serving is not None]
+    cells = [
+        c for c in SERVED if c.target == target and c.engine == engine and c.task in tasks and c.serving is not None
+    ]
     pools = ["farm:", "  pools:", f"  - {POOLS[target]}"] if any(c.serving == "pool" for c in cells) else []
-    return "\n".join([
-        f"project: {{name: matrix-{target}}}", f"target: {target}", "pattern: model-farm", *pools, "models:",
-        *(model_line(target, c.task, c.engine, c.serving or "") for c in cells), ""])
+    return "\n".join(
+        [
+            f"project: {{name: matrix-{target}}}",
+            f"target: {target}",
+            "pattern: model-farm",
+            *pools,
+            "models:",
+            *(model_line(target, c.task, c.engine, c.serving or "") for c in cells),
+            "",
+        ]
+    )

@@ -8,7 +8,7 @@ ENGLISH = (
     "The team would like a short summary that a busy executive can read in two minutes, with the three "
     "numbers that matter most and one sentence on what we will do differently next quarter. "
 )
-PYTHON = '''def median_by_column(path: str) -> dict[str, float]:
+PYTHON = """def median_by_column(path: str) -> dict[str, float]:
     import csv, statistics
     with open(path, newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
@@ -19,7 +19,7 @@ PYTHON = '''def median_by_column(path: str) -> dict[str, float]:
     return out
 
 assert median_by_column("t.csv") == {"a": 2.0, "b": 3.5}, "median mismatch"
-'''
+"""
 JSON = (
     '{"id":"9f1c2e7a-44b1-4c0e-9a4e-3f2d1b0c8e77","ts":"2026-11-23T19:55:01.123Z","user":{"id":48213,"roles":["admin","ops"],'
     '"quota":{"rpm":600,"tpm":120000}},"items":[{"sku":"A-1029","qty":3,"price":19.99},{"sku":"B-77","qty":1,"price":249.0}],'
@@ -59,8 +59,16 @@ KOREAN = "다음 문장을 정중한 한국어로 바꿔 주세요. 다음 주 �
 
 # Texts the budget's CHARS_PER_TOKEN must hold for, and scripts it knowingly does not (denser: a long request's
 # classification is retried on a shorter head and tail).
-COVERED = {"english": ENGLISH, "python": PYTHON, "json": JSON, "german": GERMAN, "russian": RUSSIAN,
-           "ukrainian": UKRAINIAN, "greek": GREEK, "emoji": EMOJI}
+COVERED = {
+    "english": ENGLISH,
+    "python": PYTHON,
+    "json": JSON,
+    "german": GERMAN,
+    "russian": RUSSIAN,
+    "ukrainian": UKRAINIAN,
+    "greek": GREEK,
+    "emoji": EMOJI,
+}
 NOT_COVERED = {"arabic": ARABIC, "hindi": HINDI, "chinese": CHINESE, "japanese": JAPANESE, "korean": KOREAN}
 
 

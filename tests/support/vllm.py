@@ -30,7 +30,9 @@ def vllm_python() -> Path:
     explicit = os.environ.get("VLLM_PYTHON")
     if explicit:
         return Path(explicit)
-    out = subprocess.run(["bash", str(ROOT / "scripts" / "build_vllm_env.sh")], check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "build_vllm_env.sh")], check=True, capture_output=True, text=True
+    )
     return Path(out.stdout.strip().splitlines()[-1])
 
 
@@ -49,7 +51,11 @@ def vllm_model_dir() -> Path:
 def entrypoint_env(extra: Mapping[str, str]) -> dict[str, str]:
     """The process env of a container: this one's minus anything that would change vLLM (VLLM_*, SERVE_*, OMP_*),
     plus `extra`. Caches stay where this user keeps them, so the compile cache of an earlier run is reused."""
-    keep = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "SERVE_", "OMP_", "MKL_", "LD_PRELOAD", "MODEL_PATH"))}
+    keep = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("VLLM_", "SERVE_", "OMP_", "MKL_", "LD_PRELOAD", "MODEL_PATH"))
+    }
     return {**keep, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", **extra}
 
 
@@ -58,8 +64,9 @@ def start_entrypoint(python: Path, env: Mapping[str, str], *args: str, log: Path
     # The image copies the shared runtime package beside the entrypoint; here it is containers/inference_runtime.
     env = {**env, "PYTHONPATH": str(ROOT / "containers")}
     with open(log, "wb") as out:
-        return subprocess.Popen([str(python), str(ENTRYPOINT), *args], env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        return subprocess.Popen(
+            [str(python), str(ENTRYPOINT), *args], env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
 
 @dataclass

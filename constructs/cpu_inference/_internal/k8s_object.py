@@ -12,29 +12,77 @@ from typing import Any
 # kubectl's default prune allowlist, used when `--prune` is given without `--prune-allowlist` (the aws-eks-v2 kubectl
 # handler passes only `--prune -l <label>`). Source: kubernetes/kubectl pkg/util/prune/prune.go
 # (defaultNamespacedPruneResources / defaultNonNamespacedPruneResources), as (API group, kind).
-PRUNED_KINDS: frozenset[tuple[str, str]] = frozenset({
-    ("", "ConfigMap"), ("", "Endpoints"), ("", "PersistentVolumeClaim"), ("", "Pod"), ("", "ReplicationController"),
-    ("", "Secret"), ("", "Service"), ("batch", "Job"), ("batch", "CronJob"), ("networking.k8s.io", "Ingress"),
-    ("apps", "DaemonSet"), ("apps", "Deployment"), ("apps", "ReplicaSet"), ("apps", "StatefulSet"),
-    ("", "Namespace"), ("", "PersistentVolume"),
-})
+PRUNED_KINDS: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("", "ConfigMap"),
+        ("", "Endpoints"),
+        ("", "PersistentVolumeClaim"),
+        ("", "Pod"),
+        ("", "ReplicationController"),
+        ("", "Secret"),
+        ("", "Service"),
+        ("batch", "Job"),
+        ("batch", "CronJob"),
+        ("networking.k8s.io", "Ingress"),
+        ("apps", "DaemonSet"),
+        ("apps", "Deployment"),
+        ("apps", "ReplicaSet"),
+        ("apps", "StatefulSet"),
+        ("", "Namespace"),
+        ("", "PersistentVolume"),
+    }
+)
 
 # Kinds without a namespace (all others in this project's manifests are namespaced).
-CLUSTER_SCOPED_KINDS: frozenset[str] = frozenset({
-    "Namespace", "PersistentVolume", "StorageClass", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
-    "PriorityClass", "CSIDriver", "NodePool", "EC2NodeClass", "NodeClaim", "ClusterTriggerAuthentication",
-    "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration", "ValidatingAdmissionPolicy",
-    "ValidatingAdmissionPolicyBinding", "RuntimeClass", "IngressClass", "VolumeAttachment", "Node",
-})
+CLUSTER_SCOPED_KINDS: frozenset[str] = frozenset(
+    {
+        "Namespace",
+        "PersistentVolume",
+        "StorageClass",
+        "CustomResourceDefinition",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "PriorityClass",
+        "CSIDriver",
+        "NodePool",
+        "EC2NodeClass",
+        "NodeClaim",
+        "ClusterTriggerAuthentication",
+        "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "RuntimeClass",
+        "IngressClass",
+        "VolumeAttachment",
+        "Node",
+    }
+)
 
 # Namespaces every EKS cluster has (kube-apiserver creates them: pkg/controlplane/controller/systemnamespaces).
 BUILTIN_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
 # API groups served by the API server itself (no CRD needed).
-BUILTIN_GROUPS = frozenset({
-    "", "apps", "batch", "policy", "autoscaling", "networking.k8s.io", "rbac.authorization.k8s.io", "storage.k8s.io",
-    "scheduling.k8s.io", "apiextensions.k8s.io", "admissionregistration.k8s.io", "coordination.k8s.io",
-    "discovery.k8s.io", "node.k8s.io", "certificates.k8s.io", "events.k8s.io", "flowcontrol.apiserver.k8s.io",
-})
+BUILTIN_GROUPS = frozenset(
+    {
+        "",
+        "apps",
+        "batch",
+        "policy",
+        "autoscaling",
+        "networking.k8s.io",
+        "rbac.authorization.k8s.io",
+        "storage.k8s.io",
+        "scheduling.k8s.io",
+        "apiextensions.k8s.io",
+        "admissionregistration.k8s.io",
+        "coordination.k8s.io",
+        "discovery.k8s.io",
+        "node.k8s.io",
+        "certificates.k8s.io",
+        "events.k8s.io",
+        "flowcontrol.apiserver.k8s.io",
+    }
+)
 
 
 # Names, from Kubernetes "Object Names and IDs" (https://kubernetes.io/docs/concepts/overview/working-with-objects/names/)

@@ -54,7 +54,9 @@ def cache_dir() -> Path:
 def _package_root() -> Path:
     root = importlib.resources.files("cpu_inference")  # the package, wherever this module sits in it
     if not isinstance(root, Path):  # a zipped install: assets need real directories
-        raise FileNotFoundError(f"cpu_inference is installed as {root!r}; install cdk-cpu-inference unzipped (pip does)")
+        raise FileNotFoundError(
+            f"cpu_inference is installed as {root!r}; install cdk-cpu-inference unzipped (pip does)"
+        )
     return root.resolve()
 
 

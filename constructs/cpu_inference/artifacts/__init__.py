@@ -9,4 +9,12 @@ from cpu_inference.artifacts.model_bucket import ModelBucket, ModelBucketProps
 from cpu_inference.artifacts.model_catalog import ModelCatalog, ModelCatalogProps
 from model_download.catalog import CatalogEntry
 
-__all__ = ["CatalogEntry", "ModelArtifact", "ModelArtifactProps", "ModelBucket", "ModelBucketProps", "ModelCatalog", "ModelCatalogProps"]
+__all__ = [
+    "CatalogEntry",
+    "ModelArtifact",
+    "ModelArtifactProps",
+    "ModelBucket",
+    "ModelBucketProps",
+    "ModelCatalog",
+    "ModelCatalogProps",
+]

@@ -39,7 +39,9 @@ class CopyJobSettings(Protocol):
 
 def copy_job_role(scope: Construct, description: str) -> iam.Role:
     """The job's own role ("JobRole"); the caller grants it exactly the bucket prefix it writes."""
-    return iam.Role(scope, "JobRole", assumed_by=iam.ServicePrincipal("codebuild.amazonaws.com"), description=description)
+    return iam.Role(
+        scope, "JobRole", assumed_by=iam.ServicePrincipal("codebuild.amazonaws.com"), description=description
+    )
 
 
 def copy_job_project(
@@ -54,7 +56,9 @@ def copy_job_project(
 ) -> tuple[logs.LogGroup, codebuild.Project]:
     """The job's log group ("CodeBuildLogs") and project ("CopyJob"), which the provider may start and watch.
     environment: model_download's build_environment(...) of the resource's properties."""
-    log_group = logs.LogGroup(scope, "CodeBuildLogs", retention=settings.log_retention, removal_policy=cdk.RemovalPolicy.DESTROY)
+    log_group = logs.LogGroup(
+        scope, "CodeBuildLogs", retention=settings.log_retention, removal_policy=cdk.RemovalPolicy.DESTROY
+    )
     runner = provider.runner_asset()
     project = codebuild.Project(
         scope,
@@ -108,19 +112,23 @@ def copy_job_resource(
 def acknowledge_copy_job(role: iam.IRole, project: codebuild.Project, *, encrypted: str) -> None:
     """cdk-nag: what CodeBuild grants a project by default. encrypted: what holds the copied bytes' encryption
     (e.g. "the model object is encrypted by the bucket's key")."""
-    nag.acknowledge_wildcards(role, {
-        rf"Resource::arn:<AWS::Partition>:logs:{_REGION}:{_ACCOUNT}:log-group:/aws/codebuild/<.*CopyJob[0-9A-F]{{8}}>:\*": (
-            "CodeBuild's default grant on the project's default log group (streams named at run time); the job logs to its own group"
-        ),
-        rf"Resource::arn:<AWS::Partition>:codebuild:{_REGION}:{_ACCOUNT}:report-group/<.*CopyJob[0-9A-F]{{8}}>-\*": (
-            "CodeBuild's default test-report permissions, limited to report groups named after this project"
-        ),
-        r"Action::s3:(GetObject|GetBucket|List)\*": (
-            "CodeBuild's S3 source grant (Source.s3 -> bucket.grantRead): GetObject* on the one asset object holding the "
-            "job's code; GetBucket*/List* on the whole CDK asset bucket, read-only"
-        ),
-    })
+    nag.acknowledge_wildcards(
+        role,
+        {
+            rf"Resource::arn:<AWS::Partition>:logs:{_REGION}:{_ACCOUNT}:log-group:/aws/codebuild/<.*CopyJob[0-9A-F]{{8}}>:\*": (
+                "CodeBuild's default grant on the project's default log group (streams named at run time); the job logs to its own group"
+            ),
+            rf"Resource::arn:<AWS::Partition>:codebuild:{_REGION}:{_ACCOUNT}:report-group/<.*CopyJob[0-9A-F]{{8}}>-\*": (
+                "CodeBuild's default test-report permissions, limited to report groups named after this project"
+            ),
+            r"Action::s3:(GetObject|GetBucket|List)\*": (
+                "CodeBuild's S3 source grant (Source.s3 -> bucket.grantRead): GetObject* on the one asset object holding the "
+                "job's code; GetBucket*/List* on the whole CDK asset bucket, read-only"
+            ),
+        },
+    )
     nag.acknowledge(
-        project, "AwsSolutions-CB4",
+        project,
+        "AwsSolutions-CB4",
         f"The job produces no build artifacts (NO_ARTIFACTS, no cache) for a KMS key to encrypt; {encrypted}",
     )

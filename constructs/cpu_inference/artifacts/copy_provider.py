@@ -56,12 +56,19 @@ class ModelCopyProvider(Construct):
     def __init__(self, scope: Construct, id: str) -> None:
         super().__init__(scope, id)
         code = lambda_.Code.from_asset(str(staged_root()))
-        self.on_event = self._function("OnEvent", "model_download.custom_resource.on_event", code, "starts a model copy job")
-        self.is_complete = self._function("IsComplete", "model_download.custom_resource.is_complete", code, "polls a model copy job")
+        self.on_event = self._function(
+            "OnEvent", "model_download.custom_resource.on_event", code, "starts a model copy job"
+        )
+        self.is_complete = self._function(
+            "IsComplete", "model_download.custom_resource.is_complete", code, "polls a model copy job"
+        )
         # One provider per stack (of()), and stack names are unique in an account and region.
         self.waiter_log_group = logs.LogGroup(
-            self, "WaiterLogs", log_group_name=f"{VENDED_LOGS_PREFIX}{cdk.Stack.of(self).stack_name}-model-copy-waiter",
-            retention=logs.RetentionDays.ONE_YEAR, removal_policy=cdk.RemovalPolicy.DESTROY,
+            self,
+            "WaiterLogs",
+            log_group_name=f"{VENDED_LOGS_PREFIX}{cdk.Stack.of(self).stack_name}-model-copy-waiter",
+            retention=logs.RetentionDays.ONE_YEAR,
+            removal_policy=cdk.RemovalPolicy.DESTROY,
         )
         self.provider = cr.Provider(
             self,
@@ -78,12 +85,31 @@ class ModelCopyProvider(Construct):
         self._acknowledge_framework()
 
     def _function(self, id: str, handler: str, code: lambda_.Code, what: str) -> lambda_.Function:
-        log_group = logs.LogGroup(self, f"{id}Logs", retention=logs.RetentionDays.ONE_YEAR, removal_policy=cdk.RemovalPolicy.DESTROY)
-        role = iam.Role(self, f"{id}Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"), description=f"Custom resource that {what}")
-        role.add_to_policy(iam.PolicyStatement(actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[log_group.log_group_arn]))
+        log_group = logs.LogGroup(
+            self, f"{id}Logs", retention=logs.RetentionDays.ONE_YEAR, removal_policy=cdk.RemovalPolicy.DESTROY
+        )
+        role = iam.Role(
+            self,
+            f"{id}Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"Custom resource that {what}",
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[log_group.log_group_arn]
+            )
+        )
         return lambda_.Function(
-            self, id, runtime=RUNTIME, handler=handler, code=code, role=role, log_group=log_group,
-            timeout=cdk.Duration.minutes(1), memory_size=256, description=f"cpu-inference: {what}",
+            self,
+            id,
+            runtime=RUNTIME,
+            handler=handler,
+            code=code,
+            role=role,
+            log_group=log_group,
+            timeout=cdk.Duration.minutes(1),
+            memory_size=256,
+            description=f"cpu-inference: {what}",
         )
 
     def runner_asset(self) -> s3_assets.Asset:
@@ -98,25 +124,37 @@ class ModelCopyProvider(Construct):
         """Let the handlers start, watch and (past the deadline) stop one copy job, and read its log for the error
         line. StartBuild, BatchGetBuilds and StopBuild all take the project's ARN as their resource (CodeBuild
         permissions reference: https://docs.aws.amazon.com/codebuild/latest/userguide/auth-and-access-control-permissions-reference.html)."""
-        self.on_event.add_to_role_policy(iam.PolicyStatement(actions=["codebuild:StartBuild"], resources=[project.project_arn]))
-        self.is_complete.add_to_role_policy(iam.PolicyStatement(
-            actions=["codebuild:BatchGetBuilds", "codebuild:StopBuild"], resources=[project.project_arn]))
-        self.is_complete.add_to_role_policy(iam.PolicyStatement(actions=["logs:GetLogEvents"], resources=[job_logs.log_group_arn]))
+        self.on_event.add_to_role_policy(
+            iam.PolicyStatement(actions=["codebuild:StartBuild"], resources=[project.project_arn])
+        )
+        self.is_complete.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["codebuild:BatchGetBuilds", "codebuild:StopBuild"], resources=[project.project_arn]
+            )
+        )
+        self.is_complete.add_to_role_policy(
+            iam.PolicyStatement(actions=["logs:GetLogEvents"], resources=[job_logs.log_group_arn])
+        )
         nag.acknowledge_wildcards(self, _FRAMEWORK_WILDCARDS, self._acknowledged)
 
     def _acknowledge_framework(self) -> None:
         nag.acknowledge_wildcards(self, _FRAMEWORK_WILDCARDS, self._acknowledged)
         nag.acknowledge(
-            self.provider, "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]",
+            self.provider,
+            "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]",
             "The CDK provider framework's own functions use the Lambda basic execution policy: CloudWatch Logs writes only",
         )
         waiter = self.provider.node.try_find_child("waiter-state-machine")
         if waiter is not None:
-            nag.acknowledge_wildcards(waiter, {
-                r"Resource::\*": "Step Functions' log delivery to CloudWatch Logs (logs:CreateLogDelivery, PutResourcePolicy, "
-                "DescribeLogGroups, ...) has no resource-level permissions; the waiter logs at level ALL",
-            })
+            nag.acknowledge_wildcards(
+                waiter,
+                {
+                    r"Resource::\*": "Step Functions' log delivery to CloudWatch Logs (logs:CreateLogDelivery, PutResourcePolicy, "
+                    "DescribeLogGroups, ...) has no resource-level permissions; the waiter logs at level ALL",
+                },
+            )
         nag.acknowledge(
-            self.provider, "AwsSolutions-SF2",
+            self.provider,
+            "AwsSolutions-SF2",
             "The provider framework's waiter state machine exposes no tracing option; it only loops isComplete calls, each logged at level ALL",
         )

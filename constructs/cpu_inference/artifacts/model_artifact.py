@@ -73,7 +73,12 @@ def project_description(text: str) -> str:
 
 def check_token_secret(where: str, value: str | None) -> None:
     """A token secret is a name or a complete ARN (a partial ARN would make the grant and the job disagree)."""
-    if value is not None and not cdk.Token.is_unresolved(value) and value.startswith("arn:") and not SECRET_ARN.match(value):
+    if (
+        value is not None
+        and not cdk.Token.is_unresolved(value)
+        and value.startswith("arn:")
+        and not SECRET_ARN.match(value)
+    ):
         raise ValueError(
             f"{where} {value!r}: give the secret's name, or its complete ARN (arn:…:secretsmanager:<region>:<account>:"
             "secret:<name>-<6 characters>, as `aws secretsmanager describe-secret` prints it)"
@@ -94,10 +99,15 @@ def grant_token_secret(secret: secretsmanager.ISecret, key: kms.IKey | None, gra
     on the role, so it holds for an imported or other-account key too (whose key policy must admit the role)."""
     secret.grant_read(grantee)
     if key is not None:
-        grantee.grant_principal.add_to_principal_policy(iam.PolicyStatement(
-            actions=["kms:Decrypt"], resources=[key.key_arn],
-            conditions={"StringEquals": {"kms:ViaService": f"secretsmanager.{cdk.Stack.of(secret).region}.amazonaws.com"}},
-        ))
+        grantee.grant_principal.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["kms:Decrypt"],
+                resources=[key.key_arn],
+                conditions={
+                    "StringEquals": {"kms:ViaService": f"secretsmanager.{cdk.Stack.of(secret).region}.amazonaws.com"}
+                },
+            )
+        )
 
 
 @dataclass(frozen=True)
@@ -157,13 +167,23 @@ class ModelArtifactProps:
         if ".." in self.revision.split("/"):
             raise ValueError(f"ModelArtifactProps.revision must not contain '..', got {self.revision!r}")
         if self.snapshot and self.file is not None:
-            raise ValueError("ModelArtifactProps: give file (one GGUF, llama.cpp) or snapshot=True (the repo's safetensors, vLLM), not both")
+            raise ValueError(
+                "ModelArtifactProps: give file (one GGUF, llama.cpp) or snapshot=True (the repo's safetensors, vLLM), not both"
+            )
         if self.snapshot and self.sha256 is not None:
-            raise ValueError("ModelArtifactProps.sha256 pins one file; pin a snapshot with revision=<full commit sha> instead")
+            raise ValueError(
+                "ModelArtifactProps.sha256 pins one file; pin a snapshot with revision=<full commit sha> instead"
+            )
         if not self.snapshot and self.file is None:
-            raise ValueError("ModelArtifactProps: give file (one GGUF, llama.cpp) or snapshot=True (the repo's safetensors, vLLM)")
-        if self.file is not None and (not self.file or self.file.startswith("/") or ".." in self.file.split("/") or "*" in self.file):
-            raise ValueError(f"ModelArtifactProps.file must be a path inside the repo (no leading '/', '..' or '*'), got {self.file!r}")
+            raise ValueError(
+                "ModelArtifactProps: give file (one GGUF, llama.cpp) or snapshot=True (the repo's safetensors, vLLM)"
+            )
+        if self.file is not None and (
+            not self.file or self.file.startswith("/") or ".." in self.file.split("/") or "*" in self.file
+        ):
+            raise ValueError(
+                f"ModelArtifactProps.file must be a path inside the repo (no leading '/', '..' or '*'), got {self.file!r}"
+            )
         if self.token_secret_name is not None and self.existing_token_secret is not None:
             raise ValueError("ModelArtifactProps: give token_secret_name or existing_token_secret, not both")
         check_token_secret("ModelArtifactProps.token_secret_name", self.token_secret_name)
@@ -213,7 +233,8 @@ class ModelArtifact(Construct):
             self.token_secret = import_token_secret(self, "TokenSecret", props.token_secret_name)
 
         self.role = copy_job_role(
-            self, f"Model copy job for {props.name}: writes only {MODELS_PREFIX}{props.name}/ of the model bucket",
+            self,
+            f"Model copy job for {props.name}: writes only {MODELS_PREFIX}{props.name}/ of the model bucket",
         )
         props.model_bucket.grant_write(self.role, f"{MODELS_PREFIX}{props.name}/")
         if self.token_secret is not None:
@@ -229,12 +250,16 @@ class ModelArtifact(Construct):
             **what,
             "Revision": props.revision,
             # What the job passes to GetSecretValue: the name or ARN as given (an ARN reaches another account).
-            "TokenSecretName": props.token_secret_name or (self.token_secret.secret_name if self.token_secret is not None else ""),
+            "TokenSecretName": props.token_secret_name
+            or (self.token_secret.secret_name if self.token_secret is not None else ""),
             "HfEndpoint": props.hf_endpoint,
             "Concurrency": str(props.concurrency),
         }
-        source = f"hf://{props.hf_repo}@{props.revision} (safetensors snapshot)" if props.snapshot else \
-            f"hf://{props.hf_repo}/{props.file}@{props.revision}"
+        source = (
+            f"hf://{props.hf_repo}@{props.revision} (safetensors snapshot)"
+            if props.snapshot
+            else f"hf://{props.hf_repo}/{props.file}@{props.revision}"
+        )
         self.log_group, self.project = copy_job_project(
             self,
             provider=self.provider,
@@ -247,8 +272,13 @@ class ModelArtifact(Construct):
 
         # Identity only: a change of token secret, endpoint or concurrency updates the project, not the copy.
         self.resource = copy_job_resource(
-            self, provider=self.provider, project=self.project, role=self.role, resource_type="Custom::ModelArtifact",
-            properties=properties, identity=SNAPSHOT_IDENTITY_PROPERTIES if props.snapshot else IDENTITY_PROPERTIES,
+            self,
+            provider=self.provider,
+            project=self.project,
+            role=self.role,
+            resource_type="Custom::ModelArtifact",
+            properties=properties,
+            identity=SNAPSHOT_IDENTITY_PROPERTIES if props.snapshot else IDENTITY_PROPERTIES,
         )
 
         # Where the copy landed, as the job reported it (model_download.custom_resource.resolved). Only the commit

@@ -65,9 +65,13 @@ class ModelBucketProps:
         if self.existing_bucket is not None:
             for name in ("existing_log_bucket", "bucket_name"):
                 if getattr(self, name) is not None:
-                    raise ValueError(f"ModelBucketProps.{name} applies only to a bucket this construct creates, not with existing_bucket")
+                    raise ValueError(
+                        f"ModelBucketProps.{name} applies only to a bucket this construct creates, not with existing_bucket"
+                    )
             if self.auto_delete_objects:
-                raise ValueError("ModelBucketProps.auto_delete_objects applies only to a bucket this construct creates, not with existing_bucket")
+                raise ValueError(
+                    "ModelBucketProps.auto_delete_objects applies only to a bucket this construct creates, not with existing_bucket"
+                )
         if self.removal_policy not in (cdk.RemovalPolicy.RETAIN, cdk.RemovalPolicy.DESTROY):
             raise ValueError(
                 f"ModelBucketProps.removal_policy must be RETAIN (default; RetainExceptOnCreate is chosen by the construct "
@@ -80,11 +84,17 @@ class ModelBucketProps:
             )
         if self.auto_delete_objects and self.removal_policy != cdk.RemovalPolicy.DESTROY:
             raise ValueError("ModelBucketProps.auto_delete_objects=True applies only with removal_policy=DESTROY")
-        for name in ("noncurrent_version_expiration_days", "abort_incomplete_uploads_after_days", "access_log_retention_days"):
+        for name in (
+            "noncurrent_version_expiration_days",
+            "abort_incomplete_uploads_after_days",
+            "access_log_retention_days",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"ModelBucketProps.{name} must be at least 1, got {getattr(self, name)}")
         if not 0 <= self.noncurrent_versions_to_retain <= 100:
-            raise ValueError(f"ModelBucketProps.noncurrent_versions_to_retain must be 0..100, got {self.noncurrent_versions_to_retain}")
+            raise ValueError(
+                f"ModelBucketProps.noncurrent_versions_to_retain must be 0..100, got {self.noncurrent_versions_to_retain}"
+            )
 
 
 def _deployed_with(stack: cdk.Stack) -> cdk.Stack:
@@ -119,7 +129,10 @@ class ModelBucket(Construct):
             return
         if self.key is None:
             self.key = kms.Key(
-                self, "Key", enable_key_rotation=True, removal_policy=props.removal_policy,
+                self,
+                "Key",
+                enable_key_rotation=True,
+                removal_policy=props.removal_policy,
                 description=f"Encrypts the model files of {self.node.path}",
             )
         self.log_bucket = props.existing_log_bucket or self._new_log_bucket()
@@ -140,7 +153,9 @@ class ModelBucket(Construct):
                     id="noncurrent-model-versions",
                     noncurrent_version_expiration=cdk.Duration.days(props.noncurrent_version_expiration_days),
                     noncurrent_versions_to_retain=props.noncurrent_versions_to_retain or None,
-                    abort_incomplete_multipart_upload_after=cdk.Duration.days(props.abort_incomplete_uploads_after_days),
+                    abort_incomplete_multipart_upload_after=cdk.Duration.days(
+                        props.abort_incomplete_uploads_after_days
+                    ),
                 )
             ],
             removal_policy=props.removal_policy,
@@ -217,14 +232,17 @@ class ModelBucket(Construct):
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
             lifecycle_rules=[
-                s3.LifecycleRule(id="expire-access-logs", expiration=cdk.Duration.days(self.props.access_log_retention_days))
+                s3.LifecycleRule(
+                    id="expire-access-logs", expiration=cdk.Duration.days(self.props.access_log_retention_days)
+                )
             ],
             # RETAIN even on a failed create: access logs of the create's own requests may already be in it.
             removal_policy=self.props.removal_policy,
             auto_delete_objects=self.props.removal_policy == cdk.RemovalPolicy.DESTROY,
         )
         nag.acknowledge(
-            bucket, "AwsSolutions-S1",
+            bucket,
+            "AwsSolutions-S1",
             "This is the access-log bucket of the model bucket; logging it into itself would loop and another log bucket only moves the question",
         )
         return bucket
@@ -234,11 +252,15 @@ class ModelBucket(Construct):
     def grant_read(self, grantee: iam.IGrantable, prefix: str) -> iam.Grant:
         """s3:GetObject on `<prefix>*`, s3:ListBucket limited to that prefix, kms:Decrypt through the key."""
         p = normalized_prefix(prefix)
-        grant = iam.Grant.add_to_principal(grantee=grantee, actions=["s3:GetObject"], resource_arns=[self.bucket.arn_for_objects(f"{p}*")])
+        grant = iam.Grant.add_to_principal(
+            grantee=grantee, actions=["s3:GetObject"], resource_arns=[self.bucket.arn_for_objects(f"{p}*")]
+        )
         self._list(grantee, p)
         if self.key is not None:
             self.key.grant_decrypt(grantee)
-        self._acknowledge_prefix(grantee, p, "Read of one model's prefix only: object keys under it (revision, file) vary by design")
+        self._acknowledge_prefix(
+            grantee, p, "Read of one model's prefix only: object keys under it (revision, file) vary by design"
+        )
         return grant
 
     def grant_write(self, grantee: iam.IGrantable, prefix: str) -> iam.Grant:
@@ -258,7 +280,11 @@ class ModelBucket(Construct):
         self._list(grantee, p)
         if self.key is not None:
             self.key.grant(grantee, "kms:GenerateDataKey", "kms:Decrypt")
-        self._acknowledge_prefix(grantee, p, "The copy job writes under one model's prefix only: object keys under it (revision, file) vary by design")
+        self._acknowledge_prefix(
+            grantee,
+            p,
+            "The copy job writes under one model's prefix only: object keys under it (revision, file) vary by design",
+        )
         return grant
 
     def _acknowledge_prefix(self, grantee: iam.IGrantable, prefix: str, reason: str) -> None:

@@ -55,7 +55,6 @@ from model_download.hub import DEFAULT_ENDPOINT
 RESOURCE_TYPE = "Custom::ModelCatalog"
 
 
-
 @dataclass(frozen=True)
 class ModelCatalogProps:
     """Every pooled model of a stack, copied into `model_bucket` under `farm/`.
@@ -145,9 +144,12 @@ class ModelCatalog(Construct):
         props.model_bucket.grant_write(self.role, FARM_PREFIX)
         self.catalog_asset = s3_assets.Asset(self, "Catalog", path=str(_catalog_file(self.catalog)))
         # The one catalog object, not the whole asset bucket (Asset.grant_read would add s3:List*/GetBucket*).
-        self.role.add_to_policy(iam.PolicyStatement(
-            actions=["s3:GetObject"], resources=[self.catalog_asset.bucket.arn_for_objects(self.catalog_asset.s3_object_key)],
-        ))
+        self.role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["s3:GetObject"],
+                resources=[self.catalog_asset.bucket.arn_for_objects(self.catalog_asset.s3_object_key)],
+            )
+        )
         self.token_secrets: dict[str, secretsmanager.ISecret] = {}
         names = sorted({e.token_secret_name for e in self.catalog.entries if e.token_secret_name})
         for index, name in enumerate(names):
@@ -180,8 +182,13 @@ class ModelCatalog(Construct):
         # O(1) in the number of models: where the catalog is and what it is (its fingerprint); how the job copies
         # (endpoint, parallelism) is only the project's environment and re-runs nothing.
         self.resource = copy_job_resource(
-            self, provider=self.provider, project=self.project, role=self.role, resource_type=RESOURCE_TYPE,
-            properties=properties, identity=IDENTITY_PROPERTIES,
+            self,
+            provider=self.provider,
+            project=self.project,
+            role=self.role,
+            resource_type=RESOURCE_TYPE,
+            properties=properties,
+            identity=IDENTITY_PROPERTIES,
         )
         acknowledge_copy_job(self.role, self.project, encrypted="the model objects are encrypted by the bucket's key")
 
@@ -189,7 +196,9 @@ class ModelCatalog(Construct):
 
     def _entry(self, name: str, layout: str) -> CatalogEntry:
         if layout not in self.catalog.layouts:
-            raise ValueError(f"ModelCatalog {self.node.path}: no {layout!r} layout is copied; add {layout!r} to ModelCatalogProps.layouts")
+            raise ValueError(
+                f"ModelCatalog {self.node.path}: no {layout!r} layout is copied; add {layout!r} to ModelCatalogProps.layouts"
+            )
         try:
             return self.catalog.entry(name)
         except KeyError:

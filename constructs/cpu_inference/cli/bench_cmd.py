@@ -28,28 +28,70 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Closed-loop load at each concurrency level; picks the highest concurrency whose p95 meets "
         "--p95-ms and prices it. `bench compare R1.json R2.json ...` ranks earlier runs by cost per 1,000 queries.",
     )
-    p.add_argument("--endpoint", help="http(s)://host:port (OpenAI-compatible; /v1/chat/completions is appended) or sagemaker:ENDPOINT_NAME")
+    p.add_argument(
+        "--endpoint",
+        help="http(s)://host:port (OpenAI-compatible; /v1/chat/completions is appended) or sagemaker:ENDPOINT_NAME",
+    )
     p.add_argument("--concurrency", type=_ints, default=(1, 2, 4, 8), help="levels to test (default 1,2,4,8)")
     p.add_argument("--requests", type=int, default=32, help="requests per level (default 32)")
-    p.add_argument("--prompt-file", help="one prompt per line, or .jsonl with messages/prompt/text (an eval dataset works); default: built-in support-desk prompts")
+    p.add_argument(
+        "--prompt-file",
+        help="one prompt per line, or .jsonl with messages/prompt/text (an eval dataset works); default: built-in support-desk prompts",
+    )
     p.add_argument("--max-tokens", type=int, default=64, help="max output tokens per request (default 64)")
-    p.add_argument("--ignore-eos", action="store_true", help="ask the server to always generate --max-tokens tokens (llama-server/vLLM) for comparable runs")
-    p.add_argument("--no-stream", dest="stream", action="store_false", help="non-streamed requests (no TTFT); SageMaker then uses InvokeEndpoint")
+    p.add_argument(
+        "--ignore-eos",
+        action="store_true",
+        help="ask the server to always generate --max-tokens tokens (llama-server/vLLM) for comparable runs",
+    )
+    p.add_argument(
+        "--no-stream",
+        dest="stream",
+        action="store_false",
+        help="non-streamed requests (no TTFT); SageMaker then uses InvokeEndpoint",
+    )
     p.add_argument("--p95-ms", type=float, default=500.0, help="latency target for the p95 (default 500)")
-    p.add_argument("--latency-metric", choices=("e2e", "ttft"), default="e2e", help="which latency the p95 target applies to (default e2e)")
-    p.add_argument("--max-error-rate", type=float, default=0.0, help="a level with more failed requests than this fraction does not qualify (default 0)")
+    p.add_argument(
+        "--latency-metric",
+        choices=("e2e", "ttft"),
+        default="e2e",
+        help="which latency the p95 target applies to (default e2e)",
+    )
+    p.add_argument(
+        "--max-error-rate",
+        type=float,
+        default=0.0,
+        help="a level with more failed requests than this fraction does not qualify (default 0)",
+    )
     p.add_argument("--instance-type", help="e.g. c7g.8xlarge or ml.c7g.8xlarge (ml. = SageMaker pricing)")
     p.add_argument("--instance-count", type=int, default=1, help="instances behind the endpoint (default 1)")
-    p.add_argument("--price-per-hour", type=float, help="USD per instance-hour; overrides the AWS Price List lookup (Spot, Savings Plans, other clouds)")
-    p.add_argument("--region", help="AWS region of the endpoint and its price (default: AWS_REGION / profile, else us-east-1)")
-    p.add_argument("--sagemaker-endpoint-url", help="override the sagemaker-runtime endpoint URL (VPC endpoint, local emulator)")
+    p.add_argument(
+        "--price-per-hour",
+        type=float,
+        help="USD per instance-hour; overrides the AWS Price List lookup (Spot, Savings Plans, other clouds)",
+    )
+    p.add_argument(
+        "--region", help="AWS region of the endpoint and its price (default: AWS_REGION / profile, else us-east-1)"
+    )
+    p.add_argument(
+        "--sagemaker-endpoint-url", help="override the sagemaker-runtime endpoint URL (VPC endpoint, local emulator)"
+    )
     p.add_argument("--inference-component", help="SageMaker inference component name, if the endpoint uses them")
     p.add_argument("--model", help="`model` field for servers that route by it (llama-server ignores it)")
     p.add_argument("--api-key-env", metavar="VAR", help="send `Authorization: Bearer $VAR` (OpenAI-compatible URLs)")
     p.add_argument("--warmup", type=int, default=1, help="requests before measuring (default 1)")
     p.add_argument("--timeout", type=float, default=120.0, help="per-request timeout in seconds (default 120)")
-    p.add_argument("--max-seconds-per-level", type=float, default=600.0, help="stop sending new requests at a level after this long (default 600)")
-    p.add_argument("--out", default="bench-report", help="output directory for bench.json, bench.md, bench.png (default bench-report)")
+    p.add_argument(
+        "--max-seconds-per-level",
+        type=float,
+        default=600.0,
+        help="stop sending new requests at a level after this long (default 600)",
+    )
+    p.add_argument(
+        "--out",
+        default="bench-report",
+        help="output directory for bench.json, bench.md, bench.png (default bench-report)",
+    )
     p.add_argument("--no-plot", dest="plot", action="store_false", help="skip the PNG")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -87,7 +129,9 @@ def run(args: argparse.Namespace) -> int:
     from cpu_inference.evaluation.report import write_bench_report
 
     if not args.endpoint:
-        raise UserError("--endpoint is required (http(s)://host:port or sagemaker:NAME), or use `bench compare REPORT.json ...`")
+        raise UserError(
+            "--endpoint is required (http(s)://host:port or sagemaker:NAME), or use `bench compare REPORT.json ...`"
+        )
     if args.max_tokens < 1:
         raise UserError("--max-tokens must be >= 1")
     region, defaulted = _region(args.region)
@@ -95,21 +139,50 @@ def run(args: argparse.Namespace) -> int:
         prompts = load_prompts(args.prompt_file)
     except (OSError, ValueError) as exc:
         raise UserError(f"--prompt-file: {exc}") from None
-    load = LoadSettings(max_tokens=args.max_tokens, stream=args.stream, model=args.model, ignore_eos=args.ignore_eos, max_seconds=args.max_seconds_per_level)
+    load = LoadSettings(
+        max_tokens=args.max_tokens,
+        stream=args.stream,
+        model=args.model,
+        ignore_eos=args.ignore_eos,
+        max_seconds=args.max_seconds_per_level,
+    )
     plan = BenchPlan(
-        endpoint=args.endpoint, concurrency=args.concurrency, requests=args.requests, p95_ms=args.p95_ms, latency_metric=args.latency_metric,
-        max_error_rate=args.max_error_rate, instance_type=args.instance_type, instance_count=args.instance_count, region=region + (" (default)" if defaulted else ""),
-        warmup=max(args.warmup, 0), prompt_source=f"{args.prompt_file} ({len(prompts)})" if args.prompt_file else f"built-in ({len(prompts)})", load=load,
+        endpoint=args.endpoint,
+        concurrency=args.concurrency,
+        requests=args.requests,
+        p95_ms=args.p95_ms,
+        latency_metric=args.latency_metric,
+        max_error_rate=args.max_error_rate,
+        instance_type=args.instance_type,
+        instance_count=args.instance_count,
+        region=region + (" (default)" if defaulted else ""),
+        warmup=max(args.warmup, 0),
+        prompt_source=f"{args.prompt_file} ({len(prompts)})" if args.prompt_file else f"built-in ({len(prompts)})",
+        load=load,
     )
     try:
         plan.validate()
         price = resolve_price(args.instance_type, region, price_per_hour=args.price_per_hour)
-        client = make_client(args.endpoint, timeout=args.timeout, region=region, sagemaker_endpoint_url=args.sagemaker_endpoint_url, api_key_env=args.api_key_env, max_pool=max(plan.concurrency) + 2, inference_component=args.inference_component)
+        client = make_client(
+            args.endpoint,
+            timeout=args.timeout,
+            region=region,
+            sagemaker_endpoint_url=args.sagemaker_endpoint_url,
+            api_key_env=args.api_key_env,
+            max_pool=max(plan.concurrency) + 2,
+            inference_component=args.inference_component,
+        )
     except ValueError as exc:
         raise UserError(str(exc)) from None
     err = Console(stderr=True)
     total = plan.warmup + plan.requests * len(set(plan.concurrency))
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("errors {task.fields[errors]}"), TimeElapsedColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("errors {task.fields[errors]}"),
+        TimeElapsedColumn(),
+    )
     try:
         with Progress(*columns, console=err, disable=args.quiet, transient=False) as progress:
             task = progress.add_task("warm-up", total=total, errors=0)
@@ -120,7 +193,14 @@ def run(args: argparse.Namespace) -> int:
                 errors += 0 if r.ok else 1
                 progress.update(task, advance=1, errors=errors)
 
-            report = run_bench(client, prompts, plan, price, on_result=on_result, on_level=lambda c: progress.update(task, description=f"concurrency {c}"))
+            report = run_bench(
+                client,
+                prompts,
+                plan,
+                price,
+                on_result=on_result,
+                on_level=lambda c: progress.update(task, description=f"concurrency {c}"),
+            )
     finally:
         client.close()
     paths = write_bench_report(report, Path(args.out), plot=args.plot)

@@ -32,8 +32,13 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console(stderr=True)
     progress = Progress(
-        TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
-        console=console, transient=True,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
     )
     task = progress.add_task(args.file, total=None, start=False)
 
@@ -53,8 +58,10 @@ def run(args: argparse.Namespace) -> int:
             raise
         raise UserError(line) from None
     if result.copied:
-        print(f"copied {result.uri} ({result.size / 1e6:.1f} MB, sha256 {result.sha256}) "
-              f"in {result.seconds:.1f} s ({result.mb_per_s:.0f} MB/s, {result.parts} parts)")
+        print(
+            f"copied {result.uri} ({result.size / 1e6:.1f} MB, sha256 {result.sha256}) "
+            f"in {result.seconds:.1f} s ({result.mb_per_s:.0f} MB/s, {result.parts} parts)"
+        )
     else:
         print(f"already present: {result.uri} (sha256 {result.sha256}); nothing copied")
     return 0

@@ -22,15 +22,31 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--baseline", required=True, help="http(s)://host:port or sagemaker:NAME (the trusted model)")
     p.add_argument("--task", choices=("classification", "extraction", "routing"), default="classification")
     p.add_argument("--threshold", required=True, help="allowed drop in percentage points, e.g. 5pp")
-    p.add_argument("--gate-metric", help="metric the gate compares (default: accuracy | exact_match | tool_accuracy by task)")
+    p.add_argument(
+        "--gate-metric", help="metric the gate compares (default: accuracy | exact_match | tool_accuracy by task)"
+    )
     shots = p.add_mutually_exclusive_group()
-    shots.add_argument("--few-shot", type=int, default=0, metavar="N", help="use N dataset examples (one class after another) as shots; they are then not scored")
+    shots.add_argument(
+        "--few-shot",
+        type=int,
+        default=0,
+        metavar="N",
+        help="use N dataset examples (one class after another) as shots; they are then not scored",
+    )
     shots.add_argument("--few-shot-file", help="JSONL in the dataset's format whose rows become the shots")
     p.add_argument("--schema", help="extraction: JSON schema file of the expected objects")
     p.add_argument("--tools", help="routing: tools file (OpenAI tools list or {name: description})")
-    p.add_argument("--labels", help="classification: a,b,c or a .json file (list, or {label: description} to describe each label in the prompt); default: the dataset's labels")
+    p.add_argument(
+        "--labels",
+        help="classification: a,b,c or a .json file (list, or {label: description} to describe each label in the prompt); default: the dataset's labels",
+    )
     p.add_argument("--limit", type=int, help="score a stratified subset of this many examples")
-    p.add_argument("--no-constrain", dest="constrained", action="store_false", help="do not send response_format json_schema (free-text answers are parsed)")
+    p.add_argument(
+        "--no-constrain",
+        dest="constrained",
+        action="store_false",
+        help="do not send response_format json_schema (free-text answers are parsed)",
+    )
     p.add_argument("--max-tokens", type=int, help="default: 24 (classification, routing), 256 (extraction)")
     p.add_argument("--concurrency", type=int, default=2, help="requests in flight per endpoint (default 2)")
     p.add_argument("--candidate-model", help="`model` field for the candidate (servers that route by model)")
@@ -39,7 +55,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--region", help="AWS region for sagemaker: endpoints")
     p.add_argument("--sagemaker-endpoint-url", help="override the sagemaker-runtime endpoint URL")
     p.add_argument("--timeout", type=float, default=120.0, help="per-request timeout in seconds (default 120)")
-    p.add_argument("--out", default="eval-report", help="output directory for eval.json and eval.md (default eval-report)")
+    p.add_argument(
+        "--out", default="eval-report", help="output directory for eval.json and eval.md (default eval-report)"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -73,8 +91,13 @@ def run(args: argparse.Namespace) -> int:
             shots, shot_source = load_dataset(args.few_shot_file, args.task), args.few_shot_file
         elif args.few_shot:
             if args.few_shot < 0 or args.few_shot >= len(examples):
-                raise ValueError(f"--few-shot {args.few_shot}: must leave examples to score (dataset has {len(examples)})")
-            shots, shot_source = stratified(examples, args.few_shot, task.strata), f"first {args.few_shot} of the dataset, one class after another; not scored"
+                raise ValueError(
+                    f"--few-shot {args.few_shot}: must leave examples to score (dataset has {len(examples)})"
+                )
+            shots, shot_source = (
+                stratified(examples, args.few_shot, task.strata),
+                f"first {args.few_shot} of the dataset, one class after another; not scored",
+            )
             held = {s.line for s in shots}
             examples = [e for e in examples if e.line not in held]
         else:
@@ -89,7 +112,14 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--gate-metric {metric!r}: {task.name} offers {', '.join(task.metrics)}")
         max_tokens = args.max_tokens or DEFAULT_MAX_TOKENS[task.name]
         clients = {
-            role: make_client(url, timeout=args.timeout, region=args.region, sagemaker_endpoint_url=args.sagemaker_endpoint_url, api_key_env=args.api_key_env, max_pool=args.concurrency + 2)
+            role: make_client(
+                url,
+                timeout=args.timeout,
+                region=args.region,
+                sagemaker_endpoint_url=args.sagemaker_endpoint_url,
+                api_key_env=args.api_key_env,
+                max_pool=args.concurrency + 2,
+            )
             for role, url in (("candidate", args.candidate), ("baseline", args.baseline))
         }
     except (OSError, ValueError) as exc:
@@ -101,7 +131,16 @@ def run(args: argparse.Namespace) -> int:
         with Progress(*columns, console=Console(stderr=True), disable=args.quiet) as progress:
             for role, model in (("candidate", args.candidate_model), ("baseline", args.baseline_model)):
                 bar = progress.add_task(role, total=len(examples))
-                runs[role] = evaluate(clients[role], task, examples, shots, max_tokens=max_tokens, concurrency=args.concurrency, model=model, on_done=lambda _p, bar=bar: progress.advance(bar))  # type: ignore[misc]  # mypy cannot type a lambda with a default
+                runs[role] = evaluate(
+                    clients[role],
+                    task,
+                    examples,
+                    shots,
+                    max_tokens=max_tokens,
+                    concurrency=args.concurrency,
+                    model=model,
+                    on_done=lambda _p, bar=bar: progress.advance(bar),  # type: ignore[misc]  # a lambda with a default
+                )
     finally:
         for c in clients.values():
             c.close()

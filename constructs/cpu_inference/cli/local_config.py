@@ -23,16 +23,28 @@ def router_config(config, slm: Engine, llm: Engine, host: str, port: int) -> Rou
     from cpu_inference.sizing.slm_context import prefilter_router_config
 
     esc = config.escalation
-    escalation = Escalation.of(kind="openai", url=f"{llm.url}/v1", **({"model_id": esc.model} if esc.kind == "model" else {}))
-    cfg = prefilter_router_config(router_decision_config(config), slm_url=slm.url, escalation=escalation,
-                                  slm_model=slm.name if slm.vllm_dir is not None else "")
+    escalation = Escalation.of(
+        kind="openai", url=f"{llm.url}/v1", **({"model_id": esc.model} if esc.kind == "model" else {})
+    )
+    cfg = prefilter_router_config(
+        router_decision_config(config),
+        slm_url=slm.url,
+        escalation=escalation,
+        slm_model=slm.name if slm.vllm_dir is not None else "",
+    )
     # What the chart owns (k8s/charts/router_chart.py router_config), then this machine's address. A laptop's CPU is
     # shared by every engine: generous timeouts rather than spurious fallbacks.
-    return cfg.updated(mode="router", listen_host=host, listen_port=port,
-                       timeouts=Timeouts.of(classify_s=30, first_byte_s=300, total_s=900))
+    return cfg.updated(
+        mode="router",
+        listen_host=host,
+        listen_port=port,
+        timeouts=Timeouts.of(classify_s=30, first_byte_s=300, total_s=900),
+    )
 
 
-def gateway_config(config, engines: list[Engine], host: str, port: int, pools: Sequence[LocalPool] = ()) -> RouterConfig:
+def gateway_config(
+    config, engines: list[Engine], host: str, port: int, pools: Sequence[LocalPool] = ()
+) -> RouterConfig:
     """The gateway: dedicated models at their engines, pooled models in `gateway.pools` as the deployment's
     k8s/router_chart.gateway_pool builds them (GatewayPool.of(name, replication, models, replicas); not imported:
     k8s/ starts the jsii runtime) with this machine's one replica per pool, replication 1."""
@@ -40,13 +52,24 @@ def gateway_config(config, engines: list[Engine], host: str, port: int, pools: S
     pooled = {e.name for p in pools for e in p.members}
     # Models not started point at a closed port: the gateway answers 503 + Retry-After, like a model at zero.
     closed = f"http://127.0.0.1:{closed_port()}"
-    models = tuple(GatewayModel(name=m.name, url=started.get(m.name, closed)) for m in config.models if m.name not in pooled)
-    entries = tuple(GatewayPool.of(name=p.name, replication=1, models=tuple(e.name for e in p.members), replicas=(p.url,))
-                    for p in pools)
+    models = tuple(
+        GatewayModel(name=m.name, url=started.get(m.name, closed)) for m in config.models if m.name not in pooled
+    )
+    entries = tuple(
+        GatewayPool.of(name=p.name, replication=1, models=tuple(e.name for e in p.members), replicas=(p.url,))
+        for p in pools
+    )
     # A cold model loads on the request that needs it: as long a head timeout as the engines' first byte here.
-    gateway = Gateway.of(models=models, retry_after_s=5, **({"pools": entries, "cold_load_timeout_s": 300} if entries else {}))
-    return RouterConfig.of(mode="gateway", gateway=gateway, listen_host=host, listen_port=port,
-                           timeouts=Timeouts.of(first_byte_s=300, total_s=900))
+    gateway = Gateway.of(
+        models=models, retry_after_s=5, **({"pools": entries, "cold_load_timeout_s": 300} if entries else {})
+    )
+    return RouterConfig.of(
+        mode="gateway",
+        gateway=gateway,
+        listen_host=host,
+        listen_port=port,
+        timeouts=Timeouts.of(first_byte_s=300, total_s=900),
+    )
 
 
 def closed_port() -> int:

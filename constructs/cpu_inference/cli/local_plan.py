@@ -59,7 +59,10 @@ def _describe(m) -> str:
 
 # What each stand-in is, by its display name (local_models): the file is located (or built-hint raised) only when used.
 STAND_IN_FILES: dict[str, Callable[[], Path]] = {
-    SMOLLM2: smollm2_path, GEMMA: gemma_path, ENCODER: encoder_path, RERANKER: reranker_path,
+    SMOLLM2: smollm2_path,
+    GEMMA: gemma_path,
+    ENCODER: encoder_path,
+    RERANKER: reranker_path,
 }
 
 
@@ -109,10 +112,16 @@ def plan(config, only: list[str] | None) -> tuple[list[Engine], list[str]]:
         if esc.kind == "model":
             engines.append(engine(next(m for m in config.models if m.name == esc.model), GEMMA))
         else:
-            target = {"openai": esc.url, "sagemaker": f"SageMaker endpoint {esc.endpoint_name}", "bedrock": f"Bedrock model {esc.model_id}"}[esc.kind]
+            target = {
+                "openai": esc.url,
+                "sagemaker": f"SageMaker endpoint {esc.endpoint_name}",
+                "bedrock": f"Bedrock model {esc.model_id}",
+            }[esc.kind]
             engines.append(Engine("llm-stand-in", None, STAND_IN_LLM_SLOTS, STAND_IN_LLM_CTX_PER_SLOT, GEMMA))
-            notes.append(f"escalation ({esc.kind}: {target}) is replaced by a local stand-in LLM: the config has no GGUF "
-                         "for it to download, and nothing leaves this machine")
+            notes.append(
+                f"escalation ({esc.kind}: {target}) is replaced by a local stand-in LLM: the config has no GGUF "
+                "for it to download, and nothing leaves this machine"
+            )
         return engines, notes
 
     selected = _selected(config, only)
@@ -120,7 +129,9 @@ def plan(config, only: list[str] | None) -> tuple[list[Engine], list[str]]:
     engines = [engine(m, farm_stand_in(m)) for m in selected if config.pool_of(m) is None]
     skipped = [m.name for m in config.models if m not in selected]
     if skipped:
-        notes.append(f"not started (--models): {', '.join(skipped)} — the gateway answers 503 for them, as for a model scaled to zero")
+        notes.append(
+            f"not started (--models): {', '.join(skipped)} — the gateway answers 503 for them, as for a model scaled to zero"
+        )
     return engines, notes
 
 
@@ -129,8 +140,10 @@ def _serve_with_vllm(config, e: Engine, directory: Path) -> None:
     from cpu_inference.config import size_model
 
     if not (directory / "config.json").is_file():
-        raise UserError(f"--model-map {e.name}={directory}: engine vllm needs a checkpoint directory with config.json "
-                        "(and *.safetensors, tokenizer files)")
+        raise UserError(
+            f"--model-map {e.name}={directory}: engine vllm needs a checkpoint directory with config.json "
+            "(and *.safetensors, tokenizer files)"
+        )
     s = size_model(config, cast(Any, e.model))
     assert s is not None  # deployed_shape already refused a model that fits nowhere
     e.vllm_dir, e.vllm_env = directory, s.engine_env()
@@ -147,8 +160,15 @@ def _selected(config, only: list[str] | None) -> list:
     return [m for m in config.models if m.name in only]
 
 
-def serve_files(config, engines: list[Engine], mapping: dict[str, Path], *, stand_ins: bool,
-                fetch: Callable[..., dict] | None = None, pooled: Collection[str] = ()) -> None:
+def serve_files(
+    config,
+    engines: list[Engine],
+    mapping: dict[str, Path],
+    *,
+    stand_ins: bool,
+    fetch: Callable[..., dict] | None = None,
+    pooled: Collection[str] = (),
+) -> None:
     """Choose each engine's GGUF and flags: --model-map's file, else (without --stand-ins) the configured GGUF
     from the cache, downloaded first when missing (model_cache.fetch_models: every file checked, and the engines'
     memory at these slots against this machine's, before any byte moves), else the stand-in. `pooled`: models
@@ -158,8 +178,10 @@ def serve_files(config, engines: list[Engine], mapping: dict[str, Path], *, stan
         if e.name in mapping:
             _serve_with_vllm(config, e, mapping[e.name])
         elif not stand_ins:
-            raise UserError(f"{e.name} uses engine vllm: `local` downloads GGUF files only — pass --model-map {e.name}=DIR "
-                            "(a local safetensors checkpoint with config.json), or --stand-ins to serve a llama.cpp stand-in")
+            raise UserError(
+                f"{e.name} uses engine vllm: `local` downloads GGUF files only — pass --model-map {e.name}=DIR "
+                "(a local safetensors checkpoint with config.json), or --stand-ins to serve a llama.cpp stand-in"
+            )
     wanted = [e for e in engines if e.model is not None and e.name not in mapping and not stand_ins and e not in vllm]
     cached: dict[str, Any] = {}
     if wanted:
@@ -169,7 +191,9 @@ def serve_files(config, engines: list[Engine], mapping: dict[str, Path], *, stan
             fetch = fetch_models
         sized = [e.name for e in wanted if e.name in pooled]
         extra: dict[str, Any] = {"sized_elsewhere": sized} if sized else {}
-        cached = fetch(config, names=[e.name for e in wanted], shapes={e.name: (e.slots, e.ctx_per_slot) for e in wanted}, **extra)
+        cached = fetch(
+            config, names=[e.name for e in wanted], shapes={e.name: (e.slots, e.ctx_per_slot) for e in wanted}, **extra
+        )
     for e in engines:
         if e.vllm_dir is not None:
             continue

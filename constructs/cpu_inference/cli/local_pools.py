@@ -51,7 +51,9 @@ def deployed_key(m) -> str:
     from model_download.catalog import FARM_PREFIX, CatalogEntry, gguf_key
 
     s = m.source
-    return gguf_key(CatalogEntry(name=m.name, hf_repo=s.hf_repo, file=s.file, revision=s.revision, sha256=s.sha256)).removeprefix(FARM_PREFIX)
+    return gguf_key(
+        CatalogEntry(name=m.name, hf_repo=s.hf_repo, file=s.file, revision=s.revision, sha256=s.sha256)
+    ).removeprefix(FARM_PREFIX)
 
 
 def plan_pools(config, only: list[str] | None) -> list[LocalPool]:
@@ -69,15 +71,26 @@ def plan_pools(config, only: list[str] | None) -> list[LocalPool]:
             continue
         # A pooled embedding / rerank model's section carries `embeddings` / `reranking` (PoolPlan.pool_model, as the
         # chart renders it); its stand-in is the encoder / cross-encoder (farm_stand_in), as for a dedicated one.
-        engines = [Engine(m.name, m, plan.per_model[m.name].parallel, plan.per_model[m.name].ctx_per_slot, farm_stand_in(m))
-                   for m in members]
-        pools.append(LocalPool(fp.name, plan, engines, {m.name: deployed_key(m) for m in members},
-                               models_max=plan.models_max, threads=plan.threads_per_model))
+        engines = [
+            Engine(m.name, m, plan.per_model[m.name].parallel, plan.per_model[m.name].ctx_per_slot, farm_stand_in(m))
+            for m in members
+        ]
+        pools.append(
+            LocalPool(
+                fp.name,
+                plan,
+                engines,
+                {m.name: deployed_key(m) for m in members},
+                models_max=plan.models_max,
+                threads=plan.threads_per_model,
+            )
+        )
     return pools
 
 
-def cap_pools(pools: list[LocalPool], engines: list[Engine], memory, *, stand_ins: bool,
-              mapping: Mapping[str, Path]) -> list[str]:
+def cap_pools(
+    pools: list[LocalPool], engines: list[Engine], memory, *, stand_ins: bool, mapping: Mapping[str, Path]
+) -> list[str]:
     """Cap each pool's models_max by what this machine holds after the dedicated engines (the way local checks
     dedicated engines: sizing's numbers against machine_memory), before any download; a pool that cannot hold
     its largest model even alone is refused with one line. Models served by a stand-in are not counted (as for
@@ -86,6 +99,7 @@ def cap_pools(pools: list[LocalPool], engines: list[Engine], memory, *, stand_in
 
     if memory is None:  # unknown here: the plan's models_max stands
         return []
+
     def own(e: Engine) -> bool:  # served by a file of its model (the stand-ins are not counted)
         return e.model is not None and (not stand_ins or e.name in mapping)
 
@@ -111,8 +125,10 @@ def cap_pools(pools: list[LocalPool], engines: list[Engine], memory, *, stand_in
                 "it out with --models, or use --stand-ins"
             )
         if fit < pool.models_max:
-            notes.append(f"pool {pool.name}: models_max {pool.models_max} → {fit} here: {fit} × {largest} ({_size(need)} loaded) "
-                         f"fit in this machine's {memory}")
+            notes.append(
+                f"pool {pool.name}: models_max {pool.models_max} → {fit} here: {fit} × {largest} ({_size(need)} loaded) "
+                f"fit in this machine's {memory}"
+            )
             pool.models_max = int(fit)
         room -= ROUTER_RSS_BYTES + pool.models_max * need
     return notes
@@ -145,6 +161,12 @@ def pool_process(pool: LocalPool, binary: Path) -> tuple[list[str], dict[str, st
         entrypoint = runtime_dir(LLAMA_SERVER) / "entrypoint.py"
     except FileNotFoundError as exc:
         raise UserError(str(exc)) from None
-    env = {**os.environ, "LLAMA_SERVER_BIN": str(binary), "LLAMA_MODELS_PRESET": str(pool.preset),
-           "LLAMA_MODELS_MAX": str(pool.models_max), "LLAMA_HOST": "127.0.0.1", "LLAMA_PORT": str(pool.port)}
+    env = {
+        **os.environ,
+        "LLAMA_SERVER_BIN": str(binary),
+        "LLAMA_MODELS_PRESET": str(pool.preset),
+        "LLAMA_MODELS_MAX": str(pool.models_max),
+        "LLAMA_HOST": "127.0.0.1",
+        "LLAMA_PORT": str(pool.port),
+    }
     return [sys.executable, str(entrypoint), "pool"], env

@@ -19,7 +19,9 @@ class UserError(Exception):
 def build_parser() -> argparse.ArgumentParser:
     from cpu_inference import __version__
 
-    parser = argparse.ArgumentParser(prog="cpu-inference", description="CPU-first LLM/SLM inference on AWS: check, size and test before you deploy.")
+    parser = argparse.ArgumentParser(
+        prog="cpu-inference", description="CPU-first LLM/SLM inference on AWS: check, size and test before you deploy."
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in SUBCOMMANDS:
@@ -49,7 +51,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:  # `cpu-inference plan … | head`: the reader left; no traceback (Python docs, signal/SIGPIPE note)
+    except (
+        BrokenPipeError
+    ):  # `cpu-inference plan … | head`: the reader left; no traceback (Python docs, signal/SIGPIPE note)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
 

@@ -79,7 +79,9 @@ class CachedModel:
 # --- --model-map ---------------------------------------------------------------------------------------------
 
 
-def parse_model_map(items: Sequence[str], known: Sequence[str] | None = None, directories: Collection[str] = ()) -> dict[str, Path]:
+def parse_model_map(
+    items: Sequence[str], known: Sequence[str] | None = None, directories: Collection[str] = ()
+) -> dict[str, Path]:
     """`["NAME=PATH", ...]` → {name: path}; each PATH must be an existing GGUF file — or, for a model of engine vllm
     (`directories`), a checkpoint directory — each NAME given once (and one of `known`, the config's model names,
     when given)."""
@@ -88,7 +90,9 @@ def parse_model_map(items: Sequence[str], known: Sequence[str] | None = None, di
         name, sep, raw = item.partition("=")
         name, raw = name.strip(), raw.strip()
         if not sep or not name or not raw:
-            raise UserError(f"--model-map {item!r}: expected NAME=PATH, e.g. --model-map smollm2-1-7b=./SmolLM2-1.7B-Instruct-Q4_K_M.gguf")
+            raise UserError(
+                f"--model-map {item!r}: expected NAME=PATH, e.g. --model-map smollm2-1-7b=./SmolLM2-1.7B-Instruct-Q4_K_M.gguf"
+            )
         if known is not None and name not in known:
             raise UserError(f"--model-map {name}: no such model in the config — use one of {', '.join(known)}")
         if name in out:
@@ -96,8 +100,10 @@ def parse_model_map(items: Sequence[str], known: Sequence[str] | None = None, di
         path = Path(raw).expanduser()
         if name in directories:
             if not (path / "config.json").is_file():
-                raise UserError(f"--model-map {name}: {path} is not a checkpoint directory — engine vllm serves a directory "
-                                "with config.json, *.safetensors and the tokenizer files")
+                raise UserError(
+                    f"--model-map {name}: {path} is not a checkpoint directory — engine vllm serves a directory "
+                    "with config.json, *.safetensors and the tokenizer files"
+                )
             out[name] = path
             continue
         if not path.is_file():
@@ -105,7 +111,9 @@ def parse_model_map(items: Sequence[str], known: Sequence[str] | None = None, di
         with open(path, "rb") as f:
             magic = f.read(len(GGUF_MAGIC))
         if magic != GGUF_MAGIC:
-            raise UserError(f"--model-map {name}: {path} is not a GGUF file (it does not start with 'GGUF') — pass a llama.cpp .gguf")
+            raise UserError(
+                f"--model-map {name}: {path} is not a GGUF file (it does not start with 'GGUF') — pass a llama.cpp .gguf"
+            )
         out[name] = path
     return out
 
@@ -122,7 +130,9 @@ class MachineMemory:
         return f"{_size(self.bytes)} {self.kind}"
 
 
-def machine_memory(meminfo: Path = Path("/proc/meminfo"), cgroup: Path = Path("/sys/fs/cgroup")) -> MachineMemory | None:
+def machine_memory(
+    meminfo: Path = Path("/proc/meminfo"), cgroup: Path = Path("/sys/fs/cgroup")
+) -> MachineMemory | None:
     """Memory an engine may use here; None when it cannot be told (the fit check is then skipped).
 
     Linux: MemAvailable ("an estimate of how much memory is available for starting new applications, without
@@ -187,8 +197,10 @@ class EngineMemory:
     needed: int
 
     def explain(self) -> str:
-        parts = (f"weights {_size(self.weights)} + KV cache {_size(self.kv_cache)} for {self.slots} slot(s) × "
-                 f"{self.ctx_per_slot} tokens + runtime {_size(self.runtime)}")
+        parts = (
+            f"weights {_size(self.weights)} + KV cache {_size(self.kv_cache)} for {self.slots} slot(s) × "
+            f"{self.ctx_per_slot} tokens + runtime {_size(self.runtime)}"
+        )
         if self.needed > self.weights + self.kv_cache + self.runtime:
             return f"{sizing.RAM_TO_FILE_RATIO:g} × the weights, more than {parts}"
         return parts
@@ -201,7 +213,9 @@ def engine_memory(label: str, model: Model, *, file_size: int | None, slots: int
     weights = sizing.weights_bytes(spec)
     kv = slots * ctx_per_slot * sizing.kv_bytes_per_token(spec)
     runtime = sizing.RUNTIME_OVERHEAD_BYTES + int(sizing.COMPUTE_BUFFER_FRACTION * weights)
-    return EngineMemory(label, model.name, weights, kv, slots, ctx_per_slot, runtime, sizing.memory_needed(spec, slots, ctx_per_slot))
+    return EngineMemory(
+        label, model.name, weights, kv, slots, ctx_per_slot, runtime, sizing.memory_needed(spec, slots, ctx_per_slot)
+    )
 
 
 def deployment_shape(config: Config, model: Model) -> tuple[int, int]:
@@ -257,7 +271,9 @@ def _entry(root: Path, name: str, ref: FileRef, folder: str, how: str = "cached"
 
 def _gguf_file(model: Model) -> str:
     if model.source.file is None:  # engine vllm: local_plan serves it from --model-map or a stand-in, never fetches
-        raise UserError(f"{model.name}: engine vllm has no GGUF file to download — use --model-map {model.name}=DIR or --stand-ins")
+        raise UserError(
+            f"{model.name}: engine vllm has no GGUF file to download — use --model-map {model.name}=DIR or --stand-ins"
+        )
     return model.source.file
 
 
@@ -272,7 +288,11 @@ def _cached_without_network(root: Path, model: Model) -> CachedModel | None:
     if src.sha256:
         repo = _repo_dir(root, src.hf_repo)
         preferred = _last_commit(root, ref)
-        folders = sorted((p.name for p in repo.iterdir() if p.is_dir() and p.name != "refs"), key=lambda f: f != preferred) if repo.is_dir() else []
+        folders = (
+            sorted((p.name for p in repo.iterdir() if p.is_dir() and p.name != "refs"), key=lambda f: f != preferred)
+            if repo.is_dir()
+            else []
+        )
         for folder in folders:
             hit = _entry(root, model.name, ref, folder, "cached")
             if hit is not None and hit.sha256 == src.sha256:
@@ -329,7 +349,11 @@ def unreachable(endpoint: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
     proxy = urllib.request.getproxies().get(parts.scheme)
     if proxy and host not in _LOOPBACK and not urllib.request.proxy_bypass(host):
         p = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
-        host, port, via = p.hostname or "", p.port or (443 if p.scheme == "https" else 80), f" (proxy for {parts.hostname})"
+        host, port, via = (
+            p.hostname or "",
+            p.port or (443 if p.scheme == "https" else 80),
+            f" (proxy for {parts.hostname})",
+        )
     try:
         socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
@@ -404,10 +428,14 @@ def _resolve(index: int, model: Model, hub: Hub, root: Path, probe: Callable[[],
         raise UserError(f"{label}: {exc}") from None
     given = src.sha256
     if given and info.sha256 and given != info.sha256:
-        raise UserError(f"{label}: sha256 mismatch for {ref}: expected {given} (models[{index}].source.sha256), the Hub reports "
-                        f"{info.sha256}; nothing was downloaded — fix the sha256 or the revision")
+        raise UserError(
+            f"{label}: sha256 mismatch for {ref}: expected {given} (models[{index}].source.sha256), the Hub reports "
+            f"{info.sha256}; nothing was downloaded — fix the sha256 or the revision"
+        )
     if not (given or info.sha256):
-        raise UserError(f"{label}: {ref}: the Hub reports no sha256 (not an LFS file) — set models[{index}].source.sha256")
+        raise UserError(
+            f"{label}: {ref}: the Hub reports no sha256 (not an LFS file) — set models[{index}].source.sha256"
+        )
     if info.size == 0:
         raise UserError(f"{label}: {ref}: the Hub reports an empty file")
     folder = info.commit or quote(src.revision, safe="")
@@ -459,8 +487,10 @@ def _download(
             have = 0
         free = shutil.disk_usage(final.parent).free
         if free < info.size - have:
-            raise UserError(f"{label}: {_size(info.size - have)} to download but only {_size(free)} free in {final.parent} — "
-                            "free some space or point CPU_INFERENCE_CACHE at a larger disk")
+            raise UserError(
+                f"{label}: {_size(info.size - have)} to download but only {_size(free)} free in {final.parent} — "
+                "free some space or point CPU_INFERENCE_CACHE at a larger disk"
+            )
         with open(part, "ab") as out:
             if have:
                 with open(part, "rb") as old:
@@ -469,19 +499,32 @@ def _download(
             if on_start is not None:
                 on_start(info.size, have)
             try:
-                _append_ranges(hub.open(info), have, info.size, out, hasher, concurrency=concurrency, window=window, on_bytes=on_bytes)
+                _append_ranges(
+                    hub.open(info),
+                    have,
+                    info.size,
+                    out,
+                    hasher,
+                    concurrency=concurrency,
+                    window=window,
+                    on_bytes=on_bytes,
+                )
             except DownloadError as exc:
                 out.flush()
                 kept = out.tell()
-                raise UserError(f"{label}: download interrupted: {exc} — {_size(kept)} of {_size(info.size)} kept in {part}; "
-                                "run again to resume") from None
+                raise UserError(
+                    f"{label}: download interrupted: {exc} — {_size(kept)} of {_size(info.size)} kept in {part}; "
+                    "run again to resume"
+                ) from None
             out.flush()
             os.fsync(out.fileno())
         digest = hasher.hexdigest()
         if digest != expected:
             part.unlink(missing_ok=True)
-            raise UserError(f"{label}: sha256 mismatch for {ref}: expected {expected}, got {digest} from the downloaded "
-                            f"bytes; nothing was kept in the cache — run again, or check models[{resolved.index}].source.sha256")
+            raise UserError(
+                f"{label}: sha256 mismatch for {ref}: expected {expected}, got {digest} from the downloaded "
+                f"bytes; nothing was kept in the cache — run again, or check models[{resolved.index}].source.sha256"
+            )
         _write_atomic(final.with_name(final.name + ".sha256"), f"{expected}  {final.name}\n")
         os.replace(part, final)  # the file appears only now, verified
         _fsync_dir(final.parent)
@@ -490,7 +533,14 @@ def _download(
 
 
 def _append_ranges(
-    source: HubFile, start: int, size: int, out, hasher, *, concurrency: int, window: int,  # noqa: ANN001 - file, hash
+    source: HubFile,
+    start: int,
+    size: int,
+    out,
+    hasher,
+    *,
+    concurrency: int,
+    window: int,  # noqa: ANN001 - file, hash
     on_bytes: Callable[[int], None] | None,
 ) -> None:
     """Ranged GETs of `window` bytes, `concurrency` in flight, appended and hashed strictly in file order, so the
@@ -555,10 +605,15 @@ def fetch_model(
 
 
 def _offline_line(missing: list[tuple[str, Model]], endpoint: str, reason: str) -> str:
-    what = ", ".join(f"{label} {m.source.hf_repo}/{m.source.file or ''}@{m.source.revision}".replace("/@", "@") for label, m in missing)
+    what = ", ".join(
+        f"{label} {m.source.hf_repo}/{m.source.file or ''}@{m.source.revision}".replace("/@", "@")
+        for label, m in missing
+    )
     names = ", ".join(m.name for _, m in missing)
-    return (f"no network: {reason}, so {endpoint} cannot send {what}, and the cache has no copy — "
-            f"serve a local GGUF with --model-map NAME=PATH (for {names}), or run the small stand-ins with --stand-ins")
+    return (
+        f"no network: {reason}, so {endpoint} cannot send {what}, and the cache has no copy — "
+        f"serve a local GGUF with --model-map NAME=PATH (for {names}), or run the small stand-ins with --stand-ins"
+    )
 
 
 # --- all models of a local run ---------------------------------------------------------------------------------
@@ -589,7 +644,9 @@ def fetch_models(
     wanted = [(i, m) for i, m in enumerate(config.models) if names is None or m.name in names]
     unknown = sorted(set(names or ()) - {m.name for _, m in wanted})
     if unknown:
-        raise UserError(f"no model named {', '.join(unknown)} in the config — use names from {', '.join(m.name for m in config.models)}")
+        raise UserError(
+            f"no model named {', '.join(unknown)} in the config — use names from {', '.join(m.name for m in config.models)}"
+        )
 
     probed: list[str | None] = []
 
@@ -608,8 +665,10 @@ def fetch_models(
             continue
         resolved.append(r)
         if r.cached is not None and r.cached.offline:
-            say(f"{m.name}: no network ({r.cached.offline}) — using the cached copy of {r.cached.ref} "
-                f"from commit {(r.cached.commit or '?')[:12]}, the last one seen for {m.source.revision}")
+            say(
+                f"{m.name}: no network ({r.cached.offline}) — using the cached copy of {r.cached.ref} "
+                f"from commit {(r.cached.commit or '?')[:12]}, the last one seen for {m.source.revision}"
+            )
     if offline:
         raise UserError(_offline_line(offline, hub.endpoint, probed[0] or "unreachable"))
 
@@ -640,9 +699,16 @@ def fetch_models(
                     say(f"{r.model.name}: downloading {r.info.ref} ({_size(total)}) from {hub.endpoint} into {root}")  # type: ignore[union-attr]
 
             out[r.model.name] = _download(
-                r, hub, root, on_start=on_start, on_bytes=functools.partial(bar.advance, task),
-                on_wait=functools.partial(say, f"{r.model.name}: waiting for another cpu-inference downloading the same file"),
-                concurrency=concurrency, window=window,
+                r,
+                hub,
+                root,
+                on_start=on_start,
+                on_bytes=functools.partial(bar.advance, task),
+                on_wait=functools.partial(
+                    say, f"{r.model.name}: waiting for another cpu-inference downloading the same file"
+                ),
+                concurrency=concurrency,
+                window=window,
             )
     return {m.name: out[m.name] for _, m in wanted}  # config order
 
@@ -654,8 +720,13 @@ def _progress_bar():  # noqa: ANN202 - rich.progress.Progress
     console = Console(stderr=True)
     # A terminal redraws the bar and clears it when done; a log or pipe (no redraws) gets its final state once.
     return Progress(
-        TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
-        console=console, transient=console.is_terminal,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=console.is_terminal,
     )
 
 

@@ -14,12 +14,27 @@ from cpu_inference.cli.main import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("plan", help="rehearse a deploy offline: create order, or an update from one cdk.out to another (exit 1 on a hazard)")
-    p.add_argument("assemblies", nargs="+", metavar="CDK_OUT", help="AFTER, or BEFORE AFTER (directories written by `cdk synth`)")
-    p.add_argument("--assume-namespace", action="append", default=[], metavar="NAME",
-                   help="a namespace that exists in the cluster already (created outside these stacks)")
-    p.add_argument("--accept", action="append", default=[], metavar="CODE:LOGICAL_ID",
-                   help="a hazard you have reviewed and accept (printed, not counted), e.g. stateful-replaced:WaiterLogs1234")
+    p = sub.add_parser(
+        "plan",
+        help="rehearse a deploy offline: create order, or an update from one cdk.out to another (exit 1 on a hazard)",
+    )
+    p.add_argument(
+        "assemblies", nargs="+", metavar="CDK_OUT", help="AFTER, or BEFORE AFTER (directories written by `cdk synth`)"
+    )
+    p.add_argument(
+        "--assume-namespace",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a namespace that exists in the cluster already (created outside these stacks)",
+    )
+    p.add_argument(
+        "--accept",
+        action="append",
+        default=[],
+        metavar="CODE:LOGICAL_ID",
+        help="a hazard you have reviewed and accept (printed, not counted), e.g. stateful-replaced:WaiterLogs1234",
+    )
     p.set_defaults(func=run)
 
 
@@ -38,7 +53,9 @@ def run(args: argparse.Namespace) -> int:
         problems = create_order(assemblies[0], assume=assume) + delete_order(assemblies[0])
         for f in problems:
             print(f)
-        print(f"create and delete order: {len(problems)} problems in {sum(len(s.manifests) for s in assemblies[0].stacks.values())} manifests")
+        print(
+            f"create and delete order: {len(problems)} problems in {sum(len(s.manifests) for s in assemblies[0].stacks.values())} manifests"
+        )
         return 1 if problems else 0
     try:
         result = plan(*assemblies, assume=assume)
@@ -47,7 +64,9 @@ def run(args: argparse.Namespace) -> int:
     accepted = {tuple(a.split(":", 1)) for a in args.accept if ":" in a}
     bad = [a for a in args.accept if ":" not in a]
     if bad:
-        raise UserError(f"--accept {bad[0]!r}: write CODE:LOGICAL_ID as printed in a hazard line, e.g. stateful-replaced:WaiterLogs1234")
+        raise UserError(
+            f"--accept {bad[0]!r}: write CODE:LOGICAL_ID as printed in a hazard line, e.g. stateful-replaced:WaiterLogs1234"
+        )
     kept = [h for h in result.hazards if (h.code, h.where.rsplit("/", 1)[-1]) not in accepted]
     skipped = [h for h in result.hazards if h not in kept]
     result.hazards = kept

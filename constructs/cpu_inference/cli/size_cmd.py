@@ -30,7 +30,15 @@ def run(args: argparse.Namespace) -> int:
     if args.list:
         table = Table("instance", "vCPU", "memory", "arch", "CPU", "ISA", "SageMaker", title="instance catalog")
         for it in sizing.CATALOG.values():
-            table.add_row(it.name, str(it.vcpus), f"{it.memory_gib:g} GiB", it.arch, it.cpu, it.isa, it.sagemaker_name if it.sagemaker else "—")
+            table.add_row(
+                it.name,
+                str(it.vcpus),
+                f"{it.memory_gib:g} GiB",
+                it.arch,
+                it.cpu,
+                it.isa,
+                it.sagemaker_name if it.sagemaker else "—",
+            )
         console.print(table)
         return 0
     config = load(args.config)
@@ -43,44 +51,92 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _pool_table(filename: str, config: Config) -> Table:
-    on = "one multi-model endpoint per pool" if config.target == "sagemaker" else "a StatefulSet of llama-server routers per pool"
+    on = (
+        "one multi-model endpoint per pool"
+        if config.target == "sagemaker"
+        else "a StatefulSet of llama-server routers per pool"
+    )
     table = Table(
-        "pool", "models", "models_max", "threads", "memory request", "replica", "replicas", "replication", "largest model",
+        "pool",
+        "models",
+        "models_max",
+        "threads",
+        "memory request",
+        "replica",
+        "replicas",
+        "replication",
+        "largest model",
         title=f"{filename}: pools ({on}; models load on first request, LRU unload above models_max)",
     )
     for pool in config.farm.pools:
         plan = plan_pool(config, pool)
         cpu, memory = pool_budget(config, pool)
-        replica = f"{pool_instance_of(config, pool)} {cpu:g} vCPU {_gib(memory)}" if config.target == "sagemaker" else f"{cpu:g} vCPU {_gib(memory)}"
+        replica = (
+            f"{pool_instance_of(config, pool)} {cpu:g} vCPU {_gib(memory)}"
+            if config.target == "sagemaker"
+            else f"{cpu:g} vCPU {_gib(memory)}"
+        )
         # SageMaker routes a multi-model endpoint's invocations itself: the gateway's replication is EKS only.
         replication = "—" if config.target == "sagemaker" else str(pool.replication)
         if plan is None:
-            table.add_row(pool.name, "0", "—", "—", "—", replica, f"{pool.replicas.min}–{pool.replicas.max}", replication, "—")
+            table.add_row(
+                pool.name, "0", "—", "—", "—", replica, f"{pool.replicas.min}–{pool.replicas.max}", replication, "—"
+            )
             continue
         largest = plan.per_model[plan.largest_model]
         table.add_row(
-            pool.name, str(len(plan.per_model)), str(plan.models_max), str(plan.threads_per_model),
-            f"{pool_sizing.memory_request_mib(plan)} MiB", replica, f"{pool.replicas.min}–{pool.replicas.max}", replication,
+            pool.name,
+            str(len(plan.per_model)),
+            str(plan.models_max),
+            str(plan.threads_per_model),
+            f"{pool_sizing.memory_request_mib(plan)} MiB",
+            replica,
+            f"{pool.replicas.min}–{pool.replicas.max}",
+            replication,
             f"{plan.largest_model} {_gib(largest.memory_bytes)}",
         )
     return table
 
 
 def _model_table(filename: str, config: Config, models: list) -> Table:
-    where = "SageMaker endpoint per model" if config.target == "sagemaker" else "EKS pod per replica, on the smallest fitting node"
+    where = (
+        "SageMaker endpoint per model"
+        if config.target == "sagemaker"
+        else "EKS pod per replica, on the smallest fitting node"
+    )
     if config.pattern == "model-farm":
         where = "dedicated models: " + where
     table = Table(
-        "model", "params", "quant", "instance", "weights", "KV cache", "memory needed", "available", "threads",
-        "slots", "ctx/slot", "fits", title=f"{filename}: {config.pattern} on {config.target} ({where})",
+        "model",
+        "params",
+        "quant",
+        "instance",
+        "weights",
+        "KV cache",
+        "memory needed",
+        "available",
+        "threads",
+        "slots",
+        "ctx/slot",
+        "fits",
+        title=f"{filename}: {config.pattern} on {config.target} ({where})",
     )
     for m in models if config.pattern == "model-farm" else config.models:
         s = size_model(config, m)
         assert s is not None  # load() already rejected models that fit nowhere
         inst = s.instance.sagemaker_name if config.target == "sagemaker" else s.instance.name
         table.add_row(
-            m.name, f"{m.parameters_billions:g}B", m.weights_label, inst, _gib(s.weights_bytes), _gib(s.kv_cache_bytes),
-            _gib(s.memory_needed_bytes), _gib(s.memory_available_bytes), str(s.threads), str(s.slots), str(s.ctx_per_slot),
+            m.name,
+            f"{m.parameters_billions:g}B",
+            m.weights_label,
+            inst,
+            _gib(s.weights_bytes),
+            _gib(s.kv_cache_bytes),
+            _gib(s.memory_needed_bytes),
+            _gib(s.memory_available_bytes),
+            str(s.threads),
+            str(s.slots),
+            str(s.ctx_per_slot),
             "yes" if s.fits else "NO",
         )
     return table

@@ -6,6 +6,20 @@ from cpu_inference.config.rules import eks_candidates, model_spec, plan_pool, po
 from cpu_inference.config.schema import Config, Farm, FarmPool, Model, ModelGroup
 
 __all__ = [
-    "Config", "ConfigError", "Farm", "FarmPool", "Model", "ModelGroup", "Problem", "eks_candidates", "load", "model_spec",
-    "parse", "plan_pool", "pool_budget", "pool_instance_of", "size_model", "warnings_for",
+    "Config",
+    "ConfigError",
+    "Farm",
+    "FarmPool",
+    "Model",
+    "ModelGroup",
+    "Problem",
+    "eks_candidates",
+    "load",
+    "model_spec",
+    "parse",
+    "plan_pool",
+    "pool_budget",
+    "pool_instance_of",
+    "size_model",
+    "warnings_for",
 ]

@@ -102,8 +102,12 @@ def _problem_from_pydantic(err: Mapping[str, Any]) -> Problem:  # pydantic_core.
         hint = f"did you mean '{close[0]}'?" if close else f"allowed keys: {', '.join(allowed)}"
         return Problem(path, f"unknown key — {hint}")
     if kind == "missing":
-        if len(loc) > 4 and loc[0] == "model_groups" and loc[2] == "models" and loc[4] != "name":  # merged over defaults
-            return Problem(path, f"required — set it in this entry or in model_groups[{loc[1]}].defaults: {desc or 'add this key'}")
+        if (
+            len(loc) > 4 and loc[0] == "model_groups" and loc[2] == "models" and loc[4] != "name"
+        ):  # merged over defaults
+            return Problem(
+                path, f"required — set it in this entry or in model_groups[{loc[1]}].defaults: {desc or 'add this key'}"
+            )
         return Problem(path, f"required — {desc or 'add this key'}")
     msg = err["msg"]
     if kind in ("value_error", "assertion_error"):
@@ -132,7 +136,9 @@ def parse(text: str, filename: str = "config.yaml") -> Config:
     if data is None:
         raise ConfigError(filename, [Problem("", "the file is empty — start from the repository's config.yaml")])
     if not isinstance(data, dict):
-        raise ConfigError(filename, [Problem("", "the top level must be a mapping of keys (project:, target:, models: …)")])
+        raise ConfigError(
+            filename, [Problem("", "the top level must be a mapping of keys (project:, target:, models: …)")]
+        )
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:

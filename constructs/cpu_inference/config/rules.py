@@ -19,12 +19,19 @@ def model_spec(m: Model, config: Config | None = None) -> sizing.ModelSpec:
     """What sizing needs of `m`; with its `config`, the router's SLM also gets the context its prompt needs."""
     shape = m.shape
     return sizing.ModelSpec(
-        parameters_billions=m.parameters_billions, quantization=m.quantization, context_window=m.context_window,
-        task=m.task, file_size_bytes=m.source.size_bytes, layers=shape.layers if shape else None,
-        kv_heads=shape.kv_heads if shape else None, head_dim=shape.head_dim if shape else None,
-        parallel_slots=m.parallel_slots, context_per_slot=m.context_per_slot,
+        parameters_billions=m.parameters_billions,
+        quantization=m.quantization,
+        context_window=m.context_window,
+        task=m.task,
+        file_size_bytes=m.source.size_bytes,
+        layers=shape.layers if shape else None,
+        kv_heads=shape.kv_heads if shape else None,
+        head_dim=shape.head_dim if shape else None,
+        parallel_slots=m.parallel_slots,
+        context_per_slot=m.context_per_slot,
         min_context_per_slot=slm_context_need(config) if config is not None and _is_router_slm(config, m) else None,
-        engine=m.engine, dtype=m.weights_dtype,
+        engine=m.engine,
+        dtype=m.weights_dtype,
     )
 
 
@@ -36,8 +43,12 @@ def router_decision_config(config: Config) -> RouterConfig:
     """The decision keys of the router config this config renders (the one builder the patterns use too)."""
     r = config.router
     return decision(
-        labels=r.labels, slm_labels=r.slm_labels, confidence_threshold=r.confidence_threshold, few_shot=r.few_shot,
-        instructions=r.instructions, classify_max_chars=r.classify_max_chars,
+        labels=r.labels,
+        slm_labels=r.slm_labels,
+        confidence_threshold=r.confidence_threshold,
+        few_shot=r.few_shot,
+        instructions=r.instructions,
+        classify_max_chars=r.classify_max_chars,
     )
 
 
@@ -75,7 +86,9 @@ def plan_pool(config: Config, pool: FarmPool) -> pool_sizing.PoolPlan | None:
     if not models:
         return None
     cpu, memory = pool_budget(config, pool)
-    return pool_sizing.pool_plan({m.name: model_spec(m, config) for m in models}, cpu=cpu, memory_bytes=memory, models_max=pool.models_max)
+    return pool_sizing.pool_plan(
+        {m.name: model_spec(m, config) for m in models}, cpu=cpu, memory_bytes=memory, models_max=pool.models_max
+    )
 
 
 def eks_candidates(config: Config) -> list[sizing.InstanceType]:
@@ -108,7 +121,10 @@ def _not_hosted(path: str, name: str, choices: list[str]) -> Problem:
     alt = sizing.sagemaker_alternative(name)
     if alt is None:
         return _unknown_instance(path, name, choices)
-    return Problem(path, f"{name!r} is not a SageMaker hosting instance type (not in ProductionVariantInstanceType) — use {alt.sagemaker_name} ({alt.vcpus} vCPUs, {alt.memory_gib:g} GiB)")
+    return Problem(
+        path,
+        f"{name!r} is not a SageMaker hosting instance type (not in ProductionVariantInstanceType) — use {alt.sagemaker_name} ({alt.vcpus} vCPUs, {alt.memory_gib:g} GiB)",
+    )
 
 
 def _gib(n: int) -> str:
@@ -151,7 +167,9 @@ def _collapse_defaults(problems: list[Problem]) -> list[Problem]:
             out.append(p)
     for key, n in repeats.items():
         p = out[first[key]]
-        out[first[key]] = Problem(p.path, f"{p.message} (and {n} more model{'s' if n > 1 else ''} of this group)", p.severity)
+        out[first[key]] = Problem(
+            p.path, f"{p.message} (and {n} more model{'s' if n > 1 else ''} of this group)", p.severity
+        )
     return out
 
 
@@ -181,11 +199,21 @@ def _check_instances(config: Config) -> list[Problem]:
         if name not in sizing.CATALOG:
             out.append(_unknown_instance(f"eks.instance_types[{i}]", name, ec2))
         elif sizing.CATALOG[name].arch not in eks.architectures:
-            out.append(Problem(f"eks.instance_types[{i}]", f"{name} is {sizing.CATALOG[name].arch}, not in eks.architectures {eks.architectures} — add the architecture or drop the type"))
+            out.append(
+                Problem(
+                    f"eks.instance_types[{i}]",
+                    f"{name} is {sizing.CATALOG[name].arch}, not in eks.architectures {eks.architectures} — add the architecture or drop the type",
+                )
+            )
     if eks.system_instance_type not in sizing.CATALOG:
         out.append(_unknown_instance("eks.system_instance_type", eks.system_instance_type, ec2))
     if config.target == "eks" and not out and not eks_candidates(config):
-        out.append(Problem("eks.instance_families", f"no instance type of these families has an architecture in {eks.architectures} — add a matching family"))
+        out.append(
+            Problem(
+                "eks.instance_families",
+                f"no instance type of these families has an architecture in {eks.architectures} — add a matching family",
+            )
+        )
     return out
 
 
@@ -198,21 +226,39 @@ def _check_fit(config: Config) -> list[Problem]:
         spec = model_spec(m, config)
         if config.target == "sagemaker":
             if m.replicas.min < 1:
-                out.append(Problem(config.key_path(i, "replicas") + ".min", "0 is not possible on a SageMaker real-time endpoint — use 1 or more (or target: eks to scale to zero)"))
+                out.append(
+                    Problem(
+                        config.key_path(i, "replicas") + ".min",
+                        "0 is not possible on a SageMaker real-time endpoint — use 1 or more (or target: eks to scale to zero)",
+                    )
+                )
             s = size_model(config, m)
             assert s is not None
             if not s.fits:
-                bigger = sizing.smallest_fitting(spec, [it for it in sizing.CATALOG.values() if it.sagemaker], target="sagemaker")
-                fix = f"use a larger instance such as {bigger.instance.sagemaker_name}" if bigger else "use a smaller model or quantization"
-                out.append(Problem(
-                    config.model_path(i),
-                    f"{m.name} ({m.parameters_billions:g}B {m.weights_label}) needs {_gib(s.memory_needed_bytes)} but {sagemaker_instance_of(config, m)} has {_gib(s.memory_available_bytes)} usable — {fix}",
-                ))
+                bigger = sizing.smallest_fitting(
+                    spec, [it for it in sizing.CATALOG.values() if it.sagemaker], target="sagemaker"
+                )
+                fix = (
+                    f"use a larger instance such as {bigger.instance.sagemaker_name}"
+                    if bigger
+                    else "use a smaller model or quantization"
+                )
+                out.append(
+                    Problem(
+                        config.model_path(i),
+                        f"{m.name} ({m.parameters_billions:g}B {m.weights_label}) needs {_gib(s.memory_needed_bytes)} but {sagemaker_instance_of(config, m)} has {_gib(s.memory_available_bytes)} usable — {fix}",
+                    )
+                )
             continue
         candidates = eks_candidates(config)
         largest_cpu = max(sizing.usable_vcpus(it, target="eks") for it in candidates)
         if m.cpu is not None and m.cpu > largest_cpu:
-            out.append(Problem(config.key_path(i, "cpu"), f"{m.cpu:g} vCPUs is more than the largest allowed node can give ({largest_cpu:.1f}) — lower cpu or allow larger instance types"))
+            out.append(
+                Problem(
+                    config.key_path(i, "cpu"),
+                    f"{m.cpu:g} vCPUs is more than the largest allowed node can give ({largest_cpu:.1f}) — lower cpu or allow larger instance types",
+                )
+            )
             continue
         if m.cpu is not None:
             out += _cpu_just_over_a_node(config.key_path(i, "cpu"), m.cpu, candidates)
@@ -220,15 +266,19 @@ def _check_fit(config: Config) -> list[Problem]:
             biggest = max(candidates, key=lambda it: (it.memory_gib, it.vcpus))
             s = sizing.size(spec, biggest, target="eks", cpu=m.cpu)
             if s.memory_needed_bytes <= s.memory_available_bytes:
-                out.append(Problem(
-                    config.key_path(i, "cpu"),
-                    f"{m.name} gets {s.cpu_request:g} vCPUs per replica but the largest allowed node gives {s.cpu_available:g} — set a lower cpu or allow larger instance types",
-                ))
+                out.append(
+                    Problem(
+                        config.key_path(i, "cpu"),
+                        f"{m.name} gets {s.cpu_request:g} vCPUs per replica but the largest allowed node gives {s.cpu_available:g} — set a lower cpu or allow larger instance types",
+                    )
+                )
             else:
-                out.append(Problem(
-                    config.model_path(i),
-                    f"{m.name} ({m.parameters_billions:g}B {m.weights_label}) needs {_gib(s.memory_needed_bytes)}, more than the largest allowed node ({biggest.name}, {_gib(s.memory_available_bytes)} allocatable) — allow r-family or larger instance types, or a smaller quantization",
-                ))
+                out.append(
+                    Problem(
+                        config.model_path(i),
+                        f"{m.name} ({m.parameters_billions:g}B {m.weights_label}) needs {_gib(s.memory_needed_bytes)}, more than the largest allowed node ({biggest.name}, {_gib(s.memory_available_bytes)} allocatable) — allow r-family or larger instance types, or a smaller quantization",
+                    )
+                )
     return out
 
 
@@ -240,11 +290,13 @@ def _cpu_just_over_a_node(path: str, cpu: float, candidates: list[sizing.Instanc
         return []
     it = min(near, key=lambda x: (x.vcpus, x.memory_gib))
     usable = sizing.usable_vcpus(it, target="eks")
-    return [Problem(
-        path,
-        f"{cpu:g} vCPUs does not fit a {it.vcpus}-vCPU node such as {it.name} ({usable:.2f} allocatable), so every replica takes a larger node — use cpu: {int(usable)} to fit it",
-        severity="warning",
-    )]
+    return [
+        Problem(
+            path,
+            f"{cpu:g} vCPUs does not fit a {it.vcpus}-vCPU node such as {it.name} ({usable:.2f} allocatable), so every replica takes a larger node — use cpu: {int(usable)} to fit it",
+            severity="warning",
+        )
+    ]
 
 
 def _check_pattern(config: Config) -> list[Problem]:
@@ -253,37 +305,86 @@ def _check_pattern(config: Config) -> list[Problem]:
     if config.pattern == "slm-prefilter":
         slms = [name for name, role in roles.items() if role == "slm"]
         if not slms:
-            out.append(Problem("models", "slm-prefilter needs a model with role: slm (the small model that answers and classifies) — add one"))
+            out.append(
+                Problem(
+                    "models",
+                    "slm-prefilter needs a model with role: slm (the small model that answers and classifies) — add one",
+                )
+            )
         elif len(slms) > 1:
-            out.append(Problem("models", f"slm-prefilter classifies with one SLM, found {len(slms)} ({', '.join(slms)}) — keep one role: slm and set role: llm on the escalation model"))
+            out.append(
+                Problem(
+                    "models",
+                    f"slm-prefilter classifies with one SLM, found {len(slms)} ({', '.join(slms)}) — keep one role: slm and set role: llm on the escalation model",
+                )
+            )
         if config.escalation is None:
-            out.append(Problem("escalation", "required for slm-prefilter — say where hard requests go (kind: openai | sagemaker | bedrock | model)"))
+            out.append(
+                Problem(
+                    "escalation",
+                    "required for slm-prefilter — say where hard requests go (kind: openai | sagemaker | bedrock | model)",
+                )
+            )
         elif config.escalation.kind == "model":
             target = config.escalation.model
             if target not in roles:
-                out.append(Problem("escalation.model", f"{target!r} is not a model in models — use one of {', '.join(roles)}"))
+                out.append(
+                    Problem("escalation.model", f"{target!r} is not a model in models — use one of {', '.join(roles)}")
+                )
             elif roles[target] != "llm":
-                out.append(Problem("escalation.model", f"{target!r} has role {roles[target]}, not llm — set role: llm on that model"))
+                out.append(
+                    Problem(
+                        "escalation.model",
+                        f"{target!r} has role {roles[target]}, not llm — set role: llm on that model",
+                    )
+                )
         for i, m in enumerate(config.models):
             if m.task not in GENERATION_TASKS and roles[m.name] in ("slm", "llm"):
                 does = "classifies and answers" if roles[m.name] == "slm" else "answers the escalated"
-                out.append(Problem(config.key_path(i, "task"), f"{m.task}: the slm-prefilter's {roles[m.name]} {does} chat requests, which a model "
-                                   f"of task {m.task} cannot (it serves only its own route) — use a generation task "
-                                   f"({', '.join(GENERATION_TASKS)}), or serve it in a model-farm"))
+                out.append(
+                    Problem(
+                        config.key_path(i, "task"),
+                        f"{m.task}: the slm-prefilter's {roles[m.name]} {does} chat requests, which a model "
+                        f"of task {m.task} cannot (it serves only its own route) — use a generation task "
+                        f"({', '.join(GENERATION_TASKS)}), or serve it in a model-farm",
+                    )
+                )
         default_labels = sorted(config.router.labels) == ["complex", "simple"]
         if not default_labels and config.router.instructions is None:
-            out.append(Problem("router.instructions", "the router's default prompt is written for the labels simple/complex — write instructions for your labels ({labels} is replaced by them)", "warning"))
+            out.append(
+                Problem(
+                    "router.instructions",
+                    "the router's default prompt is written for the labels simple/complex — write instructions for your labels ({labels} is replaced by them)",
+                    "warning",
+                )
+            )
         for i, shot in enumerate(config.router.few_shot):
             if set(shot) != {"text", "label"}:
                 out.append(Problem(f"router.few_shot[{i}]", "each example needs exactly the keys text and label"))
             elif shot["label"] not in config.router.labels:
-                out.append(Problem(f"router.few_shot[{i}].label", f"{shot['label']!r} is not in router.labels {config.router.labels} — use one of them"))
+                out.append(
+                    Problem(
+                        f"router.few_shot[{i}].label",
+                        f"{shot['label']!r} is not in router.labels {config.router.labels} — use one of them",
+                    )
+                )
     else:
         for i, m in enumerate(config.models):
             if roles[m.name] != "farm":
-                out.append(Problem(config.key_path(i, "role"), f"{roles[m.name]} is for slm-prefilter — use role: farm (or leave it out) in a model farm"))
+                out.append(
+                    Problem(
+                        config.key_path(i, "role"),
+                        f"{roles[m.name]} is for slm-prefilter — use role: farm (or leave it out) in a model farm",
+                    )
+                )
         if config.escalation is not None:
-            out.append(Problem("escalation", "only slm-prefilter escalates — remove escalation or use pattern: slm-prefilter", "warning"))
+            out.append(
+                Problem(
+                    "escalation",
+                    "only slm-prefilter escalates — remove escalation or use pattern: slm-prefilter",
+                    "warning",
+                )
+            )
     return out
 
 
@@ -295,15 +396,27 @@ def _check_slm_context(config: Config) -> list[Problem]:
     out: list[Problem] = []
     need = slm_context_need(config)
     chars = config.router.classify_max_chars
-    why = (f"the router's SLM needs {need} tokens per slot for its classification prompt (instructions + few-shot + "
-           f"router.classify_max_chars = {chars or 'the default 2000'} characters of request) and an answer (router.answer_max_tokens)")
+    why = (
+        f"the router's SLM needs {need} tokens per slot for its classification prompt (instructions + few-shot + "
+        f"router.classify_max_chars = {chars or 'the default 2000'} characters of request) and an answer (router.answer_max_tokens)"
+    )
     for i, m in enumerate(config.models):
         if not _is_router_slm(config, m):
             continue
         if m.context_per_slot is not None and m.context_per_slot < need:
-            out.append(Problem(config.key_path(i, "context_per_slot"), f"{m.context_per_slot} is too small: {why} — remove context_per_slot (sizing then uses {need}) or set it ≥ {need}"))
+            out.append(
+                Problem(
+                    config.key_path(i, "context_per_slot"),
+                    f"{m.context_per_slot} is too small: {why} — remove context_per_slot (sizing then uses {need}) or set it ≥ {need}",
+                )
+            )
         elif m.context_window < need:
-            out.append(Problem(config.key_path(i, "context_window"), f"{m.context_window} is too small: {why} — raise context_window to ≥ {need} (within the model's trained context) or lower router.classify_max_chars"))
+            out.append(
+                Problem(
+                    config.key_path(i, "context_window"),
+                    f"{m.context_window} is too small: {why} — raise context_window to ≥ {need} (within the model's trained context) or lower router.classify_max_chars",
+                )
+            )
     return out
 
 
@@ -314,17 +427,47 @@ def _decision_framework(config: Config) -> list[Problem]:
         p = config.model_path(i)
         b = m.parameters_billions
         if b >= 70 and m.task != "batch":
-            out.append(Problem(p, f"{b:g}B on CPU serves ~1–5 tok/s and needs > 40 GB at Q4 — use CPU only offline (task: batch), or a GPU for online traffic", "warning"))
+            out.append(
+                Problem(
+                    p,
+                    f"{b:g}B on CPU serves ~1–5 tok/s and needs > 40 GB at Q4 — use CPU only offline (task: batch), or a GPU for online traffic",
+                    "warning",
+                )
+            )
         elif 8 <= b < 70 and m.task not in ("batch",):
-            out.append(Problem(p, f"{b:g}B on CPU suits batch/async use — for interactive p95 targets prefer ≤ 8B or a GPU", "warning"))
+            out.append(
+                Problem(
+                    p,
+                    f"{b:g}B on CPU suits batch/async use — for interactive p95 targets prefer ≤ 8B or a GPU",
+                    "warning",
+                )
+            )
         if m.quantization in ("BF16", "F16", "F32") and b >= 7:
-            out.append(Problem(config.key_path(i, "quantization"), f"{m.quantization} for a {b:g}B model is ~4–5× slower than Q4_K_M on CPU — use Q4_K_M (default), Q5_K_M or Q8_0", "warning"))
+            out.append(
+                Problem(
+                    config.key_path(i, "quantization"),
+                    f"{m.quantization} for a {b:g}B model is ~4–5× slower than Q4_K_M on CPU — use Q4_K_M (default), Q5_K_M or Q8_0",
+                    "warning",
+                )
+            )
         if m.engine == "vllm":
             out += _vllm_advice(config, i, m)
     if config.slo.p95_latency_ms < 50:
-        out.append(Problem("slo.p95_latency_ms", f"{config.slo.p95_latency_ms} ms p95 is below what CPU inference reaches (100–500 ms) — consider a GPU", "warning"))
+        out.append(
+            Problem(
+                "slo.p95_latency_ms",
+                f"{config.slo.p95_latency_ms} ms p95 is below what CPU inference reaches (100–500 ms) — consider a GPU",
+                "warning",
+            )
+        )
     if config.slo.peak_requests_per_second > 100:
-        out.append(Problem("slo.peak_requests_per_second", f"{config.slo.peak_requests_per_second:g} req/s sustained per endpoint exceeds the CPU sweet spot (< 100) — consider a GPU or sharding", "warning"))
+        out.append(
+            Problem(
+                "slo.peak_requests_per_second",
+                f"{config.slo.peak_requests_per_second:g} req/s sustained per endpoint exceeds the CPU sweet spot (< 100) — consider a GPU or sharding",
+                "warning",
+            )
+        )
     return out
 
 
@@ -334,14 +477,26 @@ def _vllm_advice(config: Config, i: int, m: Model) -> list[Problem]:
     out: list[Problem] = []
     cpus = m.cpu if m.cpu is not None else sizing.default_pod_cpu(model_spec(m))
     if config.target == "eks" and cpus < 4:
-        out.append(Problem(config.key_path(i, "cpu"), f"engine vllm keeps one CPU for its scheduler, so {cpus:g} vCPUs leave {cpus - 1:g} "
-                           "for compute (on 2 vCPUs llama.cpp served the same model faster in far less memory: benchmarks/README.md#engines) — "
-                           "give cpu ≥ 4, or use engine llama.cpp for small pods", "warning"))
+        out.append(
+            Problem(
+                config.key_path(i, "cpu"),
+                f"engine vllm keeps one CPU for its scheduler, so {cpus:g} vCPUs leave {cpus - 1:g} "
+                "for compute (on 2 vCPUs llama.cpp served the same model faster in far less memory: benchmarks/README.md#engines) — "
+                "give cpu ≥ 4, or use engine llama.cpp for small pods",
+                "warning",
+            )
+        )
     if m.parameters_billions >= 7:
         ratio = DTYPE_BYTES[m.weights_dtype] * 8 / sizing.BITS_PER_WEIGHT["Q4_K_M"]
-        out.append(Problem(config.key_path(i, "engine"), f"{m.weights_dtype} weights of a {m.parameters_billions:g}B model are {ratio:.1f}× the bytes "
-                           "Q4_K_M reads per generated token, and CPU decode is memory-bandwidth bound — expect a fraction of llama.cpp "
-                           "Q4_K_M's tokens/s; keep vLLM where its scheduler or AMX/BF16 prefill matters", "warning"))
+        out.append(
+            Problem(
+                config.key_path(i, "engine"),
+                f"{m.weights_dtype} weights of a {m.parameters_billions:g}B model are {ratio:.1f}× the bytes "
+                "Q4_K_M reads per generated token, and CPU decode is memory-bandwidth bound — expect a fraction of llama.cpp "
+                "Q4_K_M's tokens/s; keep vLLM where its scheduler or AMX/BF16 prefill matters",
+                "warning",
+            )
+        )
     return out
 
 
@@ -353,32 +508,71 @@ def _check_serving(config: Config) -> list[Problem]:
     names = [p.name for p in pools]
     if not farm:
         if "farm" in config.model_fields_set:
-            out.append(Problem("farm", "only pattern model-farm has pools — remove farm or use pattern: model-farm", "warning"))
+            out.append(
+                Problem("farm", "only pattern model-farm has pools — remove farm or use pattern: model-farm", "warning")
+            )
     else:
         seen: set[str] = set()
         for k, pool in enumerate(pools):
             if pool.name in seen:
-                out.append(Problem(f"farm.pools[{k}].name", f"pool name {pool.name!r} appears twice — pool names must be unique"))
+                out.append(
+                    Problem(
+                        f"farm.pools[{k}].name", f"pool name {pool.name!r} appears twice — pool names must be unique"
+                    )
+                )
             seen.add(pool.name)
-            if config.target == "eks" and pool.replication > pool.replicas.max:  # SageMaker routes an MME's invocations itself
-                out.append(Problem(f"farm.pools[{k}].replication", f"{pool.replication} is more than the pool's replicas.max ({pool.replicas.max}): each model is routed to `replication` distinct replicas — lower replication or raise replicas.max"))
+            if (
+                config.target == "eks" and pool.replication > pool.replicas.max
+            ):  # SageMaker routes an MME's invocations itself
+                out.append(
+                    Problem(
+                        f"farm.pools[{k}].replication",
+                        f"{pool.replication} is more than the pool's replicas.max ({pool.replicas.max}): each model is routed to `replication` distinct replicas — lower replication or raise replicas.max",
+                    )
+                )
             if config.target == "sagemaker" and pool.replicas.min < 1:
                 # botocore sagemaker ProductionVariant.InitialInstanceCount (shape InitialTaskCount): min 1.
-                out.append(Problem(f"farm.pools[{k}].replicas.min", "0 is not possible on a SageMaker multi-model endpoint (InitialInstanceCount ≥ 1) — use 1 or more"))
+                out.append(
+                    Problem(
+                        f"farm.pools[{k}].replicas.min",
+                        "0 is not possible on a SageMaker multi-model endpoint (InitialInstanceCount ≥ 1) — use 1 or more",
+                    )
+                )
             elif pool.replicas.min < 1:
                 # k8s/charts/model_pool_chart.py: the gateway routes to the pool's stable replica names, so a pool
                 # keeps ≥ 1.
-                out.append(Problem(f"farm.pools[{k}].replicas.min", "0 is not possible for a pool: a pool keeps at least one replica for the gateway to load its models on — use 1 or more (a model that should scale to zero: serving: dedicated with replicas.min 0)"))
+                out.append(
+                    Problem(
+                        f"farm.pools[{k}].replicas.min",
+                        "0 is not possible for a pool: a pool keeps at least one replica for the gateway to load its models on — use 1 or more (a model that should scale to zero: serving: dedicated with replicas.min 0)",
+                    )
+                )
             if config.target == "eks" and pool.instance_type:
-                out.append(Problem(f"farm.pools[{k}].instance_type", "only used on SageMaker (on EKS a pool replica is a pod of cpu and memory_gib) — remove it or use target: sagemaker", "warning"))
+                out.append(
+                    Problem(
+                        f"farm.pools[{k}].instance_type",
+                        "only used on SageMaker (on EKS a pool replica is a pod of cpu and memory_gib) — remove it or use target: sagemaker",
+                        "warning",
+                    )
+                )
     for i, m in enumerate(config.models):
         serving = config.serving_of(m)
         if m.serving == "pool" and not (farm and config.role_of(m) == "farm"):
             why = "pattern is slm-prefilter" if not farm else f"its role is {config.role_of(m)}"
-            out.append(Problem(config.key_path(i, "serving"), f"pool serving is only for farm models of pattern model-farm ({why}) — remove serving (the model gets its own replicas) or use pattern: model-farm"))
+            out.append(
+                Problem(
+                    config.key_path(i, "serving"),
+                    f"pool serving is only for farm models of pattern model-farm ({why}) — remove serving (the model gets its own replicas) or use pattern: model-farm",
+                )
+            )
             continue
         if m.pool is not None and serving != "pool":
-            out.append(Problem(config.key_path(i, "pool"), f"{m.name} is served dedicated, so pool {m.pool!r} is not used — remove pool, or set serving: pool (model-farm only)"))
+            out.append(
+                Problem(
+                    config.key_path(i, "pool"),
+                    f"{m.name} is served dedicated, so pool {m.pool!r} is not used — remove pool, or set serving: pool (model-farm only)",
+                )
+            )
             continue
         if serving != "pool":
             continue
@@ -391,13 +585,24 @@ def _check_serving(config: Config) -> list[Problem]:
         assert own is not None
         k = names.index(own.name)
         if config.target == "sagemaker" and m.instance_type:
-            out.append(Problem(
-                config.key_path(i, "instance_type"),
-                f"{m.name} is served by pool {own.name!r}, one multi-model endpoint on {pool_instance_of(config, own)} (farm.pools[{k}].instance_type) — remove instance_type from the model, set it on the pool, or set serving: dedicated for an endpoint of its own",
-            ))
-        for key, what in (("replicas", "its pool's replicas scale"), ("cpu", "its pool's cpu is shared by the loaded models")):
+            out.append(
+                Problem(
+                    config.key_path(i, "instance_type"),
+                    f"{m.name} is served by pool {own.name!r}, one multi-model endpoint on {pool_instance_of(config, own)} (farm.pools[{k}].instance_type) — remove instance_type from the model, set it on the pool, or set serving: dedicated for an endpoint of its own",
+                )
+            )
+        for key, what in (
+            ("replicas", "its pool's replicas scale"),
+            ("cpu", "its pool's cpu is shared by the loaded models"),
+        ):
             if key in m.model_fields_set:
-                out.append(Problem(config.key_path(i, key), f"not used for a pooled model ({what}: farm.pools[].{key}) — remove it, or set serving: dedicated to give the model replicas of its own", "warning"))
+                out.append(
+                    Problem(
+                        config.key_path(i, key),
+                        f"not used for a pooled model ({what}: farm.pools[].{key}) — remove it, or set serving: dedicated to give the model replicas of its own",
+                        "warning",
+                    )
+                )
     return out
 
 
@@ -413,18 +618,30 @@ def _check_pools(config: Config) -> list[Problem]:
         plan = plan_pool(config, pool)
         if plan is None:
             if "farm" in config.model_fields_set:
-                out.append(Problem(f"farm.pools[{k}]", f"pool {pool.name!r} serves no model — remove it or set pool: {pool.name} on models", "warning"))
+                out.append(
+                    Problem(
+                        f"farm.pools[{k}]",
+                        f"pool {pool.name!r} serves no model — remove it or set pool: {pool.name} on models",
+                        "warning",
+                    )
+                )
             continue
         room = plan.memory_bytes - pool_sizing.ROUTER_RSS_BYTES
         for name, slots in plan.per_model.items():
             if slots.memory_bytes > room:
                 out.append(_pooled_model_too_big(config, index[name], k, pool, slots, room))
-        if pool.models_max is not None and plan.models_max_fit >= 1 and min(pool.models_max, len(plan.per_model)) > plan.models_max_fit:
-            out.append(Problem(
-                f"farm.pools[{k}].models_max",
-                f"{pool.models_max} models at once need up to {_gib(plan.memory_request_bytes)} but a replica has {_gib(plan.memory_bytes)}, room for {plan.models_max_fit} of its largest ({plan.largest_model}) — remove models_max (sizing then uses {plan.models_max_fit}) or give the pool more memory",
-                "warning",
-            ))
+        if (
+            pool.models_max is not None
+            and plan.models_max_fit >= 1
+            and min(pool.models_max, len(plan.per_model)) > plan.models_max_fit
+        ):
+            out.append(
+                Problem(
+                    f"farm.pools[{k}].models_max",
+                    f"{pool.models_max} models at once need up to {_gib(plan.memory_request_bytes)} but a replica has {_gib(plan.memory_bytes)}, room for {plan.models_max_fit} of its largest ({plan.largest_model}) — remove models_max (sizing then uses {plan.models_max_fit}) or give the pool more memory",
+                    "warning",
+                )
+            )
     return out
 
 
@@ -435,30 +652,59 @@ def _pool_fits_a_node(config: Config, k: int, pool: FarmPool) -> list[Problem]:
     largest_memory = sizing.usable_memory_bytes(biggest, target="eks")
     out: list[Problem] = []
     if pool.cpu > largest_cpu:
-        out.append(Problem(f"farm.pools[{k}].cpu", f"{pool.cpu:g} vCPUs per pool replica is more than the largest allowed node can give ({largest_cpu:.1f}) — lower cpu or allow larger instance types"))
+        out.append(
+            Problem(
+                f"farm.pools[{k}].cpu",
+                f"{pool.cpu:g} vCPUs per pool replica is more than the largest allowed node can give ({largest_cpu:.1f}) — lower cpu or allow larger instance types",
+            )
+        )
     # The replica's pod asks memory_gib's plan + the node's Mountpoint pod allowance (request = limit, whole MiB:
     # ModelPoolChart), and a pod lands only where its requests fit the node's allocatable ("the sum of the resource
     # requests of the scheduled containers is less than the capacity of the node": kubernetes.io/docs/concepts/
     # configuration/manage-resources-containers/, "How Pods with resource requests are scheduled").
     if _mib_ceil(pool_sizing.replica_memory_bytes(int(pool.memory_gib * sizing.GIB))) > largest_memory:
-        most = math.floor((largest_memory - pool_sizing.MOUNTPOINT_MEMORY_BYTES) // sizing.MIB * sizing.MIB / sizing.GIB * 10) / 10
-        out.append(Problem(
-            f"farm.pools[{k}].memory_gib",
-            f"{pool.memory_gib:g} GiB per pool replica + {_gib(pool_sizing.MOUNTPOINT_MEMORY_BYTES)} it reserves for the node's Mountpoint pod is more than the largest allowed node "
-            f"({biggest.name}, {_gib(largest_memory)} allocatable) — " + (f"set farm.pools[{k}].memory_gib to {most:g} or less, or " if most > 0 else "") + "allow larger (r-family) instance types",
-        ))
+        most = (
+            math.floor(
+                (largest_memory - pool_sizing.MOUNTPOINT_MEMORY_BYTES) // sizing.MIB * sizing.MIB / sizing.GIB * 10
+            )
+            / 10
+        )
+        out.append(
+            Problem(
+                f"farm.pools[{k}].memory_gib",
+                f"{pool.memory_gib:g} GiB per pool replica + {_gib(pool_sizing.MOUNTPOINT_MEMORY_BYTES)} it reserves for the node's Mountpoint pod is more than the largest allowed node "
+                f"({biggest.name}, {_gib(largest_memory)} allocatable) — "
+                + (f"set farm.pools[{k}].memory_gib to {most:g} or less, or " if most > 0 else "")
+                + "allow larger (r-family) instance types",
+            )
+        )
     return out
 
 
-def _pooled_model_too_big(config: Config, i: int, k: int, pool: FarmPool, slots: pool_sizing.ModelSlots, room: int) -> Problem:
+def _pooled_model_too_big(
+    config: Config, i: int, k: int, pool: FarmPool, slots: pool_sizing.ModelSlots, room: int
+) -> Problem:
     m = config.models[i]
     need = f"{m.name} needs {_gib(slots.memory_bytes)} loaded ({slots.parallel} slot(s) of {slots.ctx_per_slot} tokens)"
     others = [p.name for p in config.farm.pools if p.name != pool.name]
     elsewhere = f"move it to another pool (pool: {others[0]}), " if others else ""
     if config.target == "sagemaker":
-        fits = [it for it in sizing.CATALOG.values() if it.sagemaker and sizing.usable_memory_bytes(it, target="sagemaker") - pool_sizing.ROUTER_RSS_BYTES >= slots.memory_bytes]
+        fits = [
+            it
+            for it in sizing.CATALOG.values()
+            if it.sagemaker
+            and sizing.usable_memory_bytes(it, target="sagemaker") - pool_sizing.ROUTER_RSS_BYTES >= slots.memory_bytes
+        ]
         bigger = min(fits, key=lambda it: (it.memory_gib, it.vcpus), default=None)
-        raise_it = f"set farm.pools[{k}].instance_type to {bigger.sagemaker_name}" if bigger else "use a smaller quantization"
-        return Problem(config.model_path(i), f"{need} but pool {pool.name!r} runs on {pool_instance_of(config, pool)} with {_gib(room)} for models — {raise_it}, {elsewhere}or set serving: dedicated")
+        raise_it = (
+            f"set farm.pools[{k}].instance_type to {bigger.sagemaker_name}" if bigger else "use a smaller quantization"
+        )
+        return Problem(
+            config.model_path(i),
+            f"{need} but pool {pool.name!r} runs on {pool_instance_of(config, pool)} with {_gib(room)} for models — {raise_it}, {elsewhere}or set serving: dedicated",
+        )
     gib = math.ceil((slots.memory_bytes + pool_sizing.ROUTER_RSS_BYTES) / sizing.GIB)
-    return Problem(config.model_path(i), f"{need} but pool {pool.name!r} has {_gib(room)} for models per replica — raise farm.pools[{k}].memory_gib to {gib} or more, {elsewhere}or set serving: dedicated")
+    return Problem(
+        config.model_path(i),
+        f"{need} but pool {pool.name!r} has {_gib(room)} for models per replica — raise farm.pools[{k}].memory_gib to {gib} or more, {elsewhere}or set serving: dedicated",
+    )

@@ -61,8 +61,25 @@ class Role(str, Enum):
 
 
 QUANTIZATIONS = (
-    "Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L", "IQ4_XS", "IQ4_NL", "Q4_0", "Q4_1", "Q4_K_S", "Q4_K_M",
-    "Q5_0", "Q5_1", "Q5_K_S", "Q5_K_M", "Q6_K", "Q8_0", "F16", "BF16", "F32",
+    "Q2_K",
+    "Q3_K_S",
+    "Q3_K_M",
+    "Q3_K_L",
+    "IQ4_XS",
+    "IQ4_NL",
+    "Q4_0",
+    "Q4_1",
+    "Q4_K_S",
+    "Q4_K_M",
+    "Q5_0",
+    "Q5_1",
+    "Q5_K_S",
+    "Q5_K_M",
+    "Q6_K",
+    "Q8_0",
+    "F16",
+    "BF16",
+    "F32",
 )
 Quantization = Literal[QUANTIZATIONS]  # type: ignore[valid-type]
 
@@ -71,17 +88,42 @@ _HF_REPO = r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"
 
 
 class Project(_Strict):
-    name: Annotated[str, Field(pattern=_NAME, description="Stack-name prefix: lowercase letters, digits, '-' (max 40)")] = "cpu-inference"
+    name: Annotated[
+        str, Field(pattern=_NAME, description="Stack-name prefix: lowercase letters, digits, '-' (max 40)")
+    ] = "cpu-inference"
     tags: Annotated[dict[str, str], Field(description="Tags applied to every resource, e.g. {team: ml-platform}")] = {}
 
 
 class ModelSource(_Strict):
     hf_repo: Annotated[str, Field(pattern=_HF_REPO, description="the Hugging Face repo, as owner/name")]
-    file: Annotated[str | None, Field(pattern=r"^[^/].*\.gguf$", description="the GGUF file name inside the repo (ends in .gguf); engine llama.cpp only — engine vllm copies the repo's safetensors checkpoint")] = None
-    revision: Annotated[str, Field(min_length=1, description="a commit sha (reproducible) or a branch/tag such as main")] = "main"
-    sha256: Annotated[str | None, Field(pattern=r"^[0-9a-f]{64}$", description="expected sha256 of the file (64 hex chars); default: the one the Hub reports")] = None
-    token_secret_name: Annotated[str | None, Field(min_length=1, description="Secrets Manager secret holding a Hugging Face token, for gated models")] = None
-    size_bytes: Annotated[int | None, Field(gt=0, description="the GGUF file size (engine vllm: the safetensors' total) in bytes, when known (sharper sizing)")] = None
+    file: Annotated[
+        str | None,
+        Field(
+            pattern=r"^[^/].*\.gguf$",
+            description="the GGUF file name inside the repo (ends in .gguf); engine llama.cpp only — engine vllm copies the repo's safetensors checkpoint",
+        ),
+    ] = None
+    revision: Annotated[
+        str, Field(min_length=1, description="a commit sha (reproducible) or a branch/tag such as main")
+    ] = "main"
+    sha256: Annotated[
+        str | None,
+        Field(
+            pattern=r"^[0-9a-f]{64}$",
+            description="expected sha256 of the file (64 hex chars); default: the one the Hub reports",
+        ),
+    ] = None
+    token_secret_name: Annotated[
+        str | None,
+        Field(min_length=1, description="Secrets Manager secret holding a Hugging Face token, for gated models"),
+    ] = None
+    size_bytes: Annotated[
+        int | None,
+        Field(
+            gt=0,
+            description="the GGUF file size (engine vllm: the safetensors' total) in bytes, when known (sharper sizing)",
+        ),
+    ] = None
 
 
 class ModelShape(_Strict):
@@ -104,23 +146,82 @@ class Replicas(_Strict):
 
 
 class Model(_Strict):
-    name: Annotated[str, Field(pattern=_NAME, description="short DNS-safe name, unique in the config, e.g. smollm2-135m")]
-    engine: Annotated[Literal["llama.cpp", "vllm"], Field(description="llama.cpp (default: a GGUF file, every pattern and target) or vllm (vLLM's CPU backend: a Hugging Face safetensors repo in dtype, dedicated replicas or endpoint)")] = "llama.cpp"
+    name: Annotated[
+        str, Field(pattern=_NAME, description="short DNS-safe name, unique in the config, e.g. smollm2-135m")
+    ]
+    engine: Annotated[
+        Literal["llama.cpp", "vllm"],
+        Field(
+            description="llama.cpp (default: a GGUF file, every pattern and target) or vllm (vLLM's CPU backend: a Hugging Face safetensors repo in dtype, dedicated replicas or endpoint)"
+        ),
+    ] = "llama.cpp"
     source: ModelSource
-    quantization: Annotated[Quantization, Field(description="GGUF quantization, e.g. Q4_K_M (default), Q5_K_M, Q8_0 (engine llama.cpp)")] = "Q4_K_M"
-    dtype: Annotated[Literal["bfloat16", "float16", "float32"] | None, Field(description="engine vllm: the weights' dtype, bfloat16 (default; every supported CPU has BF16 instructions), float16 or float32")] = None
-    parameters_billions: Annotated[float, Field(gt=0, le=2000, description="parameter count in billions, e.g. 0.135 or 8")]
-    context_window: Annotated[int, Field(ge=128, le=1_048_576, description="the longest context one request needs (tokens), at most the model's trained context")] = 4096
-    task: Annotated[Task, Field(validate_default=True, description="classification | routing | extraction | chat | embedding | rerank | batch")] = Task.CHAT
-    role: Annotated[Role | None, Field(description="slm | llm (slm-prefilter) or farm (model-farm); default from the pattern")] = None
+    quantization: Annotated[
+        Quantization, Field(description="GGUF quantization, e.g. Q4_K_M (default), Q5_K_M, Q8_0 (engine llama.cpp)")
+    ] = "Q4_K_M"
+    dtype: Annotated[
+        Literal["bfloat16", "float16", "float32"] | None,
+        Field(
+            description="engine vllm: the weights' dtype, bfloat16 (default; every supported CPU has BF16 instructions), float16 or float32"
+        ),
+    ] = None
+    parameters_billions: Annotated[
+        float, Field(gt=0, le=2000, description="parameter count in billions, e.g. 0.135 or 8")
+    ]
+    context_window: Annotated[
+        int,
+        Field(
+            ge=128,
+            le=1_048_576,
+            description="the longest context one request needs (tokens), at most the model's trained context",
+        ),
+    ] = 4096
+    task: Annotated[
+        Task,
+        Field(
+            validate_default=True,
+            description="classification | routing | extraction | chat | embedding | rerank | batch",
+        ),
+    ] = Task.CHAT
+    role: Annotated[
+        Role | None, Field(description="slm | llm (slm-prefilter) or farm (model-farm); default from the pattern")
+    ] = None
     shape: ModelShape | None = None
-    parallel_slots: Annotated[int | None, Field(ge=1, le=64, description="llama.cpp parallel slots (engine vllm: --max-num-seqs); default computed by sizing")] = None
-    context_per_slot: Annotated[int | None, Field(ge=128, description="tokens of context per slot; default from the task and context_window")] = None
-    cpu: Annotated[float | None, Field(gt=0, le=192, description="vCPUs per replica on EKS (= engine threads); default from sizing")] = None
-    instance_type: Annotated[str | None, Field(description="SageMaker instance type for this model, e.g. ml.c7g.2xlarge; default sagemaker.instance_type")] = None
+    parallel_slots: Annotated[
+        int | None,
+        Field(
+            ge=1,
+            le=64,
+            description="llama.cpp parallel slots (engine vllm: --max-num-seqs); default computed by sizing",
+        ),
+    ] = None
+    context_per_slot: Annotated[
+        int | None, Field(ge=128, description="tokens of context per slot; default from the task and context_window")
+    ] = None
+    cpu: Annotated[
+        float | None,
+        Field(gt=0, le=192, description="vCPUs per replica on EKS (= engine threads); default from sizing"),
+    ] = None
+    instance_type: Annotated[
+        str | None,
+        Field(
+            description="SageMaker instance type for this model, e.g. ml.c7g.2xlarge; default sagemaker.instance_type"
+        ),
+    ] = None
     replicas: Replicas = Replicas()
-    serving: Annotated[Literal["pool", "dedicated"] | None, Field(description="pool (shared multi-model pool; the default for farm models of model-farm) or dedicated (its own replicas or endpoint: hot models)")] = None
-    pool: Annotated[str | None, Field(pattern=_NAME, description="name of the farm.pools entry that serves this model (serving: pool); default the first pool")] = None
+    serving: Annotated[
+        Literal["pool", "dedicated"] | None,
+        Field(
+            description="pool (shared multi-model pool; the default for farm models of model-farm) or dedicated (its own replicas or endpoint: hot models)"
+        ),
+    ] = None
+    pool: Annotated[
+        str | None,
+        Field(
+            pattern=_NAME,
+            description="name of the farm.pools entry that serves this model (serving: pool); default the first pool",
+        ),
+    ] = None
 
     @model_validator(mode="after")
     def _slot_context(self) -> Model:
@@ -140,25 +241,35 @@ class Model(_Strict):
     def _source_for_engine(cls, source: ModelSource, info: ValidationInfo) -> ModelSource:
         engine = info.data.get("engine")  # None: the engine itself was invalid (reported on its own line)
         if engine == LLAMA_CPP and source.file is None:
-            raise ValueError("file is required for engine llama.cpp — name the .gguf file in the repo (source.file), or set engine: vllm for a safetensors repo")
+            raise ValueError(
+                "file is required for engine llama.cpp — name the .gguf file in the repo (source.file), or set engine: vllm for a safetensors repo"
+            )
         if engine == VLLM and source.file is not None:
-            raise ValueError(f"engine vllm loads the repo's safetensors checkpoint, not a GGUF file — remove source.file ({source.file}) or use engine: llama.cpp")
+            raise ValueError(
+                f"engine vllm loads the repo's safetensors checkpoint, not a GGUF file — remove source.file ({source.file}) or use engine: llama.cpp"
+            )
         if engine == VLLM and source.sha256 is not None:
-            raise ValueError("sha256 pins one GGUF file; engine vllm copies several files — remove source.sha256 and pin the snapshot with revision: <full commit sha> (every file is checked against the Hub's listing at that commit)")
+            raise ValueError(
+                "sha256 pins one GGUF file; engine vllm copies several files — remove source.sha256 and pin the snapshot with revision: <full commit sha> (every file is checked against the Hub's listing at that commit)"
+            )
         return source
 
     @field_validator("quantization")
     @classmethod
     def _quantization_for_engine(cls, value: str, info: ValidationInfo) -> str:
         if info.data.get("engine") == VLLM:
-            raise ValueError(f"quantization is a GGUF setting; engine vllm runs the checkpoint in dtype — remove quantization (dtype defaults to {DEFAULT_VLLM_DTYPE}) or use engine: llama.cpp")
+            raise ValueError(
+                f"quantization is a GGUF setting; engine vllm runs the checkpoint in dtype — remove quantization (dtype defaults to {DEFAULT_VLLM_DTYPE}) or use engine: llama.cpp"
+            )
         return value
 
     @field_validator("dtype")
     @classmethod
     def _dtype_for_engine(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is not None and info.data.get("engine") == LLAMA_CPP:
-            raise ValueError("dtype is for engine vllm — llama.cpp runs the GGUF file's quantization: remove dtype, or set engine: vllm")
+            raise ValueError(
+                "dtype is for engine vllm — llama.cpp runs the GGUF file's quantization: remove dtype, or set engine: vllm"
+            )
         return value
 
     @field_validator("task")
@@ -166,14 +277,18 @@ class Model(_Strict):
     def _task_for_engine(cls, value: Any, info: ValidationInfo) -> Any:
         task = value.value if isinstance(value, Enum) else value
         if info.data.get("engine") == VLLM and task not in VLLM_TASKS:
-            raise ValueError(f"task {task} stays on engine llama.cpp here (vLLM's pooling runner is not wired) — use engine: llama.cpp, or a generation task ({', '.join(VLLM_TASKS)})")
+            raise ValueError(
+                f"task {task} stays on engine llama.cpp here (vLLM's pooling runner is not wired) — use engine: llama.cpp, or a generation task ({', '.join(VLLM_TASKS)})"
+            )
         return value
 
     @field_validator("serving")
     @classmethod
     def _serving_for_engine(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value == "pool" and info.data.get("engine") == VLLM:
-            raise ValueError("engine vllm serves one model per process, so it cannot share a farm pool — remove serving: pool (the model gets its own replicas) or use engine: llama.cpp")
+            raise ValueError(
+                "engine vllm serves one model per process, so it cannot share a farm pool — remove serving: pool (the model gets its own replicas) or use engine: llama.cpp"
+            )
         return value
 
     @property
@@ -187,8 +302,15 @@ class Model(_Strict):
         return self.dtype or DEFAULT_VLLM_DTYPE
 
 
-def _partial(model: type[BaseModel], name: str, doc: str, *, skip: tuple[str, ...] = (), required: tuple[str, ...] = (),
-             nested: dict[str, Any] | None = None) -> type[BaseModel]:
+def _partial(
+    model: type[BaseModel],
+    name: str,
+    doc: str,
+    *,
+    skip: tuple[str, ...] = (),
+    required: tuple[str, ...] = (),
+    nested: dict[str, Any] | None = None,
+) -> type[BaseModel]:
     """`model` with every field but `required` optional (default None), same constraints and descriptions, unknown
     keys refused: a group's defaults and its compact entries are checked key by key where they are written."""
     fields: dict[str, Any] = {}
@@ -204,11 +326,23 @@ def _partial(model: type[BaseModel], name: str, doc: str, *, skip: tuple[str, ..
     return create_model(name, __base__=_Strict, __doc__=doc, **fields)
 
 
-PartialModelSource = _partial(ModelSource, "PartialModelSource", "Some keys of a model's source; the rest come from the group's defaults.")
-ModelDefaults = _partial(Model, "ModelDefaults", "Keys every model of the group gets unless its entry sets them (source merges key by key).",
-                         skip=("name",), nested={"source": PartialModelSource})
-ModelEntry = _partial(Model, "ModelEntry", "One model of a group: its own keys over the group's defaults (source merges key by key).",
-                      required=("name",), nested={"source": PartialModelSource})
+PartialModelSource = _partial(
+    ModelSource, "PartialModelSource", "Some keys of a model's source; the rest come from the group's defaults."
+)
+ModelDefaults = _partial(
+    Model,
+    "ModelDefaults",
+    "Keys every model of the group gets unless its entry sets them (source merges key by key).",
+    skip=("name",),
+    nested={"source": PartialModelSource},
+)
+ModelEntry = _partial(
+    Model,
+    "ModelEntry",
+    "One model of a group: its own keys over the group's defaults (source merges key by key).",
+    required=("name",),
+    nested={"source": PartialModelSource},
+)
 
 
 def _merge(defaults: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
@@ -222,8 +356,19 @@ def _merge(defaults: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
 class ModelGroup(_Strict):
     """Models written compactly: shared keys once in defaults, each model only what differs."""
 
-    defaults: Annotated[ModelDefaults, Field(description="keys every model of the group shares (any model key but name; source may be partial, e.g. hf_repo and revision)")] = ModelDefaults()  # type: ignore[valid-type]
-    models: Annotated[list[ModelEntry], Field(min_length=1, description="the group's models: each a name and what differs from defaults, e.g. {name: m-0001, source: {file: m-0001.gguf}}")]  # type: ignore[valid-type]
+    defaults: Annotated[
+        ModelDefaults,  # type: ignore[valid-type]
+        Field(
+            description="keys every model of the group shares (any model key but name; source may be partial, e.g. hf_repo and revision)"
+        ),
+    ] = ModelDefaults()
+    models: Annotated[
+        list[ModelEntry],  # type: ignore[valid-type]
+        Field(
+            min_length=1,
+            description="the group's models: each a name and what differs from defaults, e.g. {name: m-0001, source: {file: m-0001.gguf}}",
+        ),
+    ]
     _expanded: tuple[Model, ...] = PrivateAttr(default=())
     _from_defaults: tuple[frozenset[str], ...] = PrivateAttr(default=())
 
@@ -244,11 +389,17 @@ class ModelGroup(_Strict):
                 raise
             broken = {e["loc"][1] for e in errors if e["loc"][:1] == ("models",) and len(e["loc"]) > 1}
             defaults = ModelDefaults.model_validate(raw.get("defaults") or {}).model_dump(exclude_unset=True)
-            own = [(j, ModelEntry.model_validate(x).model_dump(exclude_unset=True)) for j, x in enumerate(entries) if j not in broken]
+            own = [
+                (j, ModelEntry.model_validate(x).model_dump(exclude_unset=True))
+                for j, x in enumerate(entries)
+                if j not in broken
+            ]
             errors += _expand_entries(defaults, own)[2]
             raise ValidationError.from_exception_data("ModelGroup", errors) from None
         defaults = group.defaults.model_dump(exclude_unset=True)
-        expanded, origins, errors = _expand_entries(defaults, [(j, e.model_dump(exclude_unset=True)) for j, e in enumerate(group.models)])
+        expanded, origins, errors = _expand_entries(
+            defaults, [(j, e.model_dump(exclude_unset=True)) for j, e in enumerate(group.models)]
+        )
         if errors:
             raise ValidationError.from_exception_data("ModelGroup", errors)
         group._expanded, group._from_defaults = tuple(expanded), tuple(origins)
@@ -260,7 +411,9 @@ def _detail(e: Any, prefix: tuple[Any, ...]) -> InitErrorDetails:
     return InitErrorDetails(type=e["type"], loc=(*prefix, *e["loc"]), input=e["input"], ctx=e.get("ctx", {}))
 
 
-def _expand_entries(defaults: dict[str, Any], entries: list[tuple[int, dict[str, Any]]]) -> tuple[list[Model], list[frozenset[str]], list[InitErrorDetails]]:
+def _expand_entries(
+    defaults: dict[str, Any], entries: list[tuple[int, dict[str, Any]]]
+) -> tuple[list[Model], list[frozenset[str]], list[InitErrorDetails]]:
     """(models, the keys each took from defaults, errors at models[j].<key>) for entries (j, own keys)."""
     models: list[Model] = []
     origins: list[frozenset[str]] = []
@@ -286,8 +439,16 @@ FIRST_TOKEN_SLO_MS = 2000
 
 
 class Slo(_Strict):
-    p95_latency_ms: Annotated[int, Field(gt=0, description="p95 latency SLO up to the first token (response head) in milliseconds, e.g. 500 for an SLM")] = FIRST_TOKEN_SLO_MS
-    peak_requests_per_second: Annotated[float, Field(gt=0, description="sustained peak requests/s per endpoint, e.g. 20")] = 10
+    p95_latency_ms: Annotated[
+        int,
+        Field(
+            gt=0,
+            description="p95 latency SLO up to the first token (response head) in milliseconds, e.g. 500 for an SLM",
+        ),
+    ] = FIRST_TOKEN_SLO_MS
+    peak_requests_per_second: Annotated[
+        float, Field(gt=0, description="sustained peak requests/s per endpoint, e.g. 20")
+    ] = 10
 
 
 class EscalationKind(str, Enum):
@@ -299,10 +460,27 @@ class EscalationKind(str, Enum):
 
 class Escalation(_Strict):
     kind: Annotated[EscalationKind, Field(description="openai | sagemaker | bedrock | model")]
-    url: Annotated[str | None, Field(pattern=r"^https?://", description="OpenAI-compatible base URL, e.g. https://llm.example.com/v1 (kind: openai)")] = None
-    api_key_secret_name: Annotated[str | None, Field(description="Secrets Manager secret with the API key (kind: openai)")] = None
-    endpoint_name: Annotated[str | None, Field(pattern=r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$", description="SageMaker endpoint name (kind: sagemaker)")] = None
-    model_id: Annotated[str | None, Field(min_length=1, description="Bedrock model id, e.g. anthropic.claude-3-5-haiku-20241022-v1:0 (kind: bedrock) or served model name (kind: openai)")] = None
+    url: Annotated[
+        str | None,
+        Field(
+            pattern=r"^https?://",
+            description="OpenAI-compatible base URL, e.g. https://llm.example.com/v1 (kind: openai)",
+        ),
+    ] = None
+    api_key_secret_name: Annotated[
+        str | None, Field(description="Secrets Manager secret with the API key (kind: openai)")
+    ] = None
+    endpoint_name: Annotated[
+        str | None,
+        Field(pattern=r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$", description="SageMaker endpoint name (kind: sagemaker)"),
+    ] = None
+    model_id: Annotated[
+        str | None,
+        Field(
+            min_length=1,
+            description="Bedrock model id, e.g. anthropic.claude-3-5-haiku-20241022-v1:0 (kind: bedrock) or served model name (kind: openai)",
+        ),
+    ] = None
     model: Annotated[str | None, Field(description="name of a model in models with role: llm (kind: model)")] = None
 
     @model_validator(mode="after")
@@ -314,13 +492,42 @@ class Escalation(_Strict):
 
 
 class Router(_Strict):
-    labels: Annotated[list[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]*$")]], Field(min_length=2, description="classification labels the SLM must choose from")] = ["simple", "complex"]
-    slm_labels: Annotated[list[str], Field(min_length=1, description="labels the SLM answers itself; the rest escalate")] = ["simple"]
-    confidence_threshold: Annotated[float, Field(ge=0, le=1, description="minimum label probability for the SLM to answer, e.g. 0.7")] = 0.7
-    few_shot: Annotated[list[dict[str, str]], Field(description="examples {text: ..., label: ...} prepended to the classification prompt")] = []
-    instructions: Annotated[str | None, Field(min_length=20, description="the classification system prompt; {labels} becomes the labels. Write your own when you change the labels (default: the router's prompt for simple/complex)")] = None
-    classify_max_chars: Annotated[int | None, Field(ge=16, description="characters of a request the SLM classifies (longer ones: head and tail), e.g. 1000; default the router's 2000. The SLM's context per slot grows with it")] = None
-    answer_max_tokens: Annotated[int, Field(ge=16, le=131072, description="tokens each SLM slot keeps free to answer a simple request of classify_max_chars characters, e.g. 512 (default)")] = DEFAULT_ANSWER_MAX_TOKENS
+    labels: Annotated[
+        list[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]*$")]],
+        Field(min_length=2, description="classification labels the SLM must choose from"),
+    ] = ["simple", "complex"]
+    slm_labels: Annotated[
+        list[str], Field(min_length=1, description="labels the SLM answers itself; the rest escalate")
+    ] = ["simple"]
+    confidence_threshold: Annotated[
+        float, Field(ge=0, le=1, description="minimum label probability for the SLM to answer, e.g. 0.7")
+    ] = 0.7
+    few_shot: Annotated[
+        list[dict[str, str]],
+        Field(description="examples {text: ..., label: ...} prepended to the classification prompt"),
+    ] = []
+    instructions: Annotated[
+        str | None,
+        Field(
+            min_length=20,
+            description="the classification system prompt; {labels} becomes the labels. Write your own when you change the labels (default: the router's prompt for simple/complex)",
+        ),
+    ] = None
+    classify_max_chars: Annotated[
+        int | None,
+        Field(
+            ge=16,
+            description="characters of a request the SLM classifies (longer ones: head and tail), e.g. 1000; default the router's 2000. The SLM's context per slot grows with it",
+        ),
+    ] = None
+    answer_max_tokens: Annotated[
+        int,
+        Field(
+            ge=16,
+            le=131072,
+            description="tokens each SLM slot keeps free to answer a simple request of classify_max_chars characters, e.g. 512 (default)",
+        ),
+    ] = DEFAULT_ANSWER_MAX_TOKENS
     replicas: Replicas = Replicas(min=2, max=6)
 
     @model_validator(mode="after")
@@ -337,27 +544,72 @@ CapacityType = Literal["spot", "on-demand"]
 
 
 class Eks(_Strict):
-    kubernetes_version: Annotated[Literal[KUBERNETES_MINORS], Field(description="EKS Kubernetes minor: 1.33, 1.34 or 1.35")] = "1.35"  # type: ignore[valid-type]
-    architectures: Annotated[list[Architecture], Field(min_length=1, description="node CPU architectures: arm64 (Graviton) and/or amd64")] = ["arm64", "amd64"]
-    capacity_types: Annotated[list[CapacityType], Field(min_length=1, description="spot and/or on-demand; Spot is preferred when both are listed")] = ["spot", "on-demand"]
-    instance_families: Annotated[list[str], Field(min_length=1, description="EC2 families Karpenter may choose, e.g. [c7g, c8g, m7g, c7a, c7i]")] = ["c7g", "c8g", "m7g", "m8g", "r7g", "c7a", "m7a", "c7i", "m7i"]
-    instance_types: Annotated[list[str], Field(description="exact EC2 instance types, narrowing the families (optional)")] = []
-    system_instance_type: Annotated[str, Field(description="instance type of the small system node group (CoreDNS, Karpenter, KEDA)")] = "m7g.large"
-    endpoint_access: Annotated[Literal["public-and-private", "private"], Field(description="EKS API endpoint access")] = "public-and-private"
-    admin_principal_arns: Annotated[list[Annotated[str, Field(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/")]], Field(description="IAM role/user ARNs given cluster-admin access entries (not sts assumed-role ARNs: EKS access entries refuse session principals)")] = []
-    prometheus: Annotated[Literal["amp", "in-cluster"], Field(description="amp (Amazon Managed Prometheus + managed scraper) or in-cluster")] = "amp"
+    kubernetes_version: Annotated[
+        Literal[KUBERNETES_MINORS],  # type: ignore[valid-type]
+        Field(description="EKS Kubernetes minor: 1.33, 1.34 or 1.35"),
+    ] = "1.35"
+    architectures: Annotated[
+        list[Architecture], Field(min_length=1, description="node CPU architectures: arm64 (Graviton) and/or amd64")
+    ] = ["arm64", "amd64"]
+    capacity_types: Annotated[
+        list[CapacityType],
+        Field(min_length=1, description="spot and/or on-demand; Spot is preferred when both are listed"),
+    ] = ["spot", "on-demand"]
+    instance_families: Annotated[
+        list[str], Field(min_length=1, description="EC2 families Karpenter may choose, e.g. [c7g, c8g, m7g, c7a, c7i]")
+    ] = ["c7g", "c8g", "m7g", "m8g", "r7g", "c7a", "m7a", "c7i", "m7i"]
+    instance_types: Annotated[
+        list[str], Field(description="exact EC2 instance types, narrowing the families (optional)")
+    ] = []
+    system_instance_type: Annotated[
+        str, Field(description="instance type of the small system node group (CoreDNS, Karpenter, KEDA)")
+    ] = "m7g.large"
+    endpoint_access: Annotated[
+        Literal["public-and-private", "private"], Field(description="EKS API endpoint access")
+    ] = "public-and-private"
+    admin_principal_arns: Annotated[
+        list[Annotated[str, Field(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/")]],
+        Field(
+            description="IAM role/user ARNs given cluster-admin access entries (not sts assumed-role ARNs: EKS access entries refuse session principals)"
+        ),
+    ] = []
+    prometheus: Annotated[
+        Literal["amp", "in-cluster"],
+        Field(description="amp (Amazon Managed Prometheus + managed scraper) or in-cluster"),
+    ] = "amp"
     max_node_cpu: Annotated[int, Field(gt=0, description="Karpenter NodePool CPU limit across all nodes")] = 256
-    consolidation_budget: Annotated[str, Field(pattern=r"^(\d+%|\d+)$", description="max nodes disrupted at once, e.g. 20% or 2")] = "20%"
+    consolidation_budget: Annotated[
+        str, Field(pattern=r"^(\d+%|\d+)$", description="max nodes disrupted at once, e.g. 20% or 2")
+    ] = "20%"
     # The Mountpoint for S3 CSI driver of a model farm's cluster (eks/mountpoint.py checks the values at synth).
-    install_mountpoint_addon: Annotated[bool, Field(description="model-farm: install the Mountpoint for S3 CSI driver add-on (pools read models through it); false when the cluster already runs the driver — then set mountpoint_driver_role_arn")] = True
-    mountpoint_version: Annotated[str | None, Field(description="aws-mountpoint-s3-csi-driver add-on build, v2.5.0 or later, e.g. v2.7.0-eksbuild.1; default: the library's pinned build")] = None
-    mountpoint_driver_role_arn: Annotated[str | None, Field(description="with install_mountpoint_addon false: the IAM role ARN the installed driver reads S3 with; the farm grants it read of its model prefix")] = None
+    install_mountpoint_addon: Annotated[
+        bool,
+        Field(
+            description="model-farm: install the Mountpoint for S3 CSI driver add-on (pools read models through it); false when the cluster already runs the driver — then set mountpoint_driver_role_arn"
+        ),
+    ] = True
+    mountpoint_version: Annotated[
+        str | None,
+        Field(
+            description="aws-mountpoint-s3-csi-driver add-on build, v2.5.0 or later, e.g. v2.7.0-eksbuild.1; default: the library's pinned build"
+        ),
+    ] = None
+    mountpoint_driver_role_arn: Annotated[
+        str | None,
+        Field(
+            description="with install_mountpoint_addon false: the IAM role ARN the installed driver reads S3 with; the farm grants it read of its model prefix"
+        ),
+    ] = None
 
 
 class SageMaker(_Strict):
-    instance_type: Annotated[str, Field(description="default endpoint instance type, e.g. ml.c7g.2xlarge")] = "ml.c7g.2xlarge"
+    instance_type: Annotated[str, Field(description="default endpoint instance type, e.g. ml.c7g.2xlarge")] = (
+        "ml.c7g.2xlarge"
+    )
     network_isolation: Annotated[bool, Field(description="no outbound network from the model container")] = True
-    data_capture_percent: Annotated[int, Field(ge=0, le=100, description="percent of requests captured to S3 (0 = off)")] = 0
+    data_capture_percent: Annotated[
+        int, Field(ge=0, le=100, description="percent of requests captured to S3 (0 = off)")
+    ] = 0
 
 
 class FarmPool(_Strict):
@@ -365,17 +617,46 @@ class FarmPool(_Strict):
     SageMaker, one multi-model endpoint."""
 
     name: Annotated[str, Field(pattern=_NAME, description="pool name, DNS-safe and unique, e.g. small or medium")]
-    cpu: Annotated[float, Field(gt=0, le=192, description="vCPUs per pool replica on EKS, shared by its loaded models, e.g. 4")] = 4
-    memory_gib: Annotated[float, Field(gt=0, le=3072, description="memory per pool replica on EKS in GiB; models_max follows from it, e.g. 16")] = 16
-    replicas: Annotated[Replicas, Field(description="pool replicas (EKS pods, scaled by KEDA on in-flight requests) or SageMaker instances")] = Replicas(min=1, max=4)
-    replication: Annotated[int, Field(ge=1, description="EKS: pool replicas the gateway routes each model to (model affinity), at most replicas.max, e.g. 2")] = 2
-    models_max: Annotated[int | None, Field(ge=1, description="models loaded at once per replica; default computed by sizing from memory")] = None
-    instance_type: Annotated[str | None, Field(description="SageMaker instance type of this pool's multi-model endpoint, e.g. ml.r7gd.2xlarge; default sagemaker.instance_type")] = None
+    cpu: Annotated[
+        float, Field(gt=0, le=192, description="vCPUs per pool replica on EKS, shared by its loaded models, e.g. 4")
+    ] = 4
+    memory_gib: Annotated[
+        float,
+        Field(gt=0, le=3072, description="memory per pool replica on EKS in GiB; models_max follows from it, e.g. 16"),
+    ] = 16
+    replicas: Annotated[
+        Replicas,
+        Field(description="pool replicas (EKS pods, scaled by KEDA on in-flight requests) or SageMaker instances"),
+    ] = Replicas(min=1, max=4)
+    replication: Annotated[
+        int,
+        Field(
+            ge=1,
+            description="EKS: pool replicas the gateway routes each model to (model affinity), at most replicas.max, e.g. 2",
+        ),
+    ] = 2
+    models_max: Annotated[
+        int | None, Field(ge=1, description="models loaded at once per replica; default computed by sizing from memory")
+    ] = None
+    instance_type: Annotated[
+        str | None,
+        Field(
+            description="SageMaker instance type of this pool's multi-model endpoint, e.g. ml.r7gd.2xlarge; default sagemaker.instance_type"
+        ),
+    ] = None
 
 
 class Farm(_Strict):
-    pools: Annotated[list[FarmPool], Field(min_length=1, description="the multi-model pools of a model farm; a pooled model goes to its pool: or the first")] = [FarmPool(name="default")]
-    gateway: Annotated[Replicas, Field(description="replicas of the farm's gateway (routes each model to its pool replicas)")] = Replicas(min=2, max=6)
+    pools: Annotated[
+        list[FarmPool],
+        Field(
+            min_length=1,
+            description="the multi-model pools of a model farm; a pooled model goes to its pool: or the first",
+        ),
+    ] = [FarmPool(name="default")]
+    gateway: Annotated[
+        Replicas, Field(description="replicas of the farm's gateway (routes each model to its pool replicas)")
+    ] = Replicas(min=2, max=6)
 
 
 @dataclass(frozen=True)
@@ -395,10 +676,19 @@ class Config(_Strict):
     project: Project = Project()
     # validate_default: a default enum member becomes its value too (use_enum_values), so it prints as "eks".
     target: Annotated[Target, Field(validate_default=True, description="eks or sagemaker")] = Target.EKS
-    pattern: Annotated[Pattern, Field(validate_default=True, description="slm-prefilter or model-farm")] = Pattern.SLM_PREFILTER
+    pattern: Annotated[Pattern, Field(validate_default=True, description="slm-prefilter or model-farm")] = (
+        Pattern.SLM_PREFILTER
+    )
     slo: Slo = Slo()
-    models: Annotated[list[Model], Field(description="the models to serve (with model_groups: at least one in all)")] = []
-    model_groups: Annotated[list[ModelGroup], Field(description="models written compactly: per group defaults and a list of short entries (expanded into models)")] = []
+    models: Annotated[
+        list[Model], Field(description="the models to serve (with model_groups: at least one in all)")
+    ] = []
+    model_groups: Annotated[
+        list[ModelGroup],
+        Field(
+            description="models written compactly: per group defaults and a list of short entries (expanded into models)"
+        ),
+    ] = []
     escalation: Escalation | None = None
     router: Router = Router()
     farm: Farm = Farm()
@@ -418,17 +708,36 @@ class Config(_Strict):
         models = list(config.models)
         for g, group in enumerate(config.model_groups):
             models += group._expanded
-            origins += [ModelOrigin(f"model_groups[{g}].models[{j}]", f"model_groups[{g}].defaults", keys)
-                        for j, keys in enumerate(group._from_defaults)]
+            origins += [
+                ModelOrigin(f"model_groups[{g}].models[{j}]", f"model_groups[{g}].defaults", keys)
+                for j, keys in enumerate(group._from_defaults)
+            ]
         errors: list[InitErrorDetails] = []
         if not models:
-            errors.append(InitErrorDetails(type="value_error", loc=("models",), input=[], ctx={"error": ValueError("no model to serve — list models under models: or model_groups:")}))
+            errors.append(
+                InitErrorDetails(
+                    type="value_error",
+                    loc=("models",),
+                    input=[],
+                    ctx={"error": ValueError("no model to serve — list models under models: or model_groups:")},
+                )
+            )
         first: dict[str, str] = {}
         for m, origin in zip(models, origins, strict=True):
             if m.name in first and origin.defaults_path is not None:  # the listed models' repeats: _unique_names
                 loc = tuple(int(p) if p.isdigit() else p for p in re.split(r"[.\[\]]+", origin.path) if p) + ("name",)
-                errors.append(InitErrorDetails(type="value_error", loc=loc, input=m.name,
-                                               ctx={"error": ValueError(f"model name {m.name!r} appears twice (also {first[m.name]}) — model names must be unique")}))
+                errors.append(
+                    InitErrorDetails(
+                        type="value_error",
+                        loc=loc,
+                        input=m.name,
+                        ctx={
+                            "error": ValueError(
+                                f"model name {m.name!r} appears twice (also {first[m.name]}) — model names must be unique"
+                            )
+                        },
+                    )
+                )
             first.setdefault(m.name, origin.path)
         if errors:
             raise ValidationError.from_exception_data("Config", errors)

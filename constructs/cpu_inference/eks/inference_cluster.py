@@ -126,9 +126,13 @@ class InferenceClusterProps:
         if self.endpoint_access not in ("public-and-private", "private"):
             raise ValueError("endpoint_access must be 'public-and-private' or 'private'")
         if self.public_access_cidrs and self.endpoint_access == "private":
-            raise ValueError("public_access_cidrs restrict a public endpoint; remove them or use endpoint_access='public-and-private'")
+            raise ValueError(
+                "public_access_cidrs restrict a public endpoint; remove them or use endpoint_access='public-and-private'"
+            )
         if not 1 <= self.system_node_count <= self.system_node_max:
-            raise ValueError(f"need 1 ≤ system_node_count ({self.system_node_count}) ≤ system_node_max ({self.system_node_max})")
+            raise ValueError(
+                f"need 1 ≤ system_node_count ({self.system_node_count}) ≤ system_node_max ({self.system_node_max})"
+            )
         if "." not in self.system_instance_type:
             raise ValueError(f"system_instance_type {self.system_instance_type!r} must be an EC2 type like m7g.large")
         family_architecture(self.system_instance_type.split(".")[0])  # raises for a malformed family
@@ -136,14 +140,23 @@ class InferenceClusterProps:
             admin_principal_error(arn, "admin_principal_arns")
         if self.existing_cluster is not None:
             if not self.existing_cluster_name:
-                raise ValueError("existing_cluster needs existing_cluster_name (a literal name, used to scope Karpenter's IAM)")
+                raise ValueError(
+                    "existing_cluster needs existing_cluster_name (a literal name, used to scope Karpenter's IAM)"
+                )
             if self.existing_vpc is None:
                 raise ValueError("existing_cluster needs existing_vpc (the cluster's VPC)")
-        for key, version in (("vpc_cni_version", self.vpc_cni_version), ("pod_identity_agent_version", self.pod_identity_agent_version)):
+        for key, version in (
+            ("vpc_cni_version", self.vpc_cni_version),
+            ("pod_identity_agent_version", self.pod_identity_agent_version),
+        ):
             if version is not None and not _ADDON_VERSION.match(version):
-                raise ValueError(f"{key} {version!r} must look like v1.21.1-eksbuild.8 (aws eks describe-addon-versions --kubernetes-version {self.kubernetes_version})")
+                raise ValueError(
+                    f"{key} {version!r} must look like v1.21.1-eksbuild.8 (aws eks describe-addon-versions --kubernetes-version {self.kubernetes_version})"
+                )
         if self.cluster_name is not None and cdk.Token.is_unresolved(self.cluster_name):
-            raise ValueError("cluster_name must be a literal string: Karpenter's IAM conditions embed it in policy keys")
+            raise ValueError(
+                "cluster_name must be a literal string: Karpenter's IAM conditions embed it in policy keys"
+            )
 
 
 class InferenceCluster(Construct):
@@ -173,13 +186,21 @@ class InferenceCluster(Construct):
             self.vpc: ec2.IVpc = props.existing_vpc  # type: ignore[assignment]
             if props.install_pod_identity_agent:
                 self.pod_identity_agent = eks.Addon(
-                    self, "PodIdentityAgent", cluster=self.cluster, addon_name="eks-pod-identity-agent", addon_version=props.pod_identity_agent_version,
+                    self,
+                    "PodIdentityAgent",
+                    cluster=self.cluster,
+                    addon_name="eks-pod-identity-agent",
+                    addon_version=props.pod_identity_agent_version,
                 )
         else:
             self._create(props)
         if props.enable_network_policy or (props.enable_network_policy is None and props.existing_cluster is None):
             self.vpc_cni = eks.Addon(
-                self, "VpcCni", cluster=self.cluster, addon_name="vpc-cni", addon_version=props.vpc_cni_version,
+                self,
+                "VpcCni",
+                cluster=self.cluster,
+                addon_name="vpc-cni",
+                addon_version=props.vpc_cni_version,
                 configuration_values={"enableNetworkPolicy": "true"},
             )
             # Take over the cluster's default (self-managed) vpc-cni instead of failing on its fields.
@@ -194,7 +215,11 @@ class InferenceCluster(Construct):
                     f"Admin{i}",
                     cluster=self.cluster,
                     principal=arn,
-                    access_policies=[eks.AccessPolicy.from_access_policy_name(ADMIN_POLICY, access_scope_type=eks.AccessScopeType.CLUSTER)],
+                    access_policies=[
+                        eks.AccessPolicy.from_access_policy_name(
+                            ADMIN_POLICY, access_scope_type=eks.AccessScopeType.CLUSTER
+                        )
+                    ],
                 )
             )
         if props.workload_namespace:
@@ -233,7 +258,9 @@ class InferenceCluster(Construct):
                 nat_gateways=props.nat_gateways,
                 subnet_configuration=[
                     ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=24),
-                    ec2.SubnetConfiguration(name="private", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=19),
+                    ec2.SubnetConfiguration(
+                        name="private", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=19
+                    ),
                 ],
             )
             for subnet in vpc.private_subnets:
@@ -247,7 +274,10 @@ class InferenceCluster(Construct):
             self.vpc = vpc
 
         self.secrets_key = props.secrets_key or kms.Key(
-            self, "SecretsKey", enable_key_rotation=True, description=f"EKS secrets envelope encryption for {self.cluster_name}"
+            self,
+            "SecretsKey",
+            enable_key_rotation=True,
+            description=f"EKS secrets envelope encryption for {self.cluster_name}",
         )
         self.kubectl_layer = props.kubectl_layer or kubectl_layer_for(self, "KubectlLayer", props.kubernetes_version)
         if props.endpoint_access == "private":
@@ -282,7 +312,9 @@ class InferenceCluster(Construct):
         self.system_nodegroup = cluster.add_nodegroup_capacity(
             "System",
             instance_types=[ec2.InstanceType(props.system_instance_type)],
-            ami_type=eks.NodegroupAmiType.BOTTLEROCKET_ARM_64 if arch == "arm64" else eks.NodegroupAmiType.BOTTLEROCKET_X86_64,
+            ami_type=eks.NodegroupAmiType.BOTTLEROCKET_ARM_64
+            if arch == "arm64"
+            else eks.NodegroupAmiType.BOTTLEROCKET_X86_64,
             min_size=props.system_node_count,
             desired_size=props.system_node_count,
             max_size=props.system_node_max,

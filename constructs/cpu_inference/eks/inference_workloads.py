@@ -77,18 +77,27 @@ class ModelDeployment:
     baseline_tokens_per_second: float | None = None
 
     @classmethod
-    def from_artifact(cls, artifact: ModelArtifact, *, image: str, spec: sizing.ModelSpec, **workload: Any) -> ModelDeployment:
+    def from_artifact(
+        cls, artifact: ModelArtifact, *, image: str, spec: sizing.ModelSpec, **workload: Any
+    ) -> ModelDeployment:
         """Name, S3 URI and sha256 from the artifact's copy (the commit-pinned key and the digest it verified:
         every pod fetches and checks the same bytes; for a vLLM snapshot artifact, its commit-pinned prefix and its
         manifest's digest); the rest of ModelWorkload as keywords."""
         if engines.is_vllm(spec.engine) != artifact.is_snapshot:
-            raise ValueError(f"ModelDeployment.from_artifact {artifact.props.name!r}: engine {spec.engine} needs "
-                             + ("a snapshot artifact (ModelArtifactProps(snapshot=True), the repo's safetensors)" if engines.is_vllm(spec.engine)
-                                else "a GGUF file artifact (ModelArtifactProps(file=...)); a snapshot is for engine vllm"))
+            raise ValueError(
+                f"ModelDeployment.from_artifact {artifact.props.name!r}: engine {spec.engine} needs "
+                + (
+                    "a snapshot artifact (ModelArtifactProps(snapshot=True), the repo's safetensors)"
+                    if engines.is_vllm(spec.engine)
+                    else "a GGUF file artifact (ModelArtifactProps(file=...)); a snapshot is for engine vllm"
+                )
+            )
         baseline = workload.pop("baseline_tokens_per_second", None)
         workload.setdefault("sha256", artifact.sha256)
         return cls(
-            workload=ModelWorkload(name=artifact.props.name, image=image, model_uri=artifact.s3_uri, spec=spec, **workload),
+            workload=ModelWorkload(
+                name=artifact.props.name, image=image, model_uri=artifact.s3_uri, spec=spec, **workload
+            ),
             artifact=artifact,
             baseline_tokens_per_second=baseline,
         )
@@ -100,7 +109,9 @@ class ModelDeployment:
                 f"ModelDeployment {self.workload.name!r}: give exactly one of artifact, model_bucket (+ read_prefix) or existing_role"
             )
         if self.model_bucket is not None and not self.read_prefix:
-            raise ValueError(f"ModelDeployment {self.workload.name!r}: model_bucket needs read_prefix (the model's key prefix, e.g. models/<name>/)")
+            raise ValueError(
+                f"ModelDeployment {self.workload.name!r}: model_bucket needs read_prefix (the model's key prefix, e.g. models/<name>/)"
+            )
 
 
 @dataclass(frozen=True)
@@ -151,28 +162,40 @@ class InferenceWorkloadsProps:
         names = [m.workload.name for m in self.models]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
-            raise ValueError(f"InferenceWorkloadsProps.models: names {dup} appear more than once — model names must be unique")
+            raise ValueError(
+                f"InferenceWorkloadsProps.models: names {dup} appear more than once — model names must be unique"
+            )
         pool_names = [p.name for p in self.pools]
         dup = sorted({n for n in pool_names if pool_names.count(n) > 1})
         if dup:
-            raise ValueError(f"InferenceWorkloadsProps.pools: pool names {dup} appear more than once — pool names must be unique")
+            raise ValueError(
+                f"InferenceWorkloadsProps.pools: pool names {dup} appear more than once — pool names must be unique"
+            )
         clash = sorted({pool_object_name(n) for n in pool_names} & set(names))
         if clash:
-            raise ValueError(f"InferenceWorkloadsProps: model names {clash} collide with a pool's objects (pool-<name>); rename the model or the pool")
+            raise ValueError(
+                f"InferenceWorkloadsProps: model names {clash} collide with a pool's objects (pool-<name>); rename the model or the pool"
+            )
         pooled = [m.name for p in self.pools for m in p.models]
         both = sorted(set(pooled) & set(names) | {n for n in pooled if pooled.count(n) > 1})
         if both:
-            raise ValueError(f"InferenceWorkloadsProps: models {both[:5]} are served twice (dedicated and pooled, or in two pools); "
-                             "a model has one home")
+            raise ValueError(
+                f"InferenceWorkloadsProps: models {both[:5]} are served twice (dedicated and pooled, or in two pools); "
+                "a model has one home"
+            )
         for m in self.models:
             m.validate()
         if self.router is not None:
             if self.router.name in names or self.router.name in {pool_object_name(n) for n in pool_names}:
                 raise ValueError(f"InferenceWorkloadsProps.router.name {self.router.name!r} collides with a model name")
             if self.router.namespace != self.policy.namespace:
-                raise ValueError(f"InferenceWorkloadsProps.router.namespace {self.router.namespace!r} must equal policy.namespace {self.policy.namespace!r}")
+                raise ValueError(
+                    f"InferenceWorkloadsProps.router.namespace {self.router.namespace!r} must equal policy.namespace {self.policy.namespace!r}"
+                )
         if self.keda is not None and self.metrics is None and self.policy.keda is None:
-            raise ValueError("InferenceWorkloadsProps: keda needs metrics (where KEDA reads llama-server's queue depth) or policy.keda")
+            raise ValueError(
+                "InferenceWorkloadsProps: keda needs metrics (where KEDA reads llama-server's queue depth) or policy.keda"
+            )
         if self.p95_latency_slo_ms is not None and self.p95_latency_slo_ms <= 0:
             raise ValueError("InferenceWorkloadsProps.p95_latency_slo_ms must be > 0")
 
@@ -201,8 +224,12 @@ class InferenceWorkloads(Construct):
         if ic.namespace_manifest is not None and ic.props.workload_namespace == p.namespace:
             ns_deps.append(ic.namespace_manifest)
         elif props.create_namespace:
-            ns_chart = ServingNamespaceChart(app, "Namespace", props=ServingNamespaceProps(p.namespace, p.pattern, p.kubernetes_minor))
-            self.namespace_manifests = add_bounded_manifests(ic.cluster, "Namespace", self._patched(ns_chart.to_json()), scope=self, depends_on=props.depends_on)
+            ns_chart = ServingNamespaceChart(
+                app, "Namespace", props=ServingNamespaceProps(p.namespace, p.pattern, p.kubernetes_minor)
+            )
+            self.namespace_manifests = add_bounded_manifests(
+                ic.cluster, "Namespace", self._patched(ns_chart.to_json()), scope=self, depends_on=props.depends_on
+            )
             ns_deps += self.namespace_manifests
 
         self.roles: dict[str, iam.IRole] = {}
@@ -225,7 +252,9 @@ class InferenceWorkloads(Construct):
             if md.artifact is not None:
                 deps.append(md.artifact.resource)
             for obj in self._patched(chart.to_json()):
-                model_keys[_identity(obj)] = f"model/{w.name}"  # a model's objects share one manifest, whatever else changes
+                model_keys[_identity(obj)] = (
+                    f"model/{w.name}"  # a model's objects share one manifest, whatever else changes
+                )
                 model_objs.append(obj)
 
         self.pool_charts: dict[str, ModelPoolChart] = {}
@@ -235,17 +264,25 @@ class InferenceWorkloads(Construct):
             pool_chart = ModelPoolChart(app, f"pool-{pool.name}", props=replace(pool, policy=p, namespace=None))
             self.pool_charts[pool.name] = pool_chart
             for obj in self._patched(pool_chart.to_json()):
-                pool_keys[_identity(obj)] = f"pool/{pool.name}"  # a pool's objects share one manifest (~100 B per model)
+                pool_keys[_identity(obj)] = (
+                    f"pool/{pool.name}"  # a pool's objects share one manifest (~100 B per model)
+                )
                 pool_objs.append(obj)
 
         self.router_chart: RouterChart | None = None
         router_objs: list[dict[str, Any]] = []
         if props.router is not None:
-            self.router_chart = RouterChart(app, "Router", props=self._router_props(props.router, {n: c.service_url for n, c in self.charts.items()}))
+            self.router_chart = RouterChart(
+                app,
+                "Router",
+                props=self._router_props(props.router, {n: c.service_url for n, c in self.charts.items()}),
+            )
             router_objs = self._patched(self.router_chart.to_json())
             if props.router_policy_statements:
                 role = iam.Role(
-                    self, "RouterRole", assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal(POD_IDENTITY_PRINCIPAL)),
+                    self,
+                    "RouterRole",
+                    assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal(POD_IDENTITY_PRINCIPAL)),
                     description=f"Router {props.router.name} in {p.namespace} (EKS Pod Identity): escalation calls",
                 )
                 for s in props.router_policy_statements:
@@ -255,9 +292,11 @@ class InferenceWorkloads(Construct):
 
         alert_models = [
             ModelAlertSpec(
-                name=md.workload.name, slots=self.charts[md.workload.name].sizing.slots,
+                name=md.workload.name,
+                slots=self.charts[md.workload.name].sizing.slots,
                 memory_limit_bytes=self.charts[md.workload.name].memory_limit_bytes,
-                replicas_min=md.workload.replicas_min, baseline_tokens_per_second=md.baseline_tokens_per_second,
+                replicas_min=md.workload.replicas_min,
+                baseline_tokens_per_second=md.baseline_tokens_per_second,
                 engine=md.workload.engine,
             )
             for md in props.models
@@ -270,9 +309,16 @@ class InferenceWorkloads(Construct):
         alert_pools = [pool.name for pool in props.pools] if router_mode == "gateway" else []
         watched = bool(alert_models or alert_pools or slo is not None)
         self.alert_rules_yaml = (
-            rule_groups_yaml(p.namespace, alert_models, pools=alert_pools, p95_latency_slo_seconds=slo, router_app=router_app,
-                             router_mode=router_mode)
-            if watched else ""
+            rule_groups_yaml(
+                p.namespace,
+                alert_models,
+                pools=alert_pools,
+                p95_latency_slo_seconds=slo,
+                router_app=router_app,
+                router_mode=router_mode,
+            )
+            if watched
+            else ""
         )
         self.dashboard: dict[str, Any] | None = None
         if props.dashboard and watched:
@@ -280,22 +326,49 @@ class InferenceWorkloads(Construct):
             # (kiwigrid/k8s-sidecar#72), and a title twice in a folder stops provisioning (grafana/grafana#43530).
             # A pattern in the namespace named after it: as before.
             board = p.pattern if p.namespace == p.pattern else f"{p.pattern}-{p.namespace}"
-            self.dashboard = dashboard(p.namespace, alert_models, pools=alert_pools, router_app=router_app, router_mode=router_mode,
-                                       title=f"CPU inference — {board}")
-            model_objs += self._patched([{
-                "apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": f"{p.pattern}-dashboard", "namespace": p.namespace, "labels": {"grafana_dashboard": "1", "app.kubernetes.io/part-of": p.pattern}},
-                "data": {f"{board}.json": json.dumps(self.dashboard, sort_keys=True)},
-            }])
+            self.dashboard = dashboard(
+                p.namespace,
+                alert_models,
+                pools=alert_pools,
+                router_app=router_app,
+                router_mode=router_mode,
+                title=f"CPU inference — {board}",
+            )
+            model_objs += self._patched(
+                [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "metadata": {
+                            "name": f"{p.pattern}-dashboard",
+                            "namespace": p.namespace,
+                            "labels": {"grafana_dashboard": "1", "app.kubernetes.io/part-of": p.pattern},
+                        },
+                        "data": {f"{board}.json": json.dumps(self.dashboard, sort_keys=True)},
+                    }
+                ]
+            )
 
         self.model_manifests = add_bounded_manifests(
-            ic.cluster, "Models", model_objs, scope=self, depends_on=deps, key=lambda o: model_keys.get(_identity(o)) or object_key(o)
+            ic.cluster,
+            "Models",
+            model_objs,
+            scope=self,
+            depends_on=deps,
+            key=lambda o: model_keys.get(_identity(o)) or object_key(o),
         )
         pool_deps = [*ns_deps, *props.depends_on, *([props.mountpoint.addon] if props.mountpoint is not None else [])]
         self.pool_manifests = (
-            add_bounded_manifests(ic.cluster, "Pools", pool_objs, scope=self, depends_on=pool_deps,
-                                  key=lambda o: pool_keys.get(_identity(o)) or object_key(o))
-            if pool_objs else []
+            add_bounded_manifests(
+                ic.cluster,
+                "Pools",
+                pool_objs,
+                scope=self,
+                depends_on=pool_deps,
+                key=lambda o: pool_keys.get(_identity(o)) or object_key(o),
+            )
+            if pool_objs
+            else []
         )
         self.router_manifests = (
             add_bounded_manifests(ic.cluster, "Router", router_objs, scope=self, depends_on=deps) if router_objs else []
@@ -308,19 +381,39 @@ class InferenceWorkloads(Construct):
             specs.append(self.router_chart.scaled_object)
         if specs:
             if props.keda is None:
-                raise ValueError("InferenceWorkloadsProps: policy.keda renders ScaledObjects, which need keda (the Keda construct brings their CRDs)")
-            auth = props.keda.trigger_authentication(p.namespace) if p.keda is not None and p.keda.authentication_ref else None
-            keda_objs = ([auth.to_dict()] if auth is not None else []) + [s.to_dict() for s in specs]  # as add_scaled_objects
+                raise ValueError(
+                    "InferenceWorkloadsProps: policy.keda renders ScaledObjects, which need keda (the Keda construct brings their CRDs)"
+                )
+            auth = (
+                props.keda.trigger_authentication(p.namespace)
+                if p.keda is not None and p.keda.authentication_ref
+                else None
+            )
+            keda_objs = ([auth.to_dict()] if auth is not None else []) + [
+                s.to_dict() for s in specs
+            ]  # as add_scaled_objects
             scaling_id, scaling_scope = self._scaling_home(props.keda, id)
             self.scaled_object_manifests = props.keda.add_objects(
-                scaling_id, self._patched(keda_objs),
-                depends_on=[*self.model_manifests, *self.pool_manifests, *self.router_manifests], scope=scaling_scope,
+                scaling_id,
+                self._patched(keda_objs),
+                depends_on=[*self.model_manifests, *self.pool_manifests, *self.router_manifests],
+                scope=scaling_scope,
             )
 
         self.rule_groups: aps.CfnRuleGroupsNamespace | None = None
-        if props.alerts and self.alert_rules_yaml and props.metrics is not None and props.metrics.mode == "amp" and props.metrics.workspace_arn is not None:
+        if (
+            props.alerts
+            and self.alert_rules_yaml
+            and props.metrics is not None
+            and props.metrics.mode == "amp"
+            and props.metrics.workspace_arn is not None
+        ):
             self.rule_groups = aps.CfnRuleGroupsNamespace(
-                self, "AlertRules", workspace=props.metrics.workspace_arn, name=f"cpu-inference-{p.namespace}", data=self.alert_rules_yaml,
+                self,
+                "AlertRules",
+                workspace=props.metrics.workspace_arn,
+                name=f"cpu-inference-{p.namespace}",
+                data=self.alert_rules_yaml,
             )
 
     def _scaling_home(self, keda: Keda, id: str) -> tuple[str, Construct | None]:
@@ -349,8 +442,10 @@ class InferenceWorkloads(Construct):
             where = f"{obj.get('kind')}/{obj.get('metadata', {}).get('name')}"
             result = patch(obj)
             if result is not None and not isinstance(result, dict):
-                raise TypeError(f"InferenceWorkloadsProps.kubernetes_patch returned a {type(result).__name__} for {where}: "
-                                "change the object in place and return None, or return a dict")
+                raise TypeError(
+                    f"InferenceWorkloadsProps.kubernetes_patch returned a {type(result).__name__} for {where}: "
+                    "change the object in place and return None, or return a dict"
+                )
             out.append(obj if result is None else result)
         return out
 
@@ -409,7 +504,8 @@ class InferenceWorkloads(Construct):
     def _model_role(self, md: ModelDeployment) -> iam.Role:
         name = md.workload.name
         role = iam.Role(
-            self, f"{name}-Role",
+            self,
+            f"{name}-Role",
             assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal(POD_IDENTITY_PRINCIPAL)),
             description=f"Model {name} in {self.policy.namespace} (EKS Pod Identity): read its model files only",
         )
@@ -422,7 +518,8 @@ class InferenceWorkloads(Construct):
 
     def _associate(self, name: str, service_account: str, role: iam.IRole) -> eks.CfnPodIdentityAssociation:
         assoc = eks.CfnPodIdentityAssociation(
-            self, f"{name}-PodIdentity",
+            self,
+            f"{name}-PodIdentity",
             cluster_name=self.props.cluster.cluster.cluster_name,
             namespace=self.policy.namespace,
             service_account=service_account,

@@ -137,7 +137,12 @@ class Karpenter(Construct):
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
             managed_policies=[
                 iam.ManagedPolicy.from_aws_managed_policy_name(n)
-                for n in ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryPullOnly", "AmazonSSMManagedInstanceCore")
+                for n in (
+                    "AmazonEKSWorkerNodePolicy",
+                    "AmazonEKS_CNI_Policy",
+                    "AmazonEC2ContainerRegistryPullOnly",
+                    "AmazonSSMManagedInstanceCore",
+                )
             ],
         )
         self.node_access_entry = eks.AccessEntry(
@@ -167,7 +172,8 @@ class Karpenter(Construct):
         if props.volume_encryption_key is not None:
             groups["VolumeKeyPolicy"] = policy.volume_key(props.volume_encryption_key.key_arn)
         self.policies: dict[str, iam.ManagedPolicy] = {
-            gid: iam.ManagedPolicy(self, gid, statements=stmts, roles=[self.controller_role]) for gid, stmts in groups.items()
+            gid: iam.ManagedPolicy(self, gid, statements=stmts, roles=[self.controller_role])
+            for gid, stmts in groups.items()
         }
         self.pod_identity_association = eks.CfnPodIdentityAssociation(
             self,
@@ -208,7 +214,10 @@ class Karpenter(Construct):
 
     def chart_values(self) -> dict[str, Any]:
         p = self.props
-        settings: dict[str, Any] = {"clusterName": p.cluster_name, "interruptionQueue": self.interruption_queue.queue_name}
+        settings: dict[str, Any] = {
+            "clusterName": p.cluster_name,
+            "interruptionQueue": self.interruption_queue.queue_name,
+        }
         if p.enable_zonal_shift:
             settings["enableZonalShift"] = True
         return {
@@ -225,7 +234,7 @@ class Karpenter(Construct):
                 "resources": {
                     "requests": {"cpu": p.controller_cpu, "memory": p.controller_memory},
                     "limits": {"memory": p.controller_memory},
-                }
+                },
             },
         }
 
@@ -267,7 +276,9 @@ class Karpenter(Construct):
             if s.node_class in self.node_class_manifests:
                 deps.extend(self.node_class_manifests[s.node_class])
             elif self.node_class_manifests:
-                raise ValueError(f"NodePool {s.name} references EC2NodeClass {s.node_class}, which was not added (have {sorted(self.node_class_manifests)})")
+                raise ValueError(
+                    f"NodePool {s.name} references EC2NodeClass {s.node_class}, which was not added (have {sorted(self.node_class_manifests)})"
+                )
         manifests = add_bounded_manifests(
             self.props.cluster, id or f"NodePools{len(self.node_pool_manifests)}-", objs, scope=self, depends_on=deps
         )

@@ -16,7 +16,17 @@ def _ec2(resource: str, account: str = "*") -> str:
 def node_lifecycle(cluster_name: str) -> list[iam.PolicyStatement]:
     owned = f"aws:ResourceTag/kubernetes.io/cluster/{cluster_name}"
     req_owned = f"aws:RequestTag/kubernetes.io/cluster/{cluster_name}"
-    tagged = [_ec2(r) for r in ("fleet/*", "instance/*", "volume/*", "network-interface/*", "launch-template/*", "spot-instances-request/*")]
+    tagged = [
+        _ec2(r)
+        for r in (
+            "fleet/*",
+            "instance/*",
+            "volume/*",
+            "network-interface/*",
+            "launch-template/*",
+            "spot-instances-request/*",
+        )
+    ]
     return [
         iam.PolicyStatement(
             sid="AllowScopedEC2InstanceAccessActions",
@@ -60,7 +70,9 @@ def node_lifecycle(cluster_name: str) -> list[iam.PolicyStatement]:
                 "StringEquals": {owned: "owned"},
                 "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"},
                 "StringEqualsIfExists": {"aws:RequestTag/eks:eks-cluster-name": cluster_name},
-                "ForAllValues:StringEquals": {"aws:TagKeys": ["eks:eks-cluster-name", "karpenter.sh/nodeclaim", "Name"]},
+                "ForAllValues:StringEquals": {
+                    "aws:TagKeys": ["eks:eks-cluster-name", "karpenter.sh/nodeclaim", "Name"]
+                },
             },
         ),
         iam.PolicyStatement(
@@ -132,7 +144,11 @@ def cluster_arn(cluster_name: str) -> str:
 
 def eks_integration(cluster_name: str) -> list[iam.PolicyStatement]:
     return [
-        iam.PolicyStatement(sid="AllowAPIServerEndpointDiscovery", actions=["eks:DescribeCluster"], resources=[cluster_arn(cluster_name)])
+        iam.PolicyStatement(
+            sid="AllowAPIServerEndpointDiscovery",
+            actions=["eks:DescribeCluster"],
+            resources=[cluster_arn(cluster_name)],
+        )
     ]
 
 
@@ -183,7 +199,9 @@ def resource_discovery() -> list[iam.PolicyStatement]:
             resources=[f"arn:{Aws.PARTITION}:ssm:{Aws.REGION}::parameter/aws/service/*"],
         ),
         iam.PolicyStatement(sid="AllowPricingReadActions", actions=["pricing:GetProducts"], resources=["*"]),
-        iam.PolicyStatement(sid="AllowUnscopedInstanceProfileListAction", actions=["iam:ListInstanceProfiles"], resources=["*"]),
+        iam.PolicyStatement(
+            sid="AllowUnscopedInstanceProfileListAction", actions=["iam:ListInstanceProfiles"], resources=["*"]
+        ),
         iam.PolicyStatement(
             sid="AllowInstanceProfileReadActions",
             actions=["iam:GetInstanceProfile"],
@@ -197,7 +215,13 @@ def volume_key(key_arn: str) -> list[iam.PolicyStatement]:
     return [
         iam.PolicyStatement(
             sid="AllowEbsKeyUse",
-            actions=["kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKeyWithoutPlaintext", "kms:ReEncryptFrom", "kms:ReEncryptTo"],
+            actions=[
+                "kms:Decrypt",
+                "kms:DescribeKey",
+                "kms:GenerateDataKeyWithoutPlaintext",
+                "kms:ReEncryptFrom",
+                "kms:ReEncryptTo",
+            ],
             resources=[key_arn],
         ),
         iam.PolicyStatement(

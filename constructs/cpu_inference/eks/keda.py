@@ -53,7 +53,9 @@ class KedaProps:
 
     def validate(self) -> None:
         if not self.version.startswith("2.20."):
-            raise ValueError(f"KEDA chart {self.version} is outside the pinned 2.20.x line (scalingModifiers and the CRDs tested here)")
+            raise ValueError(
+                f"KEDA chart {self.version} is outside the pinned 2.20.x line (scalingModifiers and the CRDs tested here)"
+            )
 
 
 class Keda(Construct):
@@ -73,7 +75,9 @@ class Keda(Construct):
         )
         if props.amp_workspace_arn is not None:
             self.operator_role.add_to_principal_policy(
-                iam.PolicyStatement(sid="QueryAmpWorkspace", actions=list(AMP_QUERY_ACTIONS), resources=[props.amp_workspace_arn])
+                iam.PolicyStatement(
+                    sid="QueryAmpWorkspace", actions=list(AMP_QUERY_ACTIONS), resources=[props.amp_workspace_arn]
+                )
             )
         self.pod_identity_association = eks.CfnPodIdentityAssociation(
             self,
@@ -103,7 +107,9 @@ class Keda(Construct):
         )
         self.chart.node.add_dependency(self.pod_identity_association, *props.chart_dependencies)
 
-    def trigger_authentication(self, namespace: str, name: str = "amp-sigv4", role_arn: str | None = None) -> AwsTriggerAuthentication:
+    def trigger_authentication(
+        self, namespace: str, name: str = "amp-sigv4", role_arn: str | None = None
+    ) -> AwsTriggerAuthentication:
         """A TriggerAuthentication signing with the operator's own Pod Identity role, or with `role_arn`,
         which the operator assumes (sts:AssumeRole from its Pod Identity credentials: this grants it; the
         role's trust policy must name the operator role, `operator_role.role_arn`)."""
@@ -117,17 +123,27 @@ class Keda(Construct):
         return auth
 
     def add_objects(
-        self, id: str, objs: Sequence[dict[str, Any]], depends_on: Sequence[IDependable] = (), scope: Construct | None = None
+        self,
+        id: str,
+        objs: Sequence[dict[str, Any]],
+        depends_on: Sequence[IDependable] = (),
+        scope: Construct | None = None,
     ) -> list[eks.KubernetesManifest]:
         """KEDA objects (or anything that needs KEDA's CRDs) in bounded manifests after the chart. `scope`: where the
         manifests live (default this construct). Pass the caller's own construct when it is in another stack: a
         manifest here that depends on the caller's resources makes this stack depend on that one (a cycle)."""
-        manifests = add_bounded_manifests(self.props.cluster, id, list(objs), scope=scope or self, depends_on=[self.chart, *depends_on])
+        manifests = add_bounded_manifests(
+            self.props.cluster, id, list(objs), scope=scope or self, depends_on=[self.chart, *depends_on]
+        )
         self.manifests.extend(manifests)
         return manifests
 
     def add_scaled_objects(
-        self, id: str, specs: Sequence[ScaledObjectSpec], auth: AwsTriggerAuthentication | None = None, depends_on: Sequence[IDependable] = (),
+        self,
+        id: str,
+        specs: Sequence[ScaledObjectSpec],
+        auth: AwsTriggerAuthentication | None = None,
+        depends_on: Sequence[IDependable] = (),
         scope: Construct | None = None,
     ) -> list[eks.KubernetesManifest]:
         objs = ([auth.to_dict()] if auth is not None else []) + [s.to_dict() for s in specs]

@@ -42,8 +42,17 @@ from constructs import Construct, IDependable
 
 from cpu_inference._internal.k8s_object import needs, object_key, provides
 
-__all__ = ["BUCKET_DIGITS", "DEFAULT_MAX_BYTES", "Bucket", "ManifestBoundError", "add_bounded_manifests", "bucketize", "chunk",
-           "object_key", "object_size"]
+__all__ = [
+    "BUCKET_DIGITS",
+    "DEFAULT_MAX_BYTES",
+    "Bucket",
+    "ManifestBoundError",
+    "add_bounded_manifests",
+    "bucketize",
+    "chunk",
+    "object_key",
+    "object_size",
+]
 
 DEFAULT_MAX_BYTES = 200_000
 # Room for the prune label CDK adds to every object and for tokens that render longer than they read.
@@ -72,7 +81,9 @@ class ManifestBoundError(ValueError):
 
 
 def bucketize(
-    objs: Sequence[dict[str, Any]], max_bytes: int = DEFAULT_MAX_BYTES, key: Callable[[dict[str, Any]], str] = object_key
+    objs: Sequence[dict[str, Any]],
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    key: Callable[[dict[str, Any]], str] = object_key,
 ) -> list[Bucket]:
     """Group objects by `key`, then place each group in the bucket named by the first BUCKET_DIGITS hex digits of
     sha256(key). Within a bucket, groups are sorted by key and keep their objects' order. A group's bucket depends
@@ -83,7 +94,9 @@ def bucketize(
         n = object_size(obj)
         if n + 2 > max_bytes:
             name = obj.get("metadata", {}).get("name")
-            raise ManifestBoundError(f"{obj.get('kind')}/{name} alone is {n} bytes, over the {max_bytes}-byte manifest bound — split the object")
+            raise ManifestBoundError(
+                f"{obj.get('kind')}/{name} alone is {n} bytes, over the {max_bytes}-byte manifest bound — split the object"
+            )
         k = key(obj)
         groups.setdefault(k, []).append(obj)
         sizes[k] = sizes.get(k, 2) + n + 1
@@ -100,12 +113,17 @@ def bucketize(
                 f"manifest bucket {prefix!r} would hold {total} bytes of Kubernetes objects, over the {max_bytes}-byte bound "
                 f"({len(members)} groups, largest: {', '.join(f'{k} ({sizes[k]} B)' for k in largest)}). Buckets never split "
                 "(a split would move deployed objects to a new resource, and the old one's delete removes them): serve some "
-                "of these models from a pool (about 100 bytes per model) or from a second stack")
+                "of these models from a pool (about 100 bytes per model) or from a second stack"
+            )
         out.append(Bucket(prefix, [o for k in members for o in groups[k]]))
     return out
 
 
-def chunk(objs: Sequence[dict[str, Any]], max_bytes: int = DEFAULT_MAX_BYTES, key: Callable[[dict[str, Any]], str] = object_key) -> list[list[dict[str, Any]]]:
+def chunk(
+    objs: Sequence[dict[str, Any]],
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    key: Callable[[dict[str, Any]], str] = object_key,
+) -> list[list[dict[str, Any]]]:
     """The object lists of `bucketize` (each under max_bytes)."""
     return [b.objects for b in bucketize(objs, max_bytes, key)]
 
@@ -128,7 +146,13 @@ def add_bounded_manifests(
     out: list[eks.KubernetesManifest] = []
     for bucket in buckets:
         # The ignore: jsii types ICluster as an IConstruct, not a Construct; every cluster is a Construct.
-        m = eks.KubernetesManifest(scope or cluster, f"{id}{bucket.prefix}", cluster=cluster, manifest=bucket.objects, overwrite=True)  # type: ignore[arg-type]
+        m = eks.KubernetesManifest(
+            scope or cluster,  # type: ignore[arg-type]
+            f"{id}{bucket.prefix}",
+            cluster=cluster,
+            manifest=bucket.objects,
+            overwrite=True,
+        )
         for d in deps:
             m.node.add_dependency(d)
         out.append(m)
@@ -141,7 +165,9 @@ def _order(buckets: Sequence[Bucket]) -> list[tuple[int, int]]:
     """(i, j) pairs: bucket i applies objects that need what bucket j creates (a Namespace, ServiceAccount,
     ConfigMap, Secret), so i must wait for j. Raises on a cycle (CloudFormation would reject the template)."""
     made = {n: j for j, b in enumerate(buckets) for o in b.objects for n in provides(o)}
-    edges = sorted({(i, made[n]) for i, b in enumerate(buckets) for o in b.objects for n in needs(o) if made.get(n, i) != i})
+    edges = sorted(
+        {(i, made[n]) for i, b in enumerate(buckets) for o in b.objects for n in needs(o) if made.get(n, i) != i}
+    )
     after: dict[int, set[int]] = {}
     for i, j in edges:
         after.setdefault(i, set()).add(j)
@@ -159,6 +185,8 @@ def _order(buckets: Sequence[Bucket]) -> list[tuple[int, int]]:
 
     for i, j in edges:
         if reaches(j, i):
-            raise ManifestBoundError(f"manifest buckets {buckets[i].prefix!r} and {buckets[j].prefix!r} need each other's objects; "
-                                     "key those objects together so one kubectl apply creates them in order")
+            raise ManifestBoundError(
+                f"manifest buckets {buckets[i].prefix!r} and {buckets[j].prefix!r} need each other's objects; "
+                "key those objects together so one kubectl apply creates them in order"
+            )
     return edges

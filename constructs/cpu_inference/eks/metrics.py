@@ -79,8 +79,12 @@ class MetricsProps:
             raise ValueError("mode must be 'amp' or 'in-cluster'")
         if self.mode == "in-cluster" and self.existing_workspace_id:
             raise ValueError("existing_workspace_id applies to mode 'amp' only")
-        if self.alert_topic is not None and (self.mode != "amp" or self.existing_workspace_id or not self.alert_manager):
-            raise ValueError("alert_topic needs mode 'amp', a new workspace (no existing_workspace_id) and alert_manager=True")
+        if self.alert_topic is not None and (
+            self.mode != "amp" or self.existing_workspace_id or not self.alert_manager
+        ):
+            raise ValueError(
+                "alert_topic needs mode 'amp', a new workspace (no existing_workspace_id) and alert_manager=True"
+            )
         scrape_config_yaml(self.scrape_interval)  # raises for an interval AMP rejects
 
 
@@ -116,7 +120,9 @@ class Metrics(Construct):
             self.workspace_id = props.existing_workspace_id
             self.workspace_arn = stack.format_arn(service="aps", resource="workspace", resource_name=self.workspace_id)
         else:
-            self.workspace = aps.CfnWorkspace(self, "Workspace", alias=props.workspace_alias or f"{props.cluster_name}-metrics")
+            self.workspace = aps.CfnWorkspace(
+                self, "Workspace", alias=props.workspace_alias or f"{props.cluster_name}-metrics"
+            )
             self.workspace_id = self.workspace.attr_workspace_id
             self.workspace_arn = self.workspace.attr_arn
             if props.alert_manager:
@@ -162,17 +168,37 @@ class Metrics(Construct):
         if props.alert_topic is not None:
             topic = props.alert_topic
         else:
-            self.alert_key = kms.Key(self, "AlertKey", enable_key_rotation=True, description=f"SNS alerts of AMP workspace {props.cluster_name}-metrics")
-            self.alert_key.add_to_resource_policy(iam.PolicyStatement(
-                sid="AllowAmpAlertManager", principals=[iam.ServicePrincipal("aps.amazonaws.com")],
-                actions=["kms:GenerateDataKey*", "kms:Decrypt"], resources=["*"],
-            ))
-            topic = sns.Topic(self, "AlertTopic", master_key=self.alert_key, enforce_ssl=True, display_name=f"{props.cluster_name} inference alerts")
+            self.alert_key = kms.Key(
+                self,
+                "AlertKey",
+                enable_key_rotation=True,
+                description=f"SNS alerts of AMP workspace {props.cluster_name}-metrics",
+            )
+            self.alert_key.add_to_resource_policy(
+                iam.PolicyStatement(
+                    sid="AllowAmpAlertManager",
+                    principals=[iam.ServicePrincipal("aps.amazonaws.com")],
+                    actions=["kms:GenerateDataKey*", "kms:Decrypt"],
+                    resources=["*"],
+                )
+            )
+            topic = sns.Topic(
+                self,
+                "AlertTopic",
+                master_key=self.alert_key,
+                enforce_ssl=True,
+                display_name=f"{props.cluster_name} inference alerts",
+            )
         self.alert_topic = topic
         self.alert_topic_statement = iam.PolicyStatement(
-            sid="AllowAmpAlertManagerPublish", principals=[iam.ServicePrincipal("aps.amazonaws.com")],
-            actions=["sns:Publish", "sns:GetTopicAttributes"], resources=[topic.topic_arn],
-            conditions={"ArnEquals": {"aws:SourceArn": workspace.attr_arn}, "StringEquals": {"aws:SourceAccount": stack.account}},
+            sid="AllowAmpAlertManagerPublish",
+            principals=[iam.ServicePrincipal("aps.amazonaws.com")],
+            actions=["sns:Publish", "sns:GetTopicAttributes"],
+            resources=[topic.topic_arn],
+            conditions={
+                "ArnEquals": {"aws:SourceArn": workspace.attr_arn},
+                "StringEquals": {"aws:SourceAccount": stack.account},
+            },
         )
         topic.add_to_resource_policy(self.alert_topic_statement)  # a no-op for an imported topic: see MetricsProps
         self.alert_manager_definition = alertmanager_definition(topic.topic_arn, stack.region)

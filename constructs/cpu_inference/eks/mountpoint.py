@@ -64,8 +64,10 @@ def mountpoint_version_error(version: str) -> str | None:
     """Why `version` is not a usable add-on build (a v2 build ≥ v2.5.0, `v2.x.y-eksbuild.n`), or None."""
     m = _V2_VERSION.match(version) if isinstance(version, str) else None  # None: unpinned, no longer offered
     if m is None or int(m[1]) < MIN_MINOR:
-        return (f"mountpoint_version {version!r} must be a build of driver v2.5.0 or later like {MOUNTPOINT_VERSION} "
-                f"(config key eks.mountpoint_version; list them with aws eks describe-addon-versions --addon-name {ADDON_NAME})")
+        return (
+            f"mountpoint_version {version!r} must be a build of driver v2.5.0 or later like {MOUNTPOINT_VERSION} "
+            f"(config key eks.mountpoint_version; list them with aws eks describe-addon-versions --addon-name {ADDON_NAME})"
+        )
     return None
 
 
@@ -88,14 +90,20 @@ class MountpointSettings:
             if error:
                 raise ValueError(error)
             if self.driver_role_arn is not None:
-                raise ValueError("MountpointSettings.driver_role_arn names the role of a driver you installed yourself: set it only with "
-                                 "install_mountpoint_addon=False (config: eks.mountpoint_driver_role_arn with eks.install_mountpoint_addon: false)")
+                raise ValueError(
+                    "MountpointSettings.driver_role_arn names the role of a driver you installed yourself: set it only with "
+                    "install_mountpoint_addon=False (config: eks.mountpoint_driver_role_arn with eks.install_mountpoint_addon: false)"
+                )
         elif self.driver_role_arn is None:
-            raise ValueError("MountpointSettings: install_mountpoint_addon=False needs driver_role_arn, the IAM role the installed driver reads S3 with "
-                             "(each farm grants it its prefix) — config: set eks.mountpoint_driver_role_arn")
+            raise ValueError(
+                "MountpointSettings: install_mountpoint_addon=False needs driver_role_arn, the IAM role the installed driver reads S3 with "
+                "(each farm grants it its prefix) — config: set eks.mountpoint_driver_role_arn"
+            )
         elif not cdk.Token.is_unresolved(self.driver_role_arn) and not _ROLE_ARN.match(self.driver_role_arn):
-            raise ValueError(f"MountpointSettings.driver_role_arn {self.driver_role_arn!r} must be an IAM role ARN such as "
-                             "arn:aws:iam::123456789012:role/S3CsiDriver (config: eks.mountpoint_driver_role_arn)")
+            raise ValueError(
+                f"MountpointSettings.driver_role_arn {self.driver_role_arn!r} must be an IAM role ARN such as "
+                "arn:aws:iam::123456789012:role/S3CsiDriver (config: eks.mountpoint_driver_role_arn)"
+            )
 
 
 @dataclass(frozen=True)
@@ -112,27 +120,46 @@ class MountpointS3CsiProps:
     driver_role_arn: str | None = None
 
     @classmethod
-    def for_cluster(cls, cluster: InferenceCluster, settings: MountpointSettings = MountpointSettings()) -> MountpointS3CsiProps:
-        return cls(cluster=cluster, addon_version=settings.addon_version, install_addon=settings.install_mountpoint_addon,
-                   driver_role_arn=settings.driver_role_arn)
+    def for_cluster(
+        cls, cluster: InferenceCluster, settings: MountpointSettings = MountpointSettings()
+    ) -> MountpointS3CsiProps:
+        return cls(
+            cluster=cluster,
+            addon_version=settings.addon_version,
+            install_addon=settings.install_mountpoint_addon,
+            driver_role_arn=settings.driver_role_arn,
+        )
 
     @property
     def settings(self) -> MountpointSettings:
-        return MountpointSettings(install_mountpoint_addon=self.install_addon, addon_version=self.addon_version, driver_role_arn=self.driver_role_arn)
+        return MountpointSettings(
+            install_mountpoint_addon=self.install_addon,
+            addon_version=self.addon_version,
+            driver_role_arn=self.driver_role_arn,
+        )
 
     def validate(self) -> None:
         try:
             self.settings.validate()
         except ValueError as exc:  # the same checks; say it in this class's terms (v1 builds: "v2 build" is the point)
-            raise ValueError(f"MountpointS3CsiProps: {exc} — the pools need a v2 build (shared Mountpoint pods, fsGroup, Pod Identity)") from None
+            raise ValueError(
+                f"MountpointS3CsiProps: {exc} — the pools need a v2 build (shared Mountpoint pods, fsGroup, Pod Identity)"
+            ) from None
         if not self.prefix.endswith("/") or self.prefix.startswith("/"):
-            raise ValueError(f"MountpointS3CsiProps.prefix must be a key prefix ending in '/' (e.g. farm/), got {self.prefix!r}")
+            raise ValueError(
+                f"MountpointS3CsiProps.prefix must be a key prefix ending in '/' (e.g. farm/), got {self.prefix!r}"
+            )
 
 
 def controller_values(cluster: InferenceCluster) -> dict[str, Any]:
     """Add-on configurationValues: the s3-csi-controller on the system nodes (chart templates/controller.yaml reads
     `.Values.controller.nodeSelector` and `.Values.controller.tolerations`)."""
-    return {"controller": {"tolerations": [dict(t) for t in cluster.system_tolerations], "nodeSelector": dict(cluster.system_node_selector)}}
+    return {
+        "controller": {
+            "tolerations": [dict(t) for t in cluster.system_tolerations],
+            "nodeSelector": dict(cluster.system_node_selector),
+        }
+    }
 
 
 class MountpointS3Csi(Construct):
@@ -153,18 +180,26 @@ class MountpointS3Csi(Construct):
         self.bucket_name: str | None = None
         if props.install_addon:
             self.role = iam.Role(
-                self, "DriverRole",
+                self,
+                "DriverRole",
                 assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal(POD_IDENTITY_PRINCIPAL)),
                 description="Mountpoint for S3 CSI driver (EKS Pod Identity): read-only model prefixes granted by each farm",
             )
             self.addon = eks.Addon(
-                self, "Addon", cluster=props.cluster.cluster, addon_name=ADDON_NAME, addon_version=props.addon_version,
+                self,
+                "Addon",
+                cluster=props.cluster.cluster,
+                addon_name=ADDON_NAME,
+                addon_version=props.addon_version,
                 configuration_values=controller_values(props.cluster),
             )
             cfn = self.addon.node.default_child
             assert isinstance(cfn, eks.CfnAddon)
-            cfn.pod_identity_associations = [eks.CfnAddon.PodIdentityAssociationProperty(
-                role_arn=self.role.role_arn, service_account=DRIVER_SERVICE_ACCOUNT)]
+            cfn.pod_identity_associations = [
+                eks.CfnAddon.PodIdentityAssociationProperty(
+                    role_arn=self.role.role_arn, service_account=DRIVER_SERVICE_ACCOUNT
+                )
+            ]
             for dep in (props.cluster.pod_identity_agent, props.cluster.system_nodegroup):
                 if dep is not None:  # the association needs the agent; the controller needs its (system) nodes
                     self.addon.node.add_dependency(dep)
@@ -186,6 +221,10 @@ class MountpointS3Csi(Construct):
             grantee = iam.Role.from_role_arn(scope, "MountpointDriverRole", self.role.role_arn, mutable=True)
         grant = model_bucket.grant_read(grantee, prefix)
         if not isinstance(grantee, Construct):  # an imported role (a jsii proxy): ModelBucket cannot acknowledge on it
-            nag.acknowledge_wildcards(grantee, {rf"Resource::(<[^>]+\.Arn>|arn:[^*]+)/{re.escape(prefix)}\*":
-                                                "The Mountpoint driver reads one farm's model prefix: object keys under it vary by design"})
+            nag.acknowledge_wildcards(
+                grantee,
+                {
+                    rf"Resource::(<[^>]+\.Arn>|arn:[^*]+)/{re.escape(prefix)}\*": "The Mountpoint driver reads one farm's model prefix: object keys under it vary by design"
+                },
+            )
         return grant

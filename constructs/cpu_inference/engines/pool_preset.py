@@ -38,24 +38,39 @@ class PoolModel:
     def validate(self) -> None:
         where = f"PoolModel {self.name!r}"
         if not _SECTION.match(self.name):
-            raise ValueError(f"{where}: name must be 1-128 of letters, digits, '.', '_', '-' starting with a letter or digit "
-                             "(it is a preset INI section and the request's `model`)")
-        if self.path.startswith("/") or ".." in self.path.split("/") or not self.path.endswith(".gguf") or any(c in self.path for c in "\n\r;#"):
-            raise ValueError(f"{where}: path must be a relative key under the farm prefix ending in .gguf (e.g. {self.name}/<idhash>/model.gguf), got {self.path!r}")
+            raise ValueError(
+                f"{where}: name must be 1-128 of letters, digits, '.', '_', '-' starting with a letter or digit "
+                "(it is a preset INI section and the request's `model`)"
+            )
+        if (
+            self.path.startswith("/")
+            or ".." in self.path.split("/")
+            or not self.path.endswith(".gguf")
+            or any(c in self.path for c in "\n\r;#")
+        ):
+            raise ValueError(
+                f"{where}: path must be a relative key under the farm prefix ending in .gguf (e.g. {self.name}/<idhash>/model.gguf), got {self.path!r}"
+            )
         for key in ("ctx_size", "parallel", "threads"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{where}: {key} must be ≥ 1, got {getattr(self, key)}")
         reserved = (MODEL_KEY, *(o.key for o in POOLED_SIZED))
         for key, value in self.options.items():
             if not _OPTION.match(key) or key in reserved or any(c in str(value) for c in "\n\r"):
-                raise ValueError(f"{where}: options key {key!r} must be a llama-server flag without dashes other than {'/'.join(reserved)}, one-line value")
+                raise ValueError(
+                    f"{where}: options key {key!r} must be a llama-server flag without dashes other than {'/'.join(reserved)}, one-line value"
+                )
 
     def flags(self) -> dict[str, str]:
         """Its llama-server flags (its preset section's keys besides `model`)."""
-        return pooled_model_flags(ctx_size=self.ctx_size, parallel=self.parallel, threads=self.threads, options=self.options)
+        return pooled_model_flags(
+            ctx_size=self.ctx_size, parallel=self.parallel, threads=self.threads, options=self.options
+        )
 
 
-def render_preset(models: Sequence[PoolModel], *, model_dir: str = MODEL_DIR, defaults: Mapping[str, str] | None = None) -> str:
+def render_preset(
+    models: Sequence[PoolModel], *, model_dir: str = MODEL_DIR, defaults: Mapping[str, str] | None = None
+) -> str:
     """The llama-server preset INI of a pool (tools/server/README.md "Model presets"): `[*]` holds `defaults`
     plus the most common value of each sized option (llama_flags.POOLED_SIZED); each model's section holds
     `model = <model_dir>/<path>` and only the flags (PoolModel.flags) whose value differs from `[*]` (a section
@@ -64,14 +79,13 @@ def render_preset(models: Sequence[PoolModel], *, model_dir: str = MODEL_DIR, de
     sized = [o.key for o in POOLED_SIZED]
     base: dict[str, str] = dict(defaults or {})
     for key in sized:
-        (common, _), = Counter(f[key] for f in flags).most_common(1)
+        ((common, _),) = Counter(f[key] for f in flags).most_common(1)
         base[key] = common
     lines = [f"version = {PRESET_VERSION}", "[*]", *(f"{k} = {v}" for k, v in base.items())]
     for m, own in zip(models, flags, strict=True):
         lines += [f"[{m.name}]", f"{MODEL_KEY} = {model_dir.rstrip('/')}/{m.path}"]
         lines += [f"{key} = {value}" for key, value in own.items() if key not in sized or value != base[key]]
     return "\n".join(lines) + "\n"
-
 
 
 def pool_preset(models: Sequence[PoolModel], *, model_dir: str = MODEL_DIR) -> str:

@@ -47,23 +47,64 @@ class BenchPlan:
             raise ValueError("--latency-metric ttft needs a streamed response; drop --no-stream")
 
 
-def run_bench(client: ChatClient, prompts: Sequence[list[dict[str, Any]]], plan: BenchPlan, price: Price, *, on_result: Callable[[ChatResult], None] | None = None, on_level: Callable[[int], None] | None = None) -> dict[str, Any]:
+def run_bench(
+    client: ChatClient,
+    prompts: Sequence[list[dict[str, Any]]],
+    plan: BenchPlan,
+    price: Price,
+    *,
+    on_result: Callable[[ChatResult], None] | None = None,
+    on_level: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
     plan.validate()
     server = client.server_info()  # which engine is measured, asked before any load
     started_at = dt.datetime.now(dt.UTC)
     t0 = time.perf_counter()
-    warm = run_level(client, prompts, concurrency=1, requests=plan.warmup, settings=plan.load, on_result=on_result) if plan.warmup else []
+    warm = (
+        run_level(client, prompts, concurrency=1, requests=plan.warmup, settings=plan.load, on_result=on_result)
+        if plan.warmup
+        else []
+    )
     levels: list[LevelStats] = []
     for c in sorted(set(plan.concurrency)):
         if on_level is not None:
             on_level(c)
         # Every level starts at a different prompt so a prompt cache cannot favour later levels.
-        results = run_level(client, prompts, concurrency=c, requests=plan.requests, settings=plan.load, on_result=on_result, prompt_offset=len(levels) * plan.requests + plan.warmup)
+        results = run_level(
+            client,
+            prompts,
+            concurrency=c,
+            requests=plan.requests,
+            settings=plan.load,
+            on_result=on_result,
+            prompt_offset=len(levels) * plan.requests + plan.warmup,
+        )
         levels.append(summarize(c, results))
-    return build_report(plan, price, levels, warmup=warm, started_at=started_at, duration_s=time.perf_counter() - t0, client_description=client.description, client_kind=client.kind, server=server)
+    return build_report(
+        plan,
+        price,
+        levels,
+        warmup=warm,
+        started_at=started_at,
+        duration_s=time.perf_counter() - t0,
+        client_description=client.description,
+        client_kind=client.kind,
+        server=server,
+    )
 
 
-def build_report(plan: BenchPlan, price: Price, levels: list[LevelStats], *, warmup: Sequence[ChatResult] = (), started_at: dt.datetime | None = None, duration_s: float = 0.0, client_description: str = "", client_kind: str = "", server: ServerInfo | None = None) -> dict[str, Any]:
+def build_report(
+    plan: BenchPlan,
+    price: Price,
+    levels: list[LevelStats],
+    *,
+    warmup: Sequence[ChatResult] = (),
+    started_at: dt.datetime | None = None,
+    duration_s: float = 0.0,
+    client_description: str = "",
+    client_kind: str = "",
+    server: ServerInfo | None = None,
+) -> dict[str, Any]:
     chosen = pick_concurrency(levels, plan.p95_ms, metric=plan.latency_metric, max_error_rate=plan.max_error_rate)
     rows = []
     for lv in levels:
@@ -99,7 +140,13 @@ def build_report(plan: BenchPlan, price: Price, levels: list[LevelStats], *, war
         "region": plan.region,
         "price": price.to_dict(),
         "target": {"p95_ms": plan.p95_ms, "latency_metric": plan.latency_metric, "max_error_rate": plan.max_error_rate},
-        "settings": {**settings, "requests_per_level": plan.requests, "concurrency": sorted(set(plan.concurrency)), "warmup": plan.warmup, "prompts": plan.prompt_source},
+        "settings": {
+            **settings,
+            "requests_per_level": plan.requests,
+            "concurrency": sorted(set(plan.concurrency)),
+            "warmup": plan.warmup,
+            "prompts": plan.prompt_source,
+        },
         "levels": rows,
         "selected": selected,
         "verdict": verdict(plan, price, chosen, selected),

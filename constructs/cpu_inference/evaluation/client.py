@@ -39,7 +39,6 @@ class ChatResult:
     error: str | None = None
     rejected: bool = False  # refused for lack of capacity (429/503), not failed
 
-
     @property
     def tpot_s(self) -> float | None:
         """Time per output token after the first (the decode rate a user sees)."""
@@ -59,8 +58,21 @@ class ChatClient(Protocol):
     def close(self) -> None: ...
 
 
-def chat_body(messages: list[dict[str, Any]], *, max_tokens: int, stream: bool, model: str | None = None, temperature: float = 0.0, **extra: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"messages": messages, "max_tokens": max_tokens, "temperature": temperature, "stream": stream}
+def chat_body(
+    messages: list[dict[str, Any]],
+    *,
+    max_tokens: int,
+    stream: bool,
+    model: str | None = None,
+    temperature: float = 0.0,
+    **extra: Any,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "stream": stream,
+    }
     if stream:
         # The last chunk then carries the server's own token counts (OpenAI spec; llama-server honours it).
         body["stream_options"] = {"include_usage": True}
@@ -77,7 +89,9 @@ def _from_stream(parsed: ChatStream, started: float, ended: float) -> ChatResult
         # Servers that ignore include_usage: llama-server-style streams send one token per chunk.
         out = parsed.content_chunks
     ttft = None if parsed.first_token_at is None else parsed.first_token_at - started
-    return ChatResult(True, started, ended - started, ttft, out, usage.get("prompt_tokens"), parsed.text, parsed.finish_reason)
+    return ChatResult(
+        True, started, ended - started, ttft, out, usage.get("prompt_tokens"), parsed.text, parsed.finish_reason
+    )
 
 
 def _from_json(payload: bytes, started: float, ended: float) -> ChatResult:
@@ -88,7 +102,16 @@ def _from_json(payload: bytes, started: float, ended: float) -> ChatResult:
     choice = (data.get("choices") or [{}])[0]
     message = choice.get("message") or {}
     usage = data.get("usage") or {}
-    return ChatResult(True, started, ended - started, None, usage.get("completion_tokens"), usage.get("prompt_tokens"), message.get("content") or "", choice.get("finish_reason"))
+    return ChatResult(
+        True,
+        started,
+        ended - started,
+        None,
+        usage.get("completion_tokens"),
+        usage.get("prompt_tokens"),
+        message.get("content") or "",
+        choice.get("finish_reason"),
+    )
 
 
 OVERLOAD_STATUSES = (429, 503)  # "no capacity now, retry later" (the engine adapter's and llama-server's answers)
@@ -195,7 +218,9 @@ class OpenAIClient:
         cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
         conn = cls(self.host, self.port, timeout=min(self.timeout, 10))
         try:
-            conn.request("GET", self.models_path, headers={k: v for k, v in self.headers.items() if k != "Content-Type"})
+            conn.request(
+                "GET", self.models_path, headers={k: v for k, v in self.headers.items() if k != "Content-Type"}
+            )
             resp = conn.getresponse()
             body = resp.read()
             if resp.status != 200:
@@ -218,7 +243,16 @@ class SageMakerClient:
 
     kind = "sagemaker"
 
-    def __init__(self, endpoint_name: str, *, region: str | None = None, endpoint_url: str | None = None, timeout: float = 120.0, max_pool: int = 16, inference_component: str | None = None) -> None:
+    def __init__(
+        self,
+        endpoint_name: str,
+        *,
+        region: str | None = None,
+        endpoint_url: str | None = None,
+        timeout: float = 120.0,
+        max_pool: int = 16,
+        inference_component: str | None = None,
+    ) -> None:
         import boto3
         from botocore.config import Config
 
@@ -228,7 +262,12 @@ class SageMakerClient:
         if not session.region_name:
             raise ValueError("sagemaker endpoint: no AWS region — pass --region or set AWS_REGION")
         # No SDK retries: a retried request would hide its first attempt's latency from the benchmark.
-        config = Config(max_pool_connections=max_pool, read_timeout=timeout, connect_timeout=min(timeout, 10), retries={"mode": "standard", "max_attempts": 1})
+        config = Config(
+            max_pool_connections=max_pool,
+            read_timeout=timeout,
+            connect_timeout=min(timeout, 10),
+            retries={"mode": "standard", "max_attempts": 1},
+        )
         self.runtime = session.client("sagemaker-runtime", endpoint_url=endpoint_url, config=config)
         self.endpoint_name = endpoint_name
         self.inference_component = inference_component
@@ -236,7 +275,11 @@ class SageMakerClient:
         self.description = f"sagemaker:{endpoint_name} ({self.region})"
 
     def _params(self, body: dict[str, Any]) -> dict[str, Any]:
-        params: dict[str, Any] = {"EndpointName": self.endpoint_name, "Body": json.dumps(body).encode(), "ContentType": "application/json"}
+        params: dict[str, Any] = {
+            "EndpointName": self.endpoint_name,
+            "Body": json.dumps(body).encode(),
+            "ContentType": "application/json",
+        }
         if self.inference_component:
             params["InferenceComponentName"] = self.inference_component
         return params
@@ -268,16 +311,34 @@ class SageMakerClient:
 
     def server_info(self) -> ServerInfo:
         # SageMaker Runtime reaches only the container's /invocations and /ping: no model list to ask.
-        return ServerInfo(None, source="sagemaker", detail="a SageMaker endpoint does not expose the engine's /v1/models")
+        return ServerInfo(
+            None, source="sagemaker", detail="a SageMaker endpoint does not expose the engine's /v1/models"
+        )
 
     def close(self) -> None:
         self.runtime.close()
 
 
-def make_client(endpoint: str, *, timeout: float = 120.0, region: str | None = None, sagemaker_endpoint_url: str | None = None, api_key_env: str | None = None, max_pool: int = 16, inference_component: str | None = None) -> ChatClient:
+def make_client(
+    endpoint: str,
+    *,
+    timeout: float = 120.0,
+    region: str | None = None,
+    sagemaker_endpoint_url: str | None = None,
+    api_key_env: str | None = None,
+    max_pool: int = 16,
+    inference_component: str | None = None,
+) -> ChatClient:
     """`http(s)://...` → OpenAIClient; `sagemaker:NAME` → SageMakerClient. ValueError on a bad spec."""
     if endpoint.startswith("sagemaker:"):
-        return SageMakerClient(endpoint.split(":", 1)[1], region=region, endpoint_url=sagemaker_endpoint_url, timeout=timeout, max_pool=max_pool, inference_component=inference_component)
+        return SageMakerClient(
+            endpoint.split(":", 1)[1],
+            region=region,
+            endpoint_url=sagemaker_endpoint_url,
+            timeout=timeout,
+            max_pool=max_pool,
+            inference_component=inference_component,
+        )
     api_key = None
     if api_key_env:
         api_key = os.environ.get(api_key_env)

@@ -44,8 +44,21 @@ def eval_markdown(report: dict[str, Any]) -> str:
         crow = []
         for label, cs in cand["metrics"][per].items():
             bs = base["metrics"][per][label]
-            crow.append([label, str(cs["support"]), f"{cs['f1']:.2f}", f"{cs['precision']:.2f}", f"{cs['recall']:.2f}", f"{bs['f1']:.2f}", f"{bs['precision']:.2f}", f"{bs['recall']:.2f}"])
-        out.append(markdown_table(["label", "support", "cand F1", "cand P", "cand R", "base F1", "base P", "base R"], crow))
+            crow.append(
+                [
+                    label,
+                    str(cs["support"]),
+                    f"{cs['f1']:.2f}",
+                    f"{cs['precision']:.2f}",
+                    f"{cs['recall']:.2f}",
+                    f"{bs['f1']:.2f}",
+                    f"{bs['precision']:.2f}",
+                    f"{bs['recall']:.2f}",
+                ]
+            )
+        out.append(
+            markdown_table(["label", "support", "cand F1", "cand P", "cand R", "base F1", "base P", "base R"], crow)
+        )
     for name, run in (("candidate", cand), ("baseline", base)):
         if run["first_errors"]:
             out += ["", f"{name} errors: " + "; ".join(f"`{e}`" for e in run["first_errors"])]

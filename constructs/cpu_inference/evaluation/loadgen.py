@@ -71,7 +71,16 @@ class LoadSettings:
         return chat_body(messages, max_tokens=self.max_tokens, stream=self.stream, model=self.model, **extra)
 
 
-def run_level(client: ChatClient, prompts: Sequence[list[dict[str, Any]]], *, concurrency: int, requests: int, settings: LoadSettings, on_result: Callable[[ChatResult], None] | None = None, prompt_offset: int = 0) -> list[ChatResult]:
+def run_level(
+    client: ChatClient,
+    prompts: Sequence[list[dict[str, Any]]],
+    *,
+    concurrency: int,
+    requests: int,
+    settings: LoadSettings,
+    on_result: Callable[[ChatResult], None] | None = None,
+    prompt_offset: int = 0,
+) -> list[ChatResult]:
     """Send `requests` requests with `concurrency` in flight; returns the results in completion order."""
     if concurrency < 1 or requests < 1:
         raise ValueError("concurrency and requests must be >= 1")

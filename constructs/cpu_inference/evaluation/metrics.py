@@ -17,7 +17,12 @@ class ClassScore:
     support: int
 
     def to_dict(self) -> dict[str, float | int]:
-        return {"precision": round(self.precision, 4), "recall": round(self.recall, 4), "f1": round(self.f1, 4), "support": self.support}
+        return {
+            "precision": round(self.precision, 4),
+            "recall": round(self.recall, 4),
+            "f1": round(self.f1, 4),
+            "support": self.support,
+        }
 
 
 def accuracy(gold: Sequence[Hashable], predicted: Sequence[Hashable | None]) -> float:
@@ -28,7 +33,9 @@ def accuracy(gold: Sequence[Hashable], predicted: Sequence[Hashable | None]) -> 
     return sum(g == p for g, p in zip(gold, predicted, strict=True)) / len(gold)
 
 
-def per_class(gold: Sequence[Hashable], predicted: Sequence[Hashable | None], labels: Sequence[Hashable] | None = None) -> dict[Hashable, ClassScore]:
+def per_class(
+    gold: Sequence[Hashable], predicted: Sequence[Hashable | None], labels: Sequence[Hashable] | None = None
+) -> dict[Hashable, ClassScore]:
     """Precision/recall/F1 for each gold label (F1 is 0 where precision + recall is 0)."""
     labels = list(labels) if labels is not None else sorted(set(gold), key=str)
     scores = {}
@@ -47,7 +54,9 @@ def macro_f1(scores: dict[Hashable, ClassScore]) -> float:
     return sum(s.f1 for s in scores.values()) / len(scores) if scores else 0.0
 
 
-def confusion(gold: Sequence[Hashable], predicted: Sequence[Hashable | None], labels: Sequence[Hashable]) -> dict[str, dict[str, int]]:
+def confusion(
+    gold: Sequence[Hashable], predicted: Sequence[Hashable | None], labels: Sequence[Hashable]
+) -> dict[str, dict[str, int]]:
     """gold label -> predicted label (including INVALID) -> count."""
     cols = [*map(str, labels), INVALID]
     table = {str(g): {c: 0 for c in cols} for g in labels}

@@ -13,7 +13,9 @@ from typing import Any
 # region come from it.
 PRICING_API_REGION = "us-east-1"
 
-HOW_TO_SUPPLY = "pass --price-per-hour USD (per instance) or configure AWS credentials so the AWS Price List API can be queried"
+HOW_TO_SUPPLY = (
+    "pass --price-per-hour USD (per instance) or configure AWS credentials so the AWS Price List API can be queried"
+)
 
 
 class PricingError(Exception):
@@ -45,7 +47,11 @@ def product_filters(instance_type: str, region: str) -> tuple[str, list[dict[str
     if instance_type.startswith("ml."):
         # SageMaker names the instance in `instanceName`; its `instanceType` is "ml.x.y-hosting" style and
         # differs per component (Hosting = real-time endpoints; Training, Notebook, ... are other SKUs).
-        return "AmazonSageMaker", [tm("instanceName", instance_type), tm("regionCode", region), tm("component", "Hosting")]
+        return "AmazonSageMaker", [
+            tm("instanceName", instance_type),
+            tm("regionCode", region),
+            tm("component", "Hosting"),
+        ]
     return "AmazonEC2", [
         tm("instanceType", instance_type),
         tm("regionCode", region),
@@ -96,7 +102,9 @@ def lookup_price(instance_type: str, region: str, *, client: Any = None) -> Pric
     if not prices:
         raise PricingError(f"the AWS Price List API has no on-demand price for {instance_type} in {region} ({service})")
     if len(prices) > 1:
-        raise PricingError(f"the AWS Price List API returned several on-demand prices for {instance_type} in {region}: {', '.join(f'${p}' for p in prices)}")
+        raise PricingError(
+            f"the AWS Price List API returned several on-demand prices for {instance_type} in {region}: {', '.join(f'${p}' for p in prices)}"
+        )
     return Price(prices[0], "aws-price-list", f"{service} on-demand {instance_type} {region} (AWS Price List API)")
 
 
@@ -109,13 +117,24 @@ def have_credentials() -> bool:
         return False
 
 
-def resolve_price(instance_type: str | None, region: str, *, price_per_hour: float | None = None, client: Any = None, credentials: bool | None = None) -> Price:
+def resolve_price(
+    instance_type: str | None,
+    region: str,
+    *,
+    price_per_hour: float | None = None,
+    client: Any = None,
+    credentials: bool | None = None,
+) -> Price:
     """--price-per-hour wins (it is how Spot, Savings Plans or another cloud get priced); otherwise the
     Price List API when credentials exist; otherwise unknown, saying how to supply a price."""
     if price_per_hour is not None:
         if price_per_hour <= 0:
             raise ValueError("--price-per-hour must be > 0")
-        return Price(float(price_per_hour), "--price-per-hour", f"given on the command line for {instance_type or 'the endpoint'}")
+        return Price(
+            float(price_per_hour),
+            "--price-per-hour",
+            f"given on the command line for {instance_type or 'the endpoint'}",
+        )
     if not instance_type:
         return Price(None, "unknown", f"no --instance-type: {HOW_TO_SUPPLY}")
     if client is None and not (credentials if credentials is not None else have_credentials()):

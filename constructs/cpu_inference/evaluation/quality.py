@@ -92,7 +92,15 @@ def load_labels(spec: str) -> tuple[list[str], dict[str, str]]:
     return [s.strip() for s in spec.split(",") if s.strip()], {}
 
 
-def make_task(task: str, examples: Sequence[Example], *, constrained: bool = True, schema: dict[str, Any] | None = None, tools: tuple[list[str], dict[str, str]] | None = None, labels: tuple[list[str], dict[str, str]] | None = None) -> Task:
+def make_task(
+    task: str,
+    examples: Sequence[Example],
+    *,
+    constrained: bool = True,
+    schema: dict[str, Any] | None = None,
+    tools: tuple[list[str], dict[str, str]] | None = None,
+    labels: tuple[list[str], dict[str, str]] | None = None,
+) -> Task:
     if task == "extraction":
         if schema is None:
             raise ValueError("--task extraction needs --schema FILE (the JSON schema of the expected objects)")
@@ -137,10 +145,27 @@ class Prediction:
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"line": self.line, "raw": self.raw, "parsed": self.parsed, "latency_ms": round(self.latency_s * 1000, 1), "prompt_tokens": self.prompt_tokens, "error": self.error}
+        return {
+            "line": self.line,
+            "raw": self.raw,
+            "parsed": self.parsed,
+            "latency_ms": round(self.latency_s * 1000, 1),
+            "prompt_tokens": self.prompt_tokens,
+            "error": self.error,
+        }
 
 
-def predict(client: ChatClient, task: Task, examples: Sequence[Example], shots: Sequence[Example] = (), *, max_tokens: int, concurrency: int = 2, model: str | None = None, on_done: Callable[[Prediction], None] | None = None) -> list[Prediction]:
+def predict(
+    client: ChatClient,
+    task: Task,
+    examples: Sequence[Example],
+    shots: Sequence[Example] = (),
+    *,
+    max_tokens: int,
+    concurrency: int = 2,
+    model: str | None = None,
+    on_done: Callable[[Prediction], None] | None = None,
+) -> list[Prediction]:
     """One greedy (temperature 0) request per example; results in example order."""
     extra = task.request_extra()
 
@@ -173,7 +198,15 @@ class GateResult:
         return round(self.candidate - (self.baseline - self.threshold), 9) >= 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"metric": self.metric, "candidate": self.candidate, "baseline": self.baseline, "threshold": self.threshold, "delta": round(self.delta, 4), "rule": "candidate >= baseline - threshold", "passed": self.passed}
+        return {
+            "metric": self.metric,
+            "candidate": self.candidate,
+            "baseline": self.baseline,
+            "threshold": self.threshold,
+            "delta": round(self.delta, 4),
+            "rule": "candidate >= baseline - threshold",
+            "passed": self.passed,
+        }
 
     def sentence(self) -> str:
         verdict = "PASS" if self.passed else "FAIL"
@@ -184,9 +217,21 @@ def gate(metric: str, candidate: dict[str, Any], baseline: dict[str, Any], thres
     return GateResult(metric, float(candidate[metric]), float(baseline[metric]), threshold)
 
 
-def evaluate(client: ChatClient, task: Task, examples: Sequence[Example], shots: Sequence[Example], *, max_tokens: int, concurrency: int, model: str | None = None, on_done: Callable[[Prediction], None] | None = None) -> dict[str, Any]:
+def evaluate(
+    client: ChatClient,
+    task: Task,
+    examples: Sequence[Example],
+    shots: Sequence[Example],
+    *,
+    max_tokens: int,
+    concurrency: int,
+    model: str | None = None,
+    on_done: Callable[[Prediction], None] | None = None,
+) -> dict[str, Any]:
     t0 = time.perf_counter()
-    preds = predict(client, task, examples, shots, max_tokens=max_tokens, concurrency=concurrency, model=model, on_done=on_done)
+    preds = predict(
+        client, task, examples, shots, max_tokens=max_tokens, concurrency=concurrency, model=model, on_done=on_done
+    )
     metrics = task.score(examples, [p.parsed for p in preds])
     errors = [p.error for p in preds if p.error]
     return {

@@ -35,7 +35,11 @@ def bench_markdown(report: dict[str, Any]) -> str:
     metric = "end-to-end" if t["latency_metric"] == "e2e" else "TTFT"
     price = report["price"]
     s = report["settings"]
-    price_line = f"${price['usd_per_hour']:g}/h per instance ({price['source']}: {price['detail']})" if price["usd_per_hour"] is not None else f"unknown — {price['detail']}"
+    price_line = (
+        f"${price['usd_per_hour']:g}/h per instance ({price['source']}: {price['detail']})"
+        if price["usd_per_hour"] is not None
+        else f"unknown — {price['detail']}"
+    )
     out = [
         f"# Benchmark: {report['endpoint']}",
         "",
@@ -48,21 +52,51 @@ def bench_markdown(report: dict[str, Any]) -> str:
         f"- started {report['started_at']}, took {report['duration_s']:.1f} s",
         "",
     ]
-    header = ["concurrency", "ok/total", "rejected (429/503)", "e2e p50 ms", "e2e p95 ms", "e2e p99 ms", "TTFT p50 ms", "TTFT p95 ms", "TPOT p50 ms", "queries/s", "out tok/s", "meets p95", "$ per 1k queries"]
+    header = [
+        "concurrency",
+        "ok/total",
+        "rejected (429/503)",
+        "e2e p50 ms",
+        "e2e p95 ms",
+        "e2e p99 ms",
+        "TTFT p50 ms",
+        "TTFT p95 ms",
+        "TPOT p50 ms",
+        "queries/s",
+        "out tok/s",
+        "meets p95",
+        "$ per 1k queries",
+    ]
     rows = []
     for lv in report["levels"]:
         mark = "yes" if lv["meets_p95"] else "no"
         if report["selected"] and lv["concurrency"] == report["selected"]["concurrency"]:
             mark = "**yes (selected)**"
-        rows.append([
-            str(lv["concurrency"]), f"{lv['ok']}/{lv['requests']}", str(lv.get("rejected", 0)), _fmt(lv["e2e_p50_ms"]), _fmt(lv["e2e_p95_ms"]), _fmt(lv["e2e_p99_ms"]),
-            _fmt(lv["ttft_p50_ms"]), _fmt(lv["ttft_p95_ms"]), _fmt(lv["tpot_p50_ms"], ".2f"), _fmt(lv["qps"], ".3f"), _fmt(lv["output_tok_s"]), mark, _usd(lv["cost_per_1k_queries_usd"]),
-        ])
+        rows.append(
+            [
+                str(lv["concurrency"]),
+                f"{lv['ok']}/{lv['requests']}",
+                str(lv.get("rejected", 0)),
+                _fmt(lv["e2e_p50_ms"]),
+                _fmt(lv["e2e_p95_ms"]),
+                _fmt(lv["e2e_p99_ms"]),
+                _fmt(lv["ttft_p50_ms"]),
+                _fmt(lv["ttft_p95_ms"]),
+                _fmt(lv["tpot_p50_ms"], ".2f"),
+                _fmt(lv["qps"], ".3f"),
+                _fmt(lv["output_tok_s"]),
+                mark,
+                _usd(lv["cost_per_1k_queries_usd"]),
+            ]
+        )
     out.append(markdown_table(header, rows))
     errors = [(lv["concurrency"], e) for lv in report["levels"] for e in lv.get("first_errors", [])]
     if errors:
         out += ["", "## Errors (first per level)", ""] + [f"- concurrency {c}: `{e}`" for c, e in errors]
-    out += ["", f"Output tokens: {report['totals']['output_tokens']} measured (+{report['totals']['warmup_output_tokens']} in warm-up). TPOT = time per output token after the first."]
+    out += [
+        "",
+        f"Output tokens: {report['totals']['output_tokens']} measured (+{report['totals']['warmup_output_tokens']} in warm-up). TPOT = time per output token after the first.",
+    ]
     if report.get("plot"):
         out += ["", f"![latency and throughput vs concurrency]({report['plot']})"]
     return "\n".join(out) + "\n"
@@ -89,7 +123,13 @@ def write_plot(report: dict[str, Any], path: Path) -> Path:
         ys = [lv[key] for lv in levels]
         if any(y is not None for y in ys):
             ax1.plot(xs, [float("nan") if y is None else y for y in ys], marker="o", label=label)
-    ax1.axhline(report["target"]["p95_ms"], color="red", linestyle="--", linewidth=1, label=f"p95 target {report['target']['p95_ms']:g} ms")
+    ax1.axhline(
+        report["target"]["p95_ms"],
+        color="red",
+        linestyle="--",
+        linewidth=1,
+        label=f"p95 target {report['target']['p95_ms']:g} ms",
+    )
     if report["selected"]:
         ax1.axvline(report["selected"]["concurrency"], color="green", linestyle=":", linewidth=1, label="selected")
     ax1.set_xlabel("concurrency")
@@ -148,24 +188,39 @@ def _cost_key(report: dict[str, Any]) -> tuple[int, float]:
 
 
 def compare_rows(reports: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    header = ["run", "engine", "model", "instance", "$/h", "p95 target ms", "selected concurrency", "p95 ms", "TTFT p95 ms", "queries/s", "out tok/s", "$ per 1k queries"]
+    header = [
+        "run",
+        "engine",
+        "model",
+        "instance",
+        "$/h",
+        "p95 target ms",
+        "selected concurrency",
+        "p95 ms",
+        "TTFT p95 ms",
+        "queries/s",
+        "out tok/s",
+        "$ per 1k queries",
+    ]
     rows = []
     for r in sorted(reports, key=_cost_key):
         sel = r.get("selected")
         price = r["price"]["usd_per_hour"]
         level = next((lv for lv in r.get("levels", []) if sel and lv["concurrency"] == sel["concurrency"]), None)
-        rows.append([
-            r.get("_path", r["endpoint"]),
-            engine_label(r),
-            model_label(r),
-            f"{r['instance_type'] or '?'} x{r['instance_count']}",
-            "unknown" if price is None else f"{price:g}",
-            f"{r['target']['p95_ms']:g} ({r['target']['latency_metric']})",
-            str(sel["concurrency"]) if sel else "none met",
-            _fmt(sel["p95_ms"]) if sel else "—",
-            _fmt(level.get("ttft_p95_ms")) if level else "—",
-            _fmt(sel["qps"], ".3f") if sel else "—",
-            _fmt(sel["output_tok_s"]) if sel else "—",
-            _usd(sel["cost_per_1k_queries_usd"]) if sel else "—",
-        ])
+        rows.append(
+            [
+                r.get("_path", r["endpoint"]),
+                engine_label(r),
+                model_label(r),
+                f"{r['instance_type'] or '?'} x{r['instance_count']}",
+                "unknown" if price is None else f"{price:g}",
+                f"{r['target']['p95_ms']:g} ({r['target']['latency_metric']})",
+                str(sel["concurrency"]) if sel else "none met",
+                _fmt(sel["p95_ms"]) if sel else "—",
+                _fmt(level.get("ttft_p95_ms")) if level else "—",
+                _fmt(sel["qps"], ".3f") if sel else "—",
+                _fmt(sel["output_tok_s"]) if sel else "—",
+                _usd(sel["cost_per_1k_queries_usd"]) if sel else "—",
+            ]
+        )
     return header, rows

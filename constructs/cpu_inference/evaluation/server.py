@@ -49,7 +49,11 @@ def from_models_body(body: bytes | str | dict[str, Any], *, source: str = "GET /
     engine = OWNED_BY_ENGINE.get(owned or "")
     max_len = first.get("max_model_len")
     return ServerInfo(
-        engine, owned, model if isinstance(model, str) else None, max_len if isinstance(max_len, int) else None, source,
+        engine,
+        owned,
+        model if isinstance(model, str) else None,
+        max_len if isinstance(max_len, int) else None,
+        source,
         "" if engine else f"owned_by {owned!r} names no engine this tool knows ({', '.join(sorted(OWNED_BY_ENGINE))})",
     )
 

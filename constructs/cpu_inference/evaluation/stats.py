@@ -120,7 +120,9 @@ def meets_target(level: LevelStats, p95_ms: float, *, metric: str = "e2e", max_e
     return level.ok > 0 and p95 is not None and p95 <= p95_ms and unanswered <= max_error_rate
 
 
-def pick_concurrency(levels: Sequence[LevelStats], p95_ms: float, *, metric: str = "e2e", max_error_rate: float = 0.0) -> LevelStats | None:
+def pick_concurrency(
+    levels: Sequence[LevelStats], p95_ms: float, *, metric: str = "e2e", max_error_rate: float = 0.0
+) -> LevelStats | None:
     """The highest concurrency whose p95 (of `metric`) meets the target with an acceptable error rate.
 
     Levels are judged independently: a noisy miss at a low level does not veto a higher level that met

@@ -65,7 +65,10 @@ class Task:
     def messages(self, text: str, shots: Sequence[Example] = ()) -> list[dict[str, str]]:
         msgs = [{"role": "system", "content": self.instructions()}]
         for shot in shots:
-            msgs += [{"role": "user", "content": shot.text}, {"role": "assistant", "content": self.render_answer(shot.gold)}]
+            msgs += [
+                {"role": "user", "content": shot.text},
+                {"role": "assistant", "content": self.render_answer(shot.gold)},
+            ]
         msgs.append({"role": "user", "content": text})
         return msgs
 
@@ -79,7 +82,9 @@ class ClassificationTask(Task):
     primary_metric = "accuracy"
     metrics = ("accuracy", "macro_f1")
 
-    def __init__(self, labels: Sequence[str], *, constrained: bool = True, descriptions: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, labels: Sequence[str], *, constrained: bool = True, descriptions: dict[str, str] | None = None
+    ) -> None:
         if len(labels) < 2:
             raise ValueError(f"{self.name}: need at least 2 distinct labels, got {list(labels)}")
         self.labels = list(labels)
@@ -87,7 +92,9 @@ class ClassificationTask(Task):
         self.descriptions = descriptions or {}
 
     def _listing(self) -> str:
-        return "\n".join(f"- {lb}: {self.descriptions[lb]}" if lb in self.descriptions else f"- {lb}" for lb in self.labels)
+        return "\n".join(
+            f"- {lb}: {self.descriptions[lb]}" if lb in self.descriptions else f"- {lb}" for lb in self.labels
+        )
 
     def instructions(self) -> str:
         return f"Classify the customer's message into exactly one of these intents:\n{self._listing()}\nAnswer with the intent name only."
@@ -95,7 +102,10 @@ class ClassificationTask(Task):
     def response_format(self) -> dict[str, Any] | None:
         if not self.constrained:
             return None
-        return {"type": "json_schema", "json_schema": {"name": "label", "schema": {"type": "string", "enum": self.labels}}}
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": "label", "schema": {"type": "string", "enum": self.labels}},
+        }
 
     def render_answer(self, gold: Any) -> str:
         return json.dumps(gold) if self.constrained else str(gold)
@@ -124,7 +134,11 @@ class ClassificationTask(Task):
         # Free-form answers: the label mentioned first.
         lowered = text.casefold()
         hits = [(lowered.find(lb.casefold()), lb) for lb in self.labels if lb.casefold() in lowered]
-        hits += [(lowered.find(lb.casefold().replace("_", " ")), lb) for lb in self.labels if lb.casefold().replace("_", " ") in lowered]
+        hits += [
+            (lowered.find(lb.casefold().replace("_", " ")), lb)
+            for lb in self.labels
+            if lb.casefold().replace("_", " ") in lowered
+        ]
         return min(hits)[1] if hits else None
 
     def score(self, examples: Sequence[Example], predictions: Sequence[Any]) -> dict[str, Any]:
@@ -153,7 +167,10 @@ class RoutingTask(ClassificationTask):
     def response_format(self) -> dict[str, Any] | None:
         if not self.constrained:
             return None
-        return {"type": "json_schema", "json_schema": {"name": "tool", "schema": {"type": "string", "enum": self.labels}}}
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": "tool", "schema": {"type": "string", "enum": self.labels}},
+        }
 
     def score(self, examples: Sequence[Example], predictions: Sequence[Any]) -> dict[str, Any]:
         scored = super().score(examples, predictions)
@@ -187,7 +204,7 @@ class ExtractionTask(Task):
 
     def __init__(self, schema: dict[str, Any], *, constrained: bool = True) -> None:
         if not isinstance(schema, dict) or schema.get("type") != "object":
-            raise ValueError("extraction: the JSON schema must describe an object (\"type\": \"object\")")
+            raise ValueError('extraction: the JSON schema must describe an object ("type": "object")')
         self.schema = schema
         self.constrained = constrained
 

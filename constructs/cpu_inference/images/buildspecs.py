@@ -128,7 +128,7 @@ echo "$digest" > {DIGEST_FILE}
 def manifest_script(*, platforms: Sequence[str]) -> str:
     """One tag for all platforms: a Docker manifest list of the platform images."""
     sources = " ".join(f'"$REPOSITORY_URI:$IMAGE_TAG-{arch}"' for arch in platforms)
-    checks = "\n".join(f"require_media_type \"$IMAGE_TAG-{arch}\" {DOCKER_MANIFEST}" for arch in platforms)
+    checks = "\n".join(f'require_media_type "$IMAGE_TAG-{arch}" {DOCKER_MANIFEST}' for arch in platforms)
     return f"""{_DIGEST_OF}
 {_CHECK_MEDIA}
 {_LOGIN}

@@ -124,7 +124,9 @@ class LlamaCppImage(Construct):
             exclude=exclude,
         )
 
-        specs = {arch: platform_buildspec(dockerfile=dockerfile, build_args=self.build_args) for arch in props.platforms}
+        specs = {
+            arch: platform_buildspec(dockerfile=dockerfile, build_args=self.build_args) for arch in props.platforms
+        }
         manifest_spec = manifest_buildspec(platforms=props.platforms)
         images = {"arm64": props.arm64_build_image, "amd64": props.amd64_build_image}
         recipe = {
@@ -300,7 +302,9 @@ class LlamaCppImage(Construct):
                 )
             )
         project.add_to_role_policy(
-            iam.PolicyStatement(sid="PushThisRepositoryOnly", actions=_ECR_PUSH_ACTIONS, resources=[self.repository.repository_arn])
+            iam.PolicyStatement(
+                sid="PushThisRepositoryOnly", actions=_ECR_PUSH_ACTIONS, resources=[self.repository.repository_arn]
+            )
         )
         project.add_to_role_policy(
             iam.PolicyStatement(sid="EcrLogin", actions=["ecr:GetAuthorizationToken"], resources=["*"])
@@ -364,7 +368,9 @@ class LlamaCppImage(Construct):
         self.handler_log_group.grant_write(handler_role)
         handler_role.add_to_policy(
             iam.PolicyStatement(
-                sid="StartThisWorkflow", actions=["states:StartExecution"], resources=[self.state_machine.state_machine_arn]
+                sid="StartThisWorkflow",
+                actions=["states:StartExecution"],
+                resources=[self.state_machine.state_machine_arn],
             )
         )
         handler_role.add_to_policy(
@@ -437,7 +443,9 @@ class LlamaCppImage(Construct):
         """The digest of the single-architecture image (a Docker v2 schema 2 manifest) of `arch`, which the
         manifest list points to: the build returns it as `Digest-<arch>` (lambda/image_build/handler.py)."""
         if arch not in self.props.platforms:
-            raise ValueError(f"LlamaCppImage {self.props.name}: no {arch} build (platforms: {', '.join(self.props.platforms)})")
+            raise ValueError(
+                f"LlamaCppImage {self.props.name}: no {arch} build (platforms: {', '.join(self.props.platforms)})"
+            )
         return self.build.get_att_string(f"Digest-{arch}")
 
     def image_uri_for(self, arch: str) -> str:

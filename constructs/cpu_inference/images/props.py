@@ -143,8 +143,15 @@ class LlamaCppImageProps:
         if not dockerfile.is_file():
             raise ValueError(f"dockerfile {dockerfile} does not exist")
         for shared in self.shared_paths():
-            if shared.parent != context.parent or shared.name in ("", ".", "..") or shared == context or not shared.is_dir():
-                raise ValueError(f"shared_dirs: {shared.name!r} must name a directory beside context_dir {context} (found none at {shared})")
+            if (
+                shared.parent != context.parent
+                or shared.name in ("", ".", "..")
+                or shared == context
+                or not shared.is_dir()
+            ):
+                raise ValueError(
+                    f"shared_dirs: {shared.name!r} must name a directory beside context_dir {context} (found none at {shared})"
+                )
         if self.pin_file is not None and not (context / self.pin_file).is_file():
             raise ValueError(f"pin_file {context / self.pin_file} does not exist (use pin_file=None for no pin)")
         for key, value in self.build_args.items():
@@ -160,7 +167,9 @@ class LlamaCppImageProps:
         if self.untagged_expiry_days < 1:
             raise ValueError(f"untagged_expiry_days must be >= 1, got {self.untagged_expiry_days}")
         if self.build_timeout_minutes < 5 or self.manifest_timeout_minutes < 5:
-            raise ValueError("build_timeout_minutes and manifest_timeout_minutes must each be >= 5 (CodeBuild's minimum)")
+            raise ValueError(
+                "build_timeout_minutes and manifest_timeout_minutes must each be >= 5 (CodeBuild's minimum)"
+            )
         budget = PROVIDER_WAIT_MINUTES - WAIT_SLACK_MINUTES
         if self.build_timeout_minutes + self.manifest_timeout_minutes > budget:
             raise ValueError(
@@ -171,7 +180,9 @@ class LlamaCppImageProps:
         if self.existing_repository is not None and self.repository_name is not None:
             raise ValueError("give repository_name or existing_repository, not both")
         if self.engine not in ENGINES:
-            raise ValueError(f"engine {self.engine!r} must be one of {', '.join(ENGINES)} (the engine the image serves)")
+            raise ValueError(
+                f"engine {self.engine!r} must be one of {', '.join(ENGINES)} (the engine the image serves)"
+            )
 
     def tags_per_build(self) -> int:
         return len(self.platforms) + 1

@@ -39,7 +39,9 @@ REVIEWED_WILDCARDS = [
         r"Resource::\*",
         "The CDK Provider framework's waiter state machine policy (not configurable) adds log delivery for its "
         "logging on '*'; the waiter only retries this construct's isComplete function.",
-        only_with=lambda actions: all(a in NO_RESOURCE_LEVEL | {"logs:CreateLogStream", "logs:PutLogEvents"} for a in actions),
+        only_with=lambda actions: all(
+            a in NO_RESOURCE_LEVEL | {"logs:CreateLogStream", "logs:PutLogEvents"} for a in actions
+        ),
         path=r".*/Provider/waiter-state-machine/Role/DefaultPolicy",
     ),
     Wildcard(

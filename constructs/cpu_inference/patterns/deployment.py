@@ -67,11 +67,15 @@ class DeploymentProps:
         if self.p95_latency_ms <= 0:
             raise ValueError(f"p95_latency_ms must be > 0, got {self.p95_latency_ms}")
         if self.kubernetes_patch is not None and self.target != "eks":
-            raise ValueError(f"kubernetes_patch patches Kubernetes objects: it applies to target eks only (target is {self.target!r}); remove it")
+            raise ValueError(
+                f"kubernetes_patch patches Kubernetes objects: it applies to target eks only (target is {self.target!r}); remove it"
+            )
         if self.target == "sagemaker":
             missing = [m.name for m in self.models if not m.instance_type and m.pool is None]
             if missing:
-                raise ValueError(f"target sagemaker needs an instance_type for every dedicated model, missing for {missing}")
+                raise ValueError(
+                    f"target sagemaker needs an instance_type for every dedicated model, missing for {missing}"
+                )
         if self.existing_platform is None and self.target == "eks":
             self.platform.validate()
 
@@ -84,7 +88,9 @@ class DeploymentProps:
 def validate_namespace(namespace: str, key: str) -> None:
     """`key`: the prop that set it (e.g. ModelFarmProps.namespace), named in the error."""
     if not is_dns_label(namespace):  # a Namespace's name is an RFC 1123 label (Kubernetes "Object Names and IDs")
-        raise ValueError(f"{key} {namespace!r} must be a DNS label (lowercase letters, digits and '-', at most 63 characters)")
+        raise ValueError(
+            f"{key} {namespace!r} must be a DNS label (lowercase letters, digits and '-', at most 63 characters)"
+        )
 
 
 def claim_namespace(platform: EksPlatform, namespace: str, *, owner: Construct, key: str) -> None:
@@ -94,8 +100,10 @@ def claim_namespace(platform: EksPlatform, namespace: str, *, owner: Construct, 
     # group), each overwriting the other's.
     holder = platform.pattern_namespaces.setdefault(namespace, owner.node.path)
     if holder != owner.node.path:
-        raise ValueError(f"{key} {namespace!r} is already used on this platform by {holder} — set a different namespace "
-                         f"({key}) for one of them: two patterns in one namespace overwrite each other's objects")
+        raise ValueError(
+            f"{key} {namespace!r} is already used on this platform by {holder} — set a different namespace "
+            f"({key}) for one of them: two patterns in one namespace overwrite each other's objects"
+        )
 
 
 def served_policy(props: DeploymentProps, *, namespace: str, pattern: str, farm: bool) -> ServingPolicy:

@@ -65,7 +65,14 @@ class EksPlatform(Construct):
     `mountpoint` (MountpointS3Csi, or None), `pattern_namespaces` (namespace → construct path of the pattern on this
     platform that renders into it; deployment.claim_namespace keeps two from sharing one)."""
 
-    def __init__(self, scope: Construct, id: str, *, props: EksPlatformProps = EksPlatformProps(), mountpoint_scope: Construct | None = None) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        props: EksPlatformProps = EksPlatformProps(),
+        mountpoint_scope: Construct | None = None,
+    ) -> None:
         """mountpoint_scope: where the Mountpoint driver's constructs live (default: this platform). ModelFarm passes
         itself, where the add-on lived before it moved to the platform, so a deployed farm keeps the add-on's logical
         id: under a new id CloudFormation would create it while the old one still exists, and CreateAddon fails
@@ -78,7 +85,11 @@ class EksPlatform(Construct):
         self.mountpoint: MountpointS3Csi | None = None
         self.pattern_namespaces: dict[str, str] = {}
         if props.mountpoint is not None:
-            self.mountpoint = MountpointS3Csi(mountpoint_scope or self, "Mountpoint", props=MountpointS3CsiProps.for_cluster(self.cluster, props.mountpoint))
+            self.mountpoint = MountpointS3Csi(
+                mountpoint_scope or self,
+                "Mountpoint",
+                props=MountpointS3CsiProps.for_cluster(self.cluster, props.mountpoint),
+            )
         pools = props.node_pools
         self.node_pools = self.karpenter.add_default_node_pools(
             architectures=pools.architectures,

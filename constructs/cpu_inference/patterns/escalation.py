@@ -57,7 +57,9 @@ class EscalationTarget:
                 keys["api_key_secret_arn"] = self.api_key_secret_name
             return Escalation.of(**keys)
         if self.kind == "sagemaker":
-            return Escalation.of(kind="sagemaker", endpoint_name=self.endpoint_name, **({"region": region} if region else {}))
+            return Escalation.of(
+                kind="sagemaker", endpoint_name=self.endpoint_name, **({"region": region} if region else {})
+            )
         return Escalation.of(kind="bedrock", model_id=self.model_id, **({"region": region} if region else {}))
 
     def router_config(self, *, llm_url: str | None = None, region: str | None = None) -> dict[str, Any]:
@@ -67,16 +69,30 @@ class EscalationTarget:
     def policy_statements(self, scope: cdk.Stack) -> tuple[iam.PolicyStatement, ...]:
         """Least privilege for the router's role: invoke exactly the one endpoint or foundation model."""
         if self.kind == "sagemaker":
-            arn = scope.format_arn(service="sagemaker", resource="endpoint", resource_name=str(self.endpoint_name).lower())
-            return (iam.PolicyStatement(actions=["sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithResponseStream"], resources=[arn]),)
+            arn = scope.format_arn(
+                service="sagemaker", resource="endpoint", resource_name=str(self.endpoint_name).lower()
+            )
+            return (
+                iam.PolicyStatement(
+                    actions=["sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithResponseStream"], resources=[arn]
+                ),
+            )
         if self.kind == "openai" and self.api_key_secret_name:
             # Secrets Manager ARNs end in a random 6-character suffix: `<name>-??????` matches exactly that secret.
             arn = scope.format_arn(
-                service="secretsmanager", resource="secret", resource_name=f"{self.api_key_secret_name}-??????",
+                service="secretsmanager",
+                resource="secret",
+                resource_name=f"{self.api_key_secret_name}-??????",
                 arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
             )
             return (iam.PolicyStatement(actions=["secretsmanager:GetSecretValue"], resources=[arn]),)
         if self.kind == "bedrock":
-            arn = scope.format_arn(service="bedrock", account="", resource="foundation-model", resource_name=str(self.model_id))
-            return (iam.PolicyStatement(actions=["bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"], resources=[arn]),)
+            arn = scope.format_arn(
+                service="bedrock", account="", resource="foundation-model", resource_name=str(self.model_id)
+            )
+            return (
+                iam.PolicyStatement(
+                    actions=["bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"], resources=[arn]
+                ),
+            )
         return ()

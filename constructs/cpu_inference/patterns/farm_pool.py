@@ -31,9 +31,13 @@ class FarmPoolSettings:
         if not _NAME.match(self.name):
             raise ValueError(f"FarmPoolSettings.name must be a DNS label of at most 40 characters, got {self.name!r}")
         if not 0 <= self.replicas_min <= self.replicas_max or self.replicas_max < 1:
-            raise ValueError(f"pool {self.name}: need 0 ≤ replicas_min ({self.replicas_min}) ≤ replicas_max ({self.replicas_max}), max ≥ 1")
+            raise ValueError(
+                f"pool {self.name}: need 0 ≤ replicas_min ({self.replicas_min}) ≤ replicas_max ({self.replicas_max}), max ≥ 1"
+            )
         if not 1 <= self.replication <= self.replicas_max:
-            raise ValueError(f"pool {self.name}: replication ({self.replication}) must be 1..replicas_max ({self.replicas_max})")
+            raise ValueError(
+                f"pool {self.name}: replication ({self.replication}) must be 1..replicas_max ({self.replicas_max})"
+            )
         if self.cpu <= 0 or self.memory_gib <= 0:
             raise ValueError(f"pool {self.name}: cpu and memory_gib must be > 0")
         if self.models_max is not None and self.models_max < 1:

@@ -23,11 +23,21 @@ from cpu_inference.patterns.slm_prefilter import SlmPrefilterProps
 def served_models(config: Config) -> tuple[ServedModel, ...]:
     return tuple(
         ServedModel(
-            name=m.name, hf_repo=m.source.hf_repo, file=m.source.file, revision=m.source.revision,
-            sha256=m.source.sha256, token_secret_name=m.source.token_secret_name, spec=model_spec(m, config),
-            role=config.role_of(m), replicas_min=m.replicas.min, replicas_max=m.replicas.max,
-            instance_type=(m.instance_type or config.sagemaker.instance_type) if config.target == "sagemaker" and pool is None else None,
-            cpu=m.cpu, pool=pool.name if pool is not None else None,
+            name=m.name,
+            hf_repo=m.source.hf_repo,
+            file=m.source.file,
+            revision=m.source.revision,
+            sha256=m.source.sha256,
+            token_secret_name=m.source.token_secret_name,
+            spec=model_spec(m, config),
+            role=config.role_of(m),
+            replicas_min=m.replicas.min,
+            replicas_max=m.replicas.max,
+            instance_type=(m.instance_type or config.sagemaker.instance_type)
+            if config.target == "sagemaker" and pool is None
+            else None,
+            cpu=m.cpu,
+            pool=pool.name if pool is not None else None,
         )
         for m in config.models
         for pool in (config.pool_of(m),)
@@ -39,11 +49,18 @@ def farm_pools(config: Config) -> tuple[FarmPoolSettings, ...]:
     out = []
     for p in config.farm.pools:
         cpu, memory = pool_budget(config, p)
-        out.append(FarmPoolSettings(
-            name=p.name, cpu=cpu, memory_gib=memory / sizing.GIB, replicas_min=p.replicas.min, replicas_max=p.replicas.max,
-            replication=p.replication, models_max=p.models_max,
-            instance_type=pool_instance_of(config, p) if config.target == "sagemaker" else None,
-        ))
+        out.append(
+            FarmPoolSettings(
+                name=p.name,
+                cpu=cpu,
+                memory_gib=memory / sizing.GIB,
+                replicas_min=p.replicas.min,
+                replicas_max=p.replicas.max,
+                replication=p.replication,
+                models_max=p.models_max,
+                instance_type=pool_instance_of(config, p) if config.target == "sagemaker" else None,
+            )
+        )
     return tuple(out)
 
 
@@ -53,7 +70,9 @@ def mountpoint_settings(config: Config) -> MountpointSettings | None:
         return None
     e = config.eks
     version = {"addon_version": e.mountpoint_version} if e.mountpoint_version is not None else {}
-    return MountpointSettings(install_mountpoint_addon=e.install_mountpoint_addon, driver_role_arn=e.mountpoint_driver_role_arn, **version)
+    return MountpointSettings(
+        install_mountpoint_addon=e.install_mountpoint_addon, driver_role_arn=e.mountpoint_driver_role_arn, **version
+    )
 
 
 def platform_props(config: Config) -> EksPlatformProps:
@@ -101,19 +120,30 @@ def slm_prefilter_props(config: Config) -> SlmPrefilterProps:
         deployment=deployment_props(config),
         escalation=EscalationTarget(
             kind=cast(Literal["openai", "sagemaker", "bedrock", "model"], e.kind),  # a str too (use_enum_values)
-            url=e.url, api_key_secret_name=e.api_key_secret_name, endpoint_name=e.endpoint_name,
-            model_id=e.model_id, model=e.model,
+            url=e.url,
+            api_key_secret_name=e.api_key_secret_name,
+            endpoint_name=e.endpoint_name,
+            model_id=e.model_id,
+            model=e.model,
         ),
         router=RouterSettings(
-            labels=tuple(r.labels), slm_labels=tuple(r.slm_labels), confidence_threshold=r.confidence_threshold,
-            few_shot=tuple(r.few_shot), instructions=r.instructions, classify_max_chars=r.classify_max_chars,
-            answer_max_tokens=r.answer_max_tokens, replicas_min=r.replicas.min, replicas_max=r.replicas.max,
+            labels=tuple(r.labels),
+            slm_labels=tuple(r.slm_labels),
+            confidence_threshold=r.confidence_threshold,
+            few_shot=tuple(r.few_shot),
+            instructions=r.instructions,
+            classify_max_chars=r.classify_max_chars,
+            answer_max_tokens=r.answer_max_tokens,
+            replicas_min=r.replicas.min,
+            replicas_max=r.replicas.max,
         ),
     )
 
 
 def model_farm_props(config: Config) -> ModelFarmProps:
     return ModelFarmProps(
-        deployment=deployment_props(config), pools=farm_pools(config),
-        gateway_replicas_min=config.farm.gateway.min, gateway_replicas_max=config.farm.gateway.max,
+        deployment=deployment_props(config),
+        pools=farm_pools(config),
+        gateway_replicas_min=config.farm.gateway.min,
+        gateway_replicas_max=config.farm.gateway.max,
     )

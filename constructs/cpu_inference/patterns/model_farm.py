@@ -73,7 +73,9 @@ class ModelFarmProps:
         if wrong:
             raise ValueError(f"models {wrong} are not role farm — a model farm serves role farm only")
         if not 1 <= self.gateway_replicas_min <= self.gateway_replicas_max:
-            raise ValueError(f"need 1 ≤ gateway_replicas_min ({self.gateway_replicas_min}) ≤ gateway_replicas_max ({self.gateway_replicas_max})")
+            raise ValueError(
+                f"need 1 ≤ gateway_replicas_min ({self.gateway_replicas_min}) ≤ gateway_replicas_max ({self.gateway_replicas_max})"
+            )
         names = [p.name for p in self.pools]
         if len(set(names)) != len(names):
             raise ValueError(f"pool names must be unique, got {names}")
@@ -81,16 +83,24 @@ class ModelFarmProps:
             p.validate()
         unknown = sorted({m.pool for m in self.deployment.models if m.pool is not None} - set(names))
         if unknown:
-            raise ValueError(f"models name pools {unknown} that are not in pools {names} — add the pool or fix the model's pool")
+            raise ValueError(
+                f"models name pools {unknown} that are not in pools {names} — add the pool or fix the model's pool"
+            )
         if self.deployment.target == "sagemaker":
             cold = [m.name for m in self.dedicated if m.replicas_min < 1]
             if cold:
-                raise ValueError(f"models {cold} have replicas.min 0: SageMaker real-time endpoints keep ≥ 1 instance — set min 1 or use target eks")
+                raise ValueError(
+                    f"models {cold} have replicas.min 0: SageMaker real-time endpoints keep ≥ 1 instance — set min 1 or use target eks"
+                )
             for p in self.pools:
                 if self.members(p.name) and p.replicas_min < 1:
-                    raise ValueError(f"pool {p.name}: replicas.min 0 — a SageMaker multi-model endpoint keeps ≥ 1 instance; set min 1")
+                    raise ValueError(
+                        f"pool {p.name}: replicas.min 0 — a SageMaker multi-model endpoint keeps ≥ 1 instance; set min 1"
+                    )
                 if self.members(p.name) and not p.instance_type:
-                    raise ValueError(f"pool {p.name}: target sagemaker needs the pool's instance_type (its multi-model endpoint's instances)")
+                    raise ValueError(
+                        f"pool {p.name}: target sagemaker needs the pool's instance_type (its multi-model endpoint's instances)"
+                    )
         elif any(p.cpu != int(p.cpu) for p in self.pools if self.members(p.name)):
             raise ValueError("pool cpu on EKS must be a whole number of vCPUs (each loaded model gets whole threads)")
 
@@ -98,8 +108,12 @@ class ModelFarmProps:
 def plan_pool(pool: FarmPoolSettings, members: tuple[ServedModel, ...]) -> PoolPlan:
     """The pool's plan (pool_sizing): models_max from memory unless the pool sets it, threads per loaded model.
     On SageMaker the same plan sizes each loaded model (SageMaker itself decides how many stay loaded)."""
-    plan = pool_plan({m.name: m.spec for m in members}, cpu=pool.cpu, memory_bytes=int(pool.memory_gib * sizing.GIB),
-                     models_max=pool.models_max)
+    plan = pool_plan(
+        {m.name: m.spec for m in members},
+        cpu=pool.cpu,
+        memory_bytes=int(pool.memory_gib * sizing.GIB),
+        models_max=pool.models_max,
+    )
     if not plan.fits:
         raise ValueError(
             f"pool {pool.name}: its largest model {plan.largest_model} needs {math.ceil(plan.per_model[plan.largest_model].memory_bytes / sizing.MIB)} MiB "
@@ -112,8 +126,13 @@ def catalog_entry(m: ServedModel, plan: PoolPlan) -> CatalogEntry:
     if m.file is None:  # ServedModel.validate: only a vLLM model has no file, and it is never pooled
         raise ValueError(f"ServedModel {m.name}: a pooled model needs its GGUF file")
     return CatalogEntry(
-        name=m.name, hf_repo=m.hf_repo, file=m.file, revision=m.revision, sha256=m.sha256,
-        token_secret_name=m.token_secret_name, engine_args=plan.engine_args(m.name),
+        name=m.name,
+        hf_repo=m.hf_repo,
+        file=m.file,
+        revision=m.revision,
+        sha256=m.sha256,
+        token_secret_name=m.token_secret_name,
+        engine_args=plan.engine_args(m.name),
     )
 
 
@@ -135,9 +154,15 @@ class ModelFarm(Construct):
         d = props.deployment
         dedicated = props.dedicated
         self.foundation = ServingFoundation(
-            self, "Serving",
-            props=ServingFoundationProps(models=dedicated, bucket=d.bucket, engine_image=d.engine_image, vllm_image=d.vllm_image,
-                                         router_image=d.router_image if d.target == "eks" else None),
+            self,
+            "Serving",
+            props=ServingFoundationProps(
+                models=dedicated,
+                bucket=d.bucket,
+                engine_image=d.engine_image,
+                vllm_image=d.vllm_image,
+                router_image=d.router_image if d.target == "eks" else None,
+            ),
         )
         pools = [p for p in props.pools if props.members(p.name)]
         self.plans: dict[str, PoolPlan] = {p.name: plan_pool(p, props.members(p.name)) for p in pools}
@@ -145,9 +170,13 @@ class ModelFarm(Construct):
         if pools:
             entries = tuple(catalog_entry(m, self.plans[p.name]) for p in pools for m in props.members(p.name))
             self.catalog = ModelCatalog(
-                self, "Catalog",
-                props=ModelCatalogProps(model_bucket=self.foundation.model_bucket, entries=entries,
-                                        layouts=("mme",) if d.target == "sagemaker" else ("gguf",)),
+                self,
+                "Catalog",
+                props=ModelCatalogProps(
+                    model_bucket=self.foundation.model_bucket,
+                    entries=entries,
+                    layouts=("mme",) if d.target == "sagemaker" else ("gguf",),
+                ),
             )
         self.platform: EksPlatform | None = None
         self.mountpoint: MountpointS3Csi | None = None
@@ -161,11 +190,16 @@ class ModelFarm(Construct):
             for p in pools:
                 assert self.catalog is not None and p.instance_type is not None
                 self.pool_endpoints[p.name] = MultiModelEndpoint(
-                    self, f"Pool{''.join(part.capitalize() for part in p.name.split('-'))}",
+                    self,
+                    f"Pool{''.join(part.capitalize() for part in p.name.split('-'))}",
                     props=MultiModelEndpointProps.for_catalog(
-                        self.catalog, name=p.name, image=self.foundation.engine_image,
-                        models=[m.name for m in props.members(p.name)], instance_type=p.instance_type,
-                        min_capacity=p.replicas_min, max_capacity=p.replicas_max,
+                        self.catalog,
+                        name=p.name,
+                        image=self.foundation.engine_image,
+                        models=[m.name for m in props.members(p.name)],
+                        instance_type=p.instance_type,
+                        min_capacity=p.replicas_min,
+                        max_capacity=p.replicas_max,
                         threads_per_model=self.plans[p.name].threads_per_model,
                         network_isolation=d.sagemaker.network_isolation,
                         # The latency alarm as for one model's endpoint: the SLO plus the longest answer a member's
@@ -175,8 +209,14 @@ class ModelFarm(Construct):
                     ),
                 )
             return
-        platform_props = d.platform if not pools or d.platform.mountpoint is not None else replace(d.platform, mountpoint=MountpointSettings())
-        self.platform = d.existing_platform or EksPlatform(self, "Platform", props=platform_props, mountpoint_scope=self)
+        platform_props = (
+            d.platform
+            if not pools or d.platform.mountpoint is not None
+            else replace(d.platform, mountpoint=MountpointSettings())
+        )
+        self.platform = d.existing_platform or EksPlatform(
+            self, "Platform", props=platform_props, mountpoint_scope=self
+        )
         claim_namespace(self.platform, props.namespace, owner=self, key="ModelFarmProps.namespace")
         assert self.foundation.router_image is not None
         gateway = RouterChartProps(
@@ -206,7 +246,12 @@ class ModelFarm(Construct):
             pool_props = tuple(self._pool_chart_props(p, props.members(p.name)) for p in pools)
         policy = served_policy(d, namespace=props.namespace, pattern="model-farm", farm=True)
         self.workloads = eks_workloads(
-            self, dedicated_props, self.foundation, self.platform, policy=policy, router=gateway,
+            self,
+            dedicated_props,
+            self.foundation,
+            self.platform,
+            policy=policy,
+            router=gateway,
             pools=pool_props,
             # The pools wait for the add-on this platform installed (a pre-installed driver: nothing to wait for).
             mountpoint=self.mountpoint if self.mountpoint is not None and self.mountpoint.addon is not None else None,
@@ -216,8 +261,13 @@ class ModelFarm(Construct):
     def _pool_chart_props(self, pool: FarmPoolSettings, members: tuple[ServedModel, ...]) -> ModelPoolChartProps:
         assert self.catalog is not None
         return ModelPoolChartProps.from_plan(
-            name=pool.name, image=self.foundation.engine_image.image_uri, plan=self.plans[pool.name],
+            name=pool.name,
+            image=self.foundation.engine_image.image_uri,
+            plan=self.plans[pool.name],
             paths={m.name: self.catalog.gguf_key(m.name).removeprefix(FARM_PREFIX) for m in members},
-            bucket_name=self.foundation.model_bucket.bucket.bucket_name, region=cdk.Stack.of(self).region,
-            replicas_min=pool.replicas_min, replicas_max=pool.replicas_max, replication=pool.replication,
+            bucket_name=self.foundation.model_bucket.bucket.bucket_name,
+            region=cdk.Stack.of(self).region,
+            replicas_min=pool.replicas_min,
+            replicas_max=pool.replicas_max,
+            replication=pool.replication,
         )

@@ -34,25 +34,39 @@ class RouterSettings:
             raise ValueError(f"RouterSettings.labels needs at least two distinct labels, got {list(self.labels)}")
         unknown = [x for x in self.slm_labels if x not in self.labels]
         if not self.slm_labels or unknown or set(self.slm_labels) == set(self.labels):
-            raise ValueError(f"RouterSettings.slm_labels must be a non-empty strict subset of labels {list(self.labels)}, got {list(self.slm_labels)}")
+            raise ValueError(
+                f"RouterSettings.slm_labels must be a non-empty strict subset of labels {list(self.labels)}, got {list(self.slm_labels)}"
+            )
         if not 0 <= self.confidence_threshold <= 1:
-            raise ValueError(f"RouterSettings.confidence_threshold must be within 0..1, got {self.confidence_threshold}")
+            raise ValueError(
+                f"RouterSettings.confidence_threshold must be within 0..1, got {self.confidence_threshold}"
+            )
         for i, shot in enumerate(self.few_shot):
             if set(shot) != {"text", "label"} or shot["label"] not in self.labels:
-                raise ValueError(f"RouterSettings.few_shot[{i}] needs keys text and label, label one of {list(self.labels)}")
+                raise ValueError(
+                    f"RouterSettings.few_shot[{i}] needs keys text and label, label one of {list(self.labels)}"
+                )
         if self.classify_max_chars is not None and self.classify_max_chars < 16:
-            raise ValueError(f"RouterSettings.classify_max_chars must be ≥ 16 (the router's minimum), got {self.classify_max_chars}")
+            raise ValueError(
+                f"RouterSettings.classify_max_chars must be ≥ 16 (the router's minimum), got {self.classify_max_chars}"
+            )
         if self.answer_max_tokens < 1:
             raise ValueError(f"RouterSettings.answer_max_tokens must be ≥ 1, got {self.answer_max_tokens}")
         if not 1 <= self.replicas_min <= self.replicas_max:
-            raise ValueError(f"RouterSettings: need 1 ≤ replicas_min ({self.replicas_min}) ≤ replicas_max ({self.replicas_max})")
+            raise ValueError(
+                f"RouterSettings: need 1 ≤ replicas_min ({self.replicas_min}) ≤ replicas_max ({self.replicas_max})"
+            )
 
     def decision(self) -> RouterConfig:
         """The decision keys of the router config (few_shot / instructions / classify_max_chars left out when
         unset: the router's own defaults apply)."""
         return decision(
-            labels=self.labels, slm_labels=self.slm_labels, confidence_threshold=self.confidence_threshold,
-            few_shot=self.few_shot, instructions=self.instructions, classify_max_chars=self.classify_max_chars,
+            labels=self.labels,
+            slm_labels=self.slm_labels,
+            confidence_threshold=self.confidence_threshold,
+            few_shot=self.few_shot,
+            instructions=self.instructions,
+            classify_max_chars=self.classify_max_chars,
         )
 
     def router_config(self) -> dict[str, Any]:

@@ -39,16 +39,24 @@ def graviton_endpoint_props(
     replicas come from it; the config's slo.p95_latency_ms, sagemaker.network_isolation and
     sagemaker.data_capture_percent map to the keyword arguments; anything else via `overrides`."""
     if not served.instance_type:
-        raise ValueError(f"ServedModel {served.name}: instance_type is required for a SageMaker endpoint (set models[].instance_type or sagemaker.instance_type)")
+        raise ValueError(
+            f"ServedModel {served.name}: instance_type is required for a SageMaker endpoint (set models[].instance_type or sagemaker.instance_type)"
+        )
     if served.replicas_min < 1:
         raise ValueError(
             f"ServedModel {served.name}: replicas.min is {served.replicas_min}, but SageMaker real-time endpoints "
             "keep at least one instance — set replicas.min: 1"
         )
     kwargs: dict[str, Any] = dict(
-        name=served.name, model=model, spec=served.spec, image=image, instance_type=served.instance_type,
-        min_capacity=served.replicas_min, max_capacity=served.replicas_max,
-        network_isolation=network_isolation, data_capture_percent=data_capture_percent,
+        name=served.name,
+        model=model,
+        spec=served.spec,
+        image=image,
+        instance_type=served.instance_type,
+        min_capacity=served.replicas_min,
+        max_capacity=served.replicas_max,
+        network_isolation=network_isolation,
+        data_capture_percent=data_capture_percent,
     )
     if latency_slo_ms is not None:
         kwargs["latency_slo"] = cdk.Duration.millis(latency_slo_ms)
@@ -66,7 +74,9 @@ def router_escalation(target: EscalationTarget, endpoints: Mapping[str, Graviton
             raise ValueError(f"escalation.model {target.model!r} has no SageMaker endpoint; known: {sorted(endpoints)}")
         endpoint = endpoints[str(target.model)]
         # vLLM answers 404 to a model name it does not serve (llama-server answers under any): name it.
-        return RouterEscalation.sagemaker(endpoint, model_id=str(target.model) if is_vllm(endpoint.props.spec.engine) else None)
+        return RouterEscalation.sagemaker(
+            endpoint, model_id=str(target.model) if is_vllm(endpoint.props.spec.engine) else None
+        )
     if target.kind == "sagemaker":
         return RouterEscalation.sagemaker(str(target.endpoint_name))
     if target.kind == "bedrock":
@@ -87,11 +97,16 @@ def router_endpoint_props(
     `escalation`): labels, threshold, few-shot and replicas → min/max_capacity; `endpoints` (name →
     GravitonEndpoint) resolves escalation kind `model`. Anything else via `overrides`."""
     kwargs: dict[str, Any] = dict(
-        image=image, slm=slm, escalation=router_escalation(escalation, endpoints or {}),
-        labels=tuple(settings.labels), slm_labels=tuple(settings.slm_labels),
-        confidence_threshold=settings.confidence_threshold, few_shot=tuple(settings.few_shot),
+        image=image,
+        slm=slm,
+        escalation=router_escalation(escalation, endpoints or {}),
+        labels=tuple(settings.labels),
+        slm_labels=tuple(settings.slm_labels),
+        confidence_threshold=settings.confidence_threshold,
+        few_shot=tuple(settings.few_shot),
         instructions=settings.instructions,
-        min_capacity=settings.replicas_min, max_capacity=settings.replicas_max,
+        min_capacity=settings.replicas_min,
+        max_capacity=settings.replicas_max,
     )
     kwargs.update(overrides)
     return RouterEndpointProps(**kwargs)

@@ -44,16 +44,26 @@ class ServedModel:
     def validate(self) -> None:
         if is_vllm(self.engine):
             if self.file is not None:
-                raise ValueError(f"ServedModel {self.name}: engine vllm loads the repo's safetensors checkpoint — file must be None, got {self.file!r}")
+                raise ValueError(
+                    f"ServedModel {self.name}: engine vllm loads the repo's safetensors checkpoint — file must be None, got {self.file!r}"
+                )
             if self.pool is not None:
-                raise ValueError(f"ServedModel {self.name}: engine vllm serves one model per process — it cannot be in pool {self.pool!r}")
+                raise ValueError(
+                    f"ServedModel {self.name}: engine vllm serves one model per process — it cannot be in pool {self.pool!r}"
+                )
             if self.sha256 is not None:
-                raise ValueError(f"ServedModel {self.name}: sha256 pins one GGUF file — pin a vLLM snapshot with revision=<commit sha> instead")
+                raise ValueError(
+                    f"ServedModel {self.name}: sha256 pins one GGUF file — pin a vLLM snapshot with revision=<commit sha> instead"
+                )
         elif not (self.file or "").endswith(".gguf"):
             raise ValueError(f"ServedModel {self.name}: file must be a .gguf file, got {self.file!r}")
         if self.replicas_min > self.replicas_max:
-            raise ValueError(f"ServedModel {self.name}: replicas_min {self.replicas_min} > replicas_max {self.replicas_max}")
+            raise ValueError(
+                f"ServedModel {self.name}: replicas_min {self.replicas_min} > replicas_max {self.replicas_max}"
+            )
         if self.role not in ("slm", "llm", "farm"):
             raise ValueError(f"ServedModel {self.name}: role must be slm, llm or farm, got {self.role!r}")
         if self.pool is not None and self.role != "farm":
-            raise ValueError(f"ServedModel {self.name}: only role farm is served from a pool, got role {self.role!r} with pool {self.pool!r}")
+            raise ValueError(
+                f"ServedModel {self.name}: only role farm is served from a pool, got role {self.role!r} with pool {self.pool!r}"
+            )

@@ -51,21 +51,31 @@ class SlmPrefilterProps:
         self.router.validate()
         slms = [m.name for m in self.deployment.models if m.role == "slm"]
         if len(slms) != 1:
-            raise ValueError(f"SlmPrefilter needs exactly one model with role slm (the router classifies with it), got {slms or 'none'}")
+            raise ValueError(
+                f"SlmPrefilter needs exactly one model with role slm (the router classifies with it), got {slms or 'none'}"
+            )
         llms = {m.name for m in self.deployment.models if m.role == "llm"}
         if self.escalation.kind == "model" and self.escalation.model not in llms:
-            raise ValueError(f"escalation.model {self.escalation.model!r} must name a model with role llm, one of {sorted(llms) or 'none'}")
+            raise ValueError(
+                f"escalation.model {self.escalation.model!r} must name a model with role llm, one of {sorted(llms) or 'none'}"
+            )
         farm = [m.name for m in self.deployment.models if m.role == "farm"]
         if farm:
             raise ValueError(f"models {farm} have role farm — use role slm or llm in an SLM pre-filter")
         spec, need = next(m.spec for m in self.deployment.models if m.role == "slm"), self.router.slm_context_per_slot()
-        why = (f"the router's SLM {self.slm!r} needs {need} tokens per slot (its classification prompt with classify_max_chars "
-               "of request, and a request with answer_max_tokens)")
+        why = (
+            f"the router's SLM {self.slm!r} needs {need} tokens per slot (its classification prompt with classify_max_chars "
+            "of request, and a request with answer_max_tokens)"
+        )
         if spec.context_per_slot is not None and spec.context_per_slot < need:
-            raise ValueError(f"{why}, but its spec.context_per_slot is {spec.context_per_slot} — leave it unset or raise it")
+            raise ValueError(
+                f"{why}, but its spec.context_per_slot is {spec.context_per_slot} — leave it unset or raise it"
+            )
         if spec.context_window < need:
-            raise ValueError(f"{why}, but its spec.context_window is {spec.context_window} — raise it (within the model's "
-                             "trained context) or lower RouterSettings.classify_max_chars")
+            raise ValueError(
+                f"{why}, but its spec.context_window is {spec.context_window} — raise it (within the model's "
+                "trained context) or lower RouterSettings.classify_max_chars"
+            )
 
     @property
     def slm(self) -> str:
@@ -75,7 +85,9 @@ class SlmPrefilterProps:
         """The models as deployed: the SLM's slots hold the router's prompt and an answer (min_context_per_slot)."""
         need = self.router.slm_context_per_slot()
         return tuple(
-            replace(m, spec=replace(m.spec, min_context_per_slot=max(need, m.spec.min_context_per_slot or 0))) if m.role == "slm" else m
+            replace(m, spec=replace(m.spec, min_context_per_slot=max(need, m.spec.min_context_per_slot or 0)))
+            if m.role == "slm"
+            else m
             for m in self.deployment.models
         )
 
@@ -83,7 +95,8 @@ class SlmPrefilterProps:
         """The router's config on EKS (the chart adds mode and listen address): decision keys, the SLM's URL and
         the escalation. `urls`: each model's root URL; `region`: for AWS escalations."""
         return prefilter_router_config(
-            self.router.decision(), slm_url=urls[self.slm],
+            self.router.decision(),
+            slm_url=urls[self.slm],
             escalation=self.escalation.router_escalation(llm_url=urls.get(self.escalation.model or ""), region=region),
             slm_model=self.slm if self._slm_is_vllm() else "",
         )
@@ -108,8 +121,15 @@ class SlmPrefilter(Construct):
         self.props = props
         d = props.deployment
         self.foundation = ServingFoundation(
-            self, "Serving",
-            props=ServingFoundationProps(models=d.models, bucket=d.bucket, engine_image=d.engine_image, vllm_image=d.vllm_image, router_image=d.router_image),
+            self,
+            "Serving",
+            props=ServingFoundationProps(
+                models=d.models,
+                bucket=d.bucket,
+                engine_image=d.engine_image,
+                vllm_image=d.vllm_image,
+                router_image=d.router_image,
+            ),
         )
         self.platform: EksPlatform | None = None
         self.workloads: InferenceWorkloads | None = None
@@ -126,9 +146,13 @@ class SlmPrefilter(Construct):
         self.endpoints = endpoints(self, props.deployment, self.foundation)
         assert self.foundation.router_image is not None
         self.router_endpoint = RouterEndpoint(
-            self, "Router",
+            self,
+            "Router",
             props=router_endpoint_props(
-                props.router, props.escalation, slm=self.endpoints[props.slm], image=self.foundation.router_image,
+                props.router,
+                props.escalation,
+                slm=self.endpoints[props.slm],
+                image=self.foundation.router_image,
                 endpoints=self.endpoints,
                 **({"config_overrides": overrides} if (overrides := self._router_overrides(props)) else {}),
             ),
@@ -162,6 +186,11 @@ class SlmPrefilter(Construct):
             architectures=tuple(d.platform_in_use.node_pools.architectures),
         )
         self.workloads = eks_workloads(
-            self, d, self.foundation, self.platform, policy=policy, router=router,
+            self,
+            d,
+            self.foundation,
+            self.platform,
+            policy=policy,
+            router=router,
             router_statements=props.escalation.policy_statements(cdk.Stack.of(self)),
         )

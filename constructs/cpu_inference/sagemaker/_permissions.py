@@ -18,11 +18,24 @@ if TYPE_CHECKING:
     from cpu_inference.sagemaker.engine_image import EngineImage
 
 INVOKE_ACTIONS = ["sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithResponseStream"]
-VPC_DESCRIBE = ["ec2:DescribeVpcs", "ec2:DescribeDhcpOptions", "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups", "ec2:DescribeNetworkInterfaces"]
-VPC_ENI = ["ec2:CreateNetworkInterface", "ec2:CreateNetworkInterfacePermission", "ec2:DeleteNetworkInterface", "ec2:DeleteNetworkInterfacePermission"]
+VPC_DESCRIBE = [
+    "ec2:DescribeVpcs",
+    "ec2:DescribeDhcpOptions",
+    "ec2:DescribeSubnets",
+    "ec2:DescribeSecurityGroups",
+    "ec2:DescribeNetworkInterfaces",
+]
+VPC_ENI = [
+    "ec2:CreateNetworkInterface",
+    "ec2:CreateNetworkInterfacePermission",
+    "ec2:DeleteNetworkInterface",
+    "ec2:DeleteNetworkInterfacePermission",
+]
 
 
-def grant_basics(role: iam.IRole, *, image: LlamaCppImage | EngineImage, log_group: logs.LogGroup, key: kms.IKey) -> None:
+def grant_basics(
+    role: iam.IRole, *, image: LlamaCppImage | EngineImage, log_group: logs.LogGroup, key: kms.IKey
+) -> None:
     """Pull the image, write the logs and metrics, and let SageMaker encrypt the ML storage volume."""
     image.grant_pull(role)
     log_group.grant_write(role)
@@ -52,7 +65,9 @@ def grant_network(role: iam.IRole, vpc: ec2.IVpc) -> None:
     role.add_to_principal_policy(iam.PolicyStatement(sid="DescribeNetwork", actions=VPC_DESCRIBE, resources=["*"]))
     role.add_to_principal_policy(
         iam.PolicyStatement(
-            sid="EndpointNetworkInterfaces", actions=VPC_ENI, resources=["*"],
+            sid="EndpointNetworkInterfaces",
+            actions=VPC_ENI,
+            resources=["*"],
             conditions={"ArnEquals": {"ec2:Vpc": vpc.vpc_arn}},
         )
     )
@@ -66,7 +81,7 @@ def grant_invoke(grantee: iam.IGrantable, endpoint_arn: str) -> iam.Grant:
 def role_wildcards(repository: str) -> list[nag.Wildcard]:
     """The execution role's `Resource::*` statements that have no narrower resource, each with its reason;
     `repository` names the one repository image pulls are limited to."""
-    only = lambda allowed: (lambda actions: bool(actions) and set(actions) <= set(allowed))  # noqa: E731
+    only = lambda allowed: lambda actions: bool(actions) and set(actions) <= set(allowed)  # noqa: E731
     return [
         nag.Wildcard(
             r"Resource::\*",

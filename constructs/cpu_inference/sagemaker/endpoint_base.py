@@ -65,11 +65,17 @@ class SageMakerEndpointBase(Construct):
         self.variant_name = props.variant_name
         slug = placement_slug(props.instance_type)
         self.endpoint_name = endpoint_name(
-            self, name=props.name, instance_type=props.instance_type, variant_name=props.variant_name, prefix=props.endpoint_name_prefix,
+            self,
+            name=props.name,
+            instance_type=props.instance_type,
+            variant_name=props.variant_name,
+            prefix=props.endpoint_name_prefix,
         )
         self._derive()
         self.environment: dict[str, str] = self._environment()
-        self.target_concurrency: float | None = (props.target_concurrency or self._default_target_concurrency()) if props.scales else None
+        self.target_concurrency: float | None = (
+            (props.target_concurrency or self._default_target_concurrency()) if props.scales else None
+        )
         described = self._descriptions()
 
         self.key: kms.IKey = props.encryption_key or self._create_key(described.key)
@@ -77,14 +83,18 @@ class SageMakerEndpointBase(Construct):
             # Creating SageMaker's group sets retention and encryption (only with a key this construct created: a
             # key it did not create may not allow CloudWatch Logs). It follows the endpoint name, so a replaced
             # endpoint gets a new group and the old one goes with the old endpoint.
-            self, f"Logs{slug}",
+            self,
+            f"Logs{slug}",
             log_group_name=log_group_name(self.endpoint_name),
             retention=props.log_retention,
             encryption_key=self.key if props.encryption_key is None else None,
             removal_policy=cdk.RemovalPolicy.DESTROY,
         )
         self.role: iam.IRole = props.existing_role or iam.Role(
-            self, "ExecutionRole", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"), description=described.role,
+            self,
+            "ExecutionRole",
+            assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
+            description=described.role,
         )
         self.grant_principal = self.role
         self._grant_model_data()
@@ -95,7 +105,8 @@ class SageMakerEndpointBase(Construct):
         self.security_groups: list[ec2.ISecurityGroup] = self._security_groups(described.security_group)
 
         self.model = sagemaker.CfnModel(
-            self, "Model",
+            self,
+            "Model",
             execution_role_arn=self.role.role_arn,
             enable_network_isolation=self._network_isolation(),
             primary_container=self._container(),
@@ -108,7 +119,8 @@ class SageMakerEndpointBase(Construct):
             self.model.node.add_dependency(dependency)
 
         self.endpoint_config = sagemaker.CfnEndpointConfig(
-            self, f"Config{slug}",
+            self,
+            f"Config{slug}",
             production_variants=[
                 sagemaker.CfnEndpointConfig.ProductionVariantProperty(
                     variant_name=props.variant_name,
@@ -127,7 +139,8 @@ class SageMakerEndpointBase(Construct):
             data_capture_config=self._data_capture(),
         )
         self.endpoint = sagemaker.CfnEndpoint(
-            self, f"Endpoint{slug}",
+            self,
+            f"Endpoint{slug}",
             endpoint_name=self.endpoint_name,
             endpoint_config_name=self.endpoint_config.attr_endpoint_config_name,
             # A model/engine/config update must not reset the instance count autoscaling chose.
@@ -143,13 +156,22 @@ class SageMakerEndpointBase(Construct):
         self.scalable_target, self.scaling_policy = self._autoscaling(slug)
 
         self.monitoring = EndpointMonitoring(
-            self, "Monitoring",
+            self,
+            "Monitoring",
             settings=MonitoringSettings(
-                endpoint_name=self.endpoint_name, variant_name=props.variant_name, vcpus=self.instance.vcpus,
-                latency_slo=props.latency_slo, target_concurrency=self.target_concurrency, max_in_flight=self._max_in_flight(),
-                error_rate_4xx_percent=props.error_rate_4xx_percent, error_rate_5xx_percent=props.error_rate_5xx_percent,
-                utilization_percent=props.utilization_alarm_percent, alarm_topic=props.alarm_topic, dashboard=props.dashboard,
-                latency_alarm=props.latency_alarm, latency_alarm_basis=props.latency_alarm_basis,
+                endpoint_name=self.endpoint_name,
+                variant_name=props.variant_name,
+                vcpus=self.instance.vcpus,
+                latency_slo=props.latency_slo,
+                target_concurrency=self.target_concurrency,
+                max_in_flight=self._max_in_flight(),
+                error_rate_4xx_percent=props.error_rate_4xx_percent,
+                error_rate_5xx_percent=props.error_rate_5xx_percent,
+                utilization_percent=props.utilization_alarm_percent,
+                alarm_topic=props.alarm_topic,
+                dashboard=props.dashboard,
+                latency_alarm=props.latency_alarm,
+                latency_alarm_basis=props.latency_alarm_basis,
             ),
         )
         more = self._more_alarms()
@@ -159,7 +181,9 @@ class SageMakerEndpointBase(Construct):
             self._add_widgets(self.dashboard)
         cdk.Tags.of(self).add(self.TAG, props.name)
         if isinstance(self.role, Construct):
-            nag.acknowledge_wildcards(self.role, [*permissions.role_wildcards(self.IMAGE_REPOSITORY), *self._nag_wildcards()])
+            nag.acknowledge_wildcards(
+                self.role, [*permissions.role_wildcards(self.IMAGE_REPOSITORY), *self._nag_wildcards()]
+            )
 
     # -- hooks ------------------------------------------------------------------------------------
 
@@ -237,7 +261,9 @@ class SageMakerEndpointBase(Construct):
     def _create_key(self, description: str) -> kms.Key:
         """A rotated key CloudWatch Logs may use for this endpoint's log group only."""
         stack = cdk.Stack.of(self)
-        key = kms.Key(self, "Key", description=description, enable_key_rotation=True, removal_policy=self.props.removal_policy)
+        key = kms.Key(
+            self, "Key", description=description, enable_key_rotation=True, removal_policy=self.props.removal_policy
+        )
         key.add_to_resource_policy(
             iam.PolicyStatement(
                 sid="ThisEndpointsLogGroup",
@@ -274,12 +300,19 @@ class SageMakerEndpointBase(Construct):
         vpc, selection = self.props.vpc, self.props.vpc_subnets
         if vpc is None:
             return None
-        chosen = {f: getattr(selection, f) for f in _SUBNET_FIELDS if selection is not None and getattr(selection, f) is not None}
+        chosen = {
+            f: getattr(selection, f)
+            for f in _SUBNET_FIELDS
+            if selection is not None and getattr(selection, f) is not None
+        }
         return sagemaker.CfnModel.VpcConfigProperty(
-            security_group_ids=[g.security_group_id for g in self.security_groups], subnets=vpc.select_subnets(**chosen).subnet_ids,
+            security_group_ids=[g.security_group_id for g in self.security_groups],
+            subnets=vpc.select_subnets(**chosen).subnet_ids,
         )
 
-    def _autoscaling(self, slug: str) -> tuple[appscaling.ScalableTarget | None, appscaling.TargetTrackingScalingPolicy | None]:
+    def _autoscaling(
+        self, slug: str
+    ) -> tuple[appscaling.ScalableTarget | None, appscaling.TargetTrackingScalingPolicy | None]:
         """Target tracking on the variant's in-flight requests per instance (ConcurrentRequestsPerModel, high
         resolution): each request holds a slot (engine) or an AWS call thread (router) until its answer ends,
         so concurrency — not request rate, whose cost varies 10-100x with output length — is what runs out.
@@ -290,13 +323,15 @@ class SageMakerEndpointBase(Construct):
         stack = cdk.Stack.of(self)
         # The service-linked role Application Auto Scaling creates for SageMaker variants on first use.
         slr = iam.Role.from_role_arn(
-            self, "ScalingServiceRole",
+            self,
+            "ScalingServiceRole",
             f"arn:{stack.partition}:iam::{stack.account}:role/aws-service-role/sagemaker.application-autoscaling.amazonaws.com/"
             "AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint",
             mutable=False,
         )
         scalable_target = appscaling.ScalableTarget(
-            self, f"Scaling{slug}",
+            self,
+            f"Scaling{slug}",
             service_namespace=appscaling.ServiceNamespace.SAGEMAKER,
             # attr_endpoint_name (not the string) so the target is registered after the endpoint exists.
             resource_id=f"endpoint/{self.endpoint.attr_endpoint_name}/variant/{props.variant_name}",

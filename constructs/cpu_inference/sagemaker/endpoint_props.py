@@ -133,12 +133,16 @@ class EndpointPropsBase:
 
     def _check_name(self, p: str) -> None:
         if not NAME.match(self.name):
-            raise ValueError(f"{p}.name must be a DNS label (lowercase letters, digits, '-'; at most 63), got {self.name!r}")
+            raise ValueError(
+                f"{p}.name must be a DNS label (lowercase letters, digits, '-'; at most 63), got {self.name!r}"
+            )
 
     def _check_instance_type(self, p: str, example: str) -> sizing.InstanceType:
         """The catalog entry of a SageMaker CPU instance type."""
         if not self.instance_type.startswith("ml."):
-            raise ValueError(f"{p}.instance_type must be a SageMaker instance type such as {example}, got {self.instance_type!r}")
+            raise ValueError(
+                f"{p}.instance_type must be a SageMaker instance type such as {example}, got {self.instance_type!r}"
+            )
         try:
             return self.instance
         except sizing.UnknownInstanceType:
@@ -158,14 +162,19 @@ class EndpointPropsBase:
         if isinstance(self.image, EngineImage):
             self.image.validate()
         elif not isinstance(self.image, LlamaCppImage):
-            raise ValueError(f"{p}.image must be a LlamaCppImage{built_from} or an EngineImage, got {type(self.image).__name__}")
+            raise ValueError(
+                f"{p}.image must be a LlamaCppImage{built_from} or an EngineImage, got {type(self.image).__name__}"
+            )
 
     def _check_image_engine(self, p: str, engine: str, *, what: str) -> None:
         """The image must run `engine` (`what` names the model, for the message)."""
         served = image_engine(self.image)
         if served != engine:
-            fix = ("the vLLM image: LlamaCppImage(scope, id, props=VLLM_IMAGE), or EngineImage(..., engine='vllm')"
-                   if engine == VLLM else "the llama-server image: LlamaCppImage(scope, id), or EngineImage(..., engine='llama.cpp')")
+            fix = (
+                "the vLLM image: LlamaCppImage(scope, id, props=VLLM_IMAGE), or EngineImage(..., engine='vllm')"
+                if engine == VLLM
+                else "the llama-server image: LlamaCppImage(scope, id), or EngineImage(..., engine='llama.cpp')"
+            )
             raise ValueError(f"{p}.image serves {served} but {what} runs on {engine} — use {fix}")
 
     def _check_image_arch(self, p: str, arch: str, image: str) -> None:
@@ -179,16 +188,22 @@ class EndpointPropsBase:
 
     def _check_capacity_bounds(self, p: str) -> None:
         if self.min_capacity < 1:
-            raise ValueError(f"{p}.min_capacity must be >= 1 (SageMaker real-time endpoints cannot scale to zero), got {self.min_capacity}")
+            raise ValueError(
+                f"{p}.min_capacity must be >= 1 (SageMaker real-time endpoints cannot scale to zero), got {self.min_capacity}"
+            )
         if self.max_capacity < self.min_capacity:
             raise ValueError(f"{p}.max_capacity ({self.max_capacity}) must be >= min_capacity ({self.min_capacity})")
         if not self.min_capacity <= self.initial_count <= self.max_capacity:
-            raise ValueError(f"{p}.initial_instance_count ({self.initial_count}) must be within min_capacity..max_capacity ({self.min_capacity}..{self.max_capacity})")
+            raise ValueError(
+                f"{p}.initial_instance_count ({self.initial_count}) must be within min_capacity..max_capacity ({self.min_capacity}..{self.max_capacity})"
+            )
 
     def _check_timeout(self, p: str, attr: str) -> None:
         value: cdk.Duration | None = getattr(self, attr)
         if value is not None and not TIMEOUT_MIN_SECONDS <= value.to_seconds() <= TIMEOUT_MAX_SECONDS:
-            raise ValueError(f"{p}.{attr} must be {TIMEOUT_MIN_SECONDS}..{TIMEOUT_MAX_SECONDS} seconds (SageMaker's range), got {value.to_seconds()}")
+            raise ValueError(
+                f"{p}.{attr} must be {TIMEOUT_MIN_SECONDS}..{TIMEOUT_MAX_SECONDS} seconds (SageMaker's range), got {value.to_seconds()}"
+            )
 
     def _check_network(self, p: str) -> None:
         if self.security_groups and self.vpc is None:
@@ -262,7 +277,8 @@ class EngineEndpointPropsBase(EndpointPropsBase):
         """The first-token SLO plus the decode budget of the answer, capped below the generation budget
         (monitoring/latency.py owns the rule)."""
         return latency.latency_alarm(
-            self.latency_slo.to_milliseconds(), output_tokens=self.output_tokens_budget,
+            self.latency_slo.to_milliseconds(),
+            output_tokens=self.output_tokens_budget,
             time_per_output_token_ms=self.decode_time_per_token.to_milliseconds(),
             generation_budget_seconds=self.generation_budget_seconds,
         )
@@ -285,6 +301,8 @@ class EngineEndpointPropsBase(EndpointPropsBase):
 
     def _check_decode_budget(self, p: str) -> None:
         if self.alarm_output_tokens is not None and self.alarm_output_tokens < 0:
-            raise ValueError(f"{p}.alarm_output_tokens must be >= 0 (the answers' p95 length in tokens), got {self.alarm_output_tokens}")
+            raise ValueError(
+                f"{p}.alarm_output_tokens must be >= 0 (the answers' p95 length in tokens), got {self.alarm_output_tokens}"
+            )
         if self.time_per_output_token is not None and self.time_per_output_token.to_milliseconds() <= 0:
             raise ValueError(f"{p}.time_per_output_token must be positive (e.g. cdk.Duration.millis(100) = 10 tok/s)")

@@ -24,10 +24,25 @@ SAGEMAKER_MODEL_DIR = "/opt/ml/model"  # where SageMaker puts ModelDataSource fi
 # parallel_slots / context_per_slot, or the props, instead) so autoscaling and alarms stay consistent.
 COMPUTED_KEYS = frozenset(
     {
-        THREADS.image_env, PARALLEL.image_env, CTX_PER_SLOT_ENV, "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-        "OPENBLAS_NUM_THREADS", "INTRA_OP_NUM_THREADS", "NUM_INTER_THREADS", "LLAMA_QUEUE_DEPTH",
-        CACHE_RAM.image_env, "LLAMA_MODEL_ALIAS", "MODEL_PATH", "MODEL_DIR", "SM_MODEL_DIR",
-        "SAGEMAKER_BIND_TO_PORT", "LLAMA_ENGINE_PORT", "ADAPTER_HOST", "LLAMA_HOST", "LLAMA_PORT",
+        THREADS.image_env,
+        PARALLEL.image_env,
+        CTX_PER_SLOT_ENV,
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "INTRA_OP_NUM_THREADS",
+        "NUM_INTER_THREADS",
+        "LLAMA_QUEUE_DEPTH",
+        CACHE_RAM.image_env,
+        "LLAMA_MODEL_ALIAS",
+        "MODEL_PATH",
+        "MODEL_DIR",
+        "SM_MODEL_DIR",
+        "SAGEMAKER_BIND_TO_PORT",
+        "LLAMA_ENGINE_PORT",
+        "ADAPTER_HOST",
+        "LLAMA_HOST",
+        "LLAMA_PORT",
         "LLAMA_SERVER_BIN",
     }
 )
@@ -36,10 +51,23 @@ COMPUTED_KEYS = frozenset(
 # paths the entrypoint derives itself. SERVE_EXTRA_ARGS (more vLLM flags) stays the user's.
 VLLM_COMPUTED_KEYS = frozenset(
     {
-        "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU", "OMP_NUM_THREADS",
-        "MKL_NUM_THREADS", "SERVE_MAX_NUM_SEQS", "SERVE_MAX_MODEL_LEN", "SERVE_DTYPE", "SERVE_MODEL_NAME",
-        "SERVE_QUEUE_DEPTH", "MODEL_PATH", "SM_MODEL_DIR", "SERVE_HOST", "SERVE_PORT", "SERVE_ENGINE_PORT",
-        "SAGEMAKER_BIND_TO_PORT", "ADAPTER_HOST",
+        "VLLM_CPU_KVCACHE_SPACE",
+        "VLLM_CPU_OMP_THREADS_BIND",
+        "VLLM_CPU_NUM_OF_RESERVED_CPU",
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "SERVE_MAX_NUM_SEQS",
+        "SERVE_MAX_MODEL_LEN",
+        "SERVE_DTYPE",
+        "SERVE_MODEL_NAME",
+        "SERVE_QUEUE_DEPTH",
+        "MODEL_PATH",
+        "SM_MODEL_DIR",
+        "SERVE_HOST",
+        "SERVE_PORT",
+        "SERVE_ENGINE_PORT",
+        "SAGEMAKER_BIND_TO_PORT",
+        "ADAPTER_HOST",
     }
 )
 
@@ -196,7 +224,9 @@ def engine_settings(
     queue_depth: requests admitted beyond the slots (default: as many as slots)."""
     s = sizing.size(spec, sizing.instance(instance_type), target="sagemaker")
     if s.engine == VLLM and model_file:
-        raise ValueError(f"model_file {model_file!r}: a vLLM model is the checkpoint directory /opt/ml/model, not one file")
+        raise ValueError(
+            f"model_file {model_file!r}: a vLLM model is the checkpoint directory /opt/ml/model, not one file"
+        )
     return EngineSettings(
         sizing=s,
         queue_depth=s.slots if queue_depth is None else queue_depth,

@@ -56,9 +56,13 @@ class GravitonEndpoint(SageMakerEndpointBase):
         self.capture_bucket: s3.IBucket | None = None  # set by _data_capture
         self._artifact = props.model if isinstance(props.model, ModelArtifact) else None
         # A GGUF artifact's file becomes MODEL_PATH; a vLLM snapshot is the whole directory /opt/ml/model.
-        artifact_file = self._artifact.props.file if self._artifact is not None and not self._artifact.is_snapshot else None
+        artifact_file = (
+            self._artifact.props.file if self._artifact is not None and not self._artifact.is_snapshot else None
+        )
         self.settings: EngineSettings = engine_settings(
-            props.spec, props.instance_type, alias=props.name,
+            props.spec,
+            props.instance_type,
+            alias=props.name,
             model_file=artifact_file if self._artifact is not None else props.model_file,
             queue_depth=props.queue_depth,
         )
@@ -66,7 +70,9 @@ class GravitonEndpoint(SageMakerEndpointBase):
         self.model_data_uri = self._artifact.s3_prefix_uri if self._artifact is not None else str(props.model)
         # The model lands on the ML storage volume: sized from it (None on instance-storage types, which refuse it).
         self.volume_size_gb: int | None = (
-            props.volume_size_gb if props.volume_size_gb is not None else volume_size_gb(props.model_bytes, self.sizing.instance, props.engine)
+            props.volume_size_gb
+            if props.volume_size_gb is not None
+            else volume_size_gb(props.model_bytes, self.sizing.instance, props.engine)
         )
 
     def _environment(self) -> dict[str, str]:
@@ -86,7 +92,11 @@ class GravitonEndpoint(SageMakerEndpointBase):
     @property
     def startup_health_check_timeout_seconds(self) -> int:
         t = self.props.startup_health_check_timeout
-        return int(t.to_seconds()) if t is not None else startup_health_check_timeout_seconds(self.props.model_bytes, self.props.engine)
+        return (
+            int(t.to_seconds())
+            if t is not None
+            else startup_health_check_timeout_seconds(self.props.model_bytes, self.props.engine)
+        )
 
     # -- resources --------------------------------------------------------------------------------
 
@@ -107,7 +117,9 @@ class GravitonEndpoint(SageMakerEndpointBase):
             mode="SingleModel",
             model_data_source=sagemaker.CfnModel.ModelDataSourceProperty(
                 s3_data_source=sagemaker.CfnModel.S3DataSourceProperty(
-                    s3_uri=self.model_data_uri, s3_data_type="S3Prefix", compression_type="None",
+                    s3_uri=self.model_data_uri,
+                    s3_data_type="S3Prefix",
+                    compression_type="None",
                 )
             ),
             environment=self.environment,
@@ -126,18 +138,26 @@ class GravitonEndpoint(SageMakerEndpointBase):
 
     def _grant_model_data(self) -> None:
         if self._artifact is not None:
-            self._artifact.grant_read(self.role)  # GetObject + ListBucket on its prefix only, kms:Decrypt on the bucket key
+            self._artifact.grant_read(
+                self.role
+            )  # GetObject + ListBucket on its prefix only, kms:Decrypt on the bucket key
             return
         location = self.props.s3_location()
         assert location is not None
         bucket, prefix = location
         stack = cdk.Stack.of(self)
         self.role.add_to_principal_policy(
-            iam.PolicyStatement(sid="ReadModelPrefix", actions=["s3:GetObject"], resources=[f"arn:{stack.partition}:s3:::{bucket}/{prefix}*"])
+            iam.PolicyStatement(
+                sid="ReadModelPrefix",
+                actions=["s3:GetObject"],
+                resources=[f"arn:{stack.partition}:s3:::{bucket}/{prefix}*"],
+            )
         )
         self.role.add_to_principal_policy(
             iam.PolicyStatement(
-                sid="ListModelPrefix", actions=["s3:ListBucket"], resources=[f"arn:{stack.partition}:s3:::{bucket}"],
+                sid="ListModelPrefix",
+                actions=["s3:ListBucket"],
+                resources=[f"arn:{stack.partition}:s3:::{bucket}"],
                 conditions={"StringLike": {"s3:prefix": [f"{prefix}*"]}},
             )
         )
@@ -151,7 +171,11 @@ class GravitonEndpoint(SageMakerEndpointBase):
             return None
         bucket = p.data_capture_bucket or self._capture_bucket()
         self.role.add_to_principal_policy(
-            iam.PolicyStatement(sid="WriteDataCapture", actions=["s3:PutObject"], resources=[bucket.arn_for_objects(f"{p.capture_prefix}/*")])
+            iam.PolicyStatement(
+                sid="WriteDataCapture",
+                actions=["s3:PutObject"],
+                resources=[bucket.arn_for_objects(f"{p.capture_prefix}/*")],
+            )
         )
         # Captured objects are encrypted with the endpoint's key (DataCaptureConfig.KmsKeyId).
         self.key.grant(self.role, "kms:GenerateDataKey", "kms:Decrypt")
@@ -162,44 +186,61 @@ class GravitonEndpoint(SageMakerEndpointBase):
             initial_sampling_percentage=p.data_capture_percent,
             destination_s3_uri=f"s3://{bucket.bucket_name}/{p.capture_prefix}",
             kms_key_id=self.key.key_arn,
-            capture_options=[cap.CaptureOptionProperty(capture_mode="Input"), cap.CaptureOptionProperty(capture_mode="Output")],
+            capture_options=[
+                cap.CaptureOptionProperty(capture_mode="Input"),
+                cap.CaptureOptionProperty(capture_mode="Output"),
+            ],
             capture_content_type_header=cap.CaptureContentTypeHeaderProperty(json_content_types=["application/json"]),
         )
 
     def _capture_bucket(self) -> s3.Bucket:
         p = self.props
         log_bucket = s3.Bucket(
-            self, "CaptureAccessLogs",
+            self,
+            "CaptureAccessLogs",
             encryption=s3.BucketEncryption.S3_MANAGED,  # S3 delivers access logs only into SSE-S3 buckets
-            enforce_ssl=True, minimum_tls_version=1.2,
+            enforce_ssl=True,
+            minimum_tls_version=1.2,
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
             lifecycle_rules=[s3.LifecycleRule(id="expire-access-logs", expiration=cdk.Duration.days(365))],
             removal_policy=p.removal_policy,
         )
         nag.acknowledge(
-            log_bucket, "AwsSolutions-S1",
+            log_bucket,
+            "AwsSolutions-S1",
             "This is the access-log bucket of the data-capture bucket; logging it into itself would loop and another log bucket only moves the question",
         )
         bucket = s3.Bucket(
-            self, "CaptureBucket",
-            encryption=s3.BucketEncryption.KMS, encryption_key=self.key, bucket_key_enabled=True,
-            enforce_ssl=True, minimum_tls_version=1.2,
+            self,
+            "CaptureBucket",
+            encryption=s3.BucketEncryption.KMS,
+            encryption_key=self.key,
+            bucket_key_enabled=True,
+            enforce_ssl=True,
+            minimum_tls_version=1.2,
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
-            lifecycle_rules=[s3.LifecycleRule(id="expire-captured-data", expiration=cdk.Duration.days(p.data_capture_retention_days))],
+            lifecycle_rules=[
+                s3.LifecycleRule(id="expire-captured-data", expiration=cdk.Duration.days(p.data_capture_retention_days))
+            ],
             removal_policy=p.removal_policy,
         )
         # Bucket-policy log delivery, set explicitly so it does not hinge on the app's S3 feature flags.
         cfn = bucket.node.default_child
         assert isinstance(cfn, s3.CfnBucket)
-        cfn.logging_configuration = s3.CfnBucket.LoggingConfigurationProperty(destination_bucket_name=log_bucket.bucket_name, log_file_prefix="data-capture/")
+        cfn.logging_configuration = s3.CfnBucket.LoggingConfigurationProperty(
+            destination_bucket_name=log_bucket.bucket_name, log_file_prefix="data-capture/"
+        )
         log_bucket.add_to_resource_policy(
             iam.PolicyStatement(
                 principals=[iam.ServicePrincipal("logging.s3.amazonaws.com")],
                 actions=["s3:PutObject"],
                 resources=[log_bucket.arn_for_objects("data-capture/*")],
-                conditions={"ArnLike": {"aws:SourceArn": bucket.bucket_arn}, "StringEquals": {"aws:SourceAccount": cdk.Stack.of(self).account}},
+                conditions={
+                    "ArnLike": {"aws:SourceArn": bucket.bucket_arn},
+                    "StringEquals": {"aws:SourceAccount": cdk.Stack.of(self).account},
+                },
             )
         )
         return bucket

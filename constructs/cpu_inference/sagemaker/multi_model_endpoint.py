@@ -141,7 +141,8 @@ class MultiModelEndpoint(SageMakerEndpointBase):
         alarms = {
             # Maximum: SageMaker publishes no percentiles of ModelLoadingWaitTime (monitoring.VALID_STATISTICS).
             "cold_load_max": m.metric("ModelLoadingWaitTime", "Maximum").create_alarm(
-                m, "ColdLoadMax",
+                m,
+                "ColdLoadMax",
                 alarm_description=(
                     f"ModelLoadingWaitTime above {cold_s:g} s (Maximum per minute) on {where}: requests for unloaded models wait on "
                     "the download and load, and their answers are planned for at most that wait — a larger instance (more "
@@ -149,17 +150,22 @@ class MultiModelEndpoint(SageMakerEndpointBase):
                 ),
                 threshold=cold_s * 1_000_000,  # microseconds
                 comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
-                evaluation_periods=5, datapoints_to_alarm=3, treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+                evaluation_periods=5,
+                datapoints_to_alarm=3,
+                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
             ),
             "cache_hit": m.metric("ModelCacheHit", "Average", period=cdk.Duration.minutes(5)).create_alarm(
-                m, "CacheHitLow",
+                m,
+                "CacheHitLow",
                 alarm_description=(
                     f"Below {p.cache_hit_alarm_percent:g}% of requests found their model loaded for 15 minutes on {where}: models are "
                     "unloaded and loaded again (thrashing) — more memory per instance (instance_type) or more instances (min_capacity)"
                 ),
                 threshold=p.cache_hit_alarm_percent / 100,  # the Average of ModelCacheHit is a ratio
                 comparison_operator=cw.ComparisonOperator.LESS_THAN_THRESHOLD,
-                evaluation_periods=3, datapoints_to_alarm=3, treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+                evaluation_periods=3,
+                datapoints_to_alarm=3,
+                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
             ),
         }
         if p.alarm_topic is not None:
@@ -175,34 +181,59 @@ class MultiModelEndpoint(SageMakerEndpointBase):
         def ms(metric: str, statistic: str) -> cw.MathExpression:
             key = metric[0].lower() + metric[1:] + statistic
             return cw.MathExpression(
-                expression=f"{key} / 1000", using_metrics={key: m.metric(metric, statistic)},
-                label=f"{metric} {statistic} (ms)", period=cdk.Duration.minutes(1),
+                expression=f"{key} / 1000",
+                using_metrics={key: m.metric(metric, statistic)},
+                label=f"{metric} {statistic} (ms)",
+                period=cdk.Duration.minutes(1),
             )
 
         hit_percent = cw.MathExpression(
-            expression="100 * hit", using_metrics={"hit": m.metric("ModelCacheHit", "Average")}, label="requests with the model loaded (%)",
+            expression="100 * hit",
+            using_metrics={"hit": m.metric("ModelCacheHit", "Average")},
+            label="requests with the model loaded (%)",
             period=cdk.Duration.minutes(1),
         )
         dashboard.add_widgets(
             cw.GraphWidget(
-                title="Model cache", width=12,
-                left=[hit_percent], left_y_axis=cw.YAxisProps(min=0, max=100, label="%", show_units=False),
-                right=[m.instance_metric("LoadedModelCount", period=cdk.Duration.minutes(1)).with_(label="models loaded per instance")],
-                left_annotations=[cw.HorizontalAnnotation(value=self.props.cache_hit_alarm_percent, label="alarm", color=cw.Color.RED)],
+                title="Model cache",
+                width=12,
+                left=[hit_percent],
+                left_y_axis=cw.YAxisProps(min=0, max=100, label="%", show_units=False),
+                right=[
+                    m.instance_metric("LoadedModelCount", period=cdk.Duration.minutes(1)).with_(
+                        label="models loaded per instance"
+                    )
+                ],
+                left_annotations=[
+                    cw.HorizontalAnnotation(value=self.props.cache_hit_alarm_percent, label="alarm", color=cw.Color.RED)
+                ],
             ),
             cw.GraphWidget(
-                title="Cold loads (ms)", width=12,
-                left=[ms("ModelLoadingWaitTime", "Average"), ms("ModelLoadingWaitTime", "Maximum"), ms("ModelDownloadingTime", "Maximum"),
-                      ms("ModelLoadingTime", "Maximum")],
+                title="Cold loads (ms)",
+                width=12,
+                left=[
+                    ms("ModelLoadingWaitTime", "Average"),
+                    ms("ModelLoadingWaitTime", "Maximum"),
+                    ms("ModelDownloadingTime", "Maximum"),
+                    ms("ModelLoadingTime", "Maximum"),
+                ],
                 right=[m.metric("ModelUnloadingTime", "SampleCount", label="unloads per minute")],
-                left_annotations=[cw.HorizontalAnnotation(
-                    value=self.props.cold_load_alarm.to_milliseconds(), label="maximum wait alarm", color=cw.Color.RED,
-                )],
+                left_annotations=[
+                    cw.HorizontalAnnotation(
+                        value=self.props.cold_load_alarm.to_milliseconds(),
+                        label="maximum wait alarm",
+                        color=cw.Color.RED,
+                    )
+                ],
             ),
         )
-        dashboard.add_widgets(cw.AlarmStatusWidget(
-            title="Model cache alarms", width=24, alarms=[self.alarms["cold_load_max"], self.alarms["cache_hit"]],
-        ))
+        dashboard.add_widgets(
+            cw.AlarmStatusWidget(
+                title="Model cache alarms",
+                width=24,
+                alarms=[self.alarms["cold_load_max"], self.alarms["cache_hit"]],
+            )
+        )
 
     # -- public API -------------------------------------------------------------------------------
 
@@ -210,12 +241,18 @@ class MultiModelEndpoint(SageMakerEndpointBase):
         """InvokeEndpoint on this endpoint; with `models`, only for their TargetModel paths (condition
         sagemaker:TargetModel, docs multi-model-endpoint-security) — the policy then grows with the list."""
         if models is None:
-            return iam.Grant.add_to_principal(grantee=grantee, actions=MME_INVOKE_ACTIONS, resource_arns=[self.endpoint_arn])
+            return iam.Grant.add_to_principal(
+                grantee=grantee, actions=MME_INVOKE_ACTIONS, resource_arns=[self.endpoint_arn]
+            )
         names = list(models)
         unknown = sorted(set(names) - set(self.target_models))
         if unknown:
-            raise ValueError(f"MultiModelEndpoint {self.props.name}: grant_invoke for unknown models {unknown}; known: {len(self.target_models)} in target_models")
+            raise ValueError(
+                f"MultiModelEndpoint {self.props.name}: grant_invoke for unknown models {unknown}; known: {len(self.target_models)} in target_models"
+            )
         return iam.Grant.add_to_principal(
-            grantee=grantee, actions=MME_INVOKE_ACTIONS, resource_arns=[self.endpoint_arn],
+            grantee=grantee,
+            actions=MME_INVOKE_ACTIONS,
+            resource_arns=[self.endpoint_arn],
             conditions={"StringEquals": {TARGET_MODEL_CONDITION: [self.target_models[n].path for n in names]}},
         )

@@ -57,7 +57,9 @@ COMPUTED_KEYS = frozenset({THREADS.image_env, MEMORY_BUDGET_ENV, GENERATION_BUDG
 # takes its engine.json `parallel` (else LLAMA_PARALLEL, default 1) plus LLAMA_QUEUE_DEPTH (default: as many as its
 # parallel) requests, and answers 429 beyond them.
 QUEUE_DEPTH_ENV = "LLAMA_QUEUE_DEPTH"
-DEFAULT_MODEL_PARALLEL = DEFAULT_PARALLEL  # the image's (every child's LLAMA_PARALLEL default: mme_adapter.ChildDefaults)
+DEFAULT_MODEL_PARALLEL = (
+    DEFAULT_PARALLEL  # the image's (every child's LLAMA_PARALLEL default: mme_adapter.ChildDefaults)
+)
 
 
 @dataclass(frozen=True)
@@ -151,7 +153,11 @@ class MultiModelEndpointProps(EngineEndpointPropsBase):
     @property
     def model_admission(self) -> int:
         """Requests the least admitting loaded model takes before 429: its parallel + the queue depth."""
-        parallel = self.model_parallel if self.model_parallel is not None else self._env_int(PARALLEL.image_env, DEFAULT_MODEL_PARALLEL)
+        parallel = (
+            self.model_parallel
+            if self.model_parallel is not None
+            else self._env_int(PARALLEL.image_env, DEFAULT_MODEL_PARALLEL)
+        )
         return parallel + self._env_int(QUEUE_DEPTH_ENV, parallel)
 
     def _env_int(self, key: str, default: int) -> int:
@@ -217,7 +223,13 @@ class MultiModelEndpointProps(EngineEndpointPropsBase):
         if not isinstance(self.model_bucket, ModelBucket):
             raise ValueError(f"{p}.model_bucket must be a ModelBucket, got {type(self.model_bucket).__name__}")
         prefix = self.prefix
-        if not prefix.endswith("/") or prefix.startswith("/") or "*" in prefix or ".." in prefix.split("/") or prefix.strip("/") == "":
+        if (
+            not prefix.endswith("/")
+            or prefix.startswith("/")
+            or "*" in prefix
+            or ".." in prefix.split("/")
+            or prefix.strip("/") == ""
+        ):
             raise ValueError(
                 f"{p}.prefix must be a key prefix ending in '/', without a leading '/', '*' or '..' (ModelDataUrl is "
                 f"s3://<bucket>/<prefix>), got {prefix!r} — e.g. 'farm/'"
@@ -228,17 +240,27 @@ class MultiModelEndpointProps(EngineEndpointPropsBase):
             raise ValueError(f"{p}.model_bucket's bucket name {bucket_name!r} is not an S3 bucket name")
         url_length = len(f"s3://{resolved}/{prefix}")
         if url_length > MODEL_DATA_URL_MAX:
-            raise ValueError(f"{p}.prefix makes ModelDataUrl {url_length} characters; SageMaker allows {MODEL_DATA_URL_MAX} — shorten the prefix")
+            raise ValueError(
+                f"{p}.prefix makes ModelDataUrl {url_length} characters; SageMaker allows {MODEL_DATA_URL_MAX} — shorten the prefix"
+            )
         for name, path in self.target_models.items():
             if not NAME.match(name):
-                raise ValueError(f"{p}.target_models key {name!r} must be a DNS label (the model's name in config.yaml)")
+                raise ValueError(
+                    f"{p}.target_models key {name!r} must be a DNS label (the model's name in config.yaml)"
+                )
             where = f"{p}.target_models[{name!r}]"
             if not isinstance(path, str) or not path.endswith(ARTIFACT_SUFFIX):
-                raise ValueError(f"{where} must be a {ARTIFACT_SUFFIX} artifact under the prefix (multi-model endpoints load gzip'd tar archives), got {path!r}")
+                raise ValueError(
+                    f"{where} must be a {ARTIFACT_SUFFIX} artifact under the prefix (multi-model endpoints load gzip'd tar archives), got {path!r}"
+                )
             if path.startswith(prefix) or path.startswith("/") or ".." in path.split("/"):
-                raise ValueError(f"{where} must be relative to the prefix {prefix!r} (SageMaker joins the two), got {path!r} — drop the leading {prefix!r} or '/'")
+                raise ValueError(
+                    f"{where} must be relative to the prefix {prefix!r} (SageMaker joins the two), got {path!r} — drop the leading {prefix!r} or '/'"
+                )
             if not (1 <= len(path) <= TARGET_MODEL_MAX and _TARGET_MODEL.match(path)):
-                raise ValueError(f"{where} must be 1..{TARGET_MODEL_MAX} printable ASCII characters (InvokeEndpoint TargetModel), got {path!r}")
+                raise ValueError(
+                    f"{where} must be 1..{TARGET_MODEL_MAX} printable ASCII characters (InvokeEndpoint TargetModel), got {path!r}"
+                )
 
     def _validate_capacity(self, p: str) -> None:
         self._check_capacity_bounds(p)
@@ -246,7 +268,9 @@ class MultiModelEndpointProps(EngineEndpointPropsBase):
             raise ValueError(f"{p}.target_concurrency must be > 0, got {self.target_concurrency}")
         vcpus = self.instance.vcpus
         if not 1 <= self.threads_per_model <= vcpus:
-            raise ValueError(f"{p}.threads_per_model must be 1..{vcpus} (the vCPUs of {self.instance_type}), got {self.threads_per_model}")
+            raise ValueError(
+                f"{p}.threads_per_model must be 1..{vcpus} (the vCPUs of {self.instance_type}), got {self.threads_per_model}"
+            )
         memory = int(self.instance.memory_gib * sizing.GIB)
         if self.memory_budget_bytes is not None and not 0 < self.memory_budget_bytes <= memory:
             raise ValueError(
@@ -254,7 +278,9 @@ class MultiModelEndpointProps(EngineEndpointPropsBase):
                 f"got {self.memory_budget_bytes} — or leave it out ({self.utilization_alarm_percent:g}% of it, the memory alarm's threshold)"
             )
         if self.model_parallel is not None and self.model_parallel < 1:
-            raise ValueError(f"{p}.model_parallel must be >= 1 (the smallest `parallel` of the pool's models), got {self.model_parallel}")
+            raise ValueError(
+                f"{p}.model_parallel must be >= 1 (the smallest `parallel` of the pool's models), got {self.model_parallel}"
+            )
 
     def _validate_environment(self, p: str) -> None:
         clash = sorted(set(self.environment) & COMPUTED_KEYS)
@@ -264,8 +290,12 @@ class MultiModelEndpointProps(EngineEndpointPropsBase):
             )
         self._check_environment_keys(p)
         if len(self.environment) + len(COMPUTED_KEYS) > ENV_MAX_ENTRIES:
-            raise ValueError(f"{p}.environment has {len(self.environment)} entries; SageMaker allows {ENV_MAX_ENTRIES} in all (with {len(COMPUTED_KEYS)} computed) — drop some")
-        long = [k for k, v in self.environment.items() if not cdk.Token.is_unresolved(v) and len(v.encode()) > ENV_VALUE_MAX]
+            raise ValueError(
+                f"{p}.environment has {len(self.environment)} entries; SageMaker allows {ENV_MAX_ENTRIES} in all (with {len(COMPUTED_KEYS)} computed) — drop some"
+            )
+        long = [
+            k for k, v in self.environment.items() if not cdk.Token.is_unresolved(v) and len(v.encode()) > ENV_VALUE_MAX
+        ]
         if long:
             raise ValueError(f"{p}.environment values of {long} exceed SageMaker's {ENV_VALUE_MAX} bytes per value")
 
@@ -278,13 +308,20 @@ class MultiModelEndpointProps(EngineEndpointPropsBase):
                 "ML storage volume to it (VolumeSizeInGB is refused) — drop volume_size_gb"
             )
         if not VOLUME_MIN_GB <= self.volume_size_gb <= VOLUME_MAX_GB:
-            raise ValueError(f"{p}.volume_size_gb must be {VOLUME_MIN_GB}..{VOLUME_MAX_GB} (SageMaker's range), got {self.volume_size_gb}")
+            raise ValueError(
+                f"{p}.volume_size_gb must be {VOLUME_MIN_GB}..{VOLUME_MAX_GB} (SageMaker's range), got {self.volume_size_gb}"
+            )
 
     # -- from a catalog ---------------------------------------------------------------------------
 
     @classmethod
     def for_catalog(
-        cls, catalog: ModelCatalog, *, name: str, image: LlamaCppImage | EngineImage, models: Iterable[str] | None = None,
+        cls,
+        catalog: ModelCatalog,
+        *,
+        name: str,
+        image: LlamaCppImage | EngineImage,
+        models: Iterable[str] | None = None,
         **overrides: Any,
     ) -> MultiModelEndpointProps:
         """A pool of `models` (default: every model of the catalog) whose artifacts a ModelCatalog copies with the
@@ -292,13 +329,22 @@ class MultiModelEndpointProps(EngineEndpointPropsBase):
         smallest `parallel` of their engine_args (model_parallel)."""
         names = [e.name for e in catalog.catalog.entries] if models is None else list(models)
         chosen = set(names)
-        given = [int(e.engine_args[PARALLEL.key]) for e in catalog.catalog.entries if e.name in chosen and PARALLEL.key in (e.engine_args or {})]
+        given = [
+            int(e.engine_args[PARALLEL.key])
+            for e in catalog.catalog.entries
+            if e.name in chosen and PARALLEL.key in (e.engine_args or {})
+        ]
         # A model without `parallel` in its engine.json runs with the adapter's default: count it as that.
         if len(given) < len(chosen):
             given.append(DEFAULT_MODEL_PARALLEL)
         model_parallel = overrides.pop("model_parallel", min(given) if given else None)
         return cls(
-            name=name, image=image, model_bucket=catalog.model_bucket, prefix=catalog.prefix,
+            name=name,
+            image=image,
+            model_bucket=catalog.model_bucket,
+            prefix=catalog.prefix,
             target_models={m: catalog.mme_target_model(m) for m in names},
-            depends_on=(catalog.resource,), model_parallel=model_parallel, **overrides,
+            depends_on=(catalog.resource,),
+            model_parallel=model_parallel,
+            **overrides,
         )

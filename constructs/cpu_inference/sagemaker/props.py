@@ -125,11 +125,17 @@ class GravitonEndpointProps(EngineEndpointPropsBase):
         if not 0 <= self.data_capture_percent <= 100:
             raise ValueError(f"{p}.data_capture_percent must be 0..100 (0 = off), got {self.data_capture_percent}")
         if self.data_capture_bucket is not None and self.data_capture_percent == 0:
-            raise ValueError(f"{p}.data_capture_bucket is set but data_capture_percent is 0 — set a percent to capture, or drop the bucket")
+            raise ValueError(
+                f"{p}.data_capture_bucket is set but data_capture_percent is 0 — set a percent to capture, or drop the bucket"
+            )
         if self.data_capture_retention_days < 1:
             raise ValueError(f"{p}.data_capture_retention_days must be >= 1, got {self.data_capture_retention_days}")
-        if self.data_capture_prefix is not None and (not self.capture_prefix or "*" in self.capture_prefix or ".." in self.capture_prefix.split("/")):
-            raise ValueError(f"{p}.data_capture_prefix must be an S3 key prefix without '*' or '..', got {self.data_capture_prefix!r}")
+        if self.data_capture_prefix is not None and (
+            not self.capture_prefix or "*" in self.capture_prefix or ".." in self.capture_prefix.split("/")
+        ):
+            raise ValueError(
+                f"{p}.data_capture_prefix must be an S3 key prefix without '*' or '..', got {self.data_capture_prefix!r}"
+            )
         self._check_alarms(p)
         self._check_decode_budget(p)
         self._check_naming(p)
@@ -149,7 +155,9 @@ class GravitonEndpointProps(EngineEndpointPropsBase):
                 "embedding and rerank models on llama.cpp (spec.engine='llama.cpp', a GGUF)"
             )
         if self.spec.dtype not in VLLM_DTYPES:
-            raise ValueError(f"{p}.spec.dtype must be one of {', '.join(VLLM_DTYPES)} (vLLM's CPU dtypes), got {self.spec.dtype!r}")
+            raise ValueError(
+                f"{p}.spec.dtype must be one of {', '.join(VLLM_DTYPES)} (vLLM's CPU dtypes), got {self.spec.dtype!r}"
+            )
 
     def _validate_model(self, p: str) -> None:
         if self.is_vllm and self.model_file is not None:
@@ -159,7 +167,9 @@ class GravitonEndpointProps(EngineEndpointPropsBase):
             )
         if isinstance(self.model, ModelArtifact):
             if self.model_file is not None or self.model_key is not None:
-                raise ValueError(f"{p}.model_file and model_key apply to an S3 URI model; a ModelArtifact knows its file and key")
+                raise ValueError(
+                    f"{p}.model_file and model_key apply to an S3 URI model; a ModelArtifact knows its file and key"
+                )
             if self.is_vllm and not self.model.is_snapshot:
                 raise ValueError(
                     f"{p}.model: vLLM serves a Hugging Face safetensors checkpoint, but ModelArtifact {self.model.props.name!r} "
@@ -172,7 +182,9 @@ class GravitonEndpointProps(EngineEndpointPropsBase):
                 )
             return
         if not isinstance(self.model, str):
-            raise ValueError(f"{p}.model must be a ModelArtifact or an s3://bucket/prefix/ URI, got {type(self.model).__name__}")
+            raise ValueError(
+                f"{p}.model must be a ModelArtifact or an s3://bucket/prefix/ URI, got {type(self.model).__name__}"
+            )
         if self.is_vllm and (self.model.endswith(".gguf") or self.model.endswith(".safetensors")):
             folder = self.model.rsplit("/", 1)[0] + "/"
             raise ValueError(
@@ -187,9 +199,17 @@ class GravitonEndpointProps(EngineEndpointPropsBase):
                 f"use model={folder!r}, model_file={file!r}"
             )
         if not _S3_PREFIX.match(self.model):
-            raise ValueError(f"{p}.model must be an S3 prefix URI ending in '/' (s3://bucket/models/x/), got {self.model!r}")
-        if self.model_file is not None and (self.model_file.startswith("/") or ".." in self.model_file.split("/") or not self.model_file.endswith(".gguf")):
-            raise ValueError(f"{p}.model_file must be a .gguf path relative to the model prefix, got {self.model_file!r}")
+            raise ValueError(
+                f"{p}.model must be an S3 prefix URI ending in '/' (s3://bucket/models/x/), got {self.model!r}"
+            )
+        if self.model_file is not None and (
+            self.model_file.startswith("/")
+            or ".." in self.model_file.split("/")
+            or not self.model_file.endswith(".gguf")
+        ):
+            raise ValueError(
+                f"{p}.model_file must be a .gguf path relative to the model prefix, got {self.model_file!r}"
+            )
 
     def _validate_instance(self, p: str) -> None:
         it = self._check_instance_type(p, "ml.c7g.8xlarge")
@@ -197,7 +217,11 @@ class GravitonEndpointProps(EngineEndpointPropsBase):
         if not s.fits:
             same_arch = [i for i in sizing.CATALOG.values() if i.sagemaker and i.arch == it.arch]
             better = sizing.smallest_fitting(self.spec, same_arch, target="sagemaker")
-            hint = f"use a larger instance such as {better.instance.sagemaker_name}" if better else "no SageMaker CPU instance of this architecture fits it"
+            hint = (
+                f"use a larger instance such as {better.instance.sagemaker_name}"
+                if better
+                else "no SageMaker CPU instance of this architecture fits it"
+            )
             precision = f"{self.spec.dtype} on vLLM" if self.is_vllm else self.spec.quantization
             raise ValueError(
                 f"{p}.instance_type: {self.name} ({self.spec.parameters_billions:g}B {precision}, {s.slots} slot(s) x "

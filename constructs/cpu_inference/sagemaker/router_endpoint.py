@@ -25,7 +25,10 @@ from cpu_inference.sagemaker.endpoint_base import Descriptions, SageMakerEndpoin
 from cpu_inference.sagemaker.graviton_endpoint import GravitonEndpoint
 from cpu_inference.sagemaker.router_props import ENV_VALUE_MAX_BYTES, ROUTER_PORT, RouterEndpointProps
 
-BEDROCK_ACTIONS = ["bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"]  # also authorize Converse / ConverseStream
+BEDROCK_ACTIONS = [
+    "bedrock:InvokeModel",
+    "bedrock:InvokeModelWithResponseStream",
+]  # also authorize Converse / ConverseStream
 
 
 class RouterEndpoint(SageMakerEndpointBase):
@@ -62,7 +65,9 @@ class RouterEndpoint(SageMakerEndpointBase):
         if not cdk.Token.is_unresolved(raw):
             # validate() estimated the size; the exact one is known here.
             if len(raw.encode()) > ENV_VALUE_MAX_BYTES:
-                raise ValueError(f"RouterEndpointProps: the router config is {len(raw.encode())} bytes but SageMaker allows {ENV_VALUE_MAX_BYTES} (ROUTER_CONFIG_JSON) — shorten few_shot or instructions")
+                raise ValueError(
+                    f"RouterEndpointProps: the router config is {len(raw.encode())} bytes but SageMaker allows {ENV_VALUE_MAX_BYTES} (ROUTER_CONFIG_JSON) — shorten few_shot or instructions"
+                )
             return raw
         return stack.to_json_string(self.router_config)
 
@@ -80,7 +85,9 @@ class RouterEndpoint(SageMakerEndpointBase):
         return False  # the router calls SageMaker Runtime / Bedrock, which an isolated container cannot reach
 
     def _container(self) -> sagemaker.CfnModel.ContainerDefinitionProperty:
-        return sagemaker.CfnModel.ContainerDefinitionProperty(image=self.image_uri, mode="SingleModel", environment=self.environment)
+        return sagemaker.CfnModel.ContainerDefinitionProperty(
+            image=self.image_uri, mode="SingleModel", environment=self.environment
+        )
 
     def _endpoint_dependencies(self) -> Iterable[IDependable]:
         # Serve only once the models it routes to are InService (the first requests would otherwise fall back).
@@ -102,13 +109,19 @@ class RouterEndpoint(SageMakerEndpointBase):
                 arn = stack.format_arn(service="sagemaker", resource="endpoint", resource_name=name)
                 self.role.add_to_principal_policy(iam.PolicyStatement(sid=sid, actions=INVOKE_ACTIONS, resources=[arn]))
         if p.escalation.kind == "bedrock":
-            self.role.add_to_principal_policy(iam.PolicyStatement(sid="InvokeBedrockModel", actions=BEDROCK_ACTIONS, resources=[self.bedrock_model_arn]))
+            self.role.add_to_principal_policy(
+                iam.PolicyStatement(
+                    sid="InvokeBedrockModel", actions=BEDROCK_ACTIONS, resources=[self.bedrock_model_arn]
+                )
+            )
 
     @property
     def bedrock_model_arn(self) -> str:
         """`arn:<partition>:bedrock:<region>::foundation-model/<model id>` (foundation models have no account)."""
         assert self.props.escalation.model_id is not None
-        return cdk.Stack.of(self).format_arn(service="bedrock", account="", resource="foundation-model", resource_name=self.props.escalation.model_id)
+        return cdk.Stack.of(self).format_arn(
+            service="bedrock", account="", resource="foundation-model", resource_name=self.props.escalation.model_id
+        )
 
     def _egress(self) -> list[tuple[int, str]]:
         """Egress of a created security group: HTTPS, plus the port of an OpenAI-compatible escalation URL."""

@@ -26,7 +26,19 @@ ENV_VALUE_MAX_BYTES = 1024
 DEFAULT_MAX_IN_FLIGHT = 64
 TARGET_IN_FLIGHT_SHARE = 0.75
 # Router keys the caller may still set through config_overrides (the rest are props or fixed by SageMaker).
-OVERRIDABLE_KEYS = frozenset({"slm_model", "top_logprobs", "classify_max_chars", "cache_prompt", "timeouts", "retries", "breaker", "max_body_bytes", "log_level"})
+OVERRIDABLE_KEYS = frozenset(
+    {
+        "slm_model",
+        "top_logprobs",
+        "classify_max_chars",
+        "cache_prompt",
+        "timeouts",
+        "retries",
+        "breaker",
+        "max_body_bytes",
+        "log_level",
+    }
+)
 # The labels of the router's built-in few-shot examples (used when few_shot is empty).
 BUILTIN_FEW_SHOT_LABELS = frozenset({"simple", "complex"})
 # Placeholders for the size estimate of values only known at deploy time.
@@ -49,7 +61,9 @@ def _check_endpoint(target: Any, where: str) -> None:
     if isinstance(target, GravitonEndpoint):
         return
     if not isinstance(target, str):
-        raise ValueError(f"{where} must be a GravitonEndpoint or the name of an existing SageMaker endpoint, got {type(target).__name__}")
+        raise ValueError(
+            f"{where} must be a GravitonEndpoint or the name of an existing SageMaker endpoint, got {type(target).__name__}"
+        )
     if not cdk.Token.is_unresolved(target) and not _ENDPOINT_NAME.match(target):
         raise ValueError(f"{where} {target!r} is not a SageMaker endpoint name (letters, digits and '-', at most 63)")
 
@@ -82,7 +96,9 @@ class RouterEscalation:
         return cls(kind="bedrock", model_id=model_id)
 
     @classmethod
-    def openai(cls, url: str, *, model_id: str | None = None, api_key_secret: secretsmanager.ISecret | str | None = None) -> RouterEscalation:
+    def openai(
+        cls, url: str, *, model_id: str | None = None, api_key_secret: secretsmanager.ISecret | str | None = None
+    ) -> RouterEscalation:
         return cls(kind="openai", url=url, model_id=model_id, api_key_secret=api_key_secret)
 
     @property
@@ -94,13 +110,17 @@ class RouterEscalation:
         p = "RouterEscalation"
         if self.kind == "sagemaker":
             if self.endpoint is None:
-                raise ValueError(f"{p}: kind sagemaker needs endpoint (a GravitonEndpoint or an endpoint name): RouterEscalation.sagemaker(llm)")
+                raise ValueError(
+                    f"{p}: kind sagemaker needs endpoint (a GravitonEndpoint or an endpoint name): RouterEscalation.sagemaker(llm)"
+                )
             _check_endpoint(self.endpoint, f"{p}.endpoint")
         elif self.kind == "bedrock":
             self._validate_bedrock(p)
         elif self.kind == "openai":
             if not self.url or not str(self.url).startswith(("https://", "http://")):
-                raise ValueError(f"{p}.url: kind openai needs the LLM's http(s) base URL including /v1, got {self.url!r}")
+                raise ValueError(
+                    f"{p}.url: kind openai needs the LLM's http(s) base URL including /v1, got {self.url!r}"
+                )
             if self.api_key_secret is not None:
                 raise ValueError(
                     f"{p}.api_key_secret: a router on SageMaker cannot receive an API key — SageMaker has no secret "
@@ -117,11 +137,15 @@ class RouterEscalation:
     def _validate_bedrock(self, p: str) -> None:
         model_id = self.model_id
         if not model_id:
-            raise ValueError(f"{p}: kind bedrock needs model_id, e.g. RouterEscalation.bedrock('anthropic.claude-3-5-haiku-20241022-v1:0')")
+            raise ValueError(
+                f"{p}: kind bedrock needs model_id, e.g. RouterEscalation.bedrock('anthropic.claude-3-5-haiku-20241022-v1:0')"
+            )
         if cdk.Token.is_unresolved(model_id):
             return
         if model_id.startswith("arn:"):
-            raise ValueError(f"{p}.model_id must be a foundation-model id such as 'anthropic.claude-3-5-haiku-20241022-v1:0', not an ARN: got {model_id!r}")
+            raise ValueError(
+                f"{p}.model_id must be a foundation-model id such as 'anthropic.claude-3-5-haiku-20241022-v1:0', not an ARN: got {model_id!r}"
+            )
         geo = model_id.split(".", 1)[0]
         if geo in _PROFILE_GEOS and model_id.count(".") >= 2:
             raise ValueError(
@@ -130,7 +154,9 @@ class RouterEscalation:
                 f"{model_id.split('.', 1)[1]!r} (invoked in the stack's Region)"
             )
         if not _BEDROCK_MODEL.match(model_id):
-            raise ValueError(f"{p}.model_id {model_id!r} is not a Bedrock foundation-model id (provider.model, e.g. 'amazon.nova-lite-v1:0')")
+            raise ValueError(
+                f"{p}.model_id {model_id!r} is not a Bedrock foundation-model id (provider.model, e.g. 'amazon.nova-lite-v1:0')"
+            )
 
     def router_escalation(self, region: str) -> Escalation:
         """The router's `escalation` section (containers/router/README.md), as the router's one escalation type."""
@@ -212,10 +238,19 @@ class RouterEndpointProps(EndpointPropsBase):
         `slm_endpoint_name` + `slm_region` (see the README's "Router support needed")."""
         # The decision keys through the one builder the EKS chart and `cpu-inference local` use too; the whole
         # config typed as the router reads it (config_overrides too: a wrong key or type fails at synth).
-        decided = decision(labels=self.labels, slm_labels=self.slm_labels, confidence_threshold=self.confidence_threshold,
-                           few_shot=self.few_shot, instructions=self.instructions)
-        config = decided.updated(max_in_flight=self.max_in_flight, slm_endpoint_name=self.slm_endpoint_name, slm_region=region,
-                                 escalation=self.escalation.router_escalation(region))
+        decided = decision(
+            labels=self.labels,
+            slm_labels=self.slm_labels,
+            confidence_threshold=self.confidence_threshold,
+            few_shot=self.few_shot,
+            instructions=self.instructions,
+        )
+        config = decided.updated(
+            max_in_flight=self.max_in_flight,
+            slm_endpoint_name=self.slm_endpoint_name,
+            slm_region=region,
+            escalation=self.escalation.router_escalation(region),
+        )
         try:
             overrides = config_of(self.config_overrides)
         except ConfigError as e:
@@ -235,10 +270,14 @@ class RouterEndpointProps(EndpointPropsBase):
         self._validate_image(p)
         _check_endpoint(self.slm, f"{p}.slm")
         if not isinstance(self.escalation, RouterEscalation):
-            raise ValueError(f"{p}.escalation must be a RouterEscalation (RouterEscalation.sagemaker / .bedrock / .openai), got {type(self.escalation).__name__}")
+            raise ValueError(
+                f"{p}.escalation must be a RouterEscalation (RouterEscalation.sagemaker / .bedrock / .openai), got {type(self.escalation).__name__}"
+            )
         self.escalation.validate()
         if self.escalation.kind == "sagemaker" and self.escalation.endpoint_name == self.slm_endpoint_name:
-            raise ValueError(f"{p}.escalation: the SLM's own endpoint cannot be the escalation target — escalate to the LLM's endpoint")
+            raise ValueError(
+                f"{p}.escalation: the SLM's own endpoint cannot be the escalation target — escalate to the LLM's endpoint"
+            )
         self._validate_decision(p)
         self._validate_capacity(p)
         self._check_timeout(p, "startup_health_check_timeout")
@@ -267,14 +306,20 @@ class RouterEndpointProps(EndpointPropsBase):
             raise ValueError(f"{p}.labels must be non-empty printable text without surrounding spaces, got {bad}")
         unknown = [x for x in self.slm_labels if x not in labels]
         if not self.slm_labels or unknown or set(self.slm_labels) == set(labels):
-            raise ValueError(f"{p}.slm_labels must be a non-empty strict subset of labels {labels} (the rest escalate), got {list(self.slm_labels)}")
+            raise ValueError(
+                f"{p}.slm_labels must be a non-empty strict subset of labels {labels} (the rest escalate), got {list(self.slm_labels)}"
+            )
         if not 0 <= self.confidence_threshold <= 1:
             raise ValueError(f"{p}.confidence_threshold must be within 0..1, got {self.confidence_threshold}")
         for i, shot in enumerate(self.few_shot):
             if set(shot) != {"text", "label"} or shot["label"] not in labels or not str(shot["text"]).strip():
-                raise ValueError(f"{p}.few_shot[{i}] needs exactly the keys text (non-empty) and label (one of {labels}), got {dict(shot)!r}")
+                raise ValueError(
+                    f"{p}.few_shot[{i}] needs exactly the keys text (non-empty) and label (one of {labels}), got {dict(shot)!r}"
+                )
         if not self.few_shot and not set(labels) >= BUILTIN_FEW_SHOT_LABELS:
-            raise ValueError(f"{p}.few_shot: labels {labels} need their own examples — the router's built-in ones are labelled simple/complex")
+            raise ValueError(
+                f"{p}.few_shot: labels {labels} need their own examples — the router's built-in ones are labelled simple/complex"
+            )
         if self.max_in_flight < 1:
             raise ValueError(f"{p}.max_in_flight must be >= 1, got {self.max_in_flight}")
         owned = sorted(set(self.config_overrides) - OVERRIDABLE_KEYS)
@@ -287,4 +332,6 @@ class RouterEndpointProps(EndpointPropsBase):
     def _validate_capacity(self, p: str) -> None:
         self._check_capacity_bounds(p)
         if self.target_concurrency is not None and not 0 < self.target_concurrency <= self.max_in_flight:
-            raise ValueError(f"{p}.target_concurrency must be > 0 and <= max_in_flight ({self.max_in_flight}: 429 beyond it), got {self.target_concurrency}")
+            raise ValueError(
+                f"{p}.target_concurrency must be > 0 and <= max_in_flight ({self.max_in_flight}: 429 beyond it), got {self.target_concurrency}"
+            )

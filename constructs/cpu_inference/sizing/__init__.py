@@ -21,16 +21,36 @@ MIB = 1024**2
 
 # Effective bits per weight of llama.cpp quantizations (from llama.cpp's quantize table, incl. scales).
 BITS_PER_WEIGHT: dict[str, float] = {
-    "Q2_K": 2.63, "Q3_K_S": 3.5, "Q3_K_M": 3.91, "Q3_K_L": 4.27, "IQ4_XS": 4.25, "IQ4_NL": 4.5,
-    "Q4_0": 4.5, "Q4_1": 5.0, "Q4_K_S": 4.58, "Q4_K_M": 4.85, "Q5_0": 5.5, "Q5_1": 6.0,
-    "Q5_K_S": 5.54, "Q5_K_M": 5.69, "Q6_K": 6.56, "Q8_0": 8.5, "F16": 16.0, "BF16": 16.0, "F32": 32.0,
+    "Q2_K": 2.63,
+    "Q3_K_S": 3.5,
+    "Q3_K_M": 3.91,
+    "Q3_K_L": 4.27,
+    "IQ4_XS": 4.25,
+    "IQ4_NL": 4.5,
+    "Q4_0": 4.5,
+    "Q4_1": 5.0,
+    "Q4_K_S": 4.58,
+    "Q4_K_M": 4.85,
+    "Q5_0": 5.5,
+    "Q5_1": 6.0,
+    "Q5_K_S": 5.54,
+    "Q5_K_M": 5.69,
+    "Q6_K": 6.56,
+    "Q8_0": 8.5,
+    "F16": 16.0,
+    "BF16": 16.0,
+    "F32": 32.0,
 }
 
 # Conservative f16 KV bytes per token for GQA-era models when the shape is unknown, by parameter count
 # (upper bound of common shapes: Llama-3.2-3B 112 KiB, Llama-3-8B 128 KiB, Mistral-Nemo-12B 160 KiB,
 # Qwen2.5-32B 256 KiB, Llama-3-70B 320 KiB per token).
 _KV_BYTES_PER_TOKEN_BY_SIZE: tuple[tuple[float, int], ...] = (
-    (1.0, 48 * 1024), (4.0, 112 * 1024), (10.0, 128 * 1024), (20.0, 160 * 1024), (40.0, 256 * 1024),
+    (1.0, 48 * 1024),
+    (4.0, 112 * 1024),
+    (10.0, 128 * 1024),
+    (20.0, 160 * 1024),
+    (40.0, 256 * 1024),
     (math.inf, 320 * 1024),
 )
 
@@ -38,8 +58,13 @@ _KV_BYTES_PER_TOKEN_BY_SIZE: tuple[tuple[float, int], ...] = (
 # 2-3 out), so 512 instead of 2048 cuts KV memory and latency. A prompt with a long fixed prefix (the SLM
 # pre-filter's instructions + few-shot + up to classify_max_chars of request) needs more: min_context_per_slot.
 TASK_CONTEXT = {
-    "classification": 512, "routing": 1024, "embedding": 512, "rerank": 1024,
-    "extraction": 2048, "chat": 4096, "batch": 4096,
+    "classification": 512,
+    "routing": 1024,
+    "embedding": 512,
+    "rerank": 1024,
+    "extraction": 2048,
+    "chat": 4096,
+    "batch": 4096,
 }
 
 RUNTIME_OVERHEAD_BYTES = 256 * MIB  # llama-server process, HTTP, tokenizer, scratch
@@ -92,8 +117,17 @@ class InstanceType:
 
 
 _SIZES: dict[str, int] = {
-    "medium": 1, "large": 2, "xlarge": 4, "2xlarge": 8, "4xlarge": 16, "8xlarge": 32, "12xlarge": 48,
-    "16xlarge": 64, "24xlarge": 96, "32xlarge": 128, "48xlarge": 192,
+    "medium": 1,
+    "large": 2,
+    "xlarge": 4,
+    "2xlarge": 8,
+    "4xlarge": 16,
+    "8xlarge": 32,
+    "12xlarge": 48,
+    "16xlarge": 64,
+    "24xlarge": 96,
+    "32xlarge": 128,
+    "48xlarge": 192,
 }
 _GIB_PER_VCPU = {"c": 2, "m": 4, "r": 8}
 
@@ -104,7 +138,12 @@ _FAMILIES: dict[str, tuple[str, str, str, str]] = {
     "c7g": ("arm64", "Graviton3", "Neoverse V1: SVE, i8mm, bf16", "16xlarge"),
     "m7g": ("arm64", "Graviton3", "Neoverse V1: SVE, i8mm, bf16", "16xlarge"),
     "r7g": ("arm64", "Graviton3", "Neoverse V1: SVE, i8mm, bf16", "16xlarge"),
-    "r7gd": ("arm64", "Graviton3", "Neoverse V1: SVE, i8mm, bf16", "16xlarge"),  # r7g + local NVMe: SageMaker's Graviton3 r
+    "r7gd": (
+        "arm64",
+        "Graviton3",
+        "Neoverse V1: SVE, i8mm, bf16",
+        "16xlarge",
+    ),  # r7g + local NVMe: SageMaker's Graviton3 r
     "c8g": ("arm64", "Graviton4", "Neoverse V2: SVE2, i8mm, bf16", "48xlarge"),
     "m8g": ("arm64", "Graviton4", "Neoverse V2: SVE2, i8mm, bf16", "48xlarge"),
     "r8g": ("arm64", "Graviton4", "Neoverse V2: SVE2, i8mm, bf16", "48xlarge"),
@@ -127,9 +166,14 @@ _FAMILIES: dict[str, tuple[str, str, str, str]] = {
 # sagemaker ProductionVariantInstanceType enum (tests/test_instance_catalog_contract.py compares them size by size).
 # Families not listed (m7g, r7g, the AMD and Granite Rapids ones) are EC2 only: SageMaker has no ml.m7g / ml.r7g.
 _SAGEMAKER_SIZES: dict[str, tuple[str, str]] = {
-    "c7g": ("large", "16xlarge"), "r7gd": ("medium", "16xlarge"),
-    "c8g": ("medium", "48xlarge"), "m8g": ("medium", "48xlarge"), "r8g": ("medium", "48xlarge"),
-    "c7i": ("large", "48xlarge"), "m7i": ("large", "48xlarge"), "r7i": ("large", "48xlarge"),
+    "c7g": ("large", "16xlarge"),
+    "r7gd": ("medium", "16xlarge"),
+    "c8g": ("medium", "48xlarge"),
+    "m8g": ("medium", "48xlarge"),
+    "r8g": ("medium", "48xlarge"),
+    "c7i": ("large", "48xlarge"),
+    "m7i": ("large", "48xlarge"),
+    "r7i": ("large", "48xlarge"),
 }
 
 
@@ -150,7 +194,9 @@ def _build_catalog() -> dict[str, InstanceType]:
                 continue  # not offered in these families
             vcpus = _SIZES[size]
             name = f"{family}.{size}"
-            catalog[name] = InstanceType(name, vcpus, vcpus * _GIB_PER_VCPU[family[0]], arch, cpu, isa, _hosted_on_sagemaker(family, size))
+            catalog[name] = InstanceType(
+                name, vcpus, vcpus * _GIB_PER_VCPU[family[0]], arch, cpu, isa, _hosted_on_sagemaker(family, size)
+            )
     return catalog
 
 
@@ -181,7 +227,11 @@ def sagemaker_alternative(name: str) -> InstanceType | None:
     it = CATALOG.get(name[3:] if name.startswith("ml.") else name)
     if it is None:
         return None
-    hosted = [c for c in CATALOG.values() if c.sagemaker and c.arch == it.arch and c.vcpus >= it.vcpus and c.memory_gib >= it.memory_gib]
+    hosted = [
+        c
+        for c in CATALOG.values()
+        if c.sagemaker and c.arch == it.arch and c.vcpus >= it.vcpus and c.memory_gib >= it.memory_gib
+    ]
     return min(hosted, key=lambda c: (c.memory_gib, c.vcpus), default=None)
 
 
@@ -252,7 +302,12 @@ def default_slots(m: ModelSpec, vcpus: float) -> int:
 def memory_needed(m: ModelSpec, slots: int, ctx_per_slot: int) -> int:
     w = weights_bytes(m)
     if m.engine == VLLM:
-        return w + vllm_kv_cache_space_gib(m, slots, ctx_per_slot) * GIB + VLLM_RUNTIME_OVERHEAD_BYTES + int(COMPUTE_BUFFER_FRACTION * w)
+        return (
+            w
+            + vllm_kv_cache_space_gib(m, slots, ctx_per_slot) * GIB
+            + VLLM_RUNTIME_OVERHEAD_BYTES
+            + int(COMPUTE_BUFFER_FRACTION * w)
+        )
     kv = slots * ctx_per_slot * kv_bytes_per_token(m)
     working = w + kv + RUNTIME_OVERHEAD_BYTES + int(COMPUTE_BUFFER_FRACTION * w)
     return max(working, int(RAM_TO_FILE_RATIO * w))
@@ -274,7 +329,9 @@ def usable_vcpus(it: InstanceType, *, target: str) -> float:
         return it.vcpus
     # kube-reserved CPU (EKS AMI formula): 6% of the 1st core, 1% of the 2nd, 0.5% of cores 3-4, 0.25% after;
     # plus ~0.25 vCPU of DaemonSets (CNI, kube-proxy, pod identity, node exporter).
-    reserved = 0.06 + (0.01 if it.vcpus >= 2 else 0) + 0.005 * min(2, max(0, it.vcpus - 2)) + 0.0025 * max(0, it.vcpus - 4)
+    reserved = (
+        0.06 + (0.01 if it.vcpus >= 2 else 0) + 0.005 * min(2, max(0, it.vcpus - 2)) + 0.0025 * max(0, it.vcpus - 4)
+    )
     return round(it.vcpus - reserved - 0.25, 3)
 
 
@@ -371,12 +428,25 @@ def size(m: ModelSpec, it: InstanceType, *, target: str = "sagemaker", cpu: floa
         slots -= 1
     need = memory_needed(m, slots, ctx)
     return Sizing(
-        instance=it, target=target, threads=threads, slots=slots, ctx_per_slot=ctx, ctx_total=slots * ctx,
+        instance=it,
+        target=target,
+        threads=threads,
+        slots=slots,
+        ctx_per_slot=ctx,
+        ctx_total=slots * ctx,
         weights_bytes=weights_bytes(m),
-        kv_cache_bytes=vllm_kv_cache_space_gib(m, slots, ctx) * GIB if m.engine == VLLM else slots * ctx * kv_bytes_per_token(m),
-        memory_needed_bytes=need, memory_available_bytes=available, cpu_request=float(cpus),
-        cpu_available=usable_vcpus(it, target=target), task=m.task, engine=m.engine, reserved_cpus=reserved,
-        kv_cache_space_gib=vllm_kv_cache_space_gib(m, slots, ctx) if m.engine == VLLM else 0, dtype=m.dtype,
+        kv_cache_bytes=vllm_kv_cache_space_gib(m, slots, ctx) * GIB
+        if m.engine == VLLM
+        else slots * ctx * kv_bytes_per_token(m),
+        memory_needed_bytes=need,
+        memory_available_bytes=available,
+        cpu_request=float(cpus),
+        cpu_available=usable_vcpus(it, target=target),
+        task=m.task,
+        engine=m.engine,
+        reserved_cpus=reserved,
+        kv_cache_space_gib=vllm_kv_cache_space_gib(m, slots, ctx) if m.engine == VLLM else 0,
+        dtype=m.dtype,
     )
 
 
@@ -392,7 +462,9 @@ def default_pod_cpu(m: ModelSpec) -> float:
     return 16.0
 
 
-def smallest_fitting(m: ModelSpec, candidates: list[InstanceType], *, target: str = "eks", cpu: float | None = None) -> Sizing | None:
+def smallest_fitting(
+    m: ModelSpec, candidates: list[InstanceType], *, target: str = "eks", cpu: float | None = None
+) -> Sizing | None:
     """The smallest candidate (by memory, then vCPUs) on which the model fits."""
     for it in sorted(candidates, key=lambda i: (i.memory_gib, i.vcpus)):
         s = size(m, it, target=target, cpu=cpu)

@@ -77,8 +77,14 @@ class PoolPlan:
         its slots' ctx-size and parallel, the plan's threads (or `threads`), its task's switches. The one mapping
         from the plan to a loaded model's llama-server: the EKS chart, `cpu-inference local` and engine_args."""
         s = self.per_model[name]
-        return PoolModel(name, path, ctx_size=s.ctx_size, parallel=s.parallel,
-                         threads=self.threads_per_model if threads is None else threads, options=task_options(s.task))
+        return PoolModel(
+            name,
+            path,
+            ctx_size=s.ctx_size,
+            parallel=s.parallel,
+            threads=self.threads_per_model if threads is None else threads,
+            options=task_options(s.task),
+        )
 
     def engine_args(self, name: str) -> dict[str, str]:
         """llama-server flags of model `name` when loaded (the MME tarball's engine.json, the catalog's engine_args):
@@ -125,23 +131,36 @@ def pool_threads(specs: Mapping[str, sizing.ModelSpec], cpu: float) -> int:
     return max(1, min(int(cpu), int(sizing.default_pod_cpu(largest))))
 
 
-def pool_plan(specs: Mapping[str, sizing.ModelSpec], *, cpu: float, memory_bytes: int, models_max: int | None = None,
-              router_bytes: int = ROUTER_RSS_BYTES) -> PoolPlan:
+def pool_plan(
+    specs: Mapping[str, sizing.ModelSpec],
+    *,
+    cpu: float,
+    memory_bytes: int,
+    models_max: int | None = None,
+    router_bytes: int = ROUTER_RSS_BYTES,
+) -> PoolPlan:
     """Plan one pool replica of `cpu` vCPUs and `memory_bytes` for the models `specs` (name -> spec)."""
     if not specs:
         raise ValueError("pool_plan: a pool needs at least one model")
     vllm = sorted(name for name, spec in specs.items() if spec.engine == VLLM)
     if vllm:  # a pool is llama-server's router mode (many GGUFs, one process); vLLM serves one model per process
-        raise ValueError(f"pool_plan: models {vllm[:5]} use engine vllm, which serves one model per process and cannot join a "
-                         "multi-model pool — give each its own workload (a dedicated model), or engine llama.cpp with a GGUF")
+        raise ValueError(
+            f"pool_plan: models {vllm[:5]} use engine vllm, which serves one model per process and cannot join a "
+            "multi-model pool — give each its own workload (a dedicated model), or engine llama.cpp with a GGUF"
+        )
     per_model = {name: model_slots(spec) for name, spec in specs.items()}
     largest = max(per_model, key=lambda n: per_model[n].memory_bytes)
     fit = max(0, (memory_bytes - router_bytes) // per_model[largest].memory_bytes)
     chosen = models_max if models_max is not None else min(len(specs), fit)
     heaviest = sorted((s.memory_bytes for s in per_model.values()), reverse=True)[: max(1, chosen)]
     return PoolPlan(
-        models_max=chosen, models_max_fit=int(fit), threads_per_model=pool_threads(specs, cpu),
-        per_model=per_model, memory_request_bytes=router_bytes + sum(heaviest), memory_bytes=memory_bytes, cpu=cpu,
+        models_max=chosen,
+        models_max_fit=int(fit),
+        threads_per_model=pool_threads(specs, cpu),
+        per_model=per_model,
+        memory_request_bytes=router_bytes + sum(heaviest),
+        memory_bytes=memory_bytes,
+        cpu=cpu,
         largest_model=largest,
     )
 

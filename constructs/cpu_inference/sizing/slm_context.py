@@ -20,7 +20,12 @@ from slm_router.config import Config as RouterConfig
 from slm_router.config import Escalation, FewShot, config_of
 
 __all__ = [
-    "DEFAULT_ANSWER_MAX_TOKENS", "SLOT_CONTEXT_STEP", "RouterConfig", "decision", "decision_config", "prefilter_router_config",
+    "DEFAULT_ANSWER_MAX_TOKENS",
+    "SLOT_CONTEXT_STEP",
+    "RouterConfig",
+    "decision",
+    "decision_config",
+    "prefilter_router_config",
     "slm_context_per_slot",
 ]
 
@@ -38,7 +43,11 @@ def decision(
 ) -> RouterConfig:
     """The router config's decision keys (containers/router/README.md). Left out — so the router's own
     defaults apply — : few_shot when empty, instructions and classify_max_chars when None."""
-    keys: dict[str, Any] = {"labels": tuple(labels), "slm_labels": tuple(slm_labels), "confidence_threshold": confidence_threshold}
+    keys: dict[str, Any] = {
+        "labels": tuple(labels),
+        "slm_labels": tuple(slm_labels),
+        "confidence_threshold": confidence_threshold,
+    }
     if few_shot:
         keys["few_shot"] = tuple(FewShot(text=s["text"], label=s["label"]) for s in few_shot)
     if instructions is not None:
@@ -53,7 +62,9 @@ def decision_config(**settings: Any) -> dict[str, Any]:
     return decision(**settings).to_dict()
 
 
-def prefilter_router_config(decided: RouterConfig, *, slm_url: str, escalation: Escalation, slm_model: str = "") -> RouterConfig:
+def prefilter_router_config(
+    decided: RouterConfig, *, slm_url: str, escalation: Escalation, slm_model: str = ""
+) -> RouterConfig:
     """The SLM pre-filter router's config on EKS and in `cpu-inference local` (the chart adds mode and listen
     address): the decision keys, the SLM's root URL and the escalation section. slm_model: the body's "model" on the
     SLM's requests — needed for a vLLM SLM, which answers 404 to any name but the one it serves (llama-server
@@ -61,7 +72,9 @@ def prefilter_router_config(decided: RouterConfig, *, slm_url: str, escalation: 
     return decided.updated(slm_url=slm_url, escalation=escalation, **({"slm_model": slm_model} if slm_model else {}))
 
 
-def slm_context_per_slot(router_config: RouterConfig | Mapping[str, Any], answer_max_tokens: int = DEFAULT_ANSWER_MAX_TOKENS) -> int:
+def slm_context_per_slot(
+    router_config: RouterConfig | Mapping[str, Any], answer_max_tokens: int = DEFAULT_ANSWER_MAX_TOKENS
+) -> int:
     """Tokens one SLM slot must hold for this router config (its classification prompt + label, and a request of
     classify_max_chars + answer_max_tokens), rounded up to SLOT_CONTEXT_STEP."""
     need = slm_budget(config_of(router_config), answer_max_tokens).context_per_slot

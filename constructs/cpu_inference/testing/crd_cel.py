@@ -64,9 +64,13 @@ class Rule:
     @classmethod
     def from_schema(cls, location: str, entry: dict[str, Any]) -> Rule:
         return cls(
-            location=location, rule=entry["rule"], message=entry.get("message", ""),
-            message_expression=entry.get("messageExpression", ""), reason=entry.get("reason", ""),
-            field_path=entry.get("fieldPath", ""), optional_old_self=bool(entry.get("optionalOldSelf", False)),
+            location=location,
+            rule=entry["rule"],
+            message=entry.get("message", ""),
+            message_expression=entry.get("messageExpression", ""),
+            reason=entry.get("reason", ""),
+            field_path=entry.get("fieldPath", ""),
+            optional_old_self=bool(entry.get("optionalOldSelf", False)),
         )
 
     def error_string(self) -> str:
@@ -142,13 +146,28 @@ class _Engine:
                 "evaluating the CRDs' CEL rules needs cel-expr-python: pip install 'cdk-cpu-inference[dev]' (or pip install cel-expr-python)"
             ) from exc
         self.cel = cel
-        find = cel.FunctionDecl("find", [cel.Overload("string_find_string", cel.Type.STRING, [cel.Type.STRING, cel.Type.STRING], is_member=True, impl=_find)])
+        find = cel.FunctionDecl(
+            "find",
+            [
+                cel.Overload(
+                    "string_find_string",
+                    cel.Type.STRING,
+                    [cel.Type.STRING, cel.Type.STRING],
+                    is_member=True,
+                    impl=_find,
+                )
+            ],
+        )
 
         def env(*names: str) -> Any:
             extensions = [ext_strings.ExtStrings(), ext_bindings.ExtBindings(), ext_optional.ExtOptional()]
             return cel.NewEnv(variables={n: cel.Type.DYN for n in names}, extensions=extensions, functions=[find])
 
-        self.create_env, self.update_env, self.optional_env = env("self"), env("self", "oldSelf"), env("self", _OLD_VALUE)
+        self.create_env, self.update_env, self.optional_env = (
+            env("self"),
+            env("self", "oldSelf"),
+            env("self", _OLD_VALUE),
+        )
         self._cache: dict[tuple[str, bool], Any] = {}
 
     def compile(self, source: str, optional_old_self: bool = False) -> tuple[Any, bool]:
@@ -248,7 +267,11 @@ class RuleChecker:
             self._check(Rule.from_schema(location, entry), path or "<root>", value, old, out)
         if isinstance(value, dict):
             # every map type the API server knows (granular, atomic) correlates old values by key
-            old_map = old if isinstance(old, dict) and schema.get("x-kubernetes-map-type", "granular") in ("granular", "atomic") else {}
+            old_map = (
+                old
+                if isinstance(old, dict) and schema.get("x-kubernetes-map-type", "granular") in ("granular", "atomic")
+                else {}
+            )
             props, addl = schema.get("properties") or {}, schema.get("additionalProperties")
             for key, sub in value.items():
                 if isinstance(addl, dict):

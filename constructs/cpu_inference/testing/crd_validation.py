@@ -104,14 +104,25 @@ def is_custom(obj: dict[str, Any]) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m cpu_inference.testing", description=__doc__.splitlines()[0])
-    p.add_argument("--crds", action="append", required=True, type=Path, help="directory of CRD YAML (repeatable; searched recursively)")
-    p.add_argument("--template", action="append", default=[], type=Path, help="synthesized CloudFormation template (JSON)")
+    p.add_argument(
+        "--crds",
+        action="append",
+        required=True,
+        type=Path,
+        help="directory of CRD YAML (repeatable; searched recursively)",
+    )
+    p.add_argument(
+        "--template", action="append", default=[], type=Path, help="synthesized CloudFormation template (JSON)"
+    )
     p.add_argument("manifests", nargs="*", type=Path, help="YAML/JSON files of Kubernetes objects")
     p.add_argument("--dump", type=Path, help="also write each object as YAML here (for kubectl apply --dry-run=server)")
     args = p.parse_args(argv)
     missing = [str(d) for d in args.crds if not d.is_dir()]
     if missing:
-        print(f"error: CRD directory not found: {', '.join(missing)} (see the helm pull commands in this module's docstring)", file=sys.stderr)
+        print(
+            f"error: CRD directory not found: {', '.join(missing)} (see the helm pull commands in this module's docstring)",
+            file=sys.stderr,
+        )
         return 2
     schemas = load_schemas(args.crds)
     objs: list[dict[str, Any]] = []
@@ -128,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.dump:
         args.dump.mkdir(parents=True, exist_ok=True)
         for i, o in enumerate(objs):
-            (args.dump / f"{i:03d}-{o.get('kind', 'object').lower()}-{o.get('metadata', {}).get('name', i)}.yaml").write_text(yaml.safe_dump(o, sort_keys=False))
+            (
+                args.dump / f"{i:03d}-{o.get('kind', 'object').lower()}-{o.get('metadata', {}).get('name', i)}.yaml"
+            ).write_text(yaml.safe_dump(o, sort_keys=False))
     for msg in problems:
         print(msg)
     print(f"{len(custom)} custom objects checked against {len(schemas)} CRD versions: {len(problems)} problems")

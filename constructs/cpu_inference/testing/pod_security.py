@@ -18,16 +18,40 @@ from cpu_inference._internal.k8s_object import (
     pod_specs,
 )
 
-RESTRICTED_VOLUME_TYPES = frozenset({"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"})
-BASELINE_CAPABILITIES = frozenset({
-    "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE", "SETFCAP",
-    "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
-})
-SAFE_SYSCTLS = frozenset({
-    "kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start", "net.ipv4.tcp_syncookies",
-    "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports", "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout",
-    "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes",
-})
+RESTRICTED_VOLUME_TYPES = frozenset(
+    {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"}
+)
+BASELINE_CAPABILITIES = frozenset(
+    {
+        "AUDIT_WRITE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "MKNOD",
+        "NET_BIND_SERVICE",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_CHROOT",
+    }
+)
+SAFE_SYSCTLS = frozenset(
+    {
+        "kernel.shm_rmid_forced",
+        "net.ipv4.ip_local_port_range",
+        "net.ipv4.ip_unprivileged_port_start",
+        "net.ipv4.tcp_syncookies",
+        "net.ipv4.ping_group_range",
+        "net.ipv4.ip_local_reserved_ports",
+        "net.ipv4.tcp_keepalive_time",
+        "net.ipv4.tcp_fin_timeout",
+        "net.ipv4.tcp_keepalive_intvl",
+        "net.ipv4.tcp_keepalive_probes",
+    }
+)
 SELINUX_TYPES = frozenset({"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"})
 
 
@@ -51,12 +75,16 @@ def pod_violations(metadata: Mapping[str, Any], spec: Mapping[str, Any]) -> list
         if "hostPath" in types:
             out.append(f"volume {v.get('name')}: hostPath volumes are forbidden")
         elif any(t not in RESTRICTED_VOLUME_TYPES for t in types):
-            out.append(f"volume {v.get('name')}: type {types} is not allowed (restricted allows {sorted(RESTRICTED_VOLUME_TYPES)})")
+            out.append(
+                f"volume {v.get('name')}: type {types} is not allowed (restricted allows {sorted(RESTRICTED_VOLUME_TYPES)})"
+            )
     for s in psc.get("sysctls") or []:
         if s.get("name") not in SAFE_SYSCTLS:
             out.append(f"sysctl {s.get('name')} is not in the safe set")
     for key, value in (metadata.get("annotations") or {}).items():
-        if key.startswith("container.apparmor.security.beta.kubernetes.io/") and not (value == "runtime/default" or value.startswith("localhost/")):
+        if key.startswith("container.apparmor.security.beta.kubernetes.io/") and not (
+            value == "runtime/default" or value.startswith("localhost/")
+        ):
             out.append(f"annotation {key}={value}: AppArmor must be runtime/default or localhost/*")
     if (psc.get("appArmorProfile") or {}).get("type") == "Unconfined":
         out.append("securityContext.appArmorProfile must not be Unconfined")

@@ -83,16 +83,35 @@ IMMUTABLE_FIELDS: Mapping[tuple[str, str], tuple[str, ...]] = {
     # is immutable after creation", volumeMode and nodeAffinity immutable. The volume source is every key of spec
     # other than the mutable ones (capacity, accessModes, claimRef, mountOptions, persistentVolumeReclaimPolicy,
     # storageClassName, volumeAttributesClassName).
-    ("", "PersistentVolume"): ("spec.csi", "spec.hostPath", "spec.nfs", "spec.local", "spec.awsElasticBlockStore",
-                               "spec.volumeMode", "spec.nodeAffinity"),
+    ("", "PersistentVolume"): (
+        "spec.csi",
+        "spec.hostPath",
+        "spec.nfs",
+        "spec.local",
+        "spec.awsElasticBlockStore",
+        "spec.volumeMode",
+        "spec.nodeAffinity",
+    ),
     # ValidatePersistentVolumeClaimUpdate: "spec is immutable after creation except resources.requests and
     # volumeAttributesClassName for bound claims".
-    ("", "PersistentVolumeClaim"): ("spec.accessModes", "spec.selector", "spec.storageClassName", "spec.volumeName",
-                                    "spec.volumeMode", "spec.dataSource", "spec.dataSourceRef"),
+    ("", "PersistentVolumeClaim"): (
+        "spec.accessModes",
+        "spec.selector",
+        "spec.storageClassName",
+        "spec.volumeName",
+        "spec.volumeMode",
+        "spec.dataSource",
+        "spec.dataSourceRef",
+    ),
     # pkg/apis/apps/validation ValidateStatefulSetUpdate: "updates to statefulset spec for fields other than 'replicas',
     # 'ordinals', 'template', 'updateStrategy', 'revisionHistoryLimit', 'persistentVolumeClaimRetentionPolicy' and
     # 'minReadySeconds' are forbidden".
-    ("apps", "StatefulSet"): ("spec.selector", "spec.serviceName", "spec.volumeClaimTemplates", "spec.podManagementPolicy"),
+    ("apps", "StatefulSet"): (
+        "spec.selector",
+        "spec.serviceName",
+        "spec.volumeClaimTemplates",
+        "spec.podManagementPolicy",
+    ),
     # ValidateDeploymentUpdate / ValidateDaemonSetUpdate (apps/v1): "field is immutable" for spec.selector.
     ("apps", "Deployment"): ("spec.selector",),
     ("apps", "DaemonSet"): ("spec.selector",),
@@ -105,10 +124,19 @@ IMMUTABLE_FIELDS: Mapping[tuple[str, str], tuple[str, ...]] = {
 }
 
 # AWS resources that hold state a replacement would lose or orphan.
-STATEFUL_TYPES = frozenset({
-    "AWS::S3::Bucket", "AWS::ECR::Repository", "AWS::KMS::Key", "AWS::Logs::LogGroup", "AWS::EKS::Cluster",
-    "AWS::DynamoDB::Table", "AWS::EFS::FileSystem", "AWS::SecretsManager::Secret", "AWS::APS::Workspace",
-})
+STATEFUL_TYPES = frozenset(
+    {
+        "AWS::S3::Bucket",
+        "AWS::ECR::Repository",
+        "AWS::KMS::Key",
+        "AWS::Logs::LogGroup",
+        "AWS::EKS::Cluster",
+        "AWS::DynamoDB::Table",
+        "AWS::EFS::FileSystem",
+        "AWS::SecretsManager::Secret",
+        "AWS::APS::Workspace",
+    }
+)
 
 _TOKEN = re.compile(r"\$\{([^}!][^}]*)\}")
 
@@ -241,7 +269,9 @@ def load_assembly(path: str | Path) -> Assembly:
         if art.get("type") != "aws:cloudformation:stack":
             continue
         template = json.loads((root / art["properties"]["templateFile"]).read_text())
-        deps = [d for d in art.get("dependencies", ()) if artifacts.get(d, {}).get("type") == "aws:cloudformation:stack"]
+        deps = [
+            d for d in art.get("dependencies", ()) if artifacts.get(d, {}).get("type") == "aws:cloudformation:stack"
+        ]
         display = art.get("displayName", name)
         stacks[display] = stack_from_template(display, template, deps)
     for st in stacks.values():  # dependencies are artifact ids; stacks are keyed by display name
@@ -249,7 +279,9 @@ def load_assembly(path: str | Path) -> Assembly:
     return Assembly(stacks)
 
 
-def assembly_from_templates(templates: Mapping[str, dict[str, Any]], stack_deps: Mapping[str, Iterable[str]] | None = None) -> Assembly:
+def assembly_from_templates(
+    templates: Mapping[str, dict[str, Any]], stack_deps: Mapping[str, Iterable[str]] | None = None
+) -> Assembly:
     deps = stack_deps or {}
     return Assembly({n: stack_from_template(n, t, deps.get(n, ())) for n, t in templates.items()})
 
@@ -300,7 +332,9 @@ def _providers(asm: Assembly) -> dict[Need, list[_Provider]]:
 _MISSING_IS_PROBLEM = frozenset({"namespace", "crd", "serviceaccount", "configmap", "secret"})
 
 
-def create_order(asm: Assembly, *, assume: Iterable[Need] = (), existing: Callable[[Need], bool] | None = None) -> list[Finding]:
+def create_order(
+    asm: Assembly, *, assume: Iterable[Need] = (), existing: Callable[[Need], bool] | None = None
+) -> list[Finding]:
     """Objects whose prerequisites may not exist yet when their manifest is applied, in some allowed order.
     `assume`: prerequisites that exist outside the assembly (e.g. a namespace made by hand). `existing(need)`: for an
     update, what the deployed stack already has. A Pod Identity association or CSI driver add-on that the assembly
@@ -314,24 +348,45 @@ def create_order(asm: Assembly, *, assume: Iterable[Need] = (), existing: Callab
             ancestors = st.ancestors(m.logical_id)
             for i, obj in enumerate(m.objects):
                 for n in needs(obj):
-                    if (n.kind == "namespace" and n.name in BUILTIN_NAMESPACES) or n.kind == "crd" and n.name in BUILTIN_GROUPS:
+                    if (
+                        (n.kind == "namespace" and n.name in BUILTIN_NAMESPACES)
+                        or n.kind == "crd"
+                        and n.name in BUILTIN_GROUPS
+                    ):
                         continue
                     if n in assumed or (existing is not None and existing(n)):
                         continue
                     cands = providers.get(n, [])
                     if not cands:
                         if n.kind in _MISSING_IS_PROBLEM:
-                            problems.append(Finding("missing", m.where, f"{_describe(obj)} needs {n.kind} {n.name!r}, which nothing in the assembly creates"))
+                            problems.append(
+                                Finding(
+                                    "missing",
+                                    m.where,
+                                    f"{_describe(obj)} needs {n.kind} {n.name!r}, which nothing in the assembly creates",
+                                )
+                            )
                         continue
 
-                    if not any(_first(p, asm_stacks=before_stacks, manifest=m, position=i, need=n, ancestors=ancestors) for p in cands):
+                    if not any(
+                        _first(p, asm_stacks=before_stacks, manifest=m, position=i, need=n, ancestors=ancestors)
+                        for p in cands
+                    ):
                         where = ", ".join(sorted({f"{p.stack}/{p.logical_id}" for p in cands}))
-                        problems.append(Finding("create-order", m.where, f"{_describe(obj)} needs {n.kind} {n.name!r} from {where}, "
-                                                f"which may be applied after it (no dependency between them)"))
+                        problems.append(
+                            Finding(
+                                "create-order",
+                                m.where,
+                                f"{_describe(obj)} needs {n.kind} {n.name!r} from {where}, "
+                                f"which may be applied after it (no dependency between them)",
+                            )
+                        )
     return problems
 
 
-def _first(p: _Provider, *, asm_stacks: set[str], manifest: Manifest, position: int, need: Need, ancestors: frozenset[str]) -> bool:
+def _first(
+    p: _Provider, *, asm_stacks: set[str], manifest: Manifest, position: int, need: Need, ancestors: frozenset[str]
+) -> bool:
     """Whether provider `p` exists before the object at `position` of `manifest` in every allowed order."""
     if p.stack in asm_stacks:
         return True
@@ -359,9 +414,11 @@ def _describe(obj: dict[str, Any]) -> str:
 # docs: nodes stuck on the finalizer once the controller is gone); KEDA controllers/keda/scaledobject_finalizer.go
 # (scaledObjectFinalizer = "finalizer.keda.sh").
 CONTROLLER_FINALIZERS: Mapping[tuple[str, str], str] = {
-    ("karpenter.sh", "NodePool"): "karpenter", ("karpenter.sh", "NodeClaim"): "karpenter",
+    ("karpenter.sh", "NodePool"): "karpenter",
+    ("karpenter.sh", "NodeClaim"): "karpenter",
     ("karpenter.k8s.aws", "EC2NodeClass"): "karpenter",
-    ("keda.sh", "ScaledObject"): "keda", ("keda.sh", "ScaledJob"): "keda",
+    ("keda.sh", "ScaledObject"): "keda",
+    ("keda.sh", "ScaledJob"): "keda",
 }
 
 
@@ -383,8 +440,14 @@ def delete_order(asm: Assembly) -> list[Finding]:
                 if chart is None or not homes:
                     continue
                 if not any(s in later or (s == st.name and lid in ancestors) for s, lid in homes):
-                    problems.append(Finding("delete-order", m.where, f"{_describe(o)} carries a finalizer the {chart} chart's controller "
-                                            f"clears, but nothing makes CloudFormation delete it before that chart"))
+                    problems.append(
+                        Finding(
+                            "delete-order",
+                            m.where,
+                            f"{_describe(o)} carries a finalizer the {chart} chart's controller "
+                            f"clears, but nothing makes CloudFormation delete it before that chart",
+                        )
+                    )
     return problems
 
 
@@ -411,8 +474,11 @@ class Plan:
     updated: list[str] = field(default_factory=list)  # AWS resources updated in place: "stack/logical id (type)"
 
     def delete_commands(self) -> list[str]:
-        return [f"kubectl delete {o.get('kind', '').lower()}{'.' + api_group(o) if api_group(o) else ''} {o['metadata']['name']}"
-                + (f" -n {o['metadata']['namespace']}" if o["metadata"].get("namespace") else "") for o in self.leftovers]
+        return [
+            f"kubectl delete {o.get('kind', '').lower()}{'.' + api_group(o) if api_group(o) else ''} {o['metadata']['name']}"
+            + (f" -n {o['metadata']['namespace']}" if o["metadata"].get("namespace") else "")
+            for o in self.leftovers
+        ]
 
     def text(self) -> str:
         lines = []
@@ -458,12 +524,16 @@ def cfn_create_only(resource_type: str) -> tuple[str, ...]:
     try:
         from cfnlint.schema import PROVIDER_SCHEMA_MANAGER, ResourceNotFoundError
     except ImportError as exc:  # pragma: no cover - the dev/plan extra provides it
-        raise RuntimeError("the update check needs cfn-lint's CloudFormation resource schemas: pip install 'cdk-cpu-inference[plan]'") from exc
+        raise RuntimeError(
+            "the update check needs cfn-lint's CloudFormation resource schemas: pip install 'cdk-cpu-inference[plan]'"
+        ) from exc
     if resource_type.startswith("Custom::") or resource_type == "AWS::CloudFormation::CustomResource":
         return ()
     try:
         schema = PROVIDER_SCHEMA_MANAGER.get_resource_schema("us-east-1", resource_type).schema
-    except ResourceNotFoundError:  # a type cfn-lint's schemas do not know (third-party, brand-new): no replacement facts
+    except (
+        ResourceNotFoundError
+    ):  # a type cfn-lint's schemas do not know (third-party, brand-new): no replacement facts
         return ()
     return tuple(p.split("/")[2] for p in schema.get("createOnlyProperties", []) if p.startswith("/properties/"))
 
@@ -505,13 +575,25 @@ def model_copy_rollback(new: dict[str, Any], old: dict[str, Any]) -> str | None:
         entries = [Deployed(receipts.digest(p), stored) for p in props]
         return physical_id(receipts.location(props[0], receipts.attributes(props[0], stored)), *entries)
 
-    for case, pid in (("after its own update failed", deployed_id(old)), ("after a later resource failed", deployed_id(new, old))):
-        event = {"RequestType": "Update", "ResourceProperties": old, "OldResourceProperties": new, "PhysicalResourceId": pid,
-                 "RequestId": "rehearsal", "LogicalResourceId": "Copy", "StackId": "rehearsal"}
+    for case, pid in (
+        ("after its own update failed", deployed_id(old)),
+        ("after a later resource failed", deployed_id(new, old)),
+    ):
+        event = {
+            "RequestType": "Update",
+            "ResourceProperties": old,
+            "OldResourceProperties": new,
+            "PhysicalResourceId": pid,
+            "RequestId": "rehearsal",
+            "LogicalResourceId": "Copy",
+            "StackId": "rehearsal",
+        }
         try:
             with contextlib.redirect_stdout(io.StringIO()):  # the handler logs for CloudWatch; not the plan's output
                 answer = custom_resource.on_event(event, codebuild=_Refuse("codebuild"))
-                done = custom_resource.is_complete({**event, **answer}, codebuild=_Refuse("codebuild"), logs=_Refuse("logs"))
+                done = custom_resource.is_complete(
+                    {**event, **answer}, codebuild=_Refuse("codebuild"), logs=_Refuse("logs")
+                )
         except _Called as exc:
             return f"calls {exc} ({case}): it re-runs the copy instead of restoring the deployed receipt"
         if not done.get("IsComplete"):
@@ -520,11 +602,20 @@ def model_copy_rollback(new: dict[str, Any], old: dict[str, Any]) -> str | None:
 
 
 # The custom resources whose rollback this library can rehearse by running their handler.
-ROLLBACK_PROBES: Mapping[str, RollbackProbe] = {"Custom::ModelArtifact": model_copy_rollback, "Custom::ModelCatalog": model_copy_rollback}
+ROLLBACK_PROBES: Mapping[str, RollbackProbe] = {
+    "Custom::ModelArtifact": model_copy_rollback,
+    "Custom::ModelCatalog": model_copy_rollback,
+}
 
 
-def plan(before: Assembly, after: Assembly, *, create_only: CreateOnly = cfn_create_only,
-         rollback_probes: Mapping[str, RollbackProbe] = ROLLBACK_PROBES, assume: Iterable[Need] = ()) -> Plan:
+def plan(
+    before: Assembly,
+    after: Assembly,
+    *,
+    create_only: CreateOnly = cfn_create_only,
+    rollback_probes: Mapping[str, RollbackProbe] = ROLLBACK_PROBES,
+    assume: Iterable[Need] = (),
+) -> Plan:
     """What an update from `before` to `after` does, and its hazards (see the module docstring)."""
     hazards: list[Finding] = []
     replaced: list[str] = []
@@ -555,9 +646,19 @@ def plan(before: Assembly, after: Assembly, *, create_only: CreateOnly = cfn_cre
                 # Removing what the user removed is the point of the update; a stateful resource that leaves while
                 # one of its type arrives under a new logical id is a rename: the new one starts empty.
                 if t in STATEFUL_TYPES and t in added_types:
-                    hazards.append(Finding("stateful-renamed", where, f"{t} leaves the template while a new {t} arrives: " +
-                                           ("the old one is retained and orphaned" if retained else "the old one is deleted with its data") +
-                                           ", the new one starts empty"))
+                    hazards.append(
+                        Finding(
+                            "stateful-renamed",
+                            where,
+                            f"{t} leaves the template while a new {t} arrives: "
+                            + (
+                                "the old one is retained and orphaned"
+                                if retained
+                                else "the old one is deleted with its data"
+                            )
+                            + ", the new one starts empty",
+                        )
+                    )
             else:
                 old_props, new_props = res.get("Properties", {}), nr.get("Properties", {})
                 changed = [p for p in create_only(t) if old_props.get(p) != new_props.get(p)]
@@ -567,12 +668,23 @@ def plan(before: Assembly, after: Assembly, *, create_only: CreateOnly = cfn_cre
                     replaced.append(f"{where} ({t}): replaced ({', '.join(changed)} changed)")
                     if t in STATEFUL_TYPES:
                         kept = res.get("UpdateReplacePolicy") in {"Retain", "Snapshot"}
-                        hazards.append(Finding("stateful-replaced", where, f"{t} is replaced ({', '.join(changed)} changed): "
-                                               "a new empty resource; the old one is " + ("retained, orphaned" if kept else "deleted with its data")))
+                        hazards.append(
+                            Finding(
+                                "stateful-replaced",
+                                where,
+                                f"{t} is replaced ({', '.join(changed)} changed): "
+                                "a new empty resource; the old one is "
+                                + ("retained, orphaned" if kept else "deleted with its data"),
+                            )
+                        )
                 if t in rollback_probes and old_props != new_props:
                     why = rollback_probes[t](new_props, old_props)
                     if why:
-                        hazards.append(Finding("rollback-not-noop", where, f"if this update fails, the rollback Update of {t} {why}"))
+                        hazards.append(
+                            Finding(
+                                "rollback-not-noop", where, f"if this update fails, the rollback Update of {t} {why}"
+                            )
+                        )
 
         # A resource created under a new logical id while the old one (same type, same createOnly identity, e.g. an
         # EKS add-on's ClusterName + AddonName) still exists: CloudFormation creates the new one first and deletes the
@@ -586,9 +698,17 @@ def plan(before: Assembly, after: Assembly, *, create_only: CreateOnly = cfn_cre
             if all(v is None for v in ident.values()):
                 continue  # a generated name (e.g. no BucketName) cannot collide
             for olid, o in removed.items():
-                if o.get("Type") == r.get("Type") and all(o.get("Properties", {}).get(k) == v for k, v in ident.items()):
-                    hazards.append(Finding("identity-collision", f"{name}/{lid}", f"{r.get('Type')} with the same {', '.join(keys)} "
-                                           f"as {name}/{olid}, which is deleted only after this one is created: the create fails"))
+                if o.get("Type") == r.get("Type") and all(
+                    o.get("Properties", {}).get(k) == v for k, v in ident.items()
+                ):
+                    hazards.append(
+                        Finding(
+                            "identity-collision",
+                            f"{name}/{lid}",
+                            f"{r.get('Type')} with the same {', '.join(keys)} "
+                            f"as {name}/{olid}, which is deleted only after this one is created: the create fails",
+                        )
+                    )
 
         # Removed manifest resources: CloudFormation deletes them in cleanup, after the new template applied;
         # the handler runs `kubectl delete -f` on their objects.
@@ -598,9 +718,14 @@ def plan(before: Assembly, after: Assembly, *, create_only: CreateOnly = cfn_cre
             for o in m.objects:
                 k = object_key(o)
                 if k in new_objs:
-                    hazards.append(Finding("deleted-while-declared", m.where,
-                                           f"{_describe(o)} moves to {new_objs[k][0].where}; CloudFormation's cleanup deletes this "
-                                           f"resource after the update and its `kubectl delete -f` deletes the object the new template declares"))
+                    hazards.append(
+                        Finding(
+                            "deleted-while-declared",
+                            m.where,
+                            f"{_describe(o)} moves to {new_objs[k][0].where}; CloudFormation's cleanup deletes this "
+                            f"resource after the update and its `kubectl delete -f` deletes the object the new template declares",
+                        )
+                    )
         # Updated manifests: objects leaving a manifest that survives are pruned only if on the allowlist.
         for lid, m in old_st.manifests.items():
             nm = new_manifests.get(lid)
@@ -613,9 +738,14 @@ def plan(before: Assembly, after: Assembly, *, create_only: CreateOnly = cfn_cre
                     continue
                 if k in new_objs:
                     if is_pruned(o) and m.prune_label:
-                        hazards.append(Finding("pruned-while-declared", m.where,
-                                               f"{_describe(o)} moves to {new_objs[k][0].where}; this resource's `apply --prune` may delete it "
-                                               f"after the other applied it (no order between the two updates)"))
+                        hazards.append(
+                            Finding(
+                                "pruned-while-declared",
+                                m.where,
+                                f"{_describe(o)} moves to {new_objs[k][0].where}; this resource's `apply --prune` may delete it "
+                                f"after the other applied it (no order between the two updates)",
+                            )
+                        )
                 elif not (is_pruned(o) and m.prune_label):
                     leftovers.append(o)
         # New manifest resources: a failed update's rollback deletes them → `kubectl delete -f` of objects the old
@@ -626,9 +756,14 @@ def plan(before: Assembly, after: Assembly, *, create_only: CreateOnly = cfn_cre
             for o in nm.objects:
                 k = object_key(o)
                 if k in old_objs and old_objs[k][0].logical_id != lid:
-                    hazards.append(Finding("rollback-deletes", nm.where,
-                                           f"{_describe(o)} is already deployed by {old_objs[k][0].where}; if the update fails, "
-                                           "the rollback deletes this new resource and its `kubectl delete -f` deletes the object"))
+                    hazards.append(
+                        Finding(
+                            "rollback-deletes",
+                            nm.where,
+                            f"{_describe(o)} is already deployed by {old_objs[k][0].where}; if the update fails, "
+                            "the rollback deletes this new resource and its `kubectl delete -f` deletes the object",
+                        )
+                    )
 
     # Immutable fields on objects that keep their identity.
     for k, (m, o) in new_objs.items():
@@ -637,12 +772,17 @@ def plan(before: Assembly, after: Assembly, *, create_only: CreateOnly = cfn_cre
         old = old_objs[k][1]
         for path in IMMUTABLE_FIELDS.get((api_group(o), str(o.get("kind"))), ()):
             if _at(old, path) != _at(o, path):
-                hazards.append(Finding("immutable-field", m.where, f"{_describe(o)}: {path} changes, which the API server refuses "
-                                       "on update (kubectl apply fails, the stack rolls back)"))
+                hazards.append(
+                    Finding(
+                        "immutable-field",
+                        m.where,
+                        f"{_describe(o)}: {path} changes, which the API server refuses "
+                        "on update (kubectl apply fails, the stack rolls back)",
+                    )
+                )
 
     # New prerequisites must come first too (what the deployed stack already has exists).
     had = _providers(before)
     for f in create_order(after, assume=assume, existing=lambda n: n in had):
         hazards.append(f)
     return Plan(changes, replaced, hazards, leftovers, updated)
-

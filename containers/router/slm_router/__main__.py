@@ -32,8 +32,13 @@ async def serve(cfg: config.Config) -> None:
         warm = asyncio.create_task(server.router.warm_up())
     else:
         pools = ", ".join(f"{p.name}: {len(p.models)} models on {len(p.replicas)} replicas" for p in cfg.gateway.pools)
-        log.info("gateway listening on %s:%d (models: %s%s)", cfg.listen_host, port, ", ".join(m.name for m in cfg.gateway.models),
-                 f"; pools: {pools}" if pools else "")
+        log.info(
+            "gateway listening on %s:%d (models: %s%s)",
+            cfg.listen_host,
+            port,
+            ", ".join(m.name for m in cfg.gateway.models),
+            f"; pools: {pools}" if pools else "",
+        )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -62,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv:
         print(f"router: unknown arguments {argv} (only serve or --print-config)", file=sys.stderr)
         return 2
-    logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr
+    )
     # botocore's DEBUG log holds whole request and response bodies (prompts, answers, the API key secret): the
     # router's own DEBUG lines are enough.
     logging.getLogger("botocore").setLevel(max(logging.INFO, logging.getLogger().level))

@@ -41,17 +41,38 @@ _POOL = ThreadPoolExecutor(max_workers=64, thread_name_prefix="aws")
 _DONE = object()
 # Errors that mean "the LLM cannot answer now" even though AWS answered 4xx: the router's own credentials
 # or quota, not the client's request.
-_UNAVAILABLE_CODES = {"ThrottlingException", "ServiceUnavailableException", "ServiceUnavailable", "ModelNotReadyException",
-                      "InternalServerException", "InternalFailure", "AccessDeniedException", "UnrecognizedClientException",
-                      "ExpiredTokenException", "ModelTimeoutException", "InternalDependencyException", "TooManyRequestsException"}
+_UNAVAILABLE_CODES = {
+    "ThrottlingException",
+    "ServiceUnavailableException",
+    "ServiceUnavailable",
+    "ModelNotReadyException",
+    "InternalServerException",
+    "InternalFailure",
+    "AccessDeniedException",
+    "UnrecognizedClientException",
+    "ExpiredTokenException",
+    "ModelTimeoutException",
+    "InternalDependencyException",
+    "TooManyRequestsException",
+}
 
 
 def make_client(service: str, region: str, endpoint_url: str, t: Timeouts) -> Any:
     """A botocore client without retries; empty region / endpoint_url mean AWS_REGION or the SDK chain / the
     public endpoint (botocore itself reads only AWS_DEFAULT_REGION, not the AWS_REGION other SDKs use)."""
-    cfg = BotoConfig(connect_timeout=t.connect_s, read_timeout=max(t.total_s, t.first_byte_s, t.idle_s),
-                     retries={"total_max_attempts": 1}, max_pool_connections=64, user_agent_extra="slm-router")
-    return botocore.session.get_session().create_client(service, region_name=region or os.environ.get("AWS_REGION") or None, endpoint_url=endpoint_url or None, config=cfg)
+    cfg = BotoConfig(
+        connect_timeout=t.connect_s,
+        read_timeout=max(t.total_s, t.first_byte_s, t.idle_s),
+        retries={"total_max_attempts": 1},
+        max_pool_connections=64,
+        user_agent_extra="slm-router",
+    )
+    return botocore.session.get_session().create_client(
+        service,
+        region_name=region or os.environ.get("AWS_REGION") or None,
+        endpoint_url=endpoint_url or None,
+        config=cfg,
+    )
 
 
 def _mapped(exc: BaseException) -> UpstreamError | Answer:
@@ -97,8 +118,9 @@ async def _call(fn: Callable[..., Any], timeout: float, **kwargs: Any) -> Any:
         return mapped
 
 
-async def _relay_events(events: Iterable[Any], convert: Callable[[Any], bytes | None], idle_s: float,
-                        tail: bytes = b"") -> AsyncIterator[bytes]:
+async def _relay_events(
+    events: Iterable[Any], convert: Callable[[Any], bytes | None], idle_s: float, tail: bytes = b""
+) -> AsyncIterator[bytes]:
     """Iterate a botocore EventStream on the pool and yield each converted event as it arrives."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()  # unbounded: a token stream is small, and the pump never blocks
@@ -120,7 +142,11 @@ async def _relay_events(events: Iterable[Any], convert: Callable[[Any], bytes | 
         if isinstance(item, EventStreamError):
             raise UpstreamError("protocol", f"stream error event: {item}")
         if isinstance(item, Exception):
-            mapped = _mapped(item) if isinstance(item, (BotoCoreError, ClientError)) else UpstreamError("protocol", repr(item))
+            mapped = (
+                _mapped(item)
+                if isinstance(item, (BotoCoreError, ClientError))
+                else UpstreamError("protocol", repr(item))
+            )
             raise mapped if isinstance(mapped, UpstreamError) else UpstreamError("protocol", "client error mid-stream")
         data = convert(item)
         if data:
@@ -142,8 +168,19 @@ class SageMakerBackend:
     (JSON, or SSE bytes carried in PayloadPart events, relayed unchanged). Used for the LLM (escalation kind
     sagemaker) and for the SLM (slm_endpoint_name)."""
 
-    def __init__(self, endpoint_name: str, timeouts: Timeouts, *, upstream: str = "llm", region: str = "", endpoint_url: str = "",
-                 model_id: str = "", inference_component: str = "", target_model: str = "", client: Any = None):
+    def __init__(
+        self,
+        endpoint_name: str,
+        timeouts: Timeouts,
+        *,
+        upstream: str = "llm",
+        region: str = "",
+        endpoint_url: str = "",
+        model_id: str = "",
+        inference_component: str = "",
+        target_model: str = "",
+        client: Any = None,
+    ):
         self.upstream = upstream
         self.endpoint_name, self.model_id, self.inference_component = endpoint_name, model_id, inference_component
         self.target_model = target_model
@@ -152,11 +189,23 @@ class SageMakerBackend:
 
     @classmethod
     def for_escalation(cls, e: Escalation, timeouts: Timeouts) -> SageMakerBackend:
-        return cls(e.endpoint_name, timeouts, upstream="llm", region=e.region, endpoint_url=e.endpoint_url, model_id=e.model_id,
-                   inference_component=e.inference_component, target_model=e.target_model)
+        return cls(
+            e.endpoint_name,
+            timeouts,
+            upstream="llm",
+            region=e.region,
+            endpoint_url=e.endpoint_url,
+            model_id=e.model_id,
+            inference_component=e.inference_component,
+            target_model=e.target_model,
+        )
 
     def _kwargs(self, body: dict[str, Any]) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"EndpointName": self.endpoint_name, "Body": json.dumps(body).encode(), "ContentType": "application/json"}
+        kwargs: dict[str, Any] = {
+            "EndpointName": self.endpoint_name,
+            "Body": json.dumps(body).encode(),
+            "ContentType": "application/json",
+        }
         if self.inference_component:
             kwargs["InferenceComponentName"] = self.inference_component
         if self.target_model:
@@ -179,8 +228,12 @@ class SageMakerBackend:
             return await self.invoke(body, self.t.total_s)
         if self.target_model:
             return await self._whole_as_sse(body)
-        resp = await _call(self.client.invoke_endpoint_with_response_stream, self.t.first_byte_s, Accept="text/event-stream",
-                           **self._kwargs(body))
+        resp = await _call(
+            self.client.invoke_endpoint_with_response_stream,
+            self.t.first_byte_s,
+            Accept="text/event-stream",
+            **self._kwargs(body),
+        )
         if isinstance(resp, Answer):
             return resp
         events = resp["Body"]
@@ -190,23 +243,35 @@ class SageMakerBackend:
                 return event["PayloadPart"].get("Bytes") or None
             raise UpstreamError("protocol", f"SageMaker stream error: {json.dumps(event, default=str)[:200]}")
 
-        return Answer(200, resp.get("ContentType") or "text/event-stream", chunks=_relay_events(events, convert, self.t.idle_s),
-                      close=_closer(events))
+        return Answer(
+            200,
+            resp.get("ContentType") or "text/event-stream",
+            chunks=_relay_events(events, convert, self.t.idle_s),
+            close=_closer(events),
+        )
 
     async def _whole_as_sse(self, body: dict[str, Any]) -> Answer:
         """A multi-model endpoint cannot stream: InvokeEndpointWithResponseStream has no TargetModel member (botocore
         sagemaker-runtime). The answer is asked for whole and replayed to the client as chat.completion.chunk SSE."""
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        answer = await self.invoke({k: v for k, v in body.items() if k not in ("stream", "stream_options")}, self.t.total_s)
+        answer = await self.invoke(
+            {k: v for k, v in body.items() if k not in ("stream", "stream_options")}, self.t.total_s
+        )
         if answer.status != 200:
             return answer
         try:
             doc = json.loads(answer.body)
             choices = doc["choices"]
         except (ValueError, KeyError, TypeError):
-            raise UpstreamError("protocol", "the multi-model endpoint's answer is not an OpenAI chat completion") from None
-        head = {"id": doc.get("id", f"chatcmpl-{uuid.uuid4().hex}"), "object": "chat.completion.chunk",
-                "created": doc.get("created", int(time.time())), "model": doc.get("model", self.model_id)}
+            raise UpstreamError(
+                "protocol", "the multi-model endpoint's answer is not an OpenAI chat completion"
+            ) from None
+        head = {
+            "id": doc.get("id", f"chatcmpl-{uuid.uuid4().hex}"),
+            "object": "chat.completion.chunk",
+            "created": doc.get("created", int(time.time())),
+            "model": doc.get("model", self.model_id),
+        }
 
         def sse(chunk_choices: list[dict[str, Any]], **extra: Any) -> bytes:
             return b"data: " + json.dumps({**head, "choices": chunk_choices, **extra}).encode() + b"\n\n"
@@ -218,7 +283,9 @@ class SageMakerBackend:
             if message.get("tool_calls"):
                 delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
             pieces.append(sse([{"index": c.get("index", 0), "delta": delta, "finish_reason": None}]))
-            pieces.append(sse([{"index": c.get("index", 0), "delta": {}, "finish_reason": c.get("finish_reason") or "stop"}]))
+            pieces.append(
+                sse([{"index": c.get("index", 0), "delta": {}, "finish_reason": c.get("finish_reason") or "stop"}])
+            )
         if include_usage and doc.get("usage"):
             pieces.append(sse([], usage=doc["usage"]))
         pieces.append(b"data: [DONE]\n\n")
@@ -254,8 +321,14 @@ class SageMakerTransport:
         pass  # the backend owns the botocore client
 
 
-_STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
-                 "content_filtered": "content_filter", "guardrail_intervened": "content_filter"}
+_STOP_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool_calls",
+    "content_filtered": "content_filter",
+    "guardrail_intervened": "content_filter",
+}
 
 
 def _text(content: Any) -> str:
@@ -281,7 +354,9 @@ def converse_request(body: dict[str, Any], model_id: str) -> dict[str, Any]:
             else:
                 messages.append({"role": role, "content": [{"text": text}]})
         else:
-            raise ValueError(f"messages[{i}].role {role!r}: the Bedrock escalation takes system, user and assistant text messages")
+            raise ValueError(
+                f"messages[{i}].role {role!r}: the Bedrock escalation takes system, user and assistant text messages"
+            )
     req: dict[str, Any] = {"modelId": model_id, "messages": messages}
     if system:
         req["system"] = system
@@ -307,11 +382,21 @@ def chat_completion(resp: dict[str, Any], model_id: str) -> dict[str, Any]:
     usage = resp.get("usage") or {}
     return {
         "id": f"chatcmpl-{(resp.get('ResponseMetadata') or {}).get('RequestId') or uuid.uuid4().hex}",
-        "object": "chat.completion", "created": int(time.time()), "model": model_id,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(b.get("text", "") for b in content)},
-                     "finish_reason": _STOP_REASONS.get(resp.get("stopReason", ""), "stop")}],
-        "usage": {"prompt_tokens": usage.get("inputTokens", 0), "completion_tokens": usage.get("outputTokens", 0),
-                  "total_tokens": usage.get("totalTokens", 0)},
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model_id,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "".join(b.get("text", "") for b in content)},
+                "finish_reason": _STOP_REASONS.get(resp.get("stopReason", ""), "stop"),
+            }
+        ],
+        "usage": {
+            "prompt_tokens": usage.get("inputTokens", 0),
+            "completion_tokens": usage.get("outputTokens", 0),
+            "total_tokens": usage.get("totalTokens", 0),
+        },
     }
 
 
@@ -343,7 +428,14 @@ class BedrockBackend:
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
 
         def sse(choices: list[dict[str, Any]], **extra: Any) -> bytes:
-            doc = {"id": chunk_id, "object": "chat.completion.chunk", "created": created, "model": self.e.model_id, "choices": choices, **extra}
+            doc = {
+                "id": chunk_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": self.e.model_id,
+                "choices": choices,
+                **extra,
+            }
             return b"data: " + json.dumps(doc).encode() + b"\n\n"
 
         def convert(event: dict[str, Any]) -> bytes | None:
@@ -357,14 +449,24 @@ class BedrockBackend:
                 return sse([{"index": 0, "delta": {}, "finish_reason": reason}])
             if "metadata" in event and include_usage:
                 u = event["metadata"].get("usage") or {}
-                return sse([], usage={"prompt_tokens": u.get("inputTokens", 0), "completion_tokens": u.get("outputTokens", 0),
-                                      "total_tokens": u.get("totalTokens", 0)})
+                return sse(
+                    [],
+                    usage={
+                        "prompt_tokens": u.get("inputTokens", 0),
+                        "completion_tokens": u.get("outputTokens", 0),
+                        "total_tokens": u.get("totalTokens", 0),
+                    },
+                )
             if any(k.endswith("Exception") for k in event):
                 raise UpstreamError("protocol", f"Bedrock stream error: {json.dumps(event, default=str)[:200]}")
             return None
 
-        return Answer(200, "text/event-stream", chunks=_relay_events(events, convert, self.t.idle_s, tail=b"data: [DONE]\n\n"),
-                      close=_closer(events))
+        return Answer(
+            200,
+            "text/event-stream",
+            chunks=_relay_events(events, convert, self.t.idle_s, tail=b"data: [DONE]\n\n"),
+            close=_closer(events),
+        )
 
     async def aclose(self) -> None:
         self.client.close()

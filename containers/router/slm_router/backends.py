@@ -24,8 +24,16 @@ __all__ = ["Answer", "ApiKey", "Backend", "OpenAIBackend", "make_llm", "make_slm
 class OpenAIBackend:
     """An OpenAI-compatible /chat/completions (llama-server, vLLM, a hosted API)."""
 
-    def __init__(self, upstream: str, client: HttpClient, path: str, timeouts: Timeouts, *, model: str = "",
-                 auth: Callable[[], Any] | None = None):
+    def __init__(
+        self,
+        upstream: str,
+        client: HttpClient,
+        path: str,
+        timeouts: Timeouts,
+        *,
+        model: str = "",
+        auth: Callable[[], Any] | None = None,
+    ):
         self.upstream = upstream
         self.client = client
         self.path = path
@@ -36,7 +44,10 @@ class OpenAIBackend:
     async def complete(self, body: dict[str, Any], stream: bool) -> Answer:
         if self.model:
             body = {**body, "model": self.model}
-        headers = [("Content-Type", "application/json"), ("Accept", "text/event-stream" if stream else "application/json")]
+        headers = [
+            ("Content-Type", "application/json"),
+            ("Accept", "text/event-stream" if stream else "application/json"),
+        ]
         raw_body = json.dumps(body).encode()
         key = await _resolved(self.auth())
         resp = await self._send(raw_body, headers, key)
@@ -59,7 +70,9 @@ class OpenAIBackend:
             raw = await resp.read(self.timeouts.total_s)
         except Exception as e:
             resp.close()
-            raise UpstreamError("timeout" if isinstance(e, TimeoutError) else "protocol", f"body not complete ({type(e).__name__})") from None
+            raise UpstreamError(
+                "timeout" if isinstance(e, TimeoutError) else "protocol", f"body not complete ({type(e).__name__})"
+            ) from None
         if unavailable_status(resp.status):
             raise UpstreamError("status", f"{self.upstream} answered {resp.status}: {raw[:200]!r}", resp.status)
         return Answer(resp.status, content_type, body=raw)
@@ -109,8 +122,14 @@ def make_slm(cfg: Config) -> Backend:
     if cfg.slm_endpoint_name:
         from . import aws  # botocore only when the SLM is a SageMaker endpoint
 
-        return aws.SageMakerBackend(cfg.slm_endpoint_name, cfg.timeouts, upstream="slm", region=cfg.slm_region,
-                                    endpoint_url=cfg.slm_endpoint_url, model_id=cfg.slm_model)
+        return aws.SageMakerBackend(
+            cfg.slm_endpoint_name,
+            cfg.timeouts,
+            upstream="slm",
+            region=cfg.slm_region,
+            endpoint_url=cfg.slm_endpoint_url,
+            model_id=cfg.slm_model,
+        )
     client = HttpClient(cfg.slm_url, connect_timeout=cfg.timeouts.connect_s)
     return OpenAIBackend("slm", client, "/v1/chat/completions", cfg.timeouts, model=cfg.slm_model)
 

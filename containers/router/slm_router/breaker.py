@@ -10,8 +10,15 @@ class CircuitBreaker:
     """closed → (failure_threshold consecutive failures) → open → (reset_after_s) → half-open: one trial
     request; its success closes the circuit, its failure opens it for another reset_after_s."""
 
-    def __init__(self, name: str, failure_threshold: int, reset_after_s: float, *,
-                 clock: Callable[[], float] = time.monotonic, on_change: Callable[[str, str], None] | None = None):
+    def __init__(
+        self,
+        name: str,
+        failure_threshold: int,
+        reset_after_s: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        on_change: Callable[[str, str], None] | None = None,
+    ):
         self.name = name
         self.failure_threshold = failure_threshold
         self.reset_after_s = reset_after_s

@@ -112,7 +112,9 @@ def _piece(alt: dict[str, Any]) -> str:
     return alt.get("token") or ""
 
 
-def read_decision(content: str, positions: list[dict[str, Any]], labels: Sequence[str]) -> tuple[str, float, dict[str, float]]:
+def read_decision(
+    content: str, positions: list[dict[str, Any]], labels: Sequence[str]
+) -> tuple[str, float, dict[str, float]]:
     """(label, confidence, first-token distribution) from a grammar-constrained answer and its logprobs.
 
     At each generated position the alternatives are split by the labels they could still start. The step's
@@ -164,7 +166,12 @@ def read_decision(content: str, positions: list[dict[str, Any]], labels: Sequenc
             distribution = {lab: mass.get(lab, 0.0) / total for lab in labels}
         unlisted = max(0.0, 1.0 - sum(probs.values()))
         smallest = min((math.exp(float(a.get("logprob", -math.inf))) for a in top), default=1.0)
-        rivals = {lab[len(generated):k] for lab in candidates if lab != label for k in range(len(generated) + 1, len(lab) + 1)}
+        rivals = {
+            lab[len(generated) : k]
+            for lab in candidates
+            if lab != label
+            for k in range(len(generated) + 1, len(lab) + 1)
+        }
         rivals = {p for p in rivals if p not in seen and not label.startswith(generated + p)}
         hidden = min(unlisted, smallest * len(rivals))
         denominator = union + hidden
@@ -201,7 +208,9 @@ class Classifier:
         still fits several labels, classify() asks again with full room."""
         counts: list[int] = []
         for label in self.cfg.labels:
-            status, payload = await self.client.post_json("/tokenize", {"content": label}, timeout=self.cfg.timeouts.classify_s)
+            status, payload = await self.client.post_json(
+                "/tokenize", {"content": label}, timeout=self.cfg.timeouts.classify_s
+            )
             # No llama-server /tokenize: a SageMaker endpoint serves only /invocations (404), vLLM's /tokenize takes
             # `prompt`, not `content` (400). Count the tokens of a constrained generation instead.
             if status in (400, 404) and not counts:
@@ -218,9 +227,15 @@ class Classifier:
         """The label's token count as the SLM generates it: a chat completion whose grammar allows only this label
         (the fixed prefix, so the prompt cache serves it); its logprobs list the generated tokens, the end-of-turn
         token after the label included, so the count stops where the label's text is complete."""
-        body = {**self.request_body("Hello", max_tokens=FULL_LABEL_TOKENS), "grammar": grammar_for([label]),
-                "structured_outputs": {"choice": [label]}, "top_logprobs": 1}
-        status, payload = await self.client.post_json("/v1/chat/completions", body, timeout=self.cfg.timeouts.classify_s)
+        body = {
+            **self.request_body("Hello", max_tokens=FULL_LABEL_TOKENS),
+            "grammar": grammar_for([label]),
+            "structured_outputs": {"choice": [label]},
+            "top_logprobs": 1,
+        }
+        status, payload = await self.client.post_json(
+            "/v1/chat/completions", body, timeout=self.cfg.timeouts.classify_s
+        )
         try:
             positions = payload["choices"][0]["logprobs"]["content"] if status == 200 else None
         except (KeyError, IndexError, TypeError):
@@ -234,7 +249,9 @@ class Classifier:
                 return n
         return len(positions)
 
-    def request_body(self, text: str, *, cache_prompt: bool | None = None, max_tokens: int | None = None) -> dict[str, Any]:
+    def request_body(
+        self, text: str, *, cache_prompt: bool | None = None, max_tokens: int | None = None
+    ) -> dict[str, Any]:
         return {
             "messages": classification_messages(self.prefix, text),
             "grammar": self.grammar,
@@ -263,7 +280,9 @@ class Classifier:
         while attempt < r.classify_attempts:
             attempt += 1
             try:
-                status, payload = await self.client.post_json("/v1/chat/completions", body, timeout=self.cfg.timeouts.classify_s)
+                status, payload = await self.client.post_json(
+                    "/v1/chat/completions", body, timeout=self.cfg.timeouts.classify_s
+                )
             except UpstreamError as e:
                 last = e
             else:
@@ -292,7 +311,9 @@ class Classifier:
                     attempt -= 1
                     continue
                 else:
-                    raise ClassificationError(f"SLM refused the classification request with {status}: {_message(payload)}")
+                    raise ClassificationError(
+                        f"SLM refused the classification request with {status}: {_message(payload)}"
+                    )
             if attempt < r.classify_attempts:
                 self.on_retry()
                 delay = min(r.backoff_max_s, r.backoff_base_s * 2 ** (attempt - 1))
@@ -311,7 +332,11 @@ class Classifier:
 
 
 def _context_exceeded(payload: Any) -> bool:
-    return isinstance(payload, dict) and isinstance(payload.get("error"), dict) and payload["error"].get("type") == CONTEXT_EXCEEDED
+    return (
+        isinstance(payload, dict)
+        and isinstance(payload.get("error"), dict)
+        and payload["error"].get("type") == CONTEXT_EXCEEDED
+    )
 
 
 def _message(payload: Any) -> str:

@@ -123,8 +123,15 @@ async def _empty() -> AsyncIterator[bytes]:
 
 
 class HttpClient:
-    def __init__(self, base_url: str, *, connect_timeout: float, idle_seconds: float = 3.0, max_idle: int = 32,
-                 headers: list[tuple[str, str]] | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        connect_timeout: float,
+        idle_seconds: float = 3.0,
+        max_idle: int = 32,
+        headers: list[tuple[str, str]] | None = None,
+    ):
         u = urlsplit(base_url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise ValueError(f"not an http(s) URL: {base_url!r}")
@@ -135,22 +142,37 @@ class HttpClient:
         self.host_header = u.netloc.rsplit("@", 1)[-1]
         self.headers = list(headers or [])
         # idle_seconds below the peer's keep-alive timeout (llama-server: 5 s) so the stale-connection race stays rare.
-        self.pool = KeepAlivePool(self.host, self.port, max_idle=max_idle, idle_seconds=idle_seconds, connect_timeout=connect_timeout,
-                                  ssl=ssl.create_default_context() if u.scheme == "https" else None)
+        self.pool = KeepAlivePool(
+            self.host,
+            self.port,
+            max_idle=max_idle,
+            idle_seconds=idle_seconds,
+            connect_timeout=connect_timeout,
+            ssl=ssl.create_default_context() if u.scheme == "https" else None,
+        )
 
     async def _connect(self) -> Connection:
         try:
             return await self.pool.connect()
         except TimeoutError:
-            raise UpstreamError("connect", f"{self.host}:{self.port} connect timed out after {self.pool.connect_timeout}s") from None
+            raise UpstreamError(
+                "connect", f"{self.host}:{self.port} connect timed out after {self.pool.connect_timeout}s"
+            ) from None
         except OSError as e:
             raise UpstreamError("connect", f"{self.host}:{self.port}: {e.strerror or e}") from None
 
     def close(self) -> None:
         self.pool.close()
 
-    async def request(self, method: str, path: str, body: bytes = b"", headers: list[tuple[str, str]] | None = None, *,
-                      head_timeout: float) -> Response:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes = b"",
+        headers: list[tuple[str, str]] | None = None,
+        *,
+        head_timeout: float,
+    ) -> Response:
         """Send one request and wait for the response head. Raises UpstreamError when nothing usable came
         back (the caller decides whether to retry: only a stale pooled connection is re-sent here)."""
         raw = encode_request(method, self.prefix + path, self.host_header, self.headers + (headers or []), body)
@@ -190,7 +212,9 @@ class HttpClient:
     async def post_json(self, path: str, payload: dict[str, Any], *, timeout: float) -> tuple[int, Any]:
         """POST a JSON body and read the whole JSON answer within `timeout` seconds (head and body)."""
         deadline = time.monotonic() + timeout
-        resp = await self.request("POST", path, json.dumps(payload).encode(), [("Content-Type", "application/json")], head_timeout=timeout)
+        resp = await self.request(
+            "POST", path, json.dumps(payload).encode(), [("Content-Type", "application/json")], head_timeout=timeout
+        )
         try:
             raw = await resp.read(max(0.001, deadline - time.monotonic()))
         except TimeoutError:

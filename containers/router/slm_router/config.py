@@ -32,7 +32,10 @@ DEFAULT_INSTRUCTIONS = (
 
 DEFAULT_FEW_SHOT: tuple[tuple[str, str], ...] = (
     ("Hi there!", "simple"),
-    ("Write a Python function that parses a CSV file and returns the median of every column, with unit tests.", "complex"),
+    (
+        "Write a Python function that parses a CSV file and returns the median of every column, with unit tests.",
+        "complex",
+    ),
     ("What is the capital of France?", "simple"),
     ("Prove that there are infinitely many prime numbers.", "complex"),
     ("Say thank you in Spanish.", "simple"),
@@ -116,8 +119,12 @@ class Escalation(Document):
     endpoint_url: str = ""  # sagemaker/bedrock: VPC interface endpoint or a test server; empty = public
     api_key_env: str = ""  # openai: name of the env var that holds the API key
     api_key_file: str = ""  # openai: path of a mounted secret file holding the API key (wins over api_key_env)
-    api_key_secret_arn: str = ""  # openai: AWS Secrets Manager secret (ARN or name) holding the API key (wins over both)
-    api_key_refresh_minutes: float = 15.0  # openai + api_key_secret_arn: re-read the secret this often (and after a 401)
+    api_key_secret_arn: str = (
+        ""  # openai: AWS Secrets Manager secret (ARN or name) holding the API key (wins over both)
+    )
+    api_key_refresh_minutes: float = (
+        15.0  # openai + api_key_secret_arn: re-read the secret this often (and after a 401)
+    )
 
 
 @dataclass(frozen=True)
@@ -164,7 +171,9 @@ class GatewayPool(Document):
 class Gateway(Document):
     models: tuple[GatewayModel, ...] = ()  # dedicated models: one backend URL each
     pools: tuple[GatewayPool, ...] = ()  # pooled models: a model is in `models` or in exactly one pool
-    retry_after_s: int = 10  # Retry-After of the 503 for a model whose backend is unavailable (scaled to zero, starting)
+    retry_after_s: int = (
+        10  # Retry-After of the 503 for a model whose backend is unavailable (scaled to zero, starting)
+    )
     cold_load_timeout_s: float = 60.0  # pooled models: until the response head (a model's load on its replica included)
     health_interval_s: float = 5.0  # pooled models: how often each replica's GET /health is probed
 
@@ -230,20 +239,26 @@ class Config(Document):
     def _validate_router(self) -> Config:
         if self.slm_endpoint_name:
             if not ENDPOINT_NAME.fullmatch(self.slm_endpoint_name):
-                raise ConfigError(f"slm_endpoint_name: must be a SageMaker endpoint name (letters, digits and '-', not first "
-                                  f"or last, at most 63), got {self.slm_endpoint_name!r}")
+                raise ConfigError(
+                    f"slm_endpoint_name: must be a SageMaker endpoint name (letters, digits and '-', not first "
+                    f"or last, at most 63), got {self.slm_endpoint_name!r}"
+                )
             if self.slm_endpoint_url and not self.slm_endpoint_url.startswith(("http://", "https://")):
                 raise ConfigError(f"slm_endpoint_url: must be an http(s) URL, got {self.slm_endpoint_url!r}")
         elif not self.slm_url.startswith(("http://", "https://")):
             raise ConfigError(f"slm_url: must be an http(s) URL, got {self.slm_url!r}")
         elif self.slm_region or self.slm_endpoint_url:
             key = "slm_region" if self.slm_region else "slm_endpoint_url"
-            raise ConfigError(f"{key}: only used with slm_endpoint_name (the SLM behind a SageMaker endpoint); set slm_endpoint_name or drop {key}")
+            raise ConfigError(
+                f"{key}: only used with slm_endpoint_name (the SLM behind a SageMaker endpoint); set slm_endpoint_name or drop {key}"
+            )
         if len(self.labels) < 2:
             raise ConfigError(f"labels: need at least 2 labels, got {list(self.labels)}")
         for i, label in enumerate(self.labels):
             if not label or not label.isprintable() or label != label.strip():
-                raise ConfigError(f"labels[{i}]: must be non-empty printable text without surrounding spaces, got {label!r}")
+                raise ConfigError(
+                    f"labels[{i}]: must be non-empty printable text without surrounding spaces, got {label!r}"
+                )
         if len(set(self.labels)) != len(self.labels):
             raise ConfigError(f"labels: duplicates in {list(self.labels)}")
         if not self.slm_labels:
@@ -278,7 +293,9 @@ def _validate_gateway(g: Gateway) -> None:
     seen: set[str] = set()
     for i, m in enumerate(g.models):
         if not m.name or not m.name.isprintable() or m.name != m.name.strip():
-            raise ConfigError(f"gateway.models[{i}].name: must be non-empty printable text without surrounding spaces, got {m.name!r}")
+            raise ConfigError(
+                f"gateway.models[{i}].name: must be non-empty printable text without surrounding spaces, got {m.name!r}"
+            )
         if m.name in seen:
             raise ConfigError(f"gateway.models[{i}].name: {m.name!r} appears twice")
         seen.add(m.name)
@@ -298,7 +315,9 @@ def _validate_pools(pools: tuple[GatewayPool, ...], dedicated: set[str]) -> None
     for i, p in enumerate(pools):
         key = f"gateway.pools[{i}]"
         if not p.name or not p.name.isprintable() or p.name != p.name.strip():
-            raise ConfigError(f"{key}.name: must be non-empty printable text without surrounding spaces, got {p.name!r}")
+            raise ConfigError(
+                f"{key}.name: must be non-empty printable text without surrounding spaces, got {p.name!r}"
+            )
         if p.name in names:
             raise ConfigError(f"{key}.name: pool {p.name!r} appears twice")
         names.add(p.name)
@@ -317,10 +336,14 @@ def _validate_pools(pools: tuple[GatewayPool, ...], dedicated: set[str]) -> None
             raise ConfigError(f"{key}.models: a pool needs at least one model name")
         for j, m in enumerate(p.models):
             if not m or not m.isprintable() or m != m.strip():
-                raise ConfigError(f"{key}.models[{j}]: must be non-empty printable text without surrounding spaces, got {m!r}")
+                raise ConfigError(
+                    f"{key}.models[{j}]: must be non-empty printable text without surrounding spaces, got {m!r}"
+                )
             if m in dedicated:
-                raise ConfigError(f"{key}.models[{j}]: {m!r} is also in gateway.models; a model is dedicated or pooled, "
-                                  "not both: drop one")
+                raise ConfigError(
+                    f"{key}.models[{j}]: {m!r} is also in gateway.models; a model is dedicated or pooled, "
+                    "not both: drop one"
+                )
             if m in pool_of:
                 where = "twice in this pool" if pool_of[m] == p.name else f"also in pool {pool_of[m]!r}"
                 raise ConfigError(f"{key}.models[{j}]: {m!r} is {where}; a model belongs to exactly one pool")
@@ -341,17 +364,27 @@ def _validate_escalation(e: Escalation) -> None:
         raise ConfigError(f"escalation.kind: must be openai, sagemaker or bedrock, got {e.kind!r}")
     if e.target_model:
         if e.kind != "sagemaker":
-            raise ConfigError(f"escalation.target_model: only kind sagemaker addresses a model on a multi-model endpoint (kind is {e.kind!r})")
+            raise ConfigError(
+                f"escalation.target_model: only kind sagemaker addresses a model on a multi-model endpoint (kind is {e.kind!r})"
+            )
         if e.inference_component:
-            raise ConfigError("escalation.target_model: a multi-model endpoint has no inference components; set target_model "
-                              "or inference_component, not both")
+            raise ConfigError(
+                "escalation.target_model: a multi-model endpoint has no inference components; set target_model "
+                "or inference_component, not both"
+            )
         if not TARGET_MODEL.fullmatch(e.target_model):
-            raise ConfigError(f"escalation.target_model: must be 1-1024 printable characters not starting with a space "
-                              f"(e.g. 'my-model/1a2b3c4d5e6f7a8b-0c1d2e3f.tar.gz'), got {e.target_model!r}")
+            raise ConfigError(
+                f"escalation.target_model: must be 1-1024 printable characters not starting with a space "
+                f"(e.g. 'my-model/1a2b3c4d5e6f7a8b-0c1d2e3f.tar.gz'), got {e.target_model!r}"
+            )
     if e.api_key_secret_arn and e.kind != "openai":
-        raise ConfigError(f"escalation.api_key_secret_arn: only kind openai sends an API key (kind is {e.kind!r}: AWS credentials sign the calls)")
+        raise ConfigError(
+            f"escalation.api_key_secret_arn: only kind openai sends an API key (kind is {e.kind!r}: AWS credentials sign the calls)"
+        )
     if e.api_key_secret_arn and not SECRET_ID.fullmatch(e.api_key_secret_arn):
-        raise ConfigError(f"escalation.api_key_secret_arn: must be a Secrets Manager secret ARN or name, got {e.api_key_secret_arn!r}")
+        raise ConfigError(
+            f"escalation.api_key_secret_arn: must be a Secrets Manager secret ARN or name, got {e.api_key_secret_arn!r}"
+        )
     if e.api_key_refresh_minutes <= 0:
         raise ConfigError(f"escalation.api_key_refresh_minutes: must be > 0, got {e.api_key_refresh_minutes}")
     if e.endpoint_url and not e.endpoint_url.startswith(("http://", "https://")):
@@ -395,8 +428,11 @@ def _typed(value: Any, annotation: Any, key: str) -> Any:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{key}: must be a list of strings, got {value!r}")
         return tuple(value)
-    for cls, shape in ((FewShot, "{text, label}"), (GatewayModel, "{name, url}"),
-                       (GatewayPool, "{name, replication, models, replicas}")):
+    for cls, shape in (
+        (FewShot, "{text, label}"),
+        (GatewayModel, "{name, url}"),
+        (GatewayPool, "{name, replication, models, replicas}"),
+    ):
         if ann == f"tuple[{cls.__name__}, ...]":
             if not isinstance(value, list):
                 raise ConfigError(f"{key}: must be a list of {shape} objects")

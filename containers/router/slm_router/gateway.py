@@ -58,12 +58,18 @@ def missing_from_preset(status: int, raw: bytes, model: str) -> bool:
 
 class GatewayServer(Front):
     post_paths = GATEWAY_PATHS
-    routes_hint = ("the gateway serves POST " + ", ".join(GATEWAY_PATHS) + " (routed by the body's model), "
-                   "GET /v1/models, /health, /ready, /metrics")
+    routes_hint = (
+        "the gateway serves POST " + ", ".join(GATEWAY_PATHS) + " (routed by the body's model), "
+        "GET /v1/models, /health, /ready, /metrics"
+    )
 
     def __init__(self, cfg: Config, metrics: GatewayMetrics):
-        super().__init__(render_metrics=metrics.render, on_reject=lambda reason: metrics.rejected.labels(reason).inc(),
-                         max_body_bytes=cfg.max_body_bytes, max_in_flight=cfg.max_in_flight)
+        super().__init__(
+            render_metrics=metrics.render,
+            on_reject=lambda reason: metrics.rejected.labels(reason).inc(),
+            max_body_bytes=cfg.max_body_bytes,
+            max_in_flight=cfg.max_in_flight,
+        )
         self.cfg = cfg
         self.metrics = metrics
         self.backends = {m.name: HttpClient(m.url, connect_timeout=cfg.timeouts.connect_s) for m in cfg.gateway.models}
@@ -153,8 +159,12 @@ class GatewayServer(Front):
         self.metrics.unavailable.labels(model).inc()
         self.metrics.requests.labels(model, "503").inc()
         log.warning("model %s unavailable: %s", model, detail)
-        return error_response(503, f"model {model!r} is unavailable right now ({detail}); retry later", keep_alive=ka,
-                              headers=[("Retry-After", retry_after or self.retry_after)])
+        return error_response(
+            503,
+            f"model {model!r} is unavailable right now ({detail}); retry later",
+            keep_alive=ka,
+            headers=[("Retry-After", retry_after or self.retry_after)],
+        )
 
     def _headers(self, req: Request) -> list[tuple[str, str]]:
         headers = [("Content-Type", "application/json")]
@@ -163,8 +173,9 @@ class GatewayServer(Front):
     async def _forward(self, model: str, req: Request, writer: asyncio.StreamWriter, ka: bool) -> bool:
         start = time.perf_counter()
         try:
-            resp = await self.backends[model].request("POST", req.path, req.body, self._headers(req),
-                                                      head_timeout=self.cfg.timeouts.first_byte_s)
+            resp = await self.backends[model].request(
+                "POST", req.path, req.body, self._headers(req), head_timeout=self.cfg.timeouts.first_byte_s
+            )
         except UpstreamError as e:
             writer.write(self._unavailable(model, f"{e.reason}: {e}", ka))
             await writer.drain()
@@ -172,7 +183,9 @@ class GatewayServer(Front):
         self.metrics.request_seconds.labels(model).observe(time.perf_counter() - start)
         return await self._relay(model, resp, writer, ka)
 
-    async def _forward_pooled(self, pool: Pool, model: str, req: Request, writer: asyncio.StreamWriter, ka: bool) -> bool:
+    async def _forward_pooled(
+        self, pool: Pool, model: str, req: Request, writer: asyncio.StreamWriter, ka: bool
+    ) -> bool:
         start = time.perf_counter()
         candidates = pool.affinity.candidates(model)[:POOL_ATTEMPTS]
         if not candidates:  # counted under replica "none": the pool's scale-from-zero signal (its in-flight stays 0)
@@ -184,16 +197,21 @@ class GatewayServer(Front):
             pool.affinity.started(model, replica)
             try:
                 try:
-                    resp = await pool.clients[replica].request("POST", req.path, req.body, self._headers(req),
-                                                               head_timeout=pool.head_timeout)
+                    resp = await pool.clients[replica].request(
+                        "POST", req.path, req.body, self._headers(req), head_timeout=pool.head_timeout
+                    )
                 except UpstreamError as e:
                     if e.reason == "connect":  # nothing was sent: the replica is gone, try the model's next one
                         pool.set_live(replica, False, str(e))
                         if n + 1 < len(candidates):
                             continue
                     pool.metrics.pool_requests.labels(pool.name, pool.replica_label(replica), "503").inc()
-                    detail = (f"no response head within gateway.cold_load_timeout_s={pool.head_timeout:g}s from pool "
-                              f"{pool.name!r} (loading the model?)" if e.reason == "timeout" else f"{e.reason}: {e}")
+                    detail = (
+                        f"no response head within gateway.cold_load_timeout_s={pool.head_timeout:g}s from pool "
+                        f"{pool.name!r} (loading the model?)"
+                        if e.reason == "timeout"
+                        else f"{e.reason}: {e}"
+                    )
                     writer.write(self._unavailable(model, detail, ka))
                     await writer.drain()
                     return ka
@@ -203,8 +221,15 @@ class GatewayServer(Front):
                 pool.affinity.finished(model, replica)
         raise AssertionError("unreachable: the last candidate always answers or returns")
 
-    async def _relay(self, model: str, resp: Response, writer: asyncio.StreamWriter, ka: bool,
-                     count: Callable[[str], None] = lambda code: None, pool: str | None = None) -> bool:
+    async def _relay(
+        self,
+        model: str,
+        resp: Response,
+        writer: asyncio.StreamWriter,
+        ka: bool,
+        count: Callable[[str], None] = lambda code: None,
+        pool: str | None = None,
+    ) -> bool:
         """Send the backend's answer to the client: SSE piece by piece, JSON whole; 502/503/504 become our 503, and so
         does a `pool` replica's "model not found" for this listed model (its preset update has not arrived yet)."""
         t = self.cfg.timeouts
@@ -225,8 +250,14 @@ class GatewayServer(Front):
             return ka
         if pool is not None and missing_from_preset(resp.status, raw, model):
             count("503")
-            writer.write(self._unavailable(model, f"a replica of pool {pool!r} has not loaded its preset with this model yet "
-                                                  "(just added: replicas apply a new preset within about a minute)", ka))
+            writer.write(
+                self._unavailable(
+                    model,
+                    f"a replica of pool {pool!r} has not loaded its preset with this model yet "
+                    "(just added: replicas apply a new preset within about a minute)",
+                    ka,
+                )
+            )
             await writer.drain()
             return ka
         if resp.status in UNAVAILABLE_STATUSES:  # e.g. llama-server answers 503 while it loads the model

@@ -18,28 +18,65 @@ class Metrics:
     def __init__(self, labels: Sequence[str]):
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
-            "router_requests", "Chat requests answered, by route (slm: answered by the SLM, llm: escalated) and fallback",
-            ["route", "fallback"], registry=r)
-        self.decisions = Counter("router_decisions", "Classifications by label and the route they chose", ["label", "route"], registry=r)
+            "router_requests",
+            "Chat requests answered, by route (slm: answered by the SLM, llm: escalated) and fallback",
+            ["route", "fallback"],
+            registry=r,
+        )
+        self.decisions = Counter(
+            "router_decisions", "Classifications by label and the route they chose", ["label", "route"], registry=r
+        )
         self.decision_seconds = Histogram(
-            "router_decision_seconds", "SLM classification latency, retries included",
-            buckets=(0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0), registry=r)
+            "router_decision_seconds",
+            "SLM classification latency, retries included",
+            buckets=(0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0),
+            registry=r,
+        )
         self.confidence = Histogram(
-            "router_confidence", "Confidence of the chosen label", ["label"],
-            buckets=(0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99, 1.0), registry=r)
-        self.fallbacks = Counter("router_fallbacks", "Requests answered by the other model because one was unavailable", ["reason"], registry=r)
+            "router_confidence",
+            "Confidence of the chosen label",
+            ["label"],
+            buckets=(0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99, 1.0),
+            registry=r,
+        )
+        self.fallbacks = Counter(
+            "router_fallbacks",
+            "Requests answered by the other model because one was unavailable",
+            ["reason"],
+            registry=r,
+        )
         self.upstream_failures = Counter(
-            "router_upstream_failures", "Failed calls to an upstream (connect, timeout, protocol, status)", ["upstream", "reason"], registry=r)
-        self.classify_retries = Counter("router_classify_retries", "Classification attempts retried after a failure", registry=r)
-        self.classify_errors = Counter("router_classification_errors", "Classifications that gave no label", ["reason"], registry=r)
-        self.circuit_open = Gauge("router_circuit_open", "1 while the upstream's circuit breaker is open", ["upstream"], registry=r)
+            "router_upstream_failures",
+            "Failed calls to an upstream (connect, timeout, protocol, status)",
+            ["upstream", "reason"],
+            registry=r,
+        )
+        self.classify_retries = Counter(
+            "router_classify_retries", "Classification attempts retried after a failure", registry=r
+        )
+        self.classify_errors = Counter(
+            "router_classification_errors", "Classifications that gave no label", ["reason"], registry=r
+        )
+        self.circuit_open = Gauge(
+            "router_circuit_open", "1 while the upstream's circuit breaker is open", ["upstream"], registry=r
+        )
         self.request_seconds = Histogram(
-            "router_request_seconds", "Time from request to response head, by route", ["route"],
-            buckets=(0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0), registry=r)
-        self.failed = Counter("router_failed_requests", "Requests the router answered with its own 5xx", ["reason"], registry=r)
+            "router_request_seconds",
+            "Time from request to response head, by route",
+            ["route"],
+            buckets=(0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0),
+            registry=r,
+        )
+        self.failed = Counter(
+            "router_failed_requests", "Requests the router answered with its own 5xx", ["reason"], registry=r
+        )
         self.stream_errors = Counter("router_stream_errors", "Streams cut after they started", ["route"], registry=r)
-        self.rejected = Counter("router_rejected_requests", "Requests refused before any work: overload (429) or draining (503)",
-                                ["reason"], registry=r)
+        self.rejected = Counter(
+            "router_rejected_requests",
+            "Requests refused before any work: overload (429) or draining (503)",
+            ["reason"],
+            registry=r,
+        )
         self.in_flight = Gauge("router_in_flight", "Chat requests in progress (429 beyond max_in_flight)", registry=r)
         # Every series exists from the start at 0, so rate() and alerts see the first increment.
         for route in ROUTES:
@@ -72,27 +109,52 @@ class GatewayMetrics:
 
     def __init__(self, models: Sequence[str], pools: Mapping[str, int] | None = None):
         r = self.registry = CollectorRegistry(auto_describe=True)
-        self.requests = Counter("gateway_requests", "Requests answered, by model and HTTP status", ["model", "code"], registry=r)
+        self.requests = Counter(
+            "gateway_requests", "Requests answered, by model and HTTP status", ["model", "code"], registry=r
+        )
         self.unavailable = Counter(
-            "gateway_backend_unavailable", "Requests answered 503 because the model's backend was unavailable "
-            "(scaled to zero, starting, overloaded or down); its rate is the scale-from-zero signal", ["model"], registry=r)
+            "gateway_backend_unavailable",
+            "Requests answered 503 because the model's backend was unavailable "
+            "(scaled to zero, starting, overloaded or down); its rate is the scale-from-zero signal",
+            ["model"],
+            registry=r,
+        )
         self.in_flight = Gauge("gateway_in_flight", "Requests in progress, by model", ["model"], registry=r)
         self.request_seconds = Histogram(
-            "gateway_request_seconds", "Time from request to response head, by model", ["model"],
-            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0), registry=r)
-        self.unknown_model = Counter("gateway_unknown_model", "Requests for a model name that is not configured (404)", registry=r)
+            "gateway_request_seconds",
+            "Time from request to response head, by model",
+            ["model"],
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0),
+            registry=r,
+        )
+        self.unknown_model = Counter(
+            "gateway_unknown_model", "Requests for a model name that is not configured (404)", registry=r
+        )
         self.stream_errors = Counter("gateway_stream_errors", "Streams cut after they started", ["model"], registry=r)
-        self.rejected = Counter("gateway_rejected_requests", "Requests refused before any work: overload (429) or draining (503)",
-                                ["reason"], registry=r)
+        self.rejected = Counter(
+            "gateway_rejected_requests",
+            "Requests refused before any work: overload (429) or draining (503)",
+            ["reason"],
+            registry=r,
+        )
         self.pool_in_flight = Gauge(
-            "gateway_pool_in_flight", "Requests in progress for the models of a multi-model pool (the pool's scaling signal)",
-            ["pool"], registry=r)
+            "gateway_pool_in_flight",
+            "Requests in progress for the models of a multi-model pool (the pool's scaling signal)",
+            ["pool"],
+            registry=r,
+        )
         self.pool_requests = Counter(
-            "gateway_pool_requests", "Requests a pool replica answered (replica: StatefulSet ordinal), by HTTP status returned",
-            ["pool", "replica", "code"], registry=r)
+            "gateway_pool_requests",
+            "Requests a pool replica answered (replica: StatefulSet ordinal), by HTTP status returned",
+            ["pool", "replica", "code"],
+            registry=r,
+        )
         self.pool_replica_up = Gauge(
-            "gateway_pool_replica_up", "1 while the gateway counts the pool replica live (GET /health, connections)",
-            ["pool", "replica"], registry=r)
+            "gateway_pool_replica_up",
+            "1 while the gateway counts the pool replica live (GET /health, connections)",
+            ["pool", "replica"],
+            registry=r,
+        )
         for pool, replicas in (pools or {}).items():
             self.pool_in_flight.labels(pool).set(0)
             self.pool_requests.labels(pool, "none", "503")  # no live replica (scaled to zero): the wake-up signal

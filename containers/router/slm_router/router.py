@@ -45,8 +45,11 @@ class Routed:
     def headers(self) -> list[tuple[str, str]]:
         out = [("x-router-route", self.route)]
         if self.decision is not None:
-            out += [("x-router-label", self.decision.label), ("x-router-confidence", f"{self.decision.confidence:.4f}"),
-                    ("x-router-decision-ms", f"{self.decision.latency_s * 1000:.1f}")]
+            out += [
+                ("x-router-label", self.decision.label),
+                ("x-router-confidence", f"{self.decision.confidence:.4f}"),
+                ("x-router-decision-ms", f"{self.decision.latency_s * 1000:.1f}"),
+            ]
         if self.fallback:
             out.append(("x-router-fallback", self.fallback))
         return out
@@ -55,8 +58,11 @@ class Routed:
         """Added to non-streamed JSON answers as "x_router" (OpenAI clients ignore unknown fields)."""
         d: dict[str, Any] = {"route": self.route, "fallback": self.fallback}
         if self.decision is not None:
-            d.update(label=self.decision.label, confidence=round(self.decision.confidence, 4),
-                     distribution={k: round(v, 4) for k, v in self.decision.distribution.items()})
+            d.update(
+                label=self.decision.label,
+                confidence=round(self.decision.confidence, 4),
+                distribution={k: round(v, 4) for k, v in self.decision.distribution.items()},
+            )
         return d
 
 
@@ -67,8 +73,10 @@ class Router:
         self.classifier = classifier
         self.metrics = metrics
         b = cfg.breaker
-        self.breakers = {name: CircuitBreaker(name, b.failure_threshold, b.reset_after_s, on_change=self._breaker_changed)
-                         for name in ("slm", "llm")}
+        self.breakers = {
+            name: CircuitBreaker(name, b.failure_threshold, b.reset_after_s, on_change=self._breaker_changed)
+            for name in ("slm", "llm")
+        }
 
     def _breaker_changed(self, name: str, state: str) -> None:
         log.warning("circuit breaker %s: %s", name, state)

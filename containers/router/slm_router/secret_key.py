@@ -66,7 +66,9 @@ class SecretApiKey:
         return f"SecretApiKey({self.secret_id!r}, cached={self._value is not None})"
 
     async def __call__(self) -> str:
-        if time.monotonic() - self._fetched_at >= self.refresh_s:  # also the first call (-inf) and ≤ 30 s after a failure
+        if (
+            time.monotonic() - self._fetched_at >= self.refresh_s
+        ):  # also the first call (-inf) and ≤ 30 s after a failure
             await self._fetch(self._fetched_at)
         if self._value is None:
             raise UpstreamError("connect", f"the API key secret {self.secret_id} could not be read")
@@ -86,7 +88,9 @@ class SecretApiKey:
             try:
                 resp = await self._call(self.client.get_secret_value, self.timeout_s, SecretId=self.secret_id)
                 if not isinstance(resp, dict):  # a 4xx Answer: not found, access denied, KMS
-                    raise ValueError(f"GetSecretValue answered {resp.status}: {resp.body[:200].decode(errors='replace')}")
+                    raise ValueError(
+                        f"GetSecretValue answered {resp.status}: {resp.body[:200].decode(errors='replace')}"
+                    )
                 raw = resp.get("SecretString")
                 if raw is None and resp.get("SecretBinary") is not None:
                     raw = bytes(resp["SecretBinary"]).decode("utf-8")
@@ -94,8 +98,12 @@ class SecretApiKey:
             except (UpstreamError, ValueError, UnicodeDecodeError, BotoCoreError, ClientError) as err:
                 # The message carries AWS's error or our own text, never the secret's value.
                 self._fetched_at = time.monotonic() - self.refresh_s + min(30.0, self.refresh_s)  # retry in ≤ 30 s
-                log.warning("API key secret %s not read (%s)%s", self.secret_id, err,
-                            "; keeping the previous key" if self._value else "; the LLM is unavailable until it is")
+                log.warning(
+                    "API key secret %s not read (%s)%s",
+                    self.secret_id,
+                    err,
+                    "; keeping the previous key" if self._value else "; the LLM is unavailable until it is",
+                )
                 return
             changed = value != self._value
             self._value, self._fetched_at = value, time.monotonic()

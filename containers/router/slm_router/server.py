@@ -26,22 +26,55 @@ OVERLOAD_RETRY_AFTER_S = 1
 PROBE_PATHS = ("/health", "/ready", "/ping", "/metrics")
 
 
-def error_response(status: int, message: str, *, keep_alive: bool = True, headers: list[tuple[str, str]] | None = None,
-                   extra: dict | None = None) -> bytes:
+def error_response(
+    status: int,
+    message: str,
+    *,
+    keep_alive: bool = True,
+    headers: list[tuple[str, str]] | None = None,
+    extra: dict | None = None,
+) -> bytes:
     body = error_body(status, message)
     if extra:
         doc = json.loads(body)
         doc["error"].update(extra)
         body = json.dumps(doc).encode()
-    return encode_head(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body))),
-                                *(headers or []), ("Connection", "keep-alive" if keep_alive else "close")]) + body
+    return (
+        encode_head(
+            status,
+            [
+                ("Content-Type", "application/json"),
+                ("Content-Length", str(len(body))),
+                *(headers or []),
+                ("Connection", "keep-alive" if keep_alive else "close"),
+            ],
+        )
+        + body
+    )
 
 
-def json_response(status: int, doc: object, *, keep_alive: bool, content_type: str = "application/json",
-                  headers: list[tuple[str, str]] | None = None, raw: bytes | None = None) -> bytes:
+def json_response(
+    status: int,
+    doc: object,
+    *,
+    keep_alive: bool,
+    content_type: str = "application/json",
+    headers: list[tuple[str, str]] | None = None,
+    raw: bytes | None = None,
+) -> bytes:
     body = raw if raw is not None else json.dumps(doc).encode()
-    return encode_head(status, [("Content-Type", content_type), ("Content-Length", str(len(body))), *(headers or []),
-                                ("Connection", "keep-alive" if keep_alive else "close")]) + body
+    return (
+        encode_head(
+            status,
+            [
+                ("Content-Type", content_type),
+                ("Content-Length", str(len(body))),
+                *(headers or []),
+                ("Connection", "keep-alive" if keep_alive else "close"),
+            ],
+        )
+        + body
+    )
 
 
 class Front(Http1Server):
@@ -53,8 +86,14 @@ class Front(Http1Server):
     log = logging.getLogger("router.http")
     abort_seconds = 0.0  # nothing to end cleanly after the drain: remaining connections are dropped at once
 
-    def __init__(self, *, render_metrics: Callable[[], bytes], on_reject: Callable[[str], None], max_body_bytes: int,
-                 max_in_flight: int):
+    def __init__(
+        self,
+        *,
+        render_metrics: Callable[[], bytes],
+        on_reject: Callable[[str], None],
+        max_body_bytes: int,
+        max_in_flight: int,
+    ):
         super().__init__(max_body_bytes=max_body_bytes, client_idle_timeout=CLIENT_IDLE_S)
         self.render_metrics = render_metrics
         self.on_reject = on_reject
@@ -90,13 +129,25 @@ class Front(Http1Server):
                 writer.write(error_response(405, f"use POST {path}", keep_alive=ka, headers=[("Allow", "POST")]))
             elif self._closing:
                 self.on_reject("draining")
-                writer.write(error_response(503, "shutting down: retry on another replica", keep_alive=False,
-                                            headers=[("Retry-After", str(OVERLOAD_RETRY_AFTER_S))]))
+                writer.write(
+                    error_response(
+                        503,
+                        "shutting down: retry on another replica",
+                        keep_alive=False,
+                        headers=[("Retry-After", str(OVERLOAD_RETRY_AFTER_S))],
+                    )
+                )
             elif self.in_flight >= self.max_in_flight:
                 # Overload: refuse at once instead of queueing without bound; clients and load balancers retry.
                 self.on_reject("overload")
-                writer.write(error_response(429, f"overloaded: {self.in_flight} requests in progress (max_in_flight)",
-                                            keep_alive=ka, headers=[("Retry-After", str(OVERLOAD_RETRY_AFTER_S))]))
+                writer.write(
+                    error_response(
+                        429,
+                        f"overloaded: {self.in_flight} requests in progress (max_in_flight)",
+                        keep_alive=ka,
+                        headers=[("Retry-After", str(OVERLOAD_RETRY_AFTER_S))],
+                    )
+                )
             else:
                 self.in_flight += 1
                 try:
@@ -107,7 +158,9 @@ class Front(Http1Server):
             return ka
         extra = self.get_extra(path) if req.method in ("GET", "HEAD") else None
         if req.method not in ("GET", "HEAD"):
-            writer.write(error_response(405 if path in PROBE_PATHS else 404, f"no route {req.method} {path}", keep_alive=ka))
+            writer.write(
+                error_response(405 if path in PROBE_PATHS else 404, f"no route {req.method} {path}", keep_alive=ka)
+            )
         elif path == "/health":
             # Liveness: the config loaded (the server only listens after that) and the loop answers.
             writer.write(json_response(200, {"status": "ok"}, keep_alive=ka))
@@ -117,7 +170,9 @@ class Front(Http1Server):
                 status, doc = 503, {**doc, "status": "draining"}
             writer.write(json_response(status, doc, keep_alive=ka))
         elif path == "/metrics":
-            writer.write(json_response(200, None, keep_alive=ka, content_type=METRICS_CONTENT_TYPE, raw=self.render_metrics()))
+            writer.write(
+                json_response(200, None, keep_alive=ka, content_type=METRICS_CONTENT_TYPE, raw=self.render_metrics())
+            )
         elif extra is not None:
             writer.write(json_response(extra[0], extra[1], keep_alive=ka))
         else:
@@ -125,14 +180,29 @@ class Front(Http1Server):
         await writer.drain()
         return ka
 
-    async def relay_stream(self, answer: Answer, headers: list[tuple[str, str]], writer: asyncio.StreamWriter, ka: bool,
-                           on_break: Callable[[BaseException], None]) -> bool:
+    async def relay_stream(
+        self,
+        answer: Answer,
+        headers: list[tuple[str, str]],
+        writer: asyncio.StreamWriter,
+        ka: bool,
+        on_break: Callable[[BaseException], None],
+    ) -> bool:
         """Relay SSE pieces as they arrive. After the head is out there is no fallback: a broken upstream
         ends the stream with an SSE error event."""
         assert answer.chunks is not None
-        writer.write(encode_head(answer.status, [("Content-Type", answer.content_type), ("Cache-Control", "no-cache"),
-                                                 *headers, ("Transfer-Encoding", "chunked"),
-                                                 ("Connection", "keep-alive" if ka else "close")]))
+        writer.write(
+            encode_head(
+                answer.status,
+                [
+                    ("Content-Type", answer.content_type),
+                    ("Cache-Control", "no-cache"),
+                    *headers,
+                    ("Transfer-Encoding", "chunked"),
+                    ("Connection", "keep-alive" if ka else "close"),
+                ],
+            )
+        )
         try:
             async for data in answer.chunks:
                 writer.write(encode_chunk(data))
@@ -143,7 +213,9 @@ class Front(Http1Server):
         except (TimeoutError, HttpError, asyncio.IncompleteReadError, UpstreamError) as e:
             answer.close()
             on_break(e)
-            event = {"error": {"code": 502, "type": "server_error", "message": f"upstream stream broke ({type(e).__name__})"}}
+            event = {
+                "error": {"code": 502, "type": "server_error", "message": f"upstream stream broke ({type(e).__name__})"}
+            }
             writer.write(encode_chunk(b"data: " + json.dumps(event).encode() + b"\n\n"))
             writer.write(LAST_CHUNK)
             await writer.drain()
@@ -159,9 +231,21 @@ class RouterServer(Front):
     post_paths = ("/v1/chat/completions", "/chat/completions", "/invocations")  # /invocations: SageMaker's data plane
     routes_hint = "the router serves POST /v1/chat/completions (and /invocations), GET /health, /ready, /ping, /metrics"
 
-    def __init__(self, router: Router, metrics: Metrics, slm_health: HttpClient | None, *, max_body_bytes: int, max_in_flight: int):
-        super().__init__(render_metrics=metrics.render, on_reject=lambda reason: metrics.rejected.labels(reason).inc(),
-                         max_body_bytes=max_body_bytes, max_in_flight=max_in_flight)
+    def __init__(
+        self,
+        router: Router,
+        metrics: Metrics,
+        slm_health: HttpClient | None,
+        *,
+        max_body_bytes: int,
+        max_in_flight: int,
+    ):
+        super().__init__(
+            render_metrics=metrics.render,
+            on_reject=lambda reason: metrics.rejected.labels(reason).inc(),
+            max_body_bytes=max_body_bytes,
+            max_in_flight=max_in_flight,
+        )
         self.router = router
         self.metrics = metrics
         self.slm_health = slm_health
@@ -189,7 +273,11 @@ class RouterServer(Front):
                 slm_ok = False
         llm_state = self.router.breakers["llm"].state
         ready = slm_ok or llm_state != "open"
-        doc = {"status": "ready" if ready else "unavailable", "slm": "ok" if slm_ok else "down", "llm_circuit": llm_state}
+        doc = {
+            "status": "ready" if ready else "unavailable",
+            "slm": "ok" if slm_ok else "down",
+            "llm_circuit": llm_state,
+        }
         self._ready_cache = (now, 200 if ready else 503, doc)
         return self._ready_cache[1], doc
 
@@ -212,8 +300,16 @@ class RouterServer(Front):
             return ka
         answer = routed.answer
         if answer.chunks is None:
-            writer.write(json_response(answer.status, None, keep_alive=ka, content_type=answer.content_type,
-                                       headers=routed.headers(), raw=Router.mark_json(answer, routed)))
+            writer.write(
+                json_response(
+                    answer.status,
+                    None,
+                    keep_alive=ka,
+                    content_type=answer.content_type,
+                    headers=routed.headers(),
+                    raw=Router.mark_json(answer, routed),
+                )
+            )
             await writer.drain()
             return ka
         return await self.relay_stream(answer, routed.headers(), writer, ka, lambda e: self._stream_broke(routed, e))

@@ -50,7 +50,9 @@ class Endpoint:
     proc: subprocess.Popen  # the entrypoint; llama-server is its only child
     log: Path  # the entrypoint's and llama-server's combined stdout/stderr
     startup_pings: list[int] = field(default_factory=list)  # /ping statuses from first answer until 200
-    startup_health: list[int | None] = field(default_factory=list)  # engine /health at each of those pings (None: not listening)
+    startup_health: list[int | None] = field(
+        default_factory=list
+    )  # engine /health at each of those pings (None: not listening)
 
     def log_tail(self, n: int = 30) -> str:
         """The last `n` lines of the log (for assertion messages)."""
@@ -67,13 +69,21 @@ class Endpoint:
 def serve_env(binary: Path, model_dir: Path, port: int, engine_port: int, **extra: str) -> dict[str, str]:
     """The environment for `entrypoint.py serve`: this process's environment without any inherited
     engine/adapter variables, the test defaults, then `extra` (any env-contract variable)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "SAGEMAKER_", "ADAPTER_", "MODEL_", "SM_"))}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "SAGEMAKER_", "ADAPTER_", "MODEL_", "SM_"))
+    }
     # One engine thread: on the shared 2-vCPU test machine a 2-thread engine stalls at every barrier
     # whenever another process holds a core (measured: 16 tokens in 55 s instead of 0.2 s).
     env.update(
-        LLAMA_SERVER_BIN=str(binary), SM_MODEL_DIR=str(model_dir), SAGEMAKER_BIND_TO_PORT=str(port),
-        LLAMA_ENGINE_PORT=str(engine_port), ADAPTER_HOST="127.0.0.1", LLAMA_THREADS="1",
-        LLAMA_PARALLEL=str(SLOTS), LLAMA_QUEUE_DEPTH=str(QUEUE_DEPTH), LLAMA_CTX_PER_SLOT="512",
+        LLAMA_SERVER_BIN=str(binary),
+        SM_MODEL_DIR=str(model_dir),
+        SAGEMAKER_BIND_TO_PORT=str(port),
+        LLAMA_ENGINE_PORT=str(engine_port),
+        ADAPTER_HOST="127.0.0.1",
+        LLAMA_THREADS="1",
+        LLAMA_PARALLEL=str(SLOTS),
+        LLAMA_QUEUE_DEPTH=str(QUEUE_DEPTH),
+        LLAMA_CTX_PER_SLOT="512",
         LLAMA_CACHE_RAM_MIB="64",
         # Serve as whoever runs the tests: the engine binary and models live in this user's cache, which the
         # image's 65532 may not reach. test_privileges.py runs the default (drop root to 65532:65532).
@@ -106,7 +116,9 @@ def start_endpoint(binary: Path, model: Path, workdir: Path, timeout: float = 12
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [sys.executable, str(ENGINE_DIR / "entrypoint.py"), "serve"],
-            env=serve_env(binary, model_dir, port, engine_port, **extra), stdout=out, stderr=subprocess.STDOUT,
+            env=serve_env(binary, model_dir, port, engine_port, **extra),
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
     ep = Endpoint(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{engine_port}", proc, log)
     deadline = time.monotonic() + timeout
@@ -140,7 +152,9 @@ def stop_endpoint(ep: Endpoint, timeout: float = 40) -> int:
 
 
 @contextmanager
-def sagemaker_endpoint(binary: Path, model: Path, workdir: Path, timeout: float = 120, **extra: str) -> Iterator[Endpoint]:
+def sagemaker_endpoint(
+    binary: Path, model: Path, workdir: Path, timeout: float = 120, **extra: str
+) -> Iterator[Endpoint]:
     """start_endpoint() ... stop_endpoint() as a context manager."""
     ep = start_endpoint(binary, model, workdir, timeout, **extra)
     try:

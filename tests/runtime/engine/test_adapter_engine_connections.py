@@ -45,8 +45,12 @@ class AdapterThread:
 @pytest.fixture(scope="module")
 def engine_port(llama_server_bin: Path, smollm2_gguf: Path) -> Iterator[int]:
     port = free_port()
-    cfg = EngineConfig(model=str(smollm2_gguf), threads=1, parallel=2, ctx_per_slot=512, host="127.0.0.1", port=port, cache_ram_mib=64)
-    proc = subprocess.Popen([str(llama_server_bin), *llama_server_args(cfg)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cfg = EngineConfig(
+        model=str(smollm2_gguf), threads=1, parallel=2, ctx_per_slot=512, host="127.0.0.1", port=port, cache_ram_mib=64
+    )
+    proc = subprocess.Popen(
+        [str(llama_server_bin), *llama_server_args(cfg)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         wait_healthy(f"http://127.0.0.1:{port}", proc)
         yield port

@@ -63,9 +63,10 @@ def test_rerank_scores_match_transformers(llama_server_bin: Path, reranker_gguf:
     assert sorted(scores) == list(range(len(DOCUMENTS)))
     diffs = [abs(scores[i] - ref) for i, ref in enumerate(reference)]
     record_property("rerank_max_abs_diff", max(diffs))
-    print(f"rerank: max |score - reference| {max(diffs):.2e}; scores {[round(scores[i], 4) for i in range(len(DOCUMENTS))]}")
+    print(
+        f"rerank: max |score - reference| {max(diffs):.2e}; scores {[round(scores[i], 4) for i in range(len(DOCUMENTS))]}"
+    )
     assert max(diffs) <= RERANK_TOLERANCE, (scores, reference)
     assert body["usage"]["prompt_tokens"] == tokens
     # Not all equal: the head and the encoder both act (a constant would also be "within tolerance" of a constant).
     assert max(reference) - min(reference) > 100 * RERANK_TOLERANCE
-

@@ -47,7 +47,11 @@ def test_serving_features_are_on(model: Path) -> None:
 
 def test_env_contract_from_sizing(model: Path) -> None:
     """What the sizing module emits is what the engine runs with."""
-    s = size(ModelSpec(parameters_billions=0.135, quantization="Q4_1", task="classification"), instance("c7g.2xlarge"), target="sagemaker")
+    s = size(
+        ModelSpec(parameters_billions=0.135, quantization="Q4_1", task="classification"),
+        instance("c7g.2xlarge"),
+        target="sagemaker",
+    )
     env = {**s.engine_env(), "MODEL_PATH": str(model), "LLAMA_SERVER_BIN": "/bin/true"}
     cmd = eks_command(env, cpus=2, memory_limit=4 << 30)
     assert _flag(cmd, "--threads") == str(s.threads) == "8"
@@ -89,7 +93,10 @@ def test_cgroup_cpu_limit(tmp_path: Path, files: dict[str, str], expected: float
     assert ef.cgroup_cpu_limit(root) == expected
 
 
-@pytest.mark.parametrize(("quota", "affinity", "threads"), [("250000 100000", 8, 2), ("50000 100000", 8, 1), ("1600000 100000", 4, 4), ("max 100000", 6, 6)])
+@pytest.mark.parametrize(
+    ("quota", "affinity", "threads"),
+    [("250000 100000", 8, 2), ("50000 100000", 8, 1), ("1600000 100000", 4, 4), ("max 100000", 6, 6)],
+)
 def test_available_cpus_rounds_the_quota_down(tmp_path: Path, quota: str, affinity: int, threads: int) -> None:
     (tmp_path / "cpu.max").write_text(quota)
     assert ef.available_cpus(tmp_path, affinity=affinity) == threads
@@ -142,14 +149,21 @@ def test_config_errors_name_the_variable(model: Path, env: dict[str, str], messa
 
 
 def test_extra_args_and_alias(model: Path) -> None:
-    cfg = ef.config_from_env({"MODEL_PATH": str(model), "LLAMA_EXTRA_ARGS": "--temp 0.2 --chat-template 'chatml'"}, cpus=1, memory_limit=None)
+    cfg = ef.config_from_env(
+        {"MODEL_PATH": str(model), "LLAMA_EXTRA_ARGS": "--temp 0.2 --chat-template 'chatml'"}, cpus=1, memory_limit=None
+    )
     args = ef.llama_server_args(cfg)
     assert args[-4:] == ["--temp", "0.2", "--chat-template", "chatml"]
     assert _flag(args, "--alias") == "tiny-Q4_K_M"
 
 
 def test_sagemaker_plan_binds_the_engine_to_loopback(model: Path) -> None:
-    env = {"SM_MODEL_DIR": str(model.parent), "LLAMA_SERVER_BIN": "/bin/true", "LLAMA_PARALLEL": "3", "LLAMA_QUEUE_DEPTH": "5"}
+    env = {
+        "SM_MODEL_DIR": str(model.parent),
+        "LLAMA_SERVER_BIN": "/bin/true",
+        "LLAMA_PARALLEL": "3",
+        "LLAMA_QUEUE_DEPTH": "5",
+    }
     plan = sagemaker_plan(env, cpus=4, memory_limit=None)
     assert _flag(plan.command, "--host") == "127.0.0.1"
     assert _flag(plan.command, "--port") == "8081"
@@ -160,21 +174,38 @@ def test_sagemaker_plan_binds_the_engine_to_loopback(model: Path) -> None:
 
 
 def _run_entrypoint(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "SAGEMAKER_", "ADAPTER_", "MODEL_", "SM_"))}
-    return subprocess.run([sys.executable, str(ENGINE_DIR / "entrypoint.py"), *args], env={**base, **env},
-                          capture_output=True, text=True, timeout=30)
+    base = {
+        k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "SAGEMAKER_", "ADAPTER_", "MODEL_", "SM_"))
+    }
+    return subprocess.run(
+        [sys.executable, str(ENGINE_DIR / "entrypoint.py"), *args],
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
 @pytest.mark.parametrize(
     ("args", "env", "message"),
     [
         ([], {"LLAMA_PARALLEL": "0"}, "entrypoint: error: LLAMA_PARALLEL must be >= 1, got 0"),
-        (["serve"], {"MODEL_PATH": "", "SM_MODEL_DIR": "/nonexistent/model"}, "entrypoint: error: MODEL_DIR /nonexistent/model is not a directory"),
-        ([], {"LLAMA_SERVER_BIN": "", "PATH": "/nonexistent"}, "entrypoint: error: llama-server not found: set LLAMA_SERVER_BIN"),
+        (
+            ["serve"],
+            {"MODEL_PATH": "", "SM_MODEL_DIR": "/nonexistent/model"},
+            "entrypoint: error: MODEL_DIR /nonexistent/model is not a directory",
+        ),
+        (
+            [],
+            {"LLAMA_SERVER_BIN": "", "PATH": "/nonexistent"},
+            "entrypoint: error: llama-server not found: set LLAMA_SERVER_BIN",
+        ),
         (["swap-model"], {}, "entrypoint: unknown mode 'swap-model'"),
     ],
 )
-def test_entrypoint_user_errors_are_one_line_not_a_traceback(model: Path, args: list[str], env: dict[str, str], message: str) -> None:
+def test_entrypoint_user_errors_are_one_line_not_a_traceback(
+    model: Path, args: list[str], env: dict[str, str], message: str
+) -> None:
     env = {"MODEL_PATH": str(model), "LLAMA_SERVER_BIN": "/bin/true", **env}
     result = _run_entrypoint(args, env)
     assert result.returncode == 2
@@ -182,11 +213,19 @@ def test_entrypoint_user_errors_are_one_line_not_a_traceback(model: Path, args: 
 
 
 def test_print_command_shows_what_each_mode_runs(model: Path) -> None:
-    env = {"MODEL_PATH": str(model), "SM_MODEL_DIR": str(model.parent), "LLAMA_SERVER_BIN": "/opt/llama/bin/llama-server",
-           "LLAMA_THREADS": "4", "LLAMA_PARALLEL": "2"}
+    env = {
+        "MODEL_PATH": str(model),
+        "SM_MODEL_DIR": str(model.parent),
+        "LLAMA_SERVER_BIN": "/opt/llama/bin/llama-server",
+        "LLAMA_THREADS": "4",
+        "LLAMA_PARALLEL": "2",
+    }
     eks = shlex.split(_run_entrypoint(["print-command"], env).stdout)
     serve = shlex.split(_run_entrypoint(["print-command", "serve"], env).stdout)
     assert eks[0] == serve[0] == "/opt/llama/bin/llama-server"
     assert (_flag(eks, "--host"), _flag(eks, "--port")) == ("0.0.0.0", "8080")
-    assert (_flag(serve, "--host"), _flag(serve, "--port")) == ("127.0.0.1", "8081")  # only the adapter faces the network
+    assert (_flag(serve, "--host"), _flag(serve, "--port")) == (
+        "127.0.0.1",
+        "8081",
+    )  # only the adapter faces the network
     assert _flag(eks, "--threads") == _flag(serve, "--threads") == "4"

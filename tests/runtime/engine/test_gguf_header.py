@@ -36,16 +36,25 @@ def test_metadata_and_kv_shape_match_upstream(upstream_reader, smollm2_gguf: Pat
     path = smollm2_gguf
     fields = upstream_reader(str(path)).fields
     ours = read_metadata(path, lambda key: False)  # arrays skipped: every scalar and string
-    theirs = {k: f.contents() for k, f in fields.items() if not k.startswith("GGUF.") and not isinstance(f.contents(), list)}
+    theirs = {
+        k: f.contents() for k, f in fields.items() if not k.startswith("GGUF.") and not isinstance(f.contents(), list)
+    }
     assert ours.keys() == theirs.keys()
     for key, value in theirs.items():
         assert ours[key] == pytest.approx(value) if isinstance(value, float) else ours[key] == value, key
     arch = theirs["general.architecture"]
     shape = kv_shape(path)
     layers, kv_heads = theirs[f"{arch}.block_count"], theirs[f"{arch}.attention.head_count_kv"]
-    key_length = theirs.get(f"{arch}.attention.key_length", theirs[f"{arch}.embedding_length"] // theirs[f"{arch}.attention.head_count"])
+    key_length = theirs.get(
+        f"{arch}.attention.key_length", theirs[f"{arch}.embedding_length"] // theirs[f"{arch}.attention.head_count"]
+    )
     value_length = theirs.get(f"{arch}.attention.value_length", key_length)
-    assert (shape.layers, shape.kv_heads_total, shape.key_length, shape.value_length) == (layers, layers * kv_heads, key_length, value_length)
+    assert (shape.layers, shape.kv_heads_total, shape.key_length, shape.value_length) == (
+        layers,
+        layers * kv_heads,
+        key_length,
+        value_length,
+    )
     print(f"{path.name}: {arch}, {shape.kv_bytes_per_token} KV bytes per token (f16)")
 
 
@@ -65,5 +74,11 @@ def test_explicit_head_sizes_and_gqa(gemma_gguf: Path) -> None:
     and has one KV head for 4 query heads. Values as gguf-py's GGUFReader reads them from this file (checked once
     by hand: parsing its 262k-token vocabulary with gguf-py takes ~30 s here, too slow for every run)."""
     shape = kv_shape(gemma_gguf)
-    assert (shape.architecture, shape.layers, shape.kv_heads_total, shape.key_length, shape.value_length) == ("gemma3", 18, 18, 256, 256)
+    assert (shape.architecture, shape.layers, shape.kv_heads_total, shape.key_length, shape.value_length) == (
+        "gemma3",
+        18,
+        18,
+        256,
+        256,
+    )
     assert shape.kv_bytes_per_token == 18 * 1 * (256 + 256) * 2

@@ -33,7 +33,13 @@ def _code(path: Path) -> str:
 
 
 def _cmake_flags() -> list[str]:
-    out = subprocess.run(["bash", str(BUILD_SCRIPT), "--cmake-flags"], capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin"})
+    out = subprocess.run(
+        ["bash", str(BUILD_SCRIPT), "--cmake-flags"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin"},
+    )
     return out.stdout.splitlines()
 
 
@@ -69,12 +75,14 @@ def test_image_builds_the_pinned_sdist() -> None:
     text = DOCKERFILE.read_text()
     args = dict(re.findall(r"^ARG (LLAMA_CPP_PYTHON_\w+)=(\S+)$", text, re.M))
     pin = _pin()
-    assert args == {k: pin[k] for k in ("LLAMA_CPP_PYTHON_VERSION", "LLAMA_CPP_PYTHON_SDIST", "LLAMA_CPP_PYTHON_SHA256")}
+    assert args == {
+        k: pin[k] for k in ("LLAMA_CPP_PYTHON_VERSION", "LLAMA_CPP_PYTHON_SDIST", "LLAMA_CPP_PYTHON_SHA256")
+    }
     url = re.search(r"^\s+(https://\S+)", text, re.M)
     assert url and url.group(1).endswith("/" + pin["LLAMA_CPP_PYTHON_SDIST"])
     assert "ADD --checksum=sha256:${LLAMA_CPP_PYTHON_SHA256}" in text
     assert 'build_engine.sh "/src/${LLAMA_CPP_PYTHON_SDIST}" "${LLAMA_CPP_PYTHON_SHA256}"' in text
-    assert 'sha256sum -c' in BUILD_SCRIPT.read_text()
+    assert "sha256sum -c" in BUILD_SCRIPT.read_text()
 
 
 def test_bases_are_pinned_by_digest() -> None:
@@ -91,7 +99,13 @@ def test_runtime_cpu_dispatch_not_the_build_hosts_isa() -> None:
     assert "native" not in code and "native" not in _code(BUILD_SCRIPT)
     assert "CC=gcc-14" in code  # the arm64 armv9.2 (SME) variants need GCC >= 14
     flags = _cmake_flags()
-    for flag in ("-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON", "-DGGML_NATIVE=OFF", "-DBUILD_SHARED_LIBS=ON", "-DLLAMA_BUILD_SERVER=ON"):
+    for flag in (
+        "-DGGML_BACKEND_DL=ON",
+        "-DGGML_CPU_ALL_VARIANTS=ON",
+        "-DGGML_NATIVE=OFF",
+        "-DBUILD_SHARED_LIBS=ON",
+        "-DLLAMA_BUILD_SERVER=ON",
+    ):
         assert flag in flags
 
 
@@ -107,15 +121,20 @@ ARM_VARIANTS = {
 
 
 @pytest.mark.parametrize(("arch", "expected"), [("x86_64", X86_VARIANTS), ("aarch64", ARM_VARIANTS)])
-def test_pinned_tree_configures_one_cpu_module_per_isa_level(pinned_tree: Path, tmp_path: Path, arch: str, expected: set[str]) -> None:
+def test_pinned_tree_configures_one_cpu_module_per_isa_level(
+    pinned_tree: Path, tmp_path: Path, arch: str, expected: set[str]
+) -> None:
     """CMake-configure the pinned llama.cpp with exactly build_engine.sh's flags, for each image platform.
 
     aarch64 is configured as a cross target with this host's compiler: that proves which variants and
     -march flags the pinned CMake selects for arm64; that GCC 14 compiles them is proven by the native
     arm64 CodeBuild build (LlamaCppImage)."""
     cross = [] if arch == "x86_64" else ["-DCMAKE_SYSTEM_NAME=Linux", f"-DCMAKE_SYSTEM_PROCESSOR={arch}"]
-    result = subprocess.run(["cmake", "-S", str(pinned_tree), "-B", str(tmp_path / "build"), *_cmake_flags(), *cross],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["cmake", "-S", str(pinned_tree), "-B", str(tmp_path / "build"), *_cmake_flags(), *cross],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     variants = dict(re.findall(r"^-- Adding CPU backend variant ggml-cpu-(\S+): ?(.*)$", result.stdout, re.M))
     assert expected <= set(variants), sorted(variants)

@@ -96,7 +96,9 @@ def mme_container(binary: Path, workdir: Path, mode: str = "serve", **extra: str
     env.update(extra)
     log = workdir / "mme.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, str(ENGINE_DIR / "entrypoint.py"), mode], env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, str(ENGINE_DIR / "entrypoint.py"), mode], env=env, stdout=out, stderr=subprocess.STDOUT
+        )
     mme = Mme(f"http://127.0.0.1:{port}", proc, log, models_root)
     try:
         try:
@@ -113,7 +115,9 @@ def mme_container(binary: Path, workdir: Path, mode: str = "serve", **extra: str
             proc.wait()
 
 
-def test_load_invoke_list_get_409_and_unload_a_model_that_arrives_after_start(llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path) -> None:
+def test_load_invoke_list_get_409_and_unload_a_model_that_arrives_after_start(
+    llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path
+) -> None:
     with mme_container(llama_server_bin, tmp_path, MME_MEMORY_BUDGET_BYTES=str(4096 * MIB)) as mme:
         assert httpx.get(f"{mme.url}/models", timeout=5).json() == {"models": []}
         assert mme.children() == []
@@ -129,17 +133,28 @@ def test_load_invoke_list_get_409_and_unload_a_model_that_arrives_after_start(ll
         assert again.status_code == 409 and "already loaded" in again.json()["error"]["message"]
         assert len(mme.children()) == 1  # the second load started nothing
 
-        assert httpx.get(f"{mme.url}/models", timeout=5).json() == {"models": [{"modelName": "m-0001", "modelUrl": url}]}
+        assert httpx.get(f"{mme.url}/models", timeout=5).json() == {
+            "models": [{"modelName": "m-0001", "modelUrl": url}]
+        }
         assert httpx.get(f"{mme.url}/models/m-0001", timeout=5).json() == {"modelName": "m-0001", "modelUrl": url}
         assert httpx.get(f"{mme.url}/models/m-0002", timeout=5).status_code == 404
 
-        r = httpx.post(f"{mme.url}/models/m-0001/invoke", json=chat_body("What is 2+2?", max_tokens=4),
-                       headers={"X-Amzn-SageMaker-Target-Model": TARGET}, timeout=60)
+        r = httpx.post(
+            f"{mme.url}/models/m-0001/invoke",
+            json=chat_body("What is 2+2?", max_tokens=4),
+            headers={"X-Amzn-SageMaker-Target-Model": TARGET},
+            timeout=60,
+        )
         assert r.status_code == 200, r.text
         assert r.json()["model"] == "m-0001" and r.json()["choices"][0]["message"]["content"]
         assert f"invoke model=m-0001 target_model={TARGET}" in mme.log_text()
 
-        with httpx.stream("POST", f"{mme.url}/models/m-0001/invoke", json=chat_body("Count to five.", max_tokens=8, stream=True), timeout=60) as s:
+        with httpx.stream(
+            "POST",
+            f"{mme.url}/models/m-0001/invoke",
+            json=chat_body("Count to five.", max_tokens=8, stream=True),
+            timeout=60,
+        ) as s:
             assert s.status_code == 200 and s.headers["content-type"].startswith("text/event-stream")
             events = [line for line in s.iter_lines() if line.startswith("data: ")]
         assert events[-1] == "data: [DONE]" and len(events) > 2
@@ -158,7 +173,9 @@ def test_load_invoke_list_get_409_and_unload_a_model_that_arrives_after_start(ll
         assert httpx.get(f"{mme.url}/models", timeout=5).json() == {"models": []}
 
 
-def test_507_under_memory_pressure_until_sagemaker_unloads_one(llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path) -> None:
+def test_507_under_memory_pressure_until_sagemaker_unloads_one(
+    llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path
+) -> None:
     """A budget of 2.5 models: the third load is 507 (SageMaker's cue to unload one), DELETE frees the room, the
     same load then succeeds. Also: each child's measured RSS stays under the estimate it was admitted with."""
     if str(ENGINE_DIR) not in sys.path:
@@ -173,15 +190,25 @@ def test_507_under_memory_pressure_until_sagemaker_unloads_one(llama_server_bin:
     needed = memory_needed(child_config("probe", probe, ChildDefaults(binary="-", threads=1)))
     adapter_allowance = 64 * MIB  # the adapter's own RSS (Python + asyncio) counts against the budget
     budget = adapter_allowance + int(2.5 * needed)
-    with mme_container(llama_server_bin, tmp_path, mode="serve-mme", MME_MEMORY_BUDGET_BYTES=str(budget), MME_LIST_PAGE_SIZE="1") as mme:
+    with mme_container(
+        llama_server_bin, tmp_path, mode="serve-mme", MME_MEMORY_BUDGET_BYTES=str(budget), MME_LIST_PAGE_SIZE="1"
+    ) as mme:
         urls = {name: mme.arrive(name, smollm2_gguf, engine) for name in ("a", "b", "c")}
         assert mme.load("a", urls["a"]).status_code == 200
         assert mme.load("b", urls["b"]).status_code == 200
         for name in ("a", "b"):
-            assert httpx.post(f"{mme.url}/models/{name}/invoke", json=chat_body("Hi", max_tokens=2), timeout=60).status_code == 200
+            assert (
+                httpx.post(
+                    f"{mme.url}/models/{name}/invoke", json=chat_body("Hi", max_tokens=2), timeout=60
+                ).status_code
+                == 200
+            )
         rss = mme.child_rss()
-        print(f"estimate {needed / MIB:.1f} MiB per model; measured child RSS after one request: "
-              + ", ".join(f"{n} {v / MIB:.1f} MiB" for n, v in sorted(rss.items())) + f"; budget {budget / MIB:.0f} MiB")
+        print(
+            f"estimate {needed / MIB:.1f} MiB per model; measured child RSS after one request: "
+            + ", ".join(f"{n} {v / MIB:.1f} MiB" for n, v in sorted(rss.items()))
+            + f"; budget {budget / MIB:.0f} MiB"
+        )
         assert all(v <= needed for v in rss.values()), (rss, needed)
 
         full = mme.load("c", urls["c"])
@@ -198,7 +225,9 @@ def test_507_under_memory_pressure_until_sagemaker_unloads_one(llama_server_bin:
         assert httpx.delete(f"{mme.url}/models/a", timeout=30).status_code == 200
         r = mme.load("c", urls["c"])
         assert r.status_code == 200, r.text
-        assert httpx.post(f"{mme.url}/models/c/invoke", json=chat_body("Hi", max_tokens=2), timeout=60).status_code == 200
+        assert (
+            httpx.post(f"{mme.url}/models/c/invoke", json=chat_body("Hi", max_tokens=2), timeout=60).status_code == 200
+        )
         assert sorted(mme.child_args()) == ["b", "c"]
 
         # A model that needs more than the whole budget is a plain error: unloading others could never make room.
@@ -260,7 +289,10 @@ def test_started_as_root_the_adapter_and_every_child_run_as_65532(llama_server_b
             locked = Path(mme.arrive("locked", smollm2_gguf)) / smollm2_gguf.name
             locked.chmod(0o600)
             r = mme.load("locked", str(locked.parent))
-            assert r.status_code == 500 and f"{locked} is not readable by uid 65532 gid 65532" in r.json()["error"]["message"]
+            assert (
+                r.status_code == 500
+                and f"{locked} is not readable by uid 65532 gid 65532" in r.json()["error"]["message"]
+            )
             assert "LLAMA_RUN_AS=0:0" in r.json()["error"]["message"] and len(mme.children()) == 1
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -27,7 +27,9 @@ if str(ENGINE_DIR) not in sys.path:
     sys.path.insert(0, str(ENGINE_DIR))
 
 
-def test_a_killed_child_is_restarted_under_its_name_answering_503_until_healthy(llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path) -> None:
+def test_a_killed_child_is_restarted_under_its_name_answering_503_until_healthy(
+    llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path
+) -> None:
     with mme_container(llama_server_bin, tmp_path, mode="serve-mme", MME_MEMORY_BUDGET_BYTES=str(4096 * MIB)) as mme:
         url = mme.arrive("m-1", smollm2_gguf, ENGINE)
         assert mme.load("m-1", url).status_code == 200, mme.log_text()
@@ -57,7 +59,9 @@ def test_a_killed_child_is_restarted_under_its_name_answering_503_until_healthy(
         assert "model m-1 restarted" in mme.log_text()
 
 
-def test_a_child_whose_restarts_keep_failing_is_dropped_after_the_limit(llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path) -> None:
+def test_a_child_whose_restarts_keep_failing_is_dropped_after_the_limit(
+    llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path
+) -> None:
     from mme_adapter import MAX_CHILD_RESTARTS
 
     with mme_container(llama_server_bin, tmp_path, mode="serve-mme", MME_MEMORY_BUDGET_BYTES=str(4096 * MIB)) as mme:

@@ -28,8 +28,13 @@ def _env(binary: Path, preset: Path, **extra: str) -> dict[str, str]:
     import os
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "MODEL_", "SAGEMAKER_"))}
-    env.update(LLAMA_SERVER_BIN=str(binary), LLAMA_MODELS_PRESET=str(preset), LLAMA_MODELS_MAX="2",
-               LLAMA_HOST="127.0.0.1", LLAMA_PORT=str(free_port()))
+    env.update(
+        LLAMA_SERVER_BIN=str(binary),
+        LLAMA_MODELS_PRESET=str(preset),
+        LLAMA_MODELS_MAX="2",
+        LLAMA_HOST="127.0.0.1",
+        LLAMA_PORT=str(free_port()),
+    )
     env.update(extra)
     return env
 
@@ -39,8 +44,13 @@ def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
 
 
 def _write_preset(path: Path, models: dict[str, tuple[Path, int]]) -> Path:
-    lines = ["version = 1", "; per-model settings live here, never on the router's command line", "[*]",
-             "threads = 1", "parallel = 1"]
+    lines = [
+        "version = 1",
+        "; per-model settings live here, never on the router's command line",
+        "[*]",
+        "threads = 1",
+        "parallel = 1",
+    ]
     for name, (model, ctx) in models.items():
         lines += [f"[{name}]", f"model = {model}", f"ctx-size = {ctx}"]
     path.write_text("\n".join(lines) + "\n")
@@ -61,7 +71,9 @@ def test_print_command_is_router_mode_with_per_model_settings_left_to_the_preset
     model = tmp_path / "a.gguf"
     model.write_bytes(b"GGUF")
     preset = _write_preset(tmp_path / "pool.ini", {"a": (model, 256)})
-    out = _run(_env(Path("/bin/true"), preset, LLAMA_CACHE_RAM_MIB="", LLAMA_EXTRA_ARGS="--temp 0"), "print-command", "pool")
+    out = _run(
+        _env(Path("/bin/true"), preset, LLAMA_CACHE_RAM_MIB="", LLAMA_EXTRA_ARGS="--temp 0"), "print-command", "pool"
+    )
     assert out.returncode == 0, out.stderr
     argv = out.stdout.split()
     assert argv[0] == "/bin/true"
@@ -72,13 +84,18 @@ def test_print_command_is_router_mode_with_per_model_settings_left_to_the_preset
     assert {"--metrics", "--no-slots", "--offline", "--jinja"} <= set(argv) and argv[-2:] == ["--temp", "0"]
 
 
-@pytest.mark.parametrize(("body", "message"), [
-    ("[alpha]\nmodel = {missing}\n", "section [alpha]: model file {missing} does not exist"),
-    ("[*]\nthreads = 1\n[beta]\nctx-size = 256\n", "section [beta] has no `model = <path of the .gguf>`"),
-    ("version = 1\n", "has no model section"),
-    ("[gamma\nmodel = x\n", "is not a valid preset INI"),
-])
-def test_a_preset_that_cannot_serve_fails_fast_with_one_line_naming_the_section(tmp_path: Path, body: str, message: str) -> None:
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("[alpha]\nmodel = {missing}\n", "section [alpha]: model file {missing} does not exist"),
+        ("[*]\nthreads = 1\n[beta]\nctx-size = 256\n", "section [beta] has no `model = <path of the .gguf>`"),
+        ("version = 1\n", "has no model section"),
+        ("[gamma\nmodel = x\n", "is not a valid preset INI"),
+    ],
+)
+def test_a_preset_that_cannot_serve_fails_fast_with_one_line_naming_the_section(
+    tmp_path: Path, body: str, message: str
+) -> None:
     missing = tmp_path / "models" / "alpha.gguf"
     preset = tmp_path / "pool.ini"
     preset.write_text(body.format(missing=missing))
@@ -93,12 +110,16 @@ def test_a_preset_that_cannot_serve_fails_fast_with_one_line_naming_the_section(
 def test_models_max_is_required(tmp_path: Path, value: str) -> None:
     model = tmp_path / "a.gguf"
     model.write_bytes(b"GGUF")
-    out = _run(_env(Path("/bin/true"), _write_preset(tmp_path / "p.ini", {"a": (model, 256)}), LLAMA_MODELS_MAX=value), "pool")
+    out = _run(
+        _env(Path("/bin/true"), _write_preset(tmp_path / "p.ini", {"a": (model, 256)}), LLAMA_MODELS_MAX=value), "pool"
+    )
     assert out.returncode == 2 and "LLAMA_MODELS_MAX must be an integer" in out.stderr
 
 
 @pytest.fixture(scope="module")
-def pool(llama_server_bin: Path, smollm2_gguf: Path, gemma_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.Popen, str]]:
+def pool(
+    llama_server_bin: Path, smollm2_gguf: Path, gemma_gguf: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[subprocess.Popen, str]]:
     """The preset exactly as the pool chart renders it (k8s/charts/model_pool_chart.py render_preset) over the farm's
     key layout (<name>/<idhash>/<file>.gguf, catalog.gguf_key), with the volume's /models moved to a temp dir."""
     from cpu_inference.engines.pool_preset import PoolModel, render_preset
@@ -115,7 +136,9 @@ def pool(llama_server_bin: Path, smollm2_gguf: Path, gemma_gguf: Path, tmp_path_
     preset.write_text(render_preset(models, model_dir=str(work / "farm")))
     env = _env(llama_server_bin, preset)
     with open(work / "pool.log", "wb") as log:
-        proc = subprocess.Popen([sys.executable, str(ENTRYPOINT), "pool"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=work)
+        proc = subprocess.Popen(
+            [sys.executable, str(ENTRYPOINT), "pool"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=work
+        )
     base = f"http://127.0.0.1:{env['LLAMA_PORT']}"
     try:
         wait_healthy(base, proc, timeout=60)
@@ -145,8 +168,11 @@ def test_pool_replica_serves_every_preset_model_with_its_settings_and_holds_the_
     assert opt("m-0003", "--threads") == "1" and opt("m-0003", "--parallel") == "1"
     answered = []
     for name in ("m-0001", "m-0002", "m-0003"):
-        status, body = _call(base, "/v1/chat/completions", {"model": name, "messages": [{"role": "user", "content": "Hi"}],
-                                                            "max_tokens": 2, "ignore_eos": True})
+        status, body = _call(
+            base,
+            "/v1/chat/completions",
+            {"model": name, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "ignore_eos": True},
+        )
         assert status == 200, body
         answered.append(body["model"])
         assert len(_children(router)) <= 2  # LLAMA_MODELS_MAX

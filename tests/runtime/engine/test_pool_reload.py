@@ -34,8 +34,17 @@ POLL = "0.5"  # LLAMA_PRESET_POLL_SECONDS (default 5)
 
 def _env(binary: Path, preset: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "MODEL_", "SAGEMAKER_"))}
-    env |= dict(LLAMA_SERVER_BIN=str(binary), LLAMA_MODELS_PRESET=str(preset), LLAMA_MODELS_MAX="2",
-                LLAMA_HOST="127.0.0.1", LLAMA_PORT=str(free_port()), LLAMA_PRESET_POLL_SECONDS=POLL) | extra
+    env |= (
+        dict(
+            LLAMA_SERVER_BIN=str(binary),
+            LLAMA_MODELS_PRESET=str(preset),
+            LLAMA_MODELS_MAX="2",
+            LLAMA_HOST="127.0.0.1",
+            LLAMA_PORT=str(free_port()),
+            LLAMA_PRESET_POLL_SECONDS=POLL,
+        )
+        | extra
+    )
     return env
 
 
@@ -74,8 +83,11 @@ def _call(base: str, path: str, body: dict | None = None) -> tuple[int, dict]:
 
 
 def _chat(base: str, model: str) -> tuple[int, dict]:
-    return _call(base, "/v1/chat/completions", {"model": model, "messages": [{"role": "user", "content": "Hi"}],
-                                                "max_tokens": 2, "ignore_eos": True})
+    return _call(
+        base,
+        "/v1/chat/completions",
+        {"model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "ignore_eos": True},
+    )
 
 
 def _statuses(base: str) -> dict[str, str]:
@@ -125,8 +137,9 @@ def _until(what, timeout: float = 60):
 
 
 @pytest.mark.engine
-def test_a_changed_preset_is_applied_in_place_and_loaded_models_stay_warm(llama_server_bin: Path, smollm2_gguf: Path,
-                                                                         tmp_path: Path) -> None:
+def test_a_changed_preset_is_applied_in_place_and_loaded_models_stay_warm(
+    llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path
+) -> None:
     farm = tmp_path / "farm"
     models = {}
     for name in ("a", "b", "c"):  # distinct files, as on the pool's volume (catalog key layout)
@@ -145,7 +158,9 @@ def test_a_changed_preset_is_applied_in_place_and_loaded_models_stay_warm(llama_
     base = f"http://127.0.0.1:{env['LLAMA_PORT']}"
     log = tmp_path / "pool.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, str(ENTRYPOINT), "pool"], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+        proc = subprocess.Popen(
+            [sys.executable, str(ENTRYPOINT), "pool"], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path
+        )
     try:
         wait_healthy(base, proc, timeout=60)
         (router,) = _children(proc.pid)  # the entrypoint supervises one router
@@ -230,7 +245,9 @@ def test_the_entrypoint_exits_with_the_routers_status(tmp_path: Path) -> None:
     fake = tmp_path / "llama-server"
     fake.write_text("#!/bin/sh\nexit 3\n")
     fake.chmod(0o755)
-    out = subprocess.run([sys.executable, str(ENTRYPOINT), "pool"], env=_env(fake, preset), capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, str(ENTRYPOINT), "pool"], env=_env(fake, preset), capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 3, out.stderr
     assert "llama-server exited with 3" in out.stderr
 
@@ -241,6 +258,11 @@ def test_a_bad_poll_interval_fails_fast_naming_the_variable(tmp_path: Path, valu
     model.write_bytes(b"GGUF")
     preset = tmp_path / "pool.ini"
     preset.write_text(f"[a]\nmodel = {model}\nthreads = 1\n")
-    out = subprocess.run([sys.executable, str(ENTRYPOINT), "pool"], env=_env(Path("/bin/true"), preset, LLAMA_PRESET_POLL_SECONDS=value),
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, str(ENTRYPOINT), "pool"],
+        env=_env(Path("/bin/true"), preset, LLAMA_PRESET_POLL_SECONDS=value),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2 and out.stderr.startswith("entrypoint: error: LLAMA_PRESET_POLL_SECONDS"), out.stderr

@@ -64,8 +64,13 @@ def test_serve_started_as_root_runs_adapter_and_engine_as_65532(reachable, smoll
 
 def run_serve(binary: Path, model_dir: Path) -> subprocess.CompletedProcess:
     env = serve_env(binary, model_dir, free_port(), free_port(), LLAMA_RUN_AS="")
-    return subprocess.run([sys.executable, str(ENGINE_DIR / "entrypoint.py"), "serve"], env=env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, str(ENGINE_DIR / "entrypoint.py"), "serve"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_a_model_65532_cannot_read_fails_fast_and_says_why(reachable) -> None:
@@ -77,10 +82,11 @@ def test_a_model_65532_cannot_read_fails_fast_and_says_why(reachable) -> None:
     model.chmod(0o600)  # root-only, as a root-run download could leave it
     result = run_serve(binary, model_dir)
     assert result.returncode == 2
-    assert (f"entrypoint: error: model {model} is not readable by uid 65532 gid 65532: {model} is 0:0 mode 0600 "
-            "(no read permission for 65532:65532). SageMaker starts the container as root and it serves as 65532:65532: "
-            "make the model files readable by others (files 0644, directories 0755) or set LLAMA_RUN_AS=0:0 to serve as root"
-            ) in result.stderr
+    assert (
+        f"entrypoint: error: model {model} is not readable by uid 65532 gid 65532: {model} is 0:0 mode 0600 "
+        "(no read permission for 65532:65532). SageMaker starts the container as root and it serves as 65532:65532: "
+        "make the model files readable by others (files 0644, directories 0755) or set LLAMA_RUN_AS=0:0 to serve as root"
+    ) in result.stderr
     assert "adapter on" not in result.stderr  # nothing listened, no engine started
 
 

@@ -39,8 +39,11 @@ def _call(base: str, path: str, body: dict | None = None, timeout: float = 120) 
 
 
 def _chat(base: str, model: str, max_tokens: int = 2) -> tuple[int, dict]:
-    return _call(base, "/v1/chat/completions", {"model": model, "messages": [{"role": "user", "content": "Hi"}],
-                                                "max_tokens": max_tokens, "ignore_eos": True})
+    return _call(
+        base,
+        "/v1/chat/completions",
+        {"model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": max_tokens, "ignore_eos": True},
+    )
 
 
 def _statuses(base: str) -> dict[str, str]:
@@ -62,8 +65,12 @@ def _router(binary: Path, cwd: Path, *args: str) -> Iterator[tuple[subprocess.Po
     """Run llama-server with no model (router mode) on loopback; yields (process, base URL)."""
     port = free_port()
     with open(cwd / "router.log", "wb") as log:
-        proc = subprocess.Popen([str(binary), "--host", "127.0.0.1", "--port", str(port), *args], cwd=cwd,
-                                stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [str(binary), "--host", "127.0.0.1", "--port", str(port), *args],
+            cwd=cwd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         try:
             base = f"http://127.0.0.1:{port}"
             wait_healthy(base, proc, timeout=30)
@@ -85,8 +92,21 @@ def router(llama_server_bin: Path, smollm2_gguf: Path, tmp_path_factory: pytest.
     for name in MODELS:
         (models / f"{name}.gguf").symlink_to(smollm2_gguf)
     # Children inherit the router's own arguments (server-models.cpp load_models: preset.merge(base_preset)).
-    with _router(llama_server_bin, work, "--models-dir", str(models), "--models-max", "2",
-                 "-t", "1", "-c", "256", "-np", "1", "--metrics") as running:
+    with _router(
+        llama_server_bin,
+        work,
+        "--models-dir",
+        str(models),
+        "--models-max",
+        "2",
+        "-t",
+        "1",
+        "-c",
+        "256",
+        "-np",
+        "1",
+        "--metrics",
+    ) as running:
         yield running
 
 
@@ -181,17 +201,20 @@ def test_request_for_a_cold_model_waits_while_every_loaded_model_is_busy(router)
     assert beta_done > min(done.values())  # beta was answered only after one busy model finished
 
 
-def test_preset_ini_per_model_options_with_router_flags_winning(llama_server_bin: Path, smollm2_gguf: Path,
-                                                                tmp_path: Path) -> None:
+def test_preset_ini_per_model_options_with_router_flags_winning(
+    llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path
+) -> None:
     # README "Model presets": [*] is the default for every model, a model's section overrides it, and the
     # router's own command line overrides both (server-models.cpp load_models: preset.merge(base_preset)).
     # Listing renders each child's args without loading anything.
     (tmp_path / "farm.ini").write_text(
         "version = 1\n[*]\nthreads = 1\nc = 1024\n"
         f"[one]\nmodel = {smollm2_gguf}\nc = 256\nparallel = 3\n"
-        f"[two]\nmodel = {smollm2_gguf}\n")
-    with _router(llama_server_bin, tmp_path, "--models-preset", str(tmp_path / "farm.ini"),
-                 "--models-max", "1", "-np", "1") as (_, base):
+        f"[two]\nmodel = {smollm2_gguf}\n"
+    )
+    with _router(
+        llama_server_bin, tmp_path, "--models-preset", str(tmp_path / "farm.ini"), "--models-max", "1", "-np", "1"
+    ) as (_, base):
         status, body = _call(base, "/v1/models")
     assert status == 200
     args = {m["id"]: m["status"]["args"] for m in body["data"]}

@@ -20,13 +20,17 @@ from tests.support.engine import process_gone
 pytestmark = pytest.mark.engine
 
 
-def test_sigterm_finishes_the_request_in_flight_then_exits_0(llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path) -> None:
+def test_sigterm_finishes_the_request_in_flight_then_exits_0(
+    llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path
+) -> None:
     ep = start_endpoint(llama_server_bin, smollm2_gguf, tmp_path, ADAPTER_DRAIN_SECONDS="15")
     engine = ep.engine_pid()
     result: dict[str, int] = {}
 
     def long_request() -> None:
-        r = httpx.post(f"{ep.url}/invocations", json=chat_body("Write a long story.", max_tokens=32, ignore_eos=True), timeout=120)
+        r = httpx.post(
+            f"{ep.url}/invocations", json=chat_body("Write a long story.", max_tokens=32, ignore_eos=True), timeout=120
+        )
         result["status"] = r.status_code
         result["tokens"] = r.json()["usage"]["completion_tokens"]
 
@@ -61,28 +65,43 @@ def test_the_default_shutdown_fits_sagemakers_sigkill_window(tmp_path: Path) -> 
     env = {"SM_MODEL_DIR": str(tmp_path), "LLAMA_SERVER_BIN": "/bin/true"}
     plan = sagemaker_plan(env, cpus=2, memory_limit=None)
     assert plan.adapter.drain_seconds == MAX_DRAIN_SECONDS and plan.shutdown_seconds <= SIGKILL_AFTER_SECONDS - 5
-    with pytest.raises(EngineConfigError, match=r"ADAPTER_DRAIN_SECONDS must be in 0\.\.19, got 20: SageMaker kills the container 30 s after SIGTERM"):
+    with pytest.raises(
+        EngineConfigError,
+        match=r"ADAPTER_DRAIN_SECONDS must be in 0\.\.19, got 20: SageMaker kills the container 30 s after SIGTERM",
+    ):
         sagemaker_plan({**env, "ADAPTER_DRAIN_SECONDS": "20"}, cpus=2, memory_limit=None)
 
 
-def test_sigterm_past_the_drain_answers_every_request_cleanly_and_exits_on_time(llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path) -> None:
+def test_sigterm_past_the_drain_answers_every_request_cleanly_and_exits_on_time(
+    llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path
+) -> None:
     """Two long generations in flight (one streamed, one not) when SIGTERM comes, with the drain scaled down to 2 s:
     the non-streamed one gets 503 + Retry-After, the stream ends with an error event and a proper last chunk, the
     engine is stopped, and the process exits 0 within the plan's shutdown time (measured)."""
     drain = 2.0
-    ep = start_endpoint(llama_server_bin, smollm2_gguf, tmp_path, ADAPTER_DRAIN_SECONDS=str(drain), LLAMA_CTX_PER_SLOT="4096")
+    ep = start_endpoint(
+        llama_server_bin, smollm2_gguf, tmp_path, ADAPTER_DRAIN_SECONDS=str(drain), LLAMA_CTX_PER_SLOT="4096"
+    )
     engine = ep.engine_pid()
-    env = {"SM_MODEL_DIR": str(tmp_path / "opt-ml-model"), "LLAMA_SERVER_BIN": str(llama_server_bin), "ADAPTER_DRAIN_SECONDS": str(drain)}
+    env = {
+        "SM_MODEL_DIR": str(tmp_path / "opt-ml-model"),
+        "LLAMA_SERVER_BIN": str(llama_server_bin),
+        "ADAPTER_DRAIN_SECONDS": str(drain),
+    }
     budget = sagemaker_plan(env, cpus=1, memory_limit=None).shutdown_seconds
     long = dict(max_tokens=3000, ignore_eos=True)
     results: dict[str, object] = {}
 
     def plain() -> None:
-        r = httpx.post(f"{ep.url}/invocations", json=chat_body("Count to 3000, one number per line.", **long), timeout=60)
+        r = httpx.post(
+            f"{ep.url}/invocations", json=chat_body("Count to 3000, one number per line.", **long), timeout=60
+        )
         results["plain"] = (r.status_code, r.headers.get("retry-after"), r.json())
 
     def streamed() -> None:
-        with httpx.stream("POST", f"{ep.url}/invocations", json=chat_body("Tell a very long story.", stream=True, **long), timeout=60) as r:
+        with httpx.stream(
+            "POST", f"{ep.url}/invocations", json=chat_body("Tell a very long story.", stream=True, **long), timeout=60
+        ) as r:
             results["stream"] = [line for line in r.iter_lines() if line]
 
     threads = [threading.Thread(target=plain), threading.Thread(target=streamed)]

@@ -22,7 +22,9 @@ def test_ping_is_503_while_loading_then_200(endpoint: Endpoint) -> None:
     assert 200 not in pings[:-1]
     # 503 not only while llama-server was not listening yet, but while it was up and loading the model
     # (its own /health answered 503 "Loading model").
-    assert any(p == 503 and h == 503 for p, h in zip(pings, health, strict=False)), list(zip(pings, health, strict=False))
+    assert any(p == 503 and h == 503 for p, h in zip(pings, health, strict=False)), list(
+        zip(pings, health, strict=False)
+    )
     with httpx.Client(base_url=endpoint.url, timeout=10) as client:
         assert client.get("/ping").status_code == 200
 
@@ -37,7 +39,11 @@ def test_chat_invocation(endpoint: Endpoint) -> None:
 
 
 def test_completion_invocation(endpoint: Endpoint) -> None:
-    r = httpx.post(f"{endpoint.url}/invocations", json={"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}, timeout=60)
+    r = httpx.post(
+        f"{endpoint.url}/invocations",
+        json={"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0},
+        timeout=60,
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["object"] == "text_completion"
@@ -49,15 +55,19 @@ def test_streaming_invocation_relays_sse_events_as_they_come(endpoint: Endpoint)
     arrivals: list[float] = []
     with (
         httpx.Client(timeout=60) as client,
-        client.stream("POST", f"{endpoint.url}/invocations", json=chat_body("Count from one to twenty.", max_tokens=40, stream=True)) as r,
+        client.stream(
+            "POST",
+            f"{endpoint.url}/invocations",
+            json=chat_body("Count from one to twenty.", max_tokens=40, stream=True),
+        ) as r,
     ):
-            assert r.status_code == 200
-            assert r.headers["content-type"].startswith("text/event-stream")
-            for line in r.iter_lines():
-                if line.startswith("data: "):
-                    arrivals.append(time.monotonic())
-                    payload = line[len("data: "):]
-                    events.append({"done": True} if payload == "[DONE]" else json.loads(payload))
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                arrivals.append(time.monotonic())
+                payload = line[len("data: ") :]
+                events.append({"done": True} if payload == "[DONE]" else json.loads(payload))
     assert events[-1] == {"done": True}
     text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events[:-1] if e.get("choices"))
     assert text.strip()
@@ -69,9 +79,17 @@ def test_streaming_invocation_relays_sse_events_as_they_come(endpoint: Endpoint)
 @pytest.mark.parametrize(
     ("method", "path"),
     [
-        ("GET", "/props"), ("POST", "/props"), ("GET", "/slots"), ("POST", "/slots/0?action=save"),
-        ("POST", "/slots/0?action=restore"), ("POST", "/models/load"), ("POST", "/lora-adapters"),
-        ("GET", "/health"), ("GET", "/metrics"), ("POST", "/v1/chat/completions"), ("POST", "/completion"),
+        ("GET", "/props"),
+        ("POST", "/props"),
+        ("GET", "/slots"),
+        ("POST", "/slots/0?action=save"),
+        ("POST", "/slots/0?action=restore"),
+        ("POST", "/models/load"),
+        ("POST", "/lora-adapters"),
+        ("GET", "/health"),
+        ("GET", "/metrics"),
+        ("POST", "/v1/chat/completions"),
+        ("POST", "/completion"),
     ],
 )
 def test_admin_and_engine_paths_are_not_exposed(endpoint: Endpoint, method: str, path: str) -> None:
@@ -80,14 +98,18 @@ def test_admin_and_engine_paths_are_not_exposed(endpoint: Endpoint, method: str,
     assert "/invocations" in r.json()["error"]["message"]
 
 
-@pytest.mark.parametrize(("method", "path"), [("GET", "/invocations"), ("PUT", "/invocations"), ("POST", "/ping"), ("DELETE", "/ping")])
+@pytest.mark.parametrize(
+    ("method", "path"), [("GET", "/invocations"), ("PUT", "/invocations"), ("POST", "/ping"), ("DELETE", "/ping")]
+)
 def test_wrong_methods_are_405(endpoint: Endpoint, method: str, path: str) -> None:
     assert httpx.request(method, f"{endpoint.url}{path}", timeout=10).status_code == 405
 
 
 @pytest.mark.parametrize("body", [b"not json", b"[1, 2]", b'{"text": "x"}', b'{"prompt": "x", "messages": []}'])
 def test_bad_bodies_are_400(endpoint: Endpoint, body: bytes) -> None:
-    r = httpx.post(f"{endpoint.url}/invocations", content=body, headers={"Content-Type": "application/json"}, timeout=10)
+    r = httpx.post(
+        f"{endpoint.url}/invocations", content=body, headers={"Content-Type": "application/json"}, timeout=10
+    )
     assert r.status_code == 400
     assert r.json()["error"]["code"] == 400
 
@@ -104,7 +126,10 @@ def test_overload_is_bounded_every_request_answered(endpoint: Endpoint) -> None:
         try:
             with httpx.Client(timeout=httpx.Timeout(120, connect=10)) as client:
                 start.wait(timeout=30)
-                r = client.post(f"{endpoint.url}/invocations", json=chat_body(f"Write a short poem about the number {i}.", max_tokens=24))
+                r = client.post(
+                    f"{endpoint.url}/invocations",
+                    json=chat_body(f"Write a short poem about the number {i}.", max_tokens=24),
+                )
                 results[i] = (r.status_code, r.headers.get("retry-after"))
         except BaseException as e:  # noqa: BLE001 - recorded and asserted below
             results[i] = e
@@ -113,7 +138,9 @@ def test_overload_is_bounded_every_request_answered(endpoint: Endpoint) -> None:
         with httpx.Client(base_url=endpoint.engine_url, timeout=5) as client:
             while not done.is_set():
                 text = client.get("/metrics").text
-                samples.append((metric(text, "llamacpp:requests_processing"), metric(text, "llamacpp:requests_deferred")))
+                samples.append(
+                    (metric(text, "llamacpp:requests_processing"), metric(text, "llamacpp:requests_deferred"))
+                )
                 time.sleep(0.1)
 
     sampler = threading.Thread(target=sample_metrics)
@@ -143,7 +170,11 @@ def test_overload_is_bounded_every_request_answered(endpoint: Endpoint) -> None:
 
 def test_client_leaving_mid_stream_frees_the_slot(endpoint: Endpoint) -> None:
     with httpx.Client(timeout=60) as client:
-        with client.stream("POST", f"{endpoint.url}/invocations", json=chat_body("Tell a very long story.", max_tokens=2000, stream=True)) as r:
+        with client.stream(
+            "POST",
+            f"{endpoint.url}/invocations",
+            json=chat_body("Tell a very long story.", max_tokens=2000, stream=True),
+        ) as r:
             assert r.status_code == 200
             next(r.iter_lines())
         deadline = time.monotonic() + 20
@@ -170,7 +201,9 @@ def test_chunked_body_with_expect_continue(endpoint: Endpoint) -> None:
     body = json.dumps(chat_body(max_tokens=4)).encode()
     host, port = endpoint.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=60) as s:
-        s.sendall(b"POST /invocations HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n")
+        s.sendall(
+            b"POST /invocations HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n"
+        )
         assert s.recv(64).startswith(b"HTTP/1.1 100 Continue")
         s.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
         response = b""
@@ -185,4 +218,6 @@ def test_oversized_and_malformed_requests_are_refused(endpoint: Endpoint) -> Non
     big = _raw(endpoint.url, b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Length: 7000000\r\n\r\n")
     assert big.startswith(b"HTTP/1.1 413")
     assert _raw(endpoint.url, b"NONSENSE\r\n\r\n").startswith(b"HTTP/1.1 400")
-    assert _raw(endpoint.url, b"GET /ping HTTP/1.1\r\n" + b"X-Pad: " + b"a" * 70000 + b"\r\n\r\n").startswith(b"HTTP/1.1 431")
+    assert _raw(endpoint.url, b"GET /ping HTTP/1.1\r\n" + b"X-Pad: " + b"a" * 70000 + b"\r\n\r\n").startswith(
+        b"HTTP/1.1 431"
+    )

@@ -41,8 +41,11 @@ EMBEDDING = sizing.ModelSpec(parameters_billions=0.023, quantization="F16", cont
 RERANK = sizing.ModelSpec(parameters_billions=0.023, quantization="F16", context_window=512, task="rerank")
 BUDGET_SECONDS = 4  # ADAPTER_GENERATION_BUDGET_SECONDS of the embedding endpoint: the 504 test waits this long
 QUERY = "Where do llamas live?"
-DOCUMENTS = ["The stock market closed higher on Friday.", "Llamas live in the Andes mountains of South America.",
-             "Preheat the oven before baking the bread."]
+DOCUMENTS = [
+    "The stock market closed higher on Friday.",
+    "Llamas live in the Andes mountains of South America.",
+    "Preheat the oven before baking the bread.",
+]
 ACCEPTED = ("messages", "prompt", "input", "query", "documents")  # the 400 names every accepted shape
 
 
@@ -83,24 +86,45 @@ def check_rerank(r: httpx.Response, top_n: int = len(DOCUMENTS)) -> list[dict]:
 def check_semantics(vectors: list[list[float]]) -> None:
     """A sentence encoder: a paraphrase is closer than an unrelated sentence."""
     same, paraphrase, other = vectors
-    assert cosine(same, paraphrase) > cosine(same, other) + SEMANTIC_MARGIN, (cosine(same, paraphrase), cosine(same, other))
+    assert cosine(same, paraphrase) > cosine(same, other) + SEMANTIC_MARGIN, (
+        cosine(same, paraphrase),
+        cosine(same, other),
+    )
 
 
-SENTENCES = ["A llama is grazing in the field.", "In the meadow, a llama eats grass.", "Interest rates rose by half a point."]
+SENTENCES = [
+    "A llama is grazing in the field.",
+    "In the meadow, a llama eats grass.",
+    "Interest rates rose by half a point.",
+]
 
 
 @pytest.fixture(scope="module")
-def embedding_endpoint(llama_server_bin: Path, minilm_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
+def embedding_endpoint(
+    llama_server_bin: Path, minilm_gguf: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Endpoint]:
     # One slot and one queued request: the third request in flight is 429 (the admission test below).
-    ep = start_endpoint(llama_server_bin, minilm_gguf, tmp_path_factory.mktemp("sm-embed"), 120, LLAMA_PARALLEL="1",
-                        LLAMA_QUEUE_DEPTH="1", ADAPTER_GENERATION_BUDGET_SECONDS=str(BUDGET_SECONDS), **rendered_task_env(EMBEDDING))
+    ep = start_endpoint(
+        llama_server_bin,
+        minilm_gguf,
+        tmp_path_factory.mktemp("sm-embed"),
+        120,
+        LLAMA_PARALLEL="1",
+        LLAMA_QUEUE_DEPTH="1",
+        ADAPTER_GENERATION_BUDGET_SECONDS=str(BUDGET_SECONDS),
+        **rendered_task_env(EMBEDDING),
+    )
     yield ep
     stop_endpoint(ep)
 
 
 @pytest.fixture(scope="module")
-def rerank_endpoint(llama_server_bin: Path, reranker_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
-    ep = start_endpoint(llama_server_bin, reranker_gguf, tmp_path_factory.mktemp("sm-rerank"), 120, **rendered_task_env(RERANK))
+def rerank_endpoint(
+    llama_server_bin: Path, reranker_gguf: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Endpoint]:
+    ep = start_endpoint(
+        llama_server_bin, reranker_gguf, tmp_path_factory.mktemp("sm-rerank"), 120, **rendered_task_env(RERANK)
+    )
     yield ep
     stop_endpoint(ep)
 
@@ -121,13 +145,18 @@ def test_invocations_answers_rerank(rerank_endpoint: Endpoint) -> None:
     check_rerank(httpx.post(f"{rerank_endpoint.url}/invocations", json={**body, "top_n": 2}, timeout=60), top_n=2)
 
 
-@pytest.mark.parametrize("body", [
-    {"input": "x", "query": "q", "documents": ["d"]},  # embeddings and rerank at once
-    {"messages": [{"role": "user", "content": "hi"}], "input": "x"},
-    {"query": "q"},  # half a rerank body
-    {"text": "x"},
-])
-def test_a_body_of_no_shape_or_of_two_is_one_400_naming_the_accepted_shapes(embedding_endpoint: Endpoint, body: dict) -> None:
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"input": "x", "query": "q", "documents": ["d"]},  # embeddings and rerank at once
+        {"messages": [{"role": "user", "content": "hi"}], "input": "x"},
+        {"query": "q"},  # half a rerank body
+        {"text": "x"},
+    ],
+)
+def test_a_body_of_no_shape_or_of_two_is_one_400_naming_the_accepted_shapes(
+    embedding_endpoint: Endpoint, body: dict
+) -> None:
     r = httpx.post(f"{embedding_endpoint.url}/invocations", json=body, timeout=30)
     assert r.status_code == 400, r.text
     message = r.json()["error"]["message"]
@@ -197,15 +226,22 @@ def test_each_shape_reaches_its_engine_route_and_only_generation_gets_the_engine
     _Recorder.bodies = []
     engine = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
     threading.Thread(target=engine.serve_forever, daemon=True).start()
-    bodies = {"chat": chat_body("hi"), "completion": {"prompt": "hi", "max_tokens": 2},
-              "embeddings": {"input": ["a", "b"]}, "rerank": {"query": "q", "documents": ["a", "b"], "top_n": 1}}
+    bodies = {
+        "chat": chat_body("hi"),
+        "completion": {"prompt": "hi", "max_tokens": 2},
+        "embeddings": {"input": ["a", "b"]},
+        "rerank": {"query": "q", "documents": ["a", "b"], "top_n": 1},
+    }
 
     async def run() -> list[int]:
         adapter = SageMakerAdapter("127.0.0.1", engine.server_address[1], max_in_flight=4)
         port = await adapter.start("127.0.0.1", 0)
         try:
             async with httpx.AsyncClient(timeout=30) as client:
-                return [(await client.post(f"http://127.0.0.1:{port}/invocations", json=b)).status_code for b in bodies.values()]
+                return [
+                    (await client.post(f"http://127.0.0.1:{port}/invocations", json=b)).status_code
+                    for b in bodies.values()
+                ]
         finally:
             await adapter.close(grace=0)
             adapter.release()
@@ -217,7 +253,11 @@ def test_each_shape_reaches_its_engine_route_and_only_generation_gets_the_engine
         engine.server_close()
     sent = dict(zip(bodies, _Recorder.bodies, strict=True))
     assert {k: path for k, (path, _) in sent.items()} == {
-        "chat": "/v1/chat/completions", "completion": "/v1/completions", "embeddings": "/v1/embeddings", "rerank": "/v1/rerank"}
+        "chat": "/v1/chat/completions",
+        "completion": "/v1/completions",
+        "embeddings": "/v1/embeddings",
+        "rerank": "/v1/rerank",
+    }
     assert sent["embeddings"][1] == bodies["embeddings"] and sent["rerank"][1] == bodies["rerank"]
     assert sent["chat"][1]["t_max_predict_ms"] > 0 and sent["completion"][1]["t_max_predict_ms"] > 0
 
@@ -226,13 +266,19 @@ def test_each_shape_reaches_its_engine_route_and_only_generation_gets_the_engine
 
 
 @pytest.fixture(scope="module")
-def farm(llama_server_bin: Path, minilm_gguf: Path, reranker_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mme]:
+def farm(
+    llama_server_bin: Path, minilm_gguf: Path, reranker_gguf: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Mme]:
     """A multi-model endpoint with an embedding child and a rerank child, each loaded from the tarball the catalog
     builds (the GGUF + engine.json = PoolPlan.engine_args), after the container answers /ping."""
     plan = pool_plan({"emb": EMBEDDING, "rr": RERANK}, cpu=1, memory_bytes=2 * sizing.GIB)
     assert plan.engine_args("emb")["embeddings"] == "true" and plan.engine_args("rr")["reranking"] == "true"
-    with mme_container(llama_server_bin, tmp_path_factory.mktemp("sm-mme-tasks"), mode="serve-mme",
-                       MME_MEMORY_BUDGET_BYTES=str(4096 * MIB)) as mme:
+    with mme_container(
+        llama_server_bin,
+        tmp_path_factory.mktemp("sm-mme-tasks"),
+        mode="serve-mme",
+        MME_MEMORY_BUDGET_BYTES=str(4096 * MIB),
+    ) as mme:
         for name, gguf in (("emb", minilm_gguf), ("rr", reranker_gguf)):
             r = mme.load(name, mme.arrive(name, gguf, plan.engine_args(name)))
             assert r.status_code == 200, r.text + mme.log_text()
@@ -246,7 +292,10 @@ def test_a_multi_model_endpoint_invokes_its_embedding_and_rerank_children(farm: 
     batch = check_embeddings(httpx.post(url, json={"input": SENTENCES}, headers=target, timeout=60), 3)
     assert cosine(one, batch[0]) > 0.999
     check_semantics(batch)
-    check_rerank(httpx.post(f"{farm.url}/models/rr/invoke", json={"query": QUERY, "documents": DOCUMENTS}, headers=target, timeout=60))
+    check_rerank(
+        httpx.post(
+            f"{farm.url}/models/rr/invoke", json={"query": QUERY, "documents": DOCUMENTS}, headers=target, timeout=60
+        )
+    )
     ambiguous = httpx.post(url, json={"input": "x", "query": "q", "documents": ["d"]}, timeout=30)
     assert ambiguous.status_code == 400 and "input" in ambiguous.json()["error"]["message"], ambiguous.text
-

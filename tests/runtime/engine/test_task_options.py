@@ -34,14 +34,21 @@ def _embed(base: str, model: str) -> httpx.Response:
 def _serve(argv: list[str], env: dict[str, str], log: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     with open(log, "wb") as out:
-        proc = subprocess.Popen([*argv, "--host", "127.0.0.1", "--port", str(port)], env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [*argv, "--host", "127.0.0.1", "--port", str(port)],
+            env={**os.environ, **env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     base = f"http://127.0.0.1:{port}"
     wait_healthy(base, proc)
     return proc, base
 
 
 @pytest.mark.engine
-def test_a_dedicated_embedding_engine_gets_embeddings_from_its_sized_environment(llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path) -> None:
+def test_a_dedicated_embedding_engine_gets_embeddings_from_its_sized_environment(
+    llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path
+) -> None:
     env = sizing.size(EMBEDDING, sizing.instance("m7g.large"), target="eks", cpu=1).engine_env()
     assert env["LLAMA_ARG_EMBEDDINGS"] == "true"
     task = {k: v for k, v in env.items() if k.startswith("LLAMA_ARG_")}  # the engine reads these itself
@@ -58,26 +65,47 @@ def test_a_dedicated_embedding_engine_gets_embeddings_from_its_sized_environment
 
 
 @pytest.mark.engine
-def test_a_pools_preset_serves_its_embedding_model_and_its_chat_model(llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path) -> None:
-    plan = pool_plan({"emb": EMBEDDING, "chat": sizing.ModelSpec(parameters_billions=0.135, quantization="Q4_1", context_window=512)},
-                     cpu=1, memory_bytes=2 * sizing.GIB)
+def test_a_pools_preset_serves_its_embedding_model_and_its_chat_model(
+    llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path
+) -> None:
+    plan = pool_plan(
+        {
+            "emb": EMBEDDING,
+            "chat": sizing.ModelSpec(parameters_billions=0.135, quantization="Q4_1", context_window=512),
+        },
+        cpu=1,
+        memory_bytes=2 * sizing.GIB,
+    )
     assert plan.engine_args("emb")["embeddings"] == "true" and "embeddings" not in plan.engine_args("chat")
     models_dir = tmp_path / "models"
     models_dir.mkdir()
     for name in ("emb", "chat"):
         (models_dir / f"{name}.gguf").symlink_to(smollm2_gguf)
-    models = [PoolModel(n, f"{n}.gguf", ctx_size=256, parallel=1, threads=1,
-                        options={**task_options(plan.per_model[n].task), **(STAND_IN_POOLING if n == "emb" else {})})
-              for n in ("emb", "chat")]
+    models = [
+        PoolModel(
+            n,
+            f"{n}.gguf",
+            ctx_size=256,
+            parallel=1,
+            threads=1,
+            options={**task_options(plan.per_model[n].task), **(STAND_IN_POOLING if n == "emb" else {})},
+        )
+        for n in ("emb", "chat")
+    ]
     preset = tmp_path / "preset.ini"
     preset.write_text(pool_preset(models, model_dir=str(models_dir)))
     assert "embeddings = true" in preset.read_text()
-    proc, base = _serve([str(llama_server_bin), "--models-preset", str(preset), "--models-max", "2"], {}, tmp_path / "pool.log")
+    proc, base = _serve(
+        [str(llama_server_bin), "--models-preset", str(preset), "--models-max", "2"], {}, tmp_path / "pool.log"
+    )
     try:
         r = _embed(base, "emb")
         assert r.status_code == 200, r.text
-        chat = httpx.post(f"{base}/v1/chat/completions", timeout=120,
-                          json={"model": "chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+        chat = httpx.post(
+            f"{base}/v1/chat/completions",
+            timeout=120,
+            json={"model": "chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+        )
         assert chat.status_code == 200, chat.text
     finally:
         stop_process(proc)

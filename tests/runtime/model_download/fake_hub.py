@@ -83,7 +83,9 @@ class Stats:
 
 
 class FakeHub:
-    def __init__(self, *, commit: str = "3f1d0c2b9a8e7d6c5b4a39281706f5e4d3c2b1a0", tokens: set[str] | None = None) -> None:
+    def __init__(
+        self, *, commit: str = "3f1d0c2b9a8e7d6c5b4a39281706f5e4d3c2b1a0", tokens: set[str] | None = None
+    ) -> None:
         self.commit = commit
         self.tokens = set(tokens or {"hf_valid_token"})
         self.files: dict[tuple[str, str], ServedFile] = {}
@@ -104,7 +106,9 @@ class FakeHub:
 
     # -- setup ----------------------------------------------------------------------------------------
 
-    def add_file(self, repo: str, name: str, path: Path, *, gated: bool = False, lfs: bool = True, sha256: str | None = None) -> ServedFile:
+    def add_file(
+        self, repo: str, name: str, path: Path, *, gated: bool = False, lfs: bool = True, sha256: str | None = None
+    ) -> ServedFile:
         served = ServedFile(repo, name, Path(path), sha256 or sha256_file(path), os.path.getsize(path), gated, lfs)
         # The git OID the Hub lists as blobId: of the bytes for a git file, of the pointer file for an LFS one.
         served.git_sha1 = git_blob_id(lfs_pointer(served.sha256, served.size) if lfs else Path(path).read_bytes())
@@ -288,16 +292,31 @@ class _Handler(BaseHTTPRequestHandler):
         if served.gated:
             auth = self.headers.get("Authorization", "")
             if not auth:
-                return self._simple(401, f"Access to model {repo} is restricted. You must have access to it and be authenticated.",
-                                    {"X-Error-Code": "GatedRepo"}, head)
+                return self._simple(
+                    401,
+                    f"Access to model {repo} is restricted. You must have access to it and be authenticated.",
+                    {"X-Error-Code": "GatedRepo"},
+                    head,
+                )
             if auth.removeprefix("Bearer ") not in self.fake.tokens:
-                return self._simple(401, "Invalid credentials in Authorization header", {"X-Error-Code": "GatedRepo"}, head)
+                return self._simple(
+                    401, "Invalid credentials in Authorization header", {"X-Error-Code": "GatedRepo"}, head
+                )
         common = {"X-Repo-Commit": commit, "ETag": f'"{served.git_sha1}"'}
         if served.lfs:
             location = f"{self.fake.cdn_url}/cdn/{served.sha256}?Expires={int(time.time()) + 3600}&Signature=fake"
-            redirect = {**common, "Location": location, "X-Linked-Etag": f'"{served.sha256}"', "X-Linked-Size": str(served.size)}
-            return self._simple(302, f"Found. Redirecting to {location}",
-                                {k: v for k, v in redirect.items() if k not in self.fake.omit_headers}, head)
+            redirect = {
+                **common,
+                "Location": location,
+                "X-Linked-Etag": f'"{served.sha256}"',
+                "X-Linked-Size": str(served.size),
+            }
+            return self._simple(
+                302,
+                f"Found. Redirecting to {location}",
+                {k: v for k, v in redirect.items() if k not in self.fake.omit_headers},
+                head,
+            )
         return self._serve(served, head, {k: v for k, v in common.items() if k not in self.fake.omit_headers})
 
     def _model_info(self, path: str, head: bool) -> None:

@@ -24,10 +24,23 @@ SHARD_2 = "model-00002-of-00002.safetensors"
 INDEX = "model.safetensors.index.json"
 # The files a snapshot copies, and whether the fake Hub stores each with LFS (as the real repos do: weights and
 # big tokenizers are LFS; small JSON is plain git).
-SELECTED = {SHARD_1: True, SHARD_2: True, INDEX: False, "config.json": False, "generation_config.json": False,
-            "tokenizer.json": True, "tokenizer_config.json": False, "special_tokens_map.json": False}
-SKIPPED = {"consolidated.safetensors": True, "pytorch_model.bin": True, "original/consolidated.00.pth": True,
-           "README.md": False, ".gitattributes": False}
+SELECTED = {
+    SHARD_1: True,
+    SHARD_2: True,
+    INDEX: False,
+    "config.json": False,
+    "generation_config.json": False,
+    "tokenizer.json": True,
+    "tokenizer_config.json": False,
+    "special_tokens_map.json": False,
+}
+SKIPPED = {
+    "consolidated.safetensors": True,
+    "pytorch_model.bin": True,
+    "original/consolidated.00.pth": True,
+    "README.md": False,
+    ".gitattributes": False,
+}
 
 
 def write_safetensors(path: Path, tensors: dict[str, int]) -> dict[str, str]:
@@ -57,12 +70,27 @@ class SnapshotRepo:
 def make_repo(root: Path) -> SnapshotRepo:
     root.mkdir(parents=True, exist_ok=True)
     (root / "original").mkdir(exist_ok=True)
-    weight_map = write_safetensors(root / SHARD_1, {"model.embed_tokens.weight": 9 * MIB, "model.layers.0.mlp.weight": 3 * MIB})
-    weight_map |= write_safetensors(root / SHARD_2, {"model.layers.1.mlp.weight": 2 * MIB, "lm_head.weight": 1 * MIB + 17})
+    weight_map = write_safetensors(
+        root / SHARD_1, {"model.embed_tokens.weight": 9 * MIB, "model.layers.0.mlp.weight": 3 * MIB}
+    )
+    weight_map |= write_safetensors(
+        root / SHARD_2, {"model.layers.1.mlp.weight": 2 * MIB, "lm_head.weight": 1 * MIB + 17}
+    )
     write_safetensors(root / "consolidated.safetensors", {"all": 1 * MIB})
-    (root / INDEX).write_text(json.dumps({"metadata": {"total_size": 15 * MIB + 17}, "weight_map": weight_map}, indent=2))
-    (root / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-                                                  "hidden_size": 64, "num_hidden_layers": 2, "torch_dtype": "bfloat16"}))
+    (root / INDEX).write_text(
+        json.dumps({"metadata": {"total_size": 15 * MIB + 17}, "weight_map": weight_map}, indent=2)
+    )
+    (root / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "hidden_size": 64,
+                "num_hidden_layers": 2,
+                "torch_dtype": "bfloat16",
+            }
+        )
+    )
     (root / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2}))
     (root / "tokenizer.json").write_text(json.dumps({"version": "1.0", "model": {"type": "BPE", "vocab": {"a": 0}}}))
     (root / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}", "eos_token": "</s>"}))
@@ -74,7 +102,9 @@ def make_repo(root: Path) -> SnapshotRepo:
     return SnapshotRepo(root)
 
 
-def serve(hub: FakeHub, repo: str, files: SnapshotRepo, *, wrong_sha256: dict[str, str] | None = None, gated: bool = False) -> None:
+def serve(
+    hub: FakeHub, repo: str, files: SnapshotRepo, *, wrong_sha256: dict[str, str] | None = None, gated: bool = False
+) -> None:
     """Put every file of the checkpoint (selected and skipped) into the fake Hub as `repo`."""
     for name, lfs in {**SELECTED, **SKIPPED}.items():
         hub.add_file(repo, name, files.path(name), lfs=lfs, sha256=(wrong_sha256 or {}).get(name), gated=gated)

@@ -50,14 +50,22 @@ SLICE = 7 * MIB + 12345  # even the header-heavy first slice gzips to more than 
 
 
 @pytest.fixture(scope="module")
-def farm_files(fake_hub: FakeHub, smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, ServedFile]:
+def farm_files(
+    fake_hub: FakeHub, smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, ServedFile]:
     """Four distinct LFS files cut from the real GGUF (the first keeps its real header), one of them served with
     a sha256 the bytes do not have (the Hub's X-Linked-Etag disagrees with the bytes: a corrupt copy)."""
     root = tmp_path_factory.mktemp("farm")
     out: dict[str, ServedFile] = {}
     with open(smollm2_gguf, "rb") as src:
-        for i, (repo, name) in enumerate([("acme-farm/alpha", "alpha-Q4.gguf"), ("acme-farm/beta", "beta-Q4.gguf"),
-                                          ("acme-farm/gamma", "quant/gamma-Q4.gguf"), ("acme-farm/broken", "broken-Q4.gguf")]):
+        for i, (repo, name) in enumerate(
+            [
+                ("acme-farm/alpha", "alpha-Q4.gguf"),
+                ("acme-farm/beta", "beta-Q4.gguf"),
+                ("acme-farm/gamma", "quant/gamma-Q4.gguf"),
+                ("acme-farm/broken", "broken-Q4.gguf"),
+            ]
+        ):
             path = root / f"{i}.gguf"
             src.seek(i * SLICE)
             path.write_bytes(src.read(SLICE))
@@ -88,11 +96,31 @@ def _publish(s3, catalog: Catalog) -> str:  # noqa: ANN001
     return f"s3://{assets}/{key}"
 
 
-def _run_job(s3, hub: FakeHub, catalog: Catalog, bucket: str, tmp_path: Path, *extra: str) -> tuple[int, dict[str, str]]:  # noqa: ANN001
+def _run_job(
+    s3, hub: FakeHub, catalog: Catalog, bucket: str, tmp_path: Path, *extra: str
+) -> tuple[int, dict[str, str]]:  # noqa: ANN001
     receipt = tmp_path / f"receipt-{uuid.uuid4().hex[:6]}.env"
-    code = catalog_main(["--catalog", _publish(s3, catalog), "--fingerprint", catalog.fingerprint(), "--bucket", bucket,
-                         "--endpoint", hub.url, "--parallel-models", "2", "--concurrency", "2", "--part-size-mib", "5",
-                         "--receipt-env", str(receipt), *extra])
+    code = catalog_main(
+        [
+            "--catalog",
+            _publish(s3, catalog),
+            "--fingerprint",
+            catalog.fingerprint(),
+            "--bucket",
+            bucket,
+            "--endpoint",
+            hub.url,
+            "--parallel-models",
+            "2",
+            "--concurrency",
+            "2",
+            "--part-size-mib",
+            "5",
+            "--receipt-env",
+            str(receipt),
+            *extra,
+        ]
+    )
     env = dict(line.split("=", 1) for line in receipt.read_text().splitlines()) if receipt.exists() else {}
     return code, env
 
@@ -107,7 +135,9 @@ def _nothing_partial(s3, bucket: str, key: str) -> None:  # noqa: ANN001
 
 
 def test_keys_are_named_by_identity_and_known_without_the_hub() -> None:
-    entry = CatalogEntry(name="m-0001", hf_repo="acme/m", file="sub/dir/m-Q4_K_M.gguf", engine_args={"ctx-size": "2048"})
+    entry = CatalogEntry(
+        name="m-0001", hf_repo="acme/m", file="sub/dir/m-Q4_K_M.gguf", engine_args={"ctx-size": "2048"}
+    )
     idhash = identity_hash(entry)
     assert len(idhash) == 16 and int(idhash, 16) >= 0
     assert gguf_key(entry) == f"farm/m-0001/{idhash}/m-Q4_K_M.gguf"  # basename: the pool's preset path is flat
@@ -116,15 +146,24 @@ def test_keys_are_named_by_identity_and_known_without_the_hub() -> None:
     # A new revision or sha256 is a new identity (a new key, never a rewrite); new engine flags a new tarball only.
     moved = CatalogEntry(name="m-0001", hf_repo="acme/m", file="sub/dir/m-Q4_K_M.gguf", revision="v2")
     assert identity_hash(moved) != idhash
-    flags = CatalogEntry(name="m-0001", hf_repo="acme/m", file="sub/dir/m-Q4_K_M.gguf", engine_args={"ctx-size": "4096"})
+    flags = CatalogEntry(
+        name="m-0001", hf_repo="acme/m", file="sub/dir/m-Q4_K_M.gguf", engine_args={"ctx-size": "4096"}
+    )
     assert gguf_key(flags) == gguf_key(entry) and mme_key(flags) != mme_key(entry)
     # TargetModel limits (botocore sagemaker-runtime InvokeEndpoint.TargetModel): 1..1024 characters.
-    target = botocore.session.get_session().get_service_model("sagemaker-runtime").operation_model("InvokeEndpoint").input_shape.members["TargetModel"]
+    target = (
+        botocore.session.get_session()
+        .get_service_model("sagemaker-runtime")
+        .operation_model("InvokeEndpoint")
+        .input_shape.members["TargetModel"]
+    )
     assert target.metadata["min"] <= len(mme_target_model(entry)) <= target.metadata["max"]
 
 
 def test_the_catalog_round_trips_and_its_fingerprint_follows_the_content() -> None:
-    a = CatalogEntry(name="a", hf_repo="acme/a", file="a.gguf", token_secret_name="hf/token", engine_args={"threads": "2"})
+    a = CatalogEntry(
+        name="a", hf_repo="acme/a", file="a.gguf", token_secret_name="hf/token", engine_args={"threads": "2"}
+    )
     b = CatalogEntry(name="b", hf_repo="acme/b", file="b.gguf", sha256="ab" * 32)
     catalog = Catalog((a, b), ("gguf", "mme"))
     assert Catalog.from_json(catalog.to_json()) == catalog
@@ -133,15 +172,21 @@ def test_the_catalog_round_trips_and_its_fingerprint_follows_the_content() -> No
     assert catalog.keys(a) == {"gguf": gguf_key(a), "mme": mme_key(a)}
 
 
-@pytest.mark.parametrize(("catalog", "message"), [
-    (Catalog(()), "no entries"),
-    (Catalog((CatalogEntry("a", "acme/a", "a.gguf"),), ("tar",)), "layouts must be"),
-    (Catalog((CatalogEntry("a", "acme/a", "a.gguf"), CatalogEntry("a", "acme/b", "b.gguf"))), "'a' appears twice"),
-    (Catalog((CatalogEntry("A_1", "acme/a", "a.gguf"),)), "'A_1': name must be a DNS label"),
-    (Catalog((CatalogEntry("a", "acme/a", "../a.gguf"),)), "'a': file must be a path inside the repo"),
-    (Catalog((CatalogEntry("a", "acme/a", "a.gguf", engine_args={"--ctx-size": "1"}),)), "without '--'"),
-    (Catalog((CatalogEntry("a", "acme/a", "a.gguf", engine_args={"ctx-size": 2048}),)), r"must be a string, got int \(write '2048'\)"),  # type: ignore[dict-item]
-])
+@pytest.mark.parametrize(
+    ("catalog", "message"),
+    [
+        (Catalog(()), "no entries"),
+        (Catalog((CatalogEntry("a", "acme/a", "a.gguf"),), ("tar",)), "layouts must be"),
+        (Catalog((CatalogEntry("a", "acme/a", "a.gguf"), CatalogEntry("a", "acme/b", "b.gguf"))), "'a' appears twice"),
+        (Catalog((CatalogEntry("A_1", "acme/a", "a.gguf"),)), "'A_1': name must be a DNS label"),
+        (Catalog((CatalogEntry("a", "acme/a", "../a.gguf"),)), "'a': file must be a path inside the repo"),
+        (Catalog((CatalogEntry("a", "acme/a", "a.gguf", engine_args={"--ctx-size": "1"}),)), "without '--'"),
+        (
+            Catalog((CatalogEntry("a", "acme/a", "a.gguf", engine_args={"ctx-size": 2048}),)),
+            r"must be a string, got int \(write '2048'\)",
+        ),  # type: ignore[dict-item]
+    ],
+)
 def test_a_bad_catalog_is_refused_in_one_line_naming_the_model(catalog: Catalog, message: str) -> None:
     with pytest.raises(CatalogError, match=message):
         catalog.validate()
@@ -149,31 +194,54 @@ def test_a_bad_catalog_is_refused_in_one_line_naming_the_model(catalog: Catalog,
 
 def test_a_catalog_file_with_an_unknown_field_is_refused_naming_it() -> None:
     with pytest.raises(CatalogError, match="catalog entry 'a': unknown field\\(s\\) threds"):
-        Catalog.from_json(json.dumps({"version": 1, "layouts": ["gguf"], "entries": [
-            {"name": "a", "hf_repo": "acme/a", "file": "a.gguf", "threds": "2"}]}))
+        Catalog.from_json(
+            json.dumps(
+                {
+                    "version": 1,
+                    "layouts": ["gguf"],
+                    "entries": [{"name": "a", "hf_repo": "acme/a", "file": "a.gguf", "threds": "2"}],
+                }
+            )
+        )
 
 
 # -- the job ----------------------------------------------------------------------------------------------
 
 
-def test_three_models_land_at_their_keys_then_a_rerun_asks_the_hub_nothing(hub, farm_files, s3, bucket, tmp_path) -> None:  # noqa: ANN001
-    entries = (_entry("alpha", farm_files["alpha"]), _entry("beta", farm_files["beta"]), _entry("gamma", farm_files["gamma"]))
+def test_three_models_land_at_their_keys_then_a_rerun_asks_the_hub_nothing(
+    hub, farm_files, s3, bucket, tmp_path
+) -> None:  # noqa: ANN001
+    entries = (
+        _entry("alpha", farm_files["alpha"]),
+        _entry("beta", farm_files["beta"]),
+        _entry("gamma", farm_files["gamma"]),
+    )
     catalog = Catalog(entries, ("gguf",))
 
     code, exported = _run_job(s3, hub, catalog, bucket, tmp_path)
 
     assert code == 0
     fingerprint = catalog.fingerprint()
-    assert exported == {"CATALOG_RECEIPT_KEY": receipt_key(fingerprint), "CATALOG_FINGERPRINT": fingerprint,
-                        "CATALOG_MODELS": "3", "CATALOG_COPIED": "3"}
+    assert exported == {
+        "CATALOG_RECEIPT_KEY": receipt_key(fingerprint),
+        "CATALOG_FINGERPRINT": fingerprint,
+        "CATALOG_MODELS": "3",
+        "CATALOG_COPIED": "3",
+    }
     assert _keys(s3, bucket) == sorted([*(gguf_key(e) for e in entries), receipt_key(fingerprint)])
     receipt = json.loads(s3.get_object(Bucket=bucket, Key=receipt_key(fingerprint))["Body"].read())
     for entry, served in zip(entries, (farm_files["alpha"], farm_files["beta"], farm_files["gamma"]), strict=True):
         assert _object_sha256(s3, bucket, gguf_key(entry)) == served.sha256
-        assert receipt["models"][entry.name] == {"commit": hub.commit, "sha256": served.sha256, "size": served.size,
-                                                 "keys": {"gguf": gguf_key(entry)}}
+        assert receipt["models"][entry.name] == {
+            "commit": hub.commit,
+            "sha256": served.sha256,
+            "size": served.size,
+            "keys": {"gguf": gguf_key(entry)},
+        }
     assert gguf_key(entries[2]).endswith("/gamma-Q4.gguf")  # quant/gamma-Q4.gguf lands under its basename
-    assert hub.stats.heads >= 3 and hub.stats.bytes_served == sum(f.size for f in (farm_files["alpha"], farm_files["beta"], farm_files["gamma"]))
+    assert hub.stats.heads >= 3 and hub.stats.bytes_served == sum(
+        f.size for f in (farm_files["alpha"], farm_files["beta"], farm_files["gamma"])
+    )
 
     hub.reset()
     code, again = _run_job(s3, hub, catalog, bucket, tmp_path)
@@ -184,9 +252,18 @@ def test_three_models_land_at_their_keys_then_a_rerun_asks_the_hub_nothing(hub, 
 
 
 def test_one_failing_model_fails_the_job_naming_it_and_leaves_no_partial_object_and_no_receipt(
-    hub, farm_files, s3, bucket, tmp_path, capsys,  # noqa: ANN001
+    hub,
+    farm_files,
+    s3,
+    bucket,
+    tmp_path,
+    capsys,  # noqa: ANN001
 ) -> None:
-    alpha, broken, gamma = _entry("alpha", farm_files["alpha"]), _entry("broken", farm_files["broken"]), _entry("gamma", farm_files["gamma"])
+    alpha, broken, gamma = (
+        _entry("alpha", farm_files["alpha"]),
+        _entry("broken", farm_files["broken"]),
+        _entry("gamma", farm_files["gamma"]),
+    )
     missing = CatalogEntry(name="missing", hf_repo="acme-farm/alpha", file="no-such-file.gguf")
     catalog = Catalog((alpha, broken, missing, gamma), ("gguf", "mme"))
 
@@ -194,7 +271,9 @@ def test_one_failing_model_fails_the_job_naming_it_and_leaves_no_partial_object_
 
     assert code == 2 and exported == {}
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("model_download: error: 2 of 4 models failed: broken, missing — broken: sha256 mismatch for acme-farm/broken/broken-Q4.gguf@")
+    assert err[-1].startswith(
+        "model_download: error: 2 of 4 models failed: broken, missing — broken: sha256 mismatch for acme-farm/broken/broken-Q4.gguf@"
+    )
     assert "missing: acme-farm/alpha/no-such-file.gguf@main not found" in err[-1]
     # The broken file was downloaded in full and uploaded in parts, then refused: no object, no upload left over.
     assert hub.stats.bytes_served >= farm_files["broken"].size
@@ -208,8 +287,11 @@ def test_one_failing_model_fails_the_job_naming_it_and_leaves_no_partial_object_
     group, stream = f"/aws/codebuild/catalog-{uuid.uuid4().hex[:6]}", "build-1"
     logs.create_log_group(logGroupName=group)
     logs.create_log_stream(logGroupName=group, logStreamName=stream)
-    logs.put_log_events(logGroupName=group, logStreamName=stream,
-                        logEvents=[{"timestamp": int(time.time() * 1000) + i, "message": m} for i, m in enumerate(err)])
+    logs.put_log_events(
+        logGroupName=group,
+        logStreamName=stream,
+        logEvents=[{"timestamp": int(time.time() * 1000) + i, "message": m} for i, m in enumerate(err)],
+    )
     build = {"id": "model-catalog:7", "buildStatus": "FAILED", "logs": {"groupName": group, "streamName": stream}}
     with pytest.raises(RuntimeError) as failure:
         completion(build, {"Fingerprint": catalog.fingerprint(), "Bucket": bucket}, logs)
@@ -275,8 +357,15 @@ def test_the_mme_layout_is_a_gzip_tarball_of_the_gguf_and_engine_json(hub, farm_
 
 def test_an_mme_copy_that_fails_midway_leaves_nothing(hub, farm_files, s3, bucket) -> None:  # noqa: ANN001
     broken = _entry("broken", farm_files["broken"])
-    run = CatalogCopy(Catalog((broken,), ("mme",)), bucket=bucket, s3=s3, hubs=Hubs(hub.url, retry=FAST_RETRY),
-                      concurrency=2, part_size=PART, log=lambda _l: None).run()
+    run = CatalogCopy(
+        Catalog((broken,), ("mme",)),
+        bucket=bucket,
+        s3=s3,
+        hubs=Hubs(hub.url, retry=FAST_RETRY),
+        concurrency=2,
+        part_size=PART,
+        log=lambda _l: None,
+    ).run()
     assert [f.name for f in run.failures] == ["broken"] and "sha256 mismatch" in run.failures[0].reason
     assert hub.stats.bytes_served >= farm_files["broken"].size  # it got to the end before refusing
     _nothing_partial(s3, bucket, mme_key(broken))
@@ -286,7 +375,9 @@ def test_an_mme_copy_that_fails_midway_leaves_nothing(hub, farm_files, s3, bucke
 def test_a_key_holding_other_bytes_is_never_overwritten(hub, farm_files, s3, bucket) -> None:  # noqa: ANN001
     alpha = _entry("alpha", farm_files["alpha"])
     s3.put_object(Bucket=bucket, Key=gguf_key(alpha), Body=b"someone else's file")
-    run = CatalogCopy(Catalog((alpha,)), bucket=bucket, s3=s3, hubs=Hubs(hub.url, retry=FAST_RETRY), log=lambda _l: None).run()
+    run = CatalogCopy(
+        Catalog((alpha,)), bucket=bucket, s3=s3, hubs=Hubs(hub.url, retry=FAST_RETRY), log=lambda _l: None
+    ).run()
     assert [f.name for f in run.failures] == ["alpha"] and "not written by the copy job" in run.failures[0].reason
     assert s3.get_object(Bucket=bucket, Key=gguf_key(alpha))["Body"].read() == b"someone else's file"
     assert hub.stats.heads == 0
@@ -304,11 +395,20 @@ def test_each_token_secret_is_read_once_and_a_missing_one_fails_only_its_models(
 
     gated = [CatalogEntry(name=f"gated-{i}", hf_repo=GATED_REPO, file=FILE, token_secret_name=name) for i in range(3)]
     lost = CatalogEntry(name="lost", hf_repo=GATED_REPO, file=FILE, token_secret_name="hf/no-such-secret")
-    run = CatalogCopy(Catalog((*gated, lost)), bucket=bucket, s3=s3, hubs=Hubs(hub.url, retry=FAST_RETRY, read_token=counting),
-                      parallel_models=4, concurrency=4, log=lambda _l: None).run()
+    run = CatalogCopy(
+        Catalog((*gated, lost)),
+        bucket=bucket,
+        s3=s3,
+        hubs=Hubs(hub.url, retry=FAST_RETRY, read_token=counting),
+        parallel_models=4,
+        concurrency=4,
+        log=lambda _l: None,
+    ).run()
 
     assert sorted(reads, key=str) == sorted([name, "hf/no-such-secret"])
-    assert [(f.name, f.reason) for f in run.failures] == [("lost", "secret 'hf/no-such-secret' (Hugging Face token) not found")]
+    assert [(f.name, f.reason) for f in run.failures] == [
+        ("lost", "secret 'hf/no-such-secret' (Hugging Face token) not found")
+    ]
     served = fake_hub.files[(GATED_REPO, FILE)]
     assert all(s3.head_object(Bucket=bucket, Key=gguf_key(e))["Metadata"]["sha256"] == served.sha256 for e in gated)
     assert hub.stats.auth_seen_by_cdn == 0  # the token goes to the Hub only
@@ -318,8 +418,17 @@ def test_a_stop_aborts_the_copies_in_flight_and_names_what_is_left(hub, farm_fil
     entries = tuple(_entry(n, farm_files[n]) for n in ("alpha", "beta", "gamma"))
     hub.per_connection_rate = 2 * MIB  # seconds per model: time to stop it midway
     stop = threading.Event()
-    job = CatalogCopy(Catalog(entries, ("gguf", "mme")), bucket=bucket, s3=s3, hubs=Hubs(hub.url, retry=FAST_RETRY),
-                      parallel_models=1, concurrency=2, part_size=PART, stop=stop, log=lambda _l: None)
+    job = CatalogCopy(
+        Catalog(entries, ("gguf", "mme")),
+        bucket=bucket,
+        s3=s3,
+        hubs=Hubs(hub.url, retry=FAST_RETRY),
+        parallel_models=1,
+        concurrency=2,
+        part_size=PART,
+        stop=stop,
+        log=lambda _l: None,
+    )
     outcome: list = []
     worker = threading.Thread(target=lambda: outcome.append(job.run()))
     worker.start()
@@ -339,20 +448,29 @@ def test_a_stop_aborts_the_copies_in_flight_and_names_what_is_left(hub, farm_fil
 def test_a_reason_naming_hundreds_of_models_fits_cloudformations_response(aws_env) -> None:  # noqa: ANN001
     from model_download.catalog_copy import CatalogRun, EntryFailure
 
-    run = CatalogRun("f" * 64, 1000, failures=[EntryFailure(f"m-{i:04d}", f"hf://acme/m-{i:04d} not found (HTTP 404)") for i in range(300)])
+    run = CatalogRun(
+        "f" * 64,
+        1000,
+        failures=[EntryFailure(f"m-{i:04d}", f"hf://acme/m-{i:04d} not found (HTTP 404)") for i in range(300)],
+    )
     line = run.error_line()
     assert line.startswith("300 of 1000 models failed: m-0000, m-0001, ") and "m-0299 — " in line  # every name, first
     logs = boto3.client("logs")
     group = f"/aws/codebuild/catalog-{uuid.uuid4().hex[:6]}"
     logs.create_log_group(logGroupName=group)
     logs.create_log_stream(logGroupName=group, logStreamName="b")
-    logs.put_log_events(logGroupName=group, logStreamName="b",
-                        logEvents=[{"timestamp": int(time.time() * 1000), "message": "model_download: error: " + line}])
+    logs.put_log_events(
+        logGroupName=group,
+        logStreamName="b",
+        logEvents=[{"timestamp": int(time.time() * 1000), "message": "model_download: error: " + line}],
+    )
     with pytest.raises(RuntimeError) as failure:
         completion({"id": "c:1", "buildStatus": "FAILED", "logs": {"groupName": group, "streamName": "b"}}, {}, logs)
     reason = str(failure.value)
     # CloudFormation keeps at most 4096 bytes of the whole response (ids and the handler's trace included).
-    assert len(reason.encode()) <= 2100 and reason.startswith("model catalog copy FAILED: 300 of 1000 models failed: m-0000, ")
+    assert len(reason.encode()) <= 2100 and reason.startswith(
+        "model catalog copy FAILED: 300 of 1000 models failed: m-0000, "
+    )
     assert reason.endswith("… (the rest in the build log) (build c:1)")
 
 
@@ -366,7 +484,11 @@ def project(aws_env) -> str:  # noqa: ANN001
         name=name,
         source={"type": "S3", "location": "cdk-assets-bucket/model_download.zip", "buildspec": "version: 0.2"},
         artifacts={"type": "NO_ARTIFACTS"},
-        environment={"type": "LINUX_CONTAINER", "image": "aws/codebuild/amazonlinux-x86_64-standard:5.0", "computeType": "BUILD_GENERAL1_LARGE"},
+        environment={
+            "type": "LINUX_CONTAINER",
+            "image": "aws/codebuild/amazonlinux-x86_64-standard:5.0",
+            "computeType": "BUILD_GENERAL1_LARGE",
+        },
         serviceRole="arn:aws:iam::123456789012:role/model-catalog",
     )
     return name
@@ -380,28 +502,52 @@ def _run_buildspec(env: dict[str, str], workdir: Path) -> dict[str, str]:
     spec = CATALOG_BUILD_SPEC
     commands = [*spec["phases"]["install"]["commands"], *spec["phases"]["build"]["commands"]]
     exported = spec["env"]["exported-variables"]
-    script = "set -e\n" + "\n".join(commands) + "\n" + "".join(f'printf "%s=%s\\n" {v} "${{{v}:-}}"\n' for v in exported)
+    script = (
+        "set -e\n" + "\n".join(commands) + "\n" + "".join(f'printf "%s=%s\\n" {v} "${{{v}:-}}"\n' for v in exported)
+    )
     bin_dir = str(Path(sys.executable).parent)
-    done = subprocess.run(["bash", "-c", script], cwd=workdir, env={**env, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        ["bash", "-c", script],
+        cwd=workdir,
+        env={**env, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     return dict(line.split("=", 1) for line in done.stdout.splitlines() if line.split("=", 1)[0] in exported)
 
 
 def test_the_catalog_resource_starts_the_job_and_its_receipt_becomes_the_attributes(
-    hub, farm_files, aws_env, s3, bucket, project, tmp_path,  # noqa: ANN001
+    hub,
+    farm_files,
+    aws_env,
+    s3,
+    bucket,
+    project,
+    tmp_path,  # noqa: ANN001
 ) -> None:
     catalog = Catalog((_entry("alpha", farm_files["alpha"]), _entry("beta", farm_files["beta"])), ("gguf",))
     uri = _publish(s3, catalog)
     asset_bucket, asset_key = uri[5:].split("/", 1)
-    props = {"ServiceToken": "arn:aws:lambda:us-east-1:123456789012:function:provider", "ProjectName": project,
-             "Bucket": bucket, "CatalogBucket": asset_bucket, "CatalogKey": asset_key,
-             "Fingerprint": catalog.fingerprint(), "Layouts": ["gguf"]}
+    props = {
+        "ServiceToken": "arn:aws:lambda:us-east-1:123456789012:function:provider",
+        "ProjectName": project,
+        "Bucket": bucket,
+        "CatalogBucket": asset_bucket,
+        "CatalogKey": asset_key,
+        "Fingerprint": catalog.fingerprint(),
+        "Layouts": ["gguf"],
+    }
     started = on_event({"RequestType": "Create", "ResourceProperties": props})  # the provider's one onEvent handler
     assert started["PhysicalResourceId"] == f"s3://{bucket}/{receipt_key(catalog.fingerprint())}"
     assert [e["name"] for e in identity_environment(props)] == list(IDENTITY)
 
-    env = {**os.environ, **aws_env, **{e["name"]: e["value"] for e in build_environment({**props, "HfEndpoint": hub.url})}}
+    env = {
+        **os.environ,
+        **aws_env,
+        **{e["name"]: e["value"] for e in build_environment({**props, "HfEndpoint": hub.url})},
+    }
     exported = _run_buildspec(env, tmp_path)
 
     assert set(exported) == set(CATALOG_RECEIPT) and exported["CATALOG_COPIED"] == "2"
@@ -409,19 +555,26 @@ def test_the_catalog_resource_starts_the_job_and_its_receipt_becomes_the_attribu
     build["exportedEnvironmentVariables"] = [{"name": k, "value": v} for k, v in exported.items()]
     answer = completion(build, props, None)
     assert answer["IsComplete"] and answer["Data"] == {
-        "ReceiptKey": receipt_key(catalog.fingerprint()), "Fingerprint": catalog.fingerprint(), "Models": "2", "Copied": "2",
+        "ReceiptKey": receipt_key(catalog.fingerprint()),
+        "Fingerprint": catalog.fingerprint(),
+        "Models": "2",
+        "Copied": "2",
         "BuildId": build["id"],
     }
     # A receipt for another catalog is refused; moto's build (no buildspec run) exported nothing and fails.
     wrong = {**exported, "CATALOG_FINGERPRINT": "0" * 64}
     with pytest.raises(RuntimeError, match="unexpected receipt"):
-        completion({**build, "exportedEnvironmentVariables": [{"name": k, "value": v} for k, v in wrong.items()]}, props, None)
+        completion(
+            {**build, "exportedEnvironmentVariables": [{"name": k, "value": v} for k, v in wrong.items()]}, props, None
+        )
     assert answer["PhysicalResourceId"].startswith(f"s3://{bucket}/{receipt_key(catalog.fingerprint())}#v=1&")
     # moto never marks its build complete (isComplete waits); complete, it exported nothing: refused, by name.
     assert is_complete({"RequestType": "Create", "ResourceProperties": props, **started}) == {"IsComplete": False}
     with pytest.raises(RuntimeError, match="exported no CATALOG_RECEIPT_KEY"):
         completion({**build, "exportedEnvironmentVariables": [], "buildComplete": True}, props, None)
-    assert on_event({"RequestType": "Delete", "ResourceProperties": props, "PhysicalResourceId": "x"}) == {"PhysicalResourceId": "x"}
+    assert on_event({"RequestType": "Delete", "ResourceProperties": props, "PhysicalResourceId": "x"}) == {
+        "PhysicalResourceId": "x"
+    }
 
 
 def test_sigterm_to_the_job_aborts_its_uploads_and_names_every_model_left(hub, farm_files, aws_env, s3, bucket) -> None:  # noqa: ANN001
@@ -434,9 +587,30 @@ def test_sigterm_to_the_job_aborts_its_uploads_and_names_every_model_left(hub, f
     uri = _publish(s3, catalog)
     hub.per_connection_rate = 2 * MIB
     job = subprocess.Popen(
-        [sys.executable, "-m", "model_download", "catalog", "--catalog", uri, "--fingerprint", catalog.fingerprint(),
-         "--bucket", bucket, "--endpoint", hub.url, "--parallel-models", "2", "--concurrency", "2", "--part-size-mib", "5"],
-        env={**os.environ, **aws_env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "model_download",
+            "catalog",
+            "--catalog",
+            uri,
+            "--fingerprint",
+            catalog.fingerprint(),
+            "--bucket",
+            bucket,
+            "--endpoint",
+            hub.url,
+            "--parallel-models",
+            "2",
+            "--concurrency",
+            "2",
+            "--part-size-mib",
+            "5",
+        ],
+        env={**os.environ, **aws_env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.monotonic() + 60
     while hub.stats.bytes_served < 2 * MIB and time.monotonic() < deadline:

@@ -28,8 +28,22 @@ def _errors(stderr: str) -> list[str]:
 
 
 def test_cli_copies_end_to_end_then_finds_it_in_place(hub, served, aws_env, bucket) -> None:  # noqa: ANN001
-    args = [str(BIN / "cpu-inference"), "download", "--repo", PUBLIC_REPO, "--file", FILE, "--revision", "main",
-            "--bucket", bucket, "--key-prefix", "models/smollm2/main", "--concurrency", "4"]
+    args = [
+        str(BIN / "cpu-inference"),
+        "download",
+        "--repo",
+        PUBLIC_REPO,
+        "--file",
+        FILE,
+        "--revision",
+        "main",
+        "--bucket",
+        bucket,
+        "--key-prefix",
+        "models/smollm2/main",
+        "--concurrency",
+        "4",
+    ]
 
     done = _run(args, aws_env, hub.url)
     assert done.returncode == 0, done.stderr
@@ -45,8 +59,22 @@ def test_cli_copies_end_to_end_then_finds_it_in_place(hub, served, aws_env, buck
 
 
 def test_cli_404_is_exit_2_and_one_line(hub, aws_env, bucket) -> None:  # noqa: ANN001
-    missing = _run([str(BIN / "cpu-inference"), "download", "--repo", PUBLIC_REPO, "--file", "nope-Q4_K_M.gguf",
-                    "--bucket", bucket, "--key-prefix", "models/x/main"], aws_env, hub.url)
+    missing = _run(
+        [
+            str(BIN / "cpu-inference"),
+            "download",
+            "--repo",
+            PUBLIC_REPO,
+            "--file",
+            "nope-Q4_K_M.gguf",
+            "--bucket",
+            bucket,
+            "--key-prefix",
+            "models/x/main",
+        ],
+        aws_env,
+        hub.url,
+    )
 
     assert missing.returncode == 2
     lines = _errors(missing.stderr)
@@ -59,19 +87,57 @@ def test_job_with_a_bad_token_secret_fails_with_one_line_naming_it(hub, aws_env,
     name = f"hf/rotated-{uuid.uuid4().hex[:6]}"
     boto3.client("secretsmanager").create_secret(Name=name, SecretString='{"token": "hf_revoked"}')
 
-    job = _run([sys.executable, "-m", "model_download", "--repo", GATED_REPO, "--file", FILE, "--bucket", bucket,
-                "--key-prefix", "models/gated/main", "--token-secret", name], aws_env, hub.url)
+    job = _run(
+        [
+            sys.executable,
+            "-m",
+            "model_download",
+            "--repo",
+            GATED_REPO,
+            "--file",
+            FILE,
+            "--bucket",
+            bucket,
+            "--key-prefix",
+            "models/gated/main",
+            "--token-secret",
+            name,
+        ],
+        aws_env,
+        hub.url,
+    )
 
     assert job.returncode == 2
     errors = [line for line in job.stderr.splitlines() if line.strip()]
-    assert errors == [f"model_download: error: the Hugging Face token from secret '{name}' was rejected for "
-                      f"{GATED_REPO}/{FILE}@main (HTTP 401): check that secret's value"]
+    assert errors == [
+        f"model_download: error: the Hugging Face token from secret '{name}' was rejected for "
+        f"{GATED_REPO}/{FILE}@main (HTTP 401): check that secret's value"
+    ]
     assert "hf_revoked" not in job.stdout + job.stderr
 
 
 def test_cli_pre_seeds_the_commit_pinned_key_the_artifact_reads(hub, served, aws_env, bucket) -> None:  # noqa: ANN001
-    done = _run([str(BIN / "cpu-inference"), "download", "--repo", PUBLIC_REPO, "--file", FILE, "--revision", "main",
-                 "--bucket", bucket, "--key-prefix", "models/smollm2", "--pin-commit", "--concurrency", "4"], aws_env, hub.url)
+    done = _run(
+        [
+            str(BIN / "cpu-inference"),
+            "download",
+            "--repo",
+            PUBLIC_REPO,
+            "--file",
+            FILE,
+            "--revision",
+            "main",
+            "--bucket",
+            bucket,
+            "--key-prefix",
+            "models/smollm2",
+            "--pin-commit",
+            "--concurrency",
+            "4",
+        ],
+        aws_env,
+        hub.url,
+    )
 
     assert done.returncode == 0, done.stderr
     key = f"models/smollm2/{hub.commit_of(PUBLIC_REPO)}/{FILE}"

@@ -40,8 +40,16 @@ def _hub(fake, token=None, source=None) -> Hub:  # noqa: ANN001
 
 def _request(bucket: str, repo: str = PUBLIC_REPO, file: str = FILE, **kw) -> CopyRequest:  # noqa: ANN003
     revision = kw.pop("revision", "main")
-    return CopyRequest(repo=repo, file=file, bucket=bucket, key_prefix=f"models/smollm2/{revision}", revision=revision,
-                       concurrency=kw.pop("concurrency", 4), part_size=kw.pop("part_size", PART), **kw)
+    return CopyRequest(
+        repo=repo,
+        file=file,
+        bucket=bucket,
+        key_prefix=f"models/smollm2/{revision}",
+        revision=revision,
+        concurrency=kw.pop("concurrency", 4),
+        part_size=kw.pop("part_size", PART),
+        **kw,
+    )
 
 
 def _sha256_of_object(s3, bucket: str, key: str) -> str:  # noqa: ANN001
@@ -209,8 +217,11 @@ def test_a_plain_git_file_needs_an_explicit_sha256(hub, s3, bucket) -> None:  # 
     with pytest.raises(DownloadError, match="reports no sha256"):
         copy_model(_request(bucket, repo=PLAIN_REPO, file="tiny.gguf"), hub=_hub(hub), s3=s3)
 
-    result = copy_model(_request(bucket, repo=PLAIN_REPO, file="tiny.gguf", sha256=plain.sha256, part_size=5 * MIB),
-                        hub=_hub(hub), s3=s3)
+    result = copy_model(
+        _request(bucket, repo=PLAIN_REPO, file="tiny.gguf", sha256=plain.sha256, part_size=5 * MIB),
+        hub=_hub(hub),
+        s3=s3,
+    )
     assert result.parts == 2 and _sha256_of_object(s3, bucket, result.key) == plain.sha256
 
 
@@ -251,8 +262,16 @@ def moving(fake_hub, smollm2_gguf, tmp_path) -> tuple[str, ServedFile, Path]:  #
 
 
 def _pinned(bucket: str, repo: str, **kw) -> CopyRequest:  # noqa: ANN003
-    return CopyRequest(repo=repo, file=FILE, bucket=bucket, key_prefix="models/moving", pin_commit=True,
-                       concurrency=2, part_size=5 * MIB, **kw)
+    return CopyRequest(
+        repo=repo,
+        file=FILE,
+        bucket=bucket,
+        key_prefix="models/moving",
+        pin_commit=True,
+        concurrency=2,
+        part_size=5 * MIB,
+        **kw,
+    )
 
 
 def _versions(s3, bucket: str, key: str) -> list[dict]:  # noqa: ANN001
@@ -282,7 +301,9 @@ def test_a_moved_branch_lands_at_a_new_key_and_leaves_the_first_untouched(hub, m
 def test_an_existing_key_is_never_overwritten_with_other_bytes(hub, moving, s3, bucket) -> None:  # noqa: ANN001
     repo, first, second_path = moving
     # The old layout: a key named after the branch, not the commit.
-    by_branch = CopyRequest(repo=repo, file=FILE, bucket=bucket, key_prefix="models/moving/main", concurrency=2, part_size=5 * MIB)
+    by_branch = CopyRequest(
+        repo=repo, file=FILE, bucket=bucket, key_prefix="models/moving/main", concurrency=2, part_size=5 * MIB
+    )
     copied = copy_model(by_branch, hub=_hub(hub), s3=s3)
     hub.push(repo, FILE, second_path, NEXT_COMMIT)
     hub.reset()

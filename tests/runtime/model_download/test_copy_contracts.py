@@ -62,8 +62,9 @@ def _hub(fake: FakeHub, waits: Waits | None = None) -> Hub:
 
 
 def _request(bucket: str, **kw: Any) -> CopyRequest:
-    return CopyRequest(repo=PUBLIC_REPO, file=FILE, bucket=bucket, key_prefix="models/smollm2", concurrency=4,
-                       part_size=8 * MIB, **kw)
+    return CopyRequest(
+        repo=PUBLIC_REPO, file=FILE, bucket=bucket, key_prefix="models/smollm2", concurrency=4, part_size=8 * MIB, **kw
+    )
 
 
 def _sha256_of_object(s3, bucket: str, key: str) -> str:  # noqa: ANN001
@@ -72,8 +73,9 @@ def _sha256_of_object(s3, bucket: str, key: str) -> str:  # noqa: ANN001
 
 def _client_error(operation: str, status: int, code: str, message: str = "") -> ClientError:
     """What botocore raises for an S3 error status (HEAD has no body: its code is the status, e.g. "403")."""
-    return ClientError({"Error": {"Code": code, "Message": message},
-                        "ResponseMetadata": {"HTTPStatusCode": status}}, operation)
+    return ClientError(
+        {"Error": {"Code": code, "Message": message}, "ResponseMetadata": {"HTTPStatusCode": status}}, operation
+    )
 
 
 class ScriptedS3:
@@ -106,8 +108,11 @@ RESOLVERS_POLICY = '"fixed window";"resolvers";q=3000;w=300'  # huggingface_hub 
 
 def test_a_429_with_ratelimit_waits_until_the_window_resets(hub, served, s3, bucket) -> None:  # noqa: ANN001
     # A 429 early in a 5-minute window (HF docs hub/rate-limits) says so: `t` = seconds until it resets.
-    hub.throttle("resolve", {"RateLimit": '"resolvers";r=0;t=240', "RateLimit-Policy": RESOLVERS_POLICY},
-                 {"RateLimit": '"resolvers";r=0;t=50', "RateLimit-Policy": RESOLVERS_POLICY})
+    hub.throttle(
+        "resolve",
+        {"RateLimit": '"resolvers";r=0;t=240', "RateLimit-Policy": RESOLVERS_POLICY},
+        {"RateLimit": '"resolvers";r=0;t=50', "RateLimit-Policy": RESOLVERS_POLICY},
+    )
     waits = Waits()
 
     result = copy_model(_request(bucket), hub=_hub(hub, waits), s3=s3)
@@ -173,14 +178,23 @@ def test_both_layouts_ask_the_hub_once_and_read_its_bytes_once(hub, farm_file, s
     entry = CatalogEntry(name="delta", hf_repo=farm_file.repo, file=farm_file.name, engine_args={"ctx-size": "2048"})
     catalog = Catalog((entry,), ("mme", "gguf"))  # the tarball is listed first: the GGUF is still written first
 
-    run = CatalogCopy(catalog, bucket=bucket, s3=s3, hubs=Hubs(hub.url, retry=FAST_RETRY), concurrency=2,
-                      part_size=PART, log=lambda _l: None).run()
+    run = CatalogCopy(
+        catalog,
+        bucket=bucket,
+        s3=s3,
+        hubs=Hubs(hub.url, retry=FAST_RETRY),
+        concurrency=2,
+        part_size=PART,
+        log=lambda _l: None,
+    ).run()
 
     assert run.failures == [] and run.receipts[0].copied == ("gguf", "mme")
     assert hub.stats.heads == 1  # one resolve per model: copy_model reuses the catalog's FileInfo
     assert hub.stats.bytes_served == farm_file.size  # once: the tarball was read back from S3, not the Hub
     assert _sha256_of_object(s3, bucket, gguf_key(entry)) == farm_file.sha256
-    with tarfile.open(fileobj=io.BytesIO(s3.get_object(Bucket=bucket, Key=mme_key(entry))["Body"].read()), mode="r:gz") as tar:
+    with tarfile.open(
+        fileobj=io.BytesIO(s3.get_object(Bucket=bucket, Key=mme_key(entry))["Body"].read()), mode="r:gz"
+    ) as tar:
         member = tar.extractfile(farm_file.name).read()  # type: ignore[union-attr]
     assert hashlib.sha256(member).hexdigest() == farm_file.sha256
 
@@ -198,12 +212,21 @@ def test_tarball_parts_upload_in_parallel_from_a_bounded_pool(hub, farm_file, s3
 
     scripted = ScriptedS3(s3, upload_part=[slow_upload] * 100)
     entry = CatalogEntry(name="delta", hf_repo=farm_file.repo, file=farm_file.name)
-    run = CatalogCopy(Catalog((entry,), ("mme",)), bucket=bucket, s3=scripted, hubs=Hubs(hub.url, retry=FAST_RETRY),
-                      concurrency=2, part_size=PART, log=lambda _l: None).run()
+    run = CatalogCopy(
+        Catalog((entry,), ("mme",)),
+        bucket=bucket,
+        s3=scripted,
+        hubs=Hubs(hub.url, retry=FAST_RETRY),
+        concurrency=2,
+        part_size=PART,
+        log=lambda _l: None,
+    ).run()
 
     assert run.failures == [] and scripted.calls["upload_part"] == 7
     assert 2 <= peak[0] <= UPLOAD_WORKERS  # parallel, and never more than the pool (memory: parts in flight)
-    with tarfile.open(fileobj=io.BytesIO(s3.get_object(Bucket=bucket, Key=mme_key(entry))["Body"].read()), mode="r:gz") as tar:
+    with tarfile.open(
+        fileobj=io.BytesIO(s3.get_object(Bucket=bucket, Key=mme_key(entry))["Body"].read()), mode="r:gz"
+    ) as tar:
         assert hashlib.sha256(tar.extractfile(farm_file.name).read()).hexdigest() == farm_file.sha256  # type: ignore[union-attr]
 
 
@@ -211,8 +234,14 @@ def test_tarball_parts_upload_in_parallel_from_a_bounded_pool(hub, farm_file, s3
 
 REMOTE = "acme-corp/tiny-remote-code"
 EXTRA = {  # transformers / vLLM load these when present (sources in snapshot_select)
-    "preprocessor_config.json": False, "processor_config.json": False, "video_preprocessor_config.json": False,
-    "vocab.txt": False, "spiece.model": True, "sentencepiece.bpe.model": True, "tekken.json": True, "params.json": False,
+    "preprocessor_config.json": False,
+    "processor_config.json": False,
+    "video_preprocessor_config.json": False,
+    "vocab.txt": False,
+    "spiece.model": True,
+    "sentencepiece.bpe.model": True,
+    "tekken.json": True,
+    "params.json": False,
 }
 CODE = {"configuration_tiny.py": False, "modeling_tiny.py": False, "tokenization_tiny.py": False}
 
@@ -225,7 +254,10 @@ def remote_code_repo(snap_hub: FakeHub, checkpoint: SnapshotRepo, tmp_path_facto
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(checkpoint.path(name), root / name)
     config = json.loads((root / "config.json").read_text())
-    config["auto_map"] = {"AutoConfig": "configuration_tiny.TinyConfig", "AutoModelForCausalLM": "modeling_tiny.TinyForCausalLM"}
+    config["auto_map"] = {
+        "AutoConfig": "configuration_tiny.TinyConfig",
+        "AutoModelForCausalLM": "modeling_tiny.TinyForCausalLM",
+    }
     (root / "config.json").write_text(json.dumps(config))
     for name in [*EXTRA, *CODE, "sub/helper.py"]:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
@@ -240,14 +272,18 @@ def _files(*names: str) -> tuple[RepoFile, ...]:
 
 
 def test_processor_slow_tokenizer_and_mistral_files_are_selected() -> None:
-    files = _files("model.safetensors", "config.json", *EXTRA, "tokenizer.model.v3", "README.md", "sub/vocab.txt", "convert.py")
+    files = _files(
+        "model.safetensors", "config.json", *EXTRA, "tokenizer.model.v3", "README.md", "sub/vocab.txt", "convert.py"
+    )
     chosen = {f.path for f in select(files, "acme/x")}
     assert chosen == {"model.safetensors", "config.json", *EXTRA, "tokenizer.model.v3"}
     # A repo's *.py only with code=True (a trusted repo whose config has auto_map), and only at its root.
     assert {f.path for f in select(files, "acme/x", code=True)} == chosen | {"convert.py"}
 
 
-def test_a_repo_with_its_own_code_is_refused_in_one_line_unless_opted_in(snap_hub, remote_code_repo, s3, bucket) -> None:  # noqa: ANN001
+def test_a_repo_with_its_own_code_is_refused_in_one_line_unless_opted_in(
+    snap_hub, remote_code_repo, s3, bucket
+) -> None:  # noqa: ANN001
     snap_hub.reset()
     req = SnapshotRequest(repo=REMOTE, bucket=bucket, key_prefix="models/remote", concurrency=2, part_size=PART)
 
@@ -258,8 +294,9 @@ def test_a_repo_with_its_own_code_is_refused_in_one_line_unless_opted_in(snap_hu
     assert "trust_remote_code" in message and "\n" not in message
     assert s3.list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0  # refused before a single object was written
 
-    trusted = SnapshotRequest(repo=REMOTE, bucket=bucket, key_prefix="models/remote", concurrency=2, part_size=PART,
-                              trust_remote_code=True)
+    trusted = SnapshotRequest(
+        repo=REMOTE, bucket=bucket, key_prefix="models/remote", concurrency=2, part_size=PART, trust_remote_code=True
+    )
     result = copy_snapshot(trusted, hub=_hub(snap_hub), s3=s3)
     landed = {f.path for f in result.files}
     assert landed == {*SELECTED, *EXTRA, *CODE}  # the root *.py too; never sub/helper.py
@@ -280,11 +317,23 @@ def test_a_putobject_409_is_retried_once(snap_hub, checkpoint, s3, bucket) -> No
     scripted = ScriptedS3(s3, put_object=[conflict])
     served = snap_hub.files[(REPO, "config.json")]
     f = RepoFile("config.json", served.size, None, served.git_sha1)
-    landed = copy_file(f, hub=_hub(snap_hub), s3=scripted, repo=REPO, commit=snap_hub.commit_of(REPO), bucket=bucket,
-                       prefix="models/tiny/", concurrency=1, part_size=None)
+    landed = copy_file(
+        f,
+        hub=_hub(snap_hub),
+        s3=scripted,
+        repo=REPO,
+        commit=snap_hub.commit_of(REPO),
+        bucket=bucket,
+        prefix="models/tiny/",
+        concurrency=1,
+        part_size=None,
+    )
 
     assert landed.copied and scripted.calls["put_object"] == 2
-    assert s3.get_object(Bucket=bucket, Key="models/tiny/config.json")["Body"].read() == checkpoint.path("config.json").read_bytes()
+    assert (
+        s3.get_object(Bucket=bucket, Key="models/tiny/config.json")["Body"].read()
+        == checkpoint.path("config.json").read_bytes()
+    )
 
 
 def test_a_complete_409_accepts_the_key_when_the_other_run_wrote_these_bytes(hub, served, s3, bucket) -> None:  # noqa: ANN001
@@ -313,7 +362,12 @@ def test_a_complete_409_with_nothing_at_the_key_fails_and_leaves_nothing(hub, s3
 
 def test_a_412_with_nothing_at_the_key_is_not_a_success(hub, s3, bucket) -> None:  # noqa: ANN001
     def taken_then_gone(_kwargs: dict) -> None:  # S3 said "exists"; by the HEAD it was deleted
-        raise _client_error("CompleteMultipartUpload", 412, "PreconditionFailed", "At least one of the pre-conditions you specified did not hold")
+        raise _client_error(
+            "CompleteMultipartUpload",
+            412,
+            "PreconditionFailed",
+            "At least one of the pre-conditions you specified did not hold",
+        )
 
     with pytest.raises(DownloadError, match=r"does not hold a complete object"):
         copy_model(_request(bucket), hub=_hub(hub), s3=ScriptedS3(s3, complete_multipart_upload=[taken_then_gone]))
@@ -326,8 +380,15 @@ def test_a_tarball_refused_by_s3_with_nothing_at_its_key_fails_its_model(hub, fa
 
     entry = CatalogEntry(name="delta", hf_repo=farm_file.repo, file=farm_file.name)
     scripted = ScriptedS3(s3, complete_multipart_upload=[taken_then_gone])
-    run = CatalogCopy(Catalog((entry,), ("mme",)), bucket=bucket, s3=scripted, hubs=Hubs(hub.url, retry=FAST_RETRY),
-                      concurrency=2, part_size=PART, log=lambda _l: None).run()
+    run = CatalogCopy(
+        Catalog((entry,), ("mme",)),
+        bucket=bucket,
+        s3=scripted,
+        hubs=Hubs(hub.url, retry=FAST_RETRY),
+        concurrency=2,
+        part_size=PART,
+        log=lambda _l: None,
+    ).run()
 
     assert [f.name for f in run.failures] == ["delta"] and "does not hold a complete object" in run.failures[0].reason
     assert run.receipt_key is None and s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
@@ -369,7 +430,9 @@ def test_a_mirror_without_x_repo_commit_pins_to_a_revision_that_is_already_a_com
         copy_model(_request(bucket, pin_commit=True), hub=_hub(hub), s3=s3)
 
     entry = CatalogEntry(name="smol", hf_repo=PUBLIC_REPO, file=FILE, revision=commit)
-    run = CatalogCopy(Catalog((entry,)), bucket=bucket, s3=s3, hubs=Hubs(hub.url, retry=FAST_RETRY), log=lambda _l: None).run()
+    run = CatalogCopy(
+        Catalog((entry,)), bucket=bucket, s3=s3, hubs=Hubs(hub.url, retry=FAST_RETRY), log=lambda _l: None
+    ).run()
     assert run.failures == [] and run.receipts[0].commit == commit
 
 
@@ -379,4 +442,3 @@ def test_the_content_length_of_a_redirect_is_not_the_files_size(hub, s3, bucket)
     with pytest.raises(HubError, match=r"reported no size for the file"):
         copy_model(_request(bucket), hub=_hub(hub), s3=s3)
     assert hub.stats.gets == 0
-

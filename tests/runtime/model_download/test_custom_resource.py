@@ -50,7 +50,11 @@ def project(aws_env) -> str:  # noqa: ANN001
         name=name,
         source={"type": "S3", "location": "cdk-assets-bucket/model_download.zip", "buildspec": "version: 0.2"},
         artifacts={"type": "NO_ARTIFACTS"},
-        environment={"type": "LINUX_CONTAINER", "image": "aws/codebuild/amazonlinux-x86_64-standard:5.0", "computeType": "BUILD_GENERAL1_LARGE"},
+        environment={
+            "type": "LINUX_CONTAINER",
+            "image": "aws/codebuild/amazonlinux-x86_64-standard:5.0",
+            "computeType": "BUILD_GENERAL1_LARGE",
+        },
         serviceRole="arn:aws:iam::123456789012:role/model-copy",
     )
     return name
@@ -99,17 +103,36 @@ def _run_buildspec(env: dict[str, str], workdir: Path) -> dict[str, str]:
     assert spec["env"]["shell"] == "bash"
     commands = [*spec["phases"]["install"]["commands"], *spec["phases"]["build"]["commands"]]
     exported = spec["env"]["exported-variables"]
-    script = "set -e\n" + "\n".join(commands) + "\n" + "".join(f'printf "%s=%s\\n" {v} "${{{v}:-}}"\n' for v in exported)
+    script = (
+        "set -e\n" + "\n".join(commands) + "\n" + "".join(f'printf "%s=%s\\n" {v} "${{{v}:-}}"\n' for v in exported)
+    )
     bin_dir = str(Path(sys.executable).parent)  # python3 with boto3 + urllib3, as the CodeBuild image has
-    done = subprocess.run(["bash", "-c", script], cwd=workdir, env={**env, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        ["bash", "-c", script],
+        cwd=workdir,
+        env={**env, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     return dict(line.split("=", 1) for line in done.stdout.splitlines() if line.split("=", 1)[0] in exported)
 
 
 def test_the_jobs_receipt_becomes_the_resources_attributes(hub, served, aws_env, bucket, project, tmp_path) -> None:  # noqa: ANN001
-    props = {**PROPS, "ProjectName": project, "Bucket": bucket, "KeyPrefix": "models/smollm2", "HfRepo": PUBLIC_REPO,
-             "File": FILE, "Revision": "main", "Sha256": "", "TokenSecretName": "", "HfEndpoint": hub.url, "Concurrency": "4"}
+    props = {
+        **PROPS,
+        "ProjectName": project,
+        "Bucket": bucket,
+        "KeyPrefix": "models/smollm2",
+        "HfRepo": PUBLIC_REPO,
+        "File": FILE,
+        "Revision": "main",
+        "Sha256": "",
+        "TokenSecretName": "",
+        "HfEndpoint": hub.url,
+        "Concurrency": "4",
+    }
     started = on_event({"RequestType": "Create", "ResourceProperties": props})
     env = {**os.environ, **aws_env, **{e["name"]: e["value"] for e in build_environment(props)}}
 
@@ -128,10 +151,20 @@ def test_the_jobs_receipt_becomes_the_resources_attributes(hub, served, aws_env,
 
     # The id: where it landed, then what was deployed (identity digest + receipt) for a later no-op Update.
     assert answer["IsComplete"] and answer["PhysicalResourceId"].startswith(f"s3://{bucket}/{key}#v=1&")
-    assert deployed(answer["PhysicalResourceId"])[0].stored == {"Commit": commit, "Sha256": served.sha256,
-                                                                 "Size": str(served.size), "BuildId": build["id"]}
-    assert answer["Data"] == {"Commit": commit, "Sha256": served.sha256, "Key": key, "Prefix": f"models/smollm2/{commit}/",
-                              "Size": str(served.size), "BuildId": build["id"]}
+    assert deployed(answer["PhysicalResourceId"])[0].stored == {
+        "Commit": commit,
+        "Sha256": served.sha256,
+        "Size": str(served.size),
+        "BuildId": build["id"],
+    }
+    assert answer["Data"] == {
+        "Commit": commit,
+        "Sha256": served.sha256,
+        "Key": key,
+        "Prefix": f"models/smollm2/{commit}/",
+        "Size": str(served.size),
+        "BuildId": build["id"],
+    }
     head = boto3.client("s3").head_object(Bucket=bucket, Key=key)
     assert head["Metadata"]["sha256"] == served.sha256 and head["ContentLength"] == served.size
 
@@ -142,15 +175,28 @@ def test_the_jobs_receipt_becomes_the_resources_attributes(hub, served, aws_env,
 
 def test_a_receipt_that_does_not_match_the_request_fails(aws_env) -> None:  # noqa: ANN001
     commit = "ab" * 20
-    good = {"MODEL_RESOLVED_COMMIT": commit, "MODEL_RESOLVED_SHA256": "cd" * 32,
-            "MODEL_RESOLVED_KEY": f"models/llama-70b/{commit}/{PROPS['File']}", "MODEL_RESOLVED_SIZE": "42"}
+    good = {
+        "MODEL_RESOLVED_COMMIT": commit,
+        "MODEL_RESOLVED_SHA256": "cd" * 32,
+        "MODEL_RESOLVED_KEY": f"models/llama-70b/{commit}/{PROPS['File']}",
+        "MODEL_RESOLVED_SIZE": "42",
+    }
     build = {"id": "model-copy:9", "buildStatus": "SUCCEEDED"}
-    ok = completion({**build, "exportedEnvironmentVariables": [{"name": k, "value": v} for k, v in good.items()]}, PROPS, None)
+    ok = completion(
+        {**build, "exportedEnvironmentVariables": [{"name": k, "value": v} for k, v in good.items()]}, PROPS, None
+    )
     assert ok["Data"]["Prefix"] == f"models/llama-70b/{commit}/"
-    for name, wrong in (("MODEL_RESOLVED_KEY", f"models/llama-70b/main/{PROPS['File']}"), ("MODEL_RESOLVED_COMMIT", "main")):
+    for name, wrong in (
+        ("MODEL_RESOLVED_KEY", f"models/llama-70b/main/{PROPS['File']}"),
+        ("MODEL_RESOLVED_COMMIT", "main"),
+    ):
         bad = {**good, name: wrong}
         with pytest.raises(RuntimeError, match="unexpected receipt"):
-            completion({**build, "exportedEnvironmentVariables": [{"name": k, "value": v} for k, v in bad.items()]}, PROPS, None)
+            completion(
+                {**build, "exportedEnvironmentVariables": [{"name": k, "value": v} for k, v in bad.items()]},
+                PROPS,
+                None,
+            )
 
 
 def _log_stream(lines: list[str]) -> tuple[str, str]:
@@ -159,29 +205,46 @@ def _log_stream(lines: list[str]) -> tuple[str, str]:
     logs.create_log_group(logGroupName=group)
     logs.create_log_stream(logGroupName=group, logStreamName=stream)
     now = int(time.time() * 1000)
-    logs.put_log_events(logGroupName=group, logStreamName=stream,
-                        logEvents=[{"timestamp": now + i, "message": m} for i, m in enumerate(lines)])
+    logs.put_log_events(
+        logGroupName=group,
+        logStreamName=stream,
+        logEvents=[{"timestamp": now + i, "message": m} for i, m in enumerate(lines)],
+    )
     return group, stream
 
 
 # A BatchGetBuilds record of a failed copy, in CodeBuild's documented shape (moto's builds always succeed).
 def _failed_build(status: str, group: str | None, stream: str | None) -> dict:
     return {
-        "id": "model-copy:1f2e", "buildStatus": status, "currentPhase": "COMPLETED",
-        "phases": [{"phaseType": "INSTALL", "phaseStatus": "SUCCEEDED"},
-                   {"phaseType": "BUILD", "phaseStatus": "FAILED", "contexts": [
-                       {"statusCode": "COMMAND_EXECUTION_ERROR",
-                        "message": "Error while executing command: python3 -m model_download. Reason: exit status 2"}]}],
+        "id": "model-copy:1f2e",
+        "buildStatus": status,
+        "currentPhase": "COMPLETED",
+        "phases": [
+            {"phaseType": "INSTALL", "phaseStatus": "SUCCEEDED"},
+            {
+                "phaseType": "BUILD",
+                "phaseStatus": "FAILED",
+                "contexts": [
+                    {
+                        "statusCode": "COMMAND_EXECUTION_ERROR",
+                        "message": "Error while executing command: python3 -m model_download. Reason: exit status 2",
+                    }
+                ],
+            },
+        ],
         "logs": {"groupName": group, "streamName": stream} if group else {},
     }
 
 
 def test_a_failed_build_fails_the_deployment_quoting_the_jobs_error(aws_env) -> None:  # noqa: ANN001
-    group, stream = _log_stream([
-        "copying 42.52 GB, expected sha256 ab…", "progress: 10% (4.25 of 42.52 GB, 310 MB/s)",
-        "model_download: error: sha256 mismatch for r/f@main: expected aa, the downloaded bytes hash to bb; nothing was written",
-        "[Container] Phase complete: BUILD State: FAILED",
-    ])
+    group, stream = _log_stream(
+        [
+            "copying 42.52 GB, expected sha256 ab…",
+            "progress: 10% (4.25 of 42.52 GB, 310 MB/s)",
+            "model_download: error: sha256 mismatch for r/f@main: expected aa, the downloaded bytes hash to bb; nothing was written",
+            "[Container] Phase complete: BUILD State: FAILED",
+        ]
+    )
     with pytest.raises(RuntimeError) as err:
         completion(_failed_build("FAILED", group, stream), PROPS, boto3.client("logs"))
     assert str(err.value) == (
@@ -191,7 +254,9 @@ def test_a_failed_build_fails_the_deployment_quoting_the_jobs_error(aws_env) -> 
 
 
 def test_without_a_readable_log_the_phase_context_is_quoted(aws_env) -> None:  # noqa: ANN001
-    with pytest.raises(RuntimeError, match=r"@0123abc TIMED_OUT: Error while executing command: python3 -m model_download"):
+    with pytest.raises(
+        RuntimeError, match=r"@0123abc TIMED_OUT: Error while executing command: python3 -m model_download"
+    ):
         completion(_failed_build("TIMED_OUT", None, None), PROPS, boto3.client("logs"))
     assert completion({"buildStatus": "IN_PROGRESS"}, PROPS, None) == {"IsComplete": False}
 

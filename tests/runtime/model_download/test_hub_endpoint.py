@@ -20,16 +20,25 @@ _ENDPOINT_TEXT = re.compile(re.escape(DEFAULT_ENDPOINT) + r"(?![/\w.-])")
 
 
 def _string_constants(path: Path) -> list[tuple[int, str]]:
-    return [(node.lineno, node.value) for node in ast.walk(ast.parse(path.read_text(), filename=str(path)))
-            if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path)))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    ]
 
 
 def test_the_endpoint_is_written_once_in_the_library_and_the_lambdas() -> None:
     owner = ROOT / "lambda" / "model_download" / "hub.py"
-    hits = [f"{path.relative_to(ROOT)}:{line}"
-            for tree in (ROOT / "constructs", ROOT / "lambda") for path in sorted(tree.rglob("*.py"))
-            for line, text in _string_constants(path) if _ENDPOINT_TEXT.search(text)]
-    owner_line = next(i for i, line in enumerate(owner.read_text().splitlines(), 1) if line.startswith("DEFAULT_ENDPOINT ="))
+    hits = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for tree in (ROOT / "constructs", ROOT / "lambda")
+        for path in sorted(tree.rglob("*.py"))
+        for line, text in _string_constants(path)
+        if _ENDPOINT_TEXT.search(text)
+    ]
+    owner_line = next(
+        i for i, line in enumerate(owner.read_text().splitlines(), 1) if line.startswith("DEFAULT_ENDPOINT =")
+    )
     assert hits == [f"{owner.relative_to(ROOT)}:{owner_line}"], "import model_download.hub.DEFAULT_ENDPOINT instead"
 
 
@@ -40,8 +49,15 @@ def test_props_default_to_the_hub_default() -> None:
 
 
 def test_custom_resources_fall_back_to_the_hub_default() -> None:
-    base = {"Bucket": "b", "KeyPrefix": "models/m", "HfRepo": "o/r", "File": "m.gguf",
-            "CatalogBucket": "c", "CatalogKey": "k", "Fingerprint": "f"}
+    base = {
+        "Bucket": "b",
+        "KeyPrefix": "models/m",
+        "HfRepo": "o/r",
+        "File": "m.gguf",
+        "CatalogBucket": "c",
+        "CatalogKey": "k",
+        "Fingerprint": "f",
+    }
     for module in (catalog_resource, snapshot_resource, custom_resource):
         env = {e["name"]: e["value"] for e in module.build_environment(dict(base))}
         assert env["HF_ENDPOINT"] == DEFAULT_ENDPOINT, module.__name__

@@ -29,7 +29,8 @@ SHA_A, SHA_B = "1" * 64, "2" * 64
 
 def _client(service: str):  # noqa: ANN202
     return botocore.session.get_session().create_client(
-        service, region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s")
+        service, region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s"
+    )
 
 
 class CodeBuild:
@@ -39,18 +40,28 @@ class CodeBuild:
         self.client = _client("codebuild")
         self.calls: list[str] = []
         # Emitted for every operation before the Stubber answers (its before-call handler ends that chain).
-        self.client.meta.events.register("before-parameter-build.codebuild.*", lambda model, **_: self.calls.append(model.name))
+        self.client.meta.events.register(
+            "before-parameter-build.codebuild.*", lambda model, **_: self.calls.append(model.name)
+        )
         self.stub = Stubber(self.client)
         self.stub.activate()
 
     def expect_start(self, project: str, request_id: str, build_id: str) -> None:
-        self.stub.add_response("start_build", {"build": {"id": build_id, "buildStatus": "IN_PROGRESS"}},
-                               {"projectName": project, "environmentVariablesOverride": ANY, "idempotencyToken": request_id})
+        self.stub.add_response(
+            "start_build",
+            {"build": {"id": build_id, "buildStatus": "IN_PROGRESS"}},
+            {"projectName": project, "environmentVariablesOverride": ANY, "idempotencyToken": request_id},
+        )
 
     def expect_poll(self, build_id: str, status: str, exported: dict[str, str] | None = None) -> None:
         build: dict[str, Any] = {
-            "id": build_id, "buildStatus": status, "buildComplete": True, "startTime": datetime.now(UTC),
-            "logs": {"deepLink": f"https://console.aws.amazon.com/cloudwatch/home?region=us-east-1#logEvent:group=/x;stream={build_id}"},
+            "id": build_id,
+            "buildStatus": status,
+            "buildComplete": True,
+            "startTime": datetime.now(UTC),
+            "logs": {
+                "deepLink": f"https://console.aws.amazon.com/cloudwatch/home?region=us-east-1#logEvent:group=/x;stream={build_id}"
+            },
             "phases": [{"phaseType": "BUILD", "phaseStatus": status, "contexts": [{"message": "exit status 2"}]}],
         }
         if exported is not None:
@@ -75,8 +86,12 @@ def framework(request: dict[str, Any], codebuild: CodeBuild) -> dict[str, Any]:
                 break
             assert not answer.get("Data"), '"Data" is not allowed if "IsComplete" is "False"'
     except RuntimeError as exc:
-        return {"Status": "FAILED", "PhysicalResourceId": event["PhysicalResourceId"], "Reason": str(exc),
-                "Data": event.get("Data")}
+        return {
+            "Status": "FAILED",
+            "PhysicalResourceId": event["PhysicalResourceId"],
+            "Reason": str(exc),
+            "Data": event.get("Data"),
+        }
     response = {**event, **answer, "Data": {**(event.get("Data") or {}), **(answer.get("Data") or {})}}
     assert len(response["PhysicalResourceId"].encode()) <= 1024  # crpg-ref-responses: "up to 1 KB"
     return {"Status": "SUCCESS", "PhysicalResourceId": response["PhysicalResourceId"], "Data": response["Data"]}
@@ -91,26 +106,55 @@ class Kind:
 
 
 def _file_receipt(props: dict[str, Any], commit: str) -> dict[str, str]:
-    return {"MODEL_RESOLVED_COMMIT": commit, "MODEL_RESOLVED_SHA256": SHA_A if commit == COMMIT_A else SHA_B,
-            "MODEL_RESOLVED_KEY": f"{props['KeyPrefix']}/{commit}/{props['File']}", "MODEL_RESOLVED_SIZE": "1234"}
+    return {
+        "MODEL_RESOLVED_COMMIT": commit,
+        "MODEL_RESOLVED_SHA256": SHA_A if commit == COMMIT_A else SHA_B,
+        "MODEL_RESOLVED_KEY": f"{props['KeyPrefix']}/{commit}/{props['File']}",
+        "MODEL_RESOLVED_SIZE": "1234",
+    }
 
 
 def _snapshot_receipt(props: dict[str, Any], commit: str) -> dict[str, str]:
-    return {"MODEL_RESOLVED_COMMIT": commit, "MODEL_RESOLVED_SHA256": SHA_A if commit == COMMIT_A else SHA_B,
-            "MODEL_RESOLVED_KEY": f"{props['KeyPrefix']}/{commit}/", "MODEL_RESOLVED_SIZE": "99", "MODEL_RESOLVED_FILES": "5"}
+    return {
+        "MODEL_RESOLVED_COMMIT": commit,
+        "MODEL_RESOLVED_SHA256": SHA_A if commit == COMMIT_A else SHA_B,
+        "MODEL_RESOLVED_KEY": f"{props['KeyPrefix']}/{commit}/",
+        "MODEL_RESOLVED_SIZE": "99",
+        "MODEL_RESOLVED_FILES": "5",
+    }
 
 
 def _catalog_receipt(props: dict[str, Any], _commit: str) -> dict[str, str]:
-    return {"CATALOG_RECEIPT_KEY": receipt_key(props["Fingerprint"]), "CATALOG_FINGERPRINT": props["Fingerprint"],
-            "CATALOG_MODELS": "3", "CATALOG_COPIED": "3"}
+    return {
+        "CATALOG_RECEIPT_KEY": receipt_key(props["Fingerprint"]),
+        "CATALOG_FINGERPRINT": props["Fingerprint"],
+        "CATALOG_MODELS": "3",
+        "CATALOG_COPIED": "3",
+    }
 
 
-_FILE = {"Bucket": "model-bucket", "KeyPrefix": "models/llama", "HfRepo": "bartowski/Llama-GGUF",
-         "File": "Llama-Q4_K_M.gguf", "Revision": "main", "Sha256": ""}
-_SNAPSHOT = {"Bucket": "model-bucket", "KeyPrefix": "models/qwen", "HfRepo": "Qwen/Qwen3-8B", "Snapshot": "safetensors",
-             "Revision": "main"}
-_CATALOG = {"Bucket": "model-bucket", "CatalogBucket": "cdk-assets", "CatalogKey": "c1.json", "Fingerprint": "f" * 64,
-            "Layouts": ["gguf"]}
+_FILE = {
+    "Bucket": "model-bucket",
+    "KeyPrefix": "models/llama",
+    "HfRepo": "bartowski/Llama-GGUF",
+    "File": "Llama-Q4_K_M.gguf",
+    "Revision": "main",
+    "Sha256": "",
+}
+_SNAPSHOT = {
+    "Bucket": "model-bucket",
+    "KeyPrefix": "models/qwen",
+    "HfRepo": "Qwen/Qwen3-8B",
+    "Snapshot": "safetensors",
+    "Revision": "main",
+}
+_CATALOG = {
+    "Bucket": "model-bucket",
+    "CatalogBucket": "cdk-assets",
+    "CatalogKey": "c1.json",
+    "Fingerprint": "f" * 64,
+    "Layouts": ["gguf"],
+}
 KINDS = [
     Kind("file", _FILE, {**_FILE, "Revision": "v2-typo"}, _file_receipt),
     Kind("snapshot", _SNAPSHOT, {**_SNAPSHOT, "Revision": "refs/pr/1"}, _snapshot_receipt),
@@ -119,14 +163,23 @@ KINDS = [
 RECEIPT_NAMES = {"file": RECEIPT, "snapshot": SNAPSHOT_RECEIPT, "catalog": CATALOG_RECEIPT}
 
 
-def _request(kind: str, props: dict[str, Any], old: dict[str, Any] | None = None, physical_id: str | None = None) -> dict[str, Any]:
-    request = {"RequestType": "Create" if physical_id is None else "Update", "RequestId": str(uuid.uuid4()),
-               "ResponseURL": "https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/x",
-               "StackId": STACK_ID, "LogicalResourceId": "ModelCopy1A2B3C4D", "ResourceType": f"Custom::{kind}",
-               "ResourceProperties": {"ServiceToken": SERVICE_TOKEN, "ProjectName": "CopyJob1A2B-xyz", **props}}
+def _request(
+    kind: str, props: dict[str, Any], old: dict[str, Any] | None = None, physical_id: str | None = None
+) -> dict[str, Any]:
+    request = {
+        "RequestType": "Create" if physical_id is None else "Update",
+        "RequestId": str(uuid.uuid4()),
+        "ResponseURL": "https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/x",
+        "StackId": STACK_ID,
+        "LogicalResourceId": "ModelCopy1A2B3C4D",
+        "ResourceType": f"Custom::{kind}",
+        "ResourceProperties": {"ServiceToken": SERVICE_TOKEN, "ProjectName": "CopyJob1A2B-xyz", **props},
+    }
     if physical_id is not None:
-        request |= {"PhysicalResourceId": physical_id,
-                    "OldResourceProperties": {"ServiceToken": SERVICE_TOKEN, "ProjectName": "CopyJob1A2B-xyz", **(old or {})}}
+        request |= {
+            "PhysicalResourceId": physical_id,
+            "OldResourceProperties": {"ServiceToken": SERVICE_TOKEN, "ProjectName": "CopyJob1A2B-xyz", **(old or {})},
+        }
     return request
 
 
@@ -157,7 +210,11 @@ def test_the_rollback_of_a_failed_update_starts_nothing_and_keeps_the_attributes
     rolled_back = framework(rollback, codebuild)
 
     assert codebuild.calls[sent:] == []  # no StartBuild, no BatchGetBuilds: the Hub is never asked again
-    assert rolled_back == {"Status": "SUCCESS", "PhysicalResourceId": created["PhysicalResourceId"], "Data": created["Data"]}
+    assert rolled_back == {
+        "Status": "SUCCESS",
+        "PhysicalResourceId": created["PhysicalResourceId"],
+        "Data": created["Data"],
+    }
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.name)
@@ -175,11 +232,14 @@ def test_after_a_successful_update_the_rollback_returns_the_old_receipt_without_
     rolled_back = framework(_request(kind.name, kind.old, kind.new, updated["PhysicalResourceId"]), codebuild)
 
     assert codebuild.calls[sent:] == []
-    assert rolled_back["Status"] == "SUCCESS" and rolled_back["Data"] == created["Data"]  # the old commit, not a new one
+    assert (
+        rolled_back["Status"] == "SUCCESS" and rolled_back["Data"] == created["Data"]
+    )  # the old commit, not a new one
     # The id names the old receipt again (CloudFormation sees a replacement; Delete keeps every object) and still
     # remembers the update's, so deploying the update again is free too.
-    assert [d.digest for d in deployed(rolled_back["PhysicalResourceId"])] == \
-        [d.digest for d in reversed(deployed(updated["PhysicalResourceId"]))]
+    assert [d.digest for d in deployed(rolled_back["PhysicalResourceId"])] == [
+        d.digest for d in reversed(deployed(updated["PhysicalResourceId"]))
+    ]
     again = framework(_request(kind.name, kind.new, kind.old, rolled_back["PhysicalResourceId"]), codebuild)
     assert codebuild.calls[sent:] == [] and again["Data"] == updated["Data"]
 

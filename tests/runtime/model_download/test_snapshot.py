@@ -48,7 +48,9 @@ def hub(snap_hub: FakeHub) -> FakeHub:
 
 
 def _copy(hub: FakeHub, s3, bucket: str, repo: str = REPO, revision: str = "main"):  # noqa: ANN001, ANN202
-    req = SnapshotRequest(repo=repo, revision=revision, bucket=bucket, key_prefix="models/tiny", concurrency=3, part_size=PART)
+    req = SnapshotRequest(
+        repo=repo, revision=revision, bucket=bucket, key_prefix="models/tiny", concurrency=3, part_size=PART
+    )
     return copy_snapshot(req, hub=Hub(hub.url, retry=FAST_RETRY), s3=s3)
 
 
@@ -86,8 +88,12 @@ def test_the_snapshot_lands_at_the_commit_prefix_with_every_byte_verified(hub, c
     assert result.size == sum(checkpoint.path(n).stat().st_size for n in SELECTED) and result.copied == len(SELECTED)
     # S3 checked each part's checksum too (multipart for the LFS shards, one PutObject for git files).
     head = s3.head_object(Bucket=bucket, Key=prefix + SHARD_1, ChecksumMode="ENABLED")
-    parts = hashlib.sha256(b"".join(hashlib.sha256(checkpoint.path(SHARD_1).read_bytes()[i:i + PART]).digest()
-                                    for i in range(0, checkpoint.path(SHARD_1).stat().st_size, PART))).digest()
+    parts = hashlib.sha256(
+        b"".join(
+            hashlib.sha256(checkpoint.path(SHARD_1).read_bytes()[i : i + PART]).digest()
+            for i in range(0, checkpoint.path(SHARD_1).stat().st_size, PART)
+        )
+    ).digest()
     assert head["ChecksumSHA256"].split("-")[0] == base64.b64encode(parts).decode()  # composite of 3 part checksums
     assert head["Metadata"]["sha256"] == want[prefix + SHARD_1]
     config = s3.head_object(Bucket=bucket, Key=prefix + "config.json", ChecksumMode="ENABLED")
@@ -109,7 +115,9 @@ def test_a_rerun_copies_nothing_and_a_pinned_commit_asks_no_hub(hub, s3, bucket)
     assert _versions(s3, bucket, "models/") == before  # not one new version
 
 
-def test_a_moved_branch_lands_at_a_new_prefix_and_leaves_the_first_untouched(hub, checkpoint, s3, bucket, tmp_path) -> None:  # noqa: ANN001
+def test_a_moved_branch_lands_at_a_new_prefix_and_leaves_the_first_untouched(
+    hub, checkpoint, s3, bucket, tmp_path
+) -> None:  # noqa: ANN001
     first = _copy(hub, s3, bucket, MOVING)
     old = _versions(s3, bucket, first.prefix)
     old_bytes = _objects(s3, bucket, first.prefix)
@@ -119,7 +127,10 @@ def test_a_moved_branch_lands_at_a_new_prefix_and_leaves_the_first_untouched(hub
 
     second = _copy(hub, s3, bucket, MOVING)
 
-    assert second.commit == "2222222222222222222222222222222222222222" and second.prefix == "models/tiny/2222222222222222222222222222222222222222/"
+    assert (
+        second.commit == "2222222222222222222222222222222222222222"
+        and second.prefix == "models/tiny/2222222222222222222222222222222222222222/"
+    )
     assert second.sha256 != first.sha256
     assert _versions(s3, bucket, first.prefix) == old and _objects(s3, bucket, first.prefix) == old_bytes
     assert _objects(s3, bucket, second.prefix)[second.prefix + SHARD_2] == sha256_file(new_shard)
@@ -157,17 +168,23 @@ def test_a_repo_with_only_bin_weights_is_refused_in_one_line(hub, s3, bucket) ->
     assert hub.stats.gets == 0 and _objects(s3, bucket) == {}
 
 
-@pytest.mark.parametrize(("repo", "revision", "reason"), [
-    ("acme-corp/nope", "main", "repo not found"), (REPO, "v9.9", "revision not found")])
+@pytest.mark.parametrize(
+    ("repo", "revision", "reason"), [("acme-corp/nope", "main", "repo not found"), (REPO, "v9.9", "revision not found")]
+)
 def test_an_unknown_repo_or_revision_is_one_line(hub, s3, bucket, repo: str, revision: str, reason: str) -> None:  # noqa: ANN001
     with pytest.raises(HubNotFoundError) as err:
         _copy(hub, s3, bucket, repo, revision=revision)
 
-    assert str(err.value) == f"{repo}@{revision} not found on {hub.url} (HTTP 404: {reason}): check hf_repo and revision"
+    assert (
+        str(err.value) == f"{repo}@{revision} not found on {hub.url} (HTTP 404: {reason}): check hf_repo and revision"
+    )
 
 
 def test_a_gated_repo_needs_the_token_which_never_reaches_the_cdn(hub, s3, bucket) -> None:  # noqa: ANN001
-    with pytest.raises(HubAuthError, match=rf"^snapshot {GATED}@main \(.*\): {INDEX} failed: {GATED}/{INDEX}@.* needs a Hugging Face token"):
+    with pytest.raises(
+        HubAuthError,
+        match=rf"^snapshot {GATED}@main \(.*\): {INDEX} failed: {GATED}/{INDEX}@.* needs a Hugging Face token",
+    ):
         _copy(hub, s3, bucket, GATED)
 
     req = SnapshotRequest(repo=GATED, bucket=bucket, key_prefix="models/tiny", concurrency=3, part_size=PART)
@@ -183,7 +200,9 @@ def test_a_renamed_repo_is_followed_to_its_new_name(hub, checkpoint, s3, bucket)
         hub.renamed.clear()
 
     assert result.commit == hub.commit_of(REPO) and len(result.files) == len(SELECTED)
-    assert _objects(s3, bucket, result.prefix + SHARD_2) == {result.prefix + SHARD_2: sha256_file(checkpoint.path(SHARD_2))}
+    assert _objects(s3, bucket, result.prefix + SHARD_2) == {
+        result.prefix + SHARD_2: sha256_file(checkpoint.path(SHARD_2))
+    }
 
 
 def test_a_key_holding_other_bytes_is_never_overwritten(hub, s3, bucket) -> None:  # noqa: ANN001

@@ -48,7 +48,11 @@ def test_vllm_loads_the_snapshot_as_copied(aws_env, s3, bucket, tmp_path) -> Non
     hub.add_file(REPO, "pytorch_model.bin", tmp_path / "pytorch_model.bin")
     hub.add_file(REPO, "README.md", tmp_path / "README.md", lfs=False)
     with hub:
-        result = copy_snapshot(SnapshotRequest(repo=REPO, bucket=bucket, key_prefix="models/smollm2", concurrency=4), hub=Hub(hub.url), s3=s3)
+        result = copy_snapshot(
+            SnapshotRequest(repo=REPO, bucket=bucket, key_prefix="models/smollm2", concurrency=4),
+            hub=Hub(hub.url),
+            s3=s3,
+        )
 
     # What a pod's fetch does: the manifest (checked against the receipt's digest), then exactly its files.
     manifest = s3.get_object(Bucket=bucket, Key=result.prefix + MANIFEST_NAME)["Body"].read()
@@ -58,10 +62,14 @@ def test_vllm_loads_the_snapshot_as_copied(aws_env, s3, bucket, tmp_path) -> Non
     for line in manifest.decode().splitlines():
         path, sha256, size = line.split(" ")
         s3.download_file(bucket, result.prefix + path, str(local / path))
-        assert hashlib.sha256((local / path).read_bytes()).hexdigest() == sha256 and (local / path).stat().st_size == int(size)
+        assert hashlib.sha256((local / path).read_bytes()).hexdigest() == sha256 and (
+            local / path
+        ).stat().st_size == int(size)
     assert sorted(p.name for p in local.iterdir()) == shipped  # everything vLLM reads, nothing it does not
 
-    done = subprocess.run([str(python), "-c", LOAD, str(local)], env=entrypoint_env({}), capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [str(python), "-c", LOAD, str(local)], env=entrypoint_env({}), capture_output=True, text=True, timeout=600
+    )
 
     assert done.returncode == 0, done.stderr[-3000:]
     loaded = json.loads(done.stdout.strip().splitlines()[-1])

@@ -30,7 +30,9 @@ from tests.evaluation.sagemaker_emulator import model_error_body
 
 def event_message(headers: dict[str, str], payload: bytes) -> bytes:
     """One AWS event-stream message: prelude (lengths + CRC), string headers, payload, message CRC."""
-    raw_headers = b"".join(bytes([len(k)]) + k.encode() + b"\x07" + struct.pack(">H", len(v)) + v.encode() for k, v in headers.items())
+    raw_headers = b"".join(
+        bytes([len(k)]) + k.encode() + b"\x07" + struct.pack(">H", len(v)) + v.encode() for k, v in headers.items()
+    )
     prelude = struct.pack(">II", 16 + len(raw_headers) + len(payload), len(raw_headers))
     message = prelude + struct.pack(">I", zlib.crc32(prelude)) + raw_headers + payload
     return message + struct.pack(">I", zlib.crc32(message))
@@ -45,7 +47,9 @@ class Seen:
     path: str
     authorization: str
     body: dict[str, Any]
-    target_model: str = ""  # InvokeEndpoint's TargetModel (header X-Amzn-SageMaker-Target-Model): a multi-model endpoint
+    target_model: str = (
+        ""  # InvokeEndpoint's TargetModel (header X-Amzn-SageMaker-Target-Model): a multi-model endpoint
+    )
 
 
 @dataclass
@@ -74,10 +78,22 @@ class AwsStandIn:
                 standin.seen.append(Seen(self.path, self.headers.get("Authorization", ""), body, target))
                 if standin.fail_with:
                     status, code = standin.fail_with
-                    self._send(status, json.dumps({"message": f"stand-in {code}"}).encode(), "application/json", {"x-amzn-ErrorType": code})
+                    self._send(
+                        status,
+                        json.dumps({"message": f"stand-in {code}"}).encode(),
+                        "application/json",
+                        {"x-amzn-ErrorType": code},
+                    )
                     return
-                if (m := re.fullmatch(r"/endpoints/([^/]+)/invocations(-response-stream)?", self.path)) and m[1] in standin.containers:
-                    r = httpx.post(f"{standin.containers[m[1]]}/invocations", content=raw, headers={"Content-Type": "application/json"}, timeout=300)
+                if (m := re.fullmatch(r"/endpoints/([^/]+)/invocations(-response-stream)?", self.path)) and m[
+                    1
+                ] in standin.containers:
+                    r = httpx.post(
+                        f"{standin.containers[m[1]]}/invocations",
+                        content=raw,
+                        headers={"Content-Type": "application/json"},
+                        timeout=300,
+                    )
                     if r.status_code != 200:
                         return self._model_error(m[1], r)
                     if m[2]:
@@ -87,24 +103,48 @@ class AwsStandIn:
                 elif m := re.fullmatch(r"/endpoints/([^/]+)/invocations", self.path):
                     # A multi-model endpoint: "<endpoint>/<TargetModel>" names the engine of that model.
                     url = standin.endpoints.get(f"{m[1]}/{target}", standin.endpoints.get(m[1], standin.engine_url))
-                    r = httpx.post(f"{url}/v1/chat/completions", content=raw, headers={"Content-Type": "application/json"}, timeout=300)
+                    r = httpx.post(
+                        f"{url}/v1/chat/completions",
+                        content=raw,
+                        headers={"Content-Type": "application/json"},
+                        timeout=300,
+                    )
                     if r.status_code != 200:
                         return self._model_error(m[1], r)
                     self._send(r.status_code, r.content, r.headers.get("content-type", "application/json"))
                 elif m := re.fullmatch(r"/endpoints/([^/]+)/invocations-response-stream", self.path):
                     url = standin.endpoints.get(m[1], standin.engine_url)
-                    self._stream(event("PayloadPart", piece, "application/octet-stream") for piece in standin._engine_stream(body, url))
+                    self._stream(
+                        event("PayloadPart", piece, "application/octet-stream")
+                        for piece in standin._engine_stream(body, url)
+                    )
                 elif m := re.fullmatch(r"/model/([^/]+)/converse", self.path):
                     r = httpx.post(f"{standin.engine_url}/v1/chat/completions", json=_openai(body), timeout=300).json()
-                    out = {"output": {"message": {"role": "assistant", "content": [{"text": r["choices"][0]["message"]["content"]}]}},
-                           "stopReason": "max_tokens" if r["choices"][0]["finish_reason"] == "length" else "end_turn",
-                           "usage": {"inputTokens": r["usage"]["prompt_tokens"], "outputTokens": r["usage"]["completion_tokens"],
-                                     "totalTokens": r["usage"]["total_tokens"]}, "metrics": {"latencyMs": 1}}
+                    out = {
+                        "output": {
+                            "message": {
+                                "role": "assistant",
+                                "content": [{"text": r["choices"][0]["message"]["content"]}],
+                            }
+                        },
+                        "stopReason": "max_tokens" if r["choices"][0]["finish_reason"] == "length" else "end_turn",
+                        "usage": {
+                            "inputTokens": r["usage"]["prompt_tokens"],
+                            "outputTokens": r["usage"]["completion_tokens"],
+                            "totalTokens": r["usage"]["total_tokens"],
+                        },
+                        "metrics": {"latencyMs": 1},
+                    }
                     self._send(200, json.dumps(out).encode(), "application/json")
                 elif m := re.fullmatch(r"/model/([^/]+)/converse-stream", self.path):
                     self._stream(standin._converse_events(body))
                 else:
-                    self._send(404, b'{"message": "unknown operation"}', "application/json", {"x-amzn-ErrorType": "UnknownOperationException"})
+                    self._send(
+                        404,
+                        b'{"message": "unknown operation"}',
+                        "application/json",
+                        {"x-amzn-ErrorType": "UnknownOperationException"},
+                    )
                 del m
 
             def _model_error(self, endpoint: str, r: httpx.Response) -> None:
@@ -164,7 +204,9 @@ class AwsStandIn:
                 for choice in chunk.get("choices") or []:
                     text = (choice.get("delta") or {}).get("content")
                     if text:
-                        yield event("contentBlockDelta", json.dumps({"contentBlockIndex": 0, "delta": {"text": text}}).encode())
+                        yield event(
+                            "contentBlockDelta", json.dumps({"contentBlockIndex": 0, "delta": {"text": text}}).encode()
+                        )
                     if choice.get("finish_reason") == "length":
                         stop = "max_tokens"
                     usage["outputTokens"] += 1 if text else 0
@@ -175,8 +217,14 @@ class AwsStandIn:
 
 def _openai(converse: dict[str, Any]) -> dict[str, Any]:
     """Bedrock Converse request → the OpenAI chat body the engine takes."""
-    messages = [{"role": "system", "content": " ".join(s["text"] for s in converse.get("system", []))}] if converse.get("system") else []
-    messages += [{"role": m["role"], "content": "".join(c.get("text", "") for c in m["content"])} for m in converse["messages"]]
+    messages = (
+        [{"role": "system", "content": " ".join(s["text"] for s in converse.get("system", []))}]
+        if converse.get("system")
+        else []
+    )
+    messages += [
+        {"role": m["role"], "content": "".join(c.get("text", "") for c in m["content"])} for m in converse["messages"]
+    ]
     cfg = converse.get("inferenceConfig") or {}
     out: dict[str, Any] = {"messages": messages}
     if "maxTokens" in cfg:

@@ -64,8 +64,13 @@ class RouterProcess:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
 
 
-def start_router(cfg: dict[str, Any], workdir: Path, timeout: float = 30, env: dict[str, str] | None = None,
-                 args: tuple[str, ...] = ()) -> RouterProcess:
+def start_router(
+    cfg: dict[str, Any],
+    workdir: Path,
+    timeout: float = 30,
+    env: dict[str, str] | None = None,
+    args: tuple[str, ...] = (),
+) -> RouterProcess:
     """`python -m slm_router [args]` with the config in a file; `args=("serve",)` is SageMaker's start (the port
     then comes from ROUTER_PORT in `env`, else cfg's listen_port)."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -76,7 +81,9 @@ def start_router(cfg: dict[str, Any], workdir: Path, timeout: float = 30, env: d
     env.update(ROUTER_CONFIG=str(path), PYTHONPATH=str(ROUTER_DIR), **extra)
     log = workdir / "router.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "slm_router", *args], cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "slm_router", *args], cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
     url = f"http://127.0.0.1:{extra.get('ROUTER_PORT', cfg['listen_port'])}"
     r = RouterProcess(url, proc, log)
     deadline = time.monotonic() + timeout
@@ -98,8 +105,9 @@ def stop_router(r: RouterProcess) -> None:
 
 
 @contextmanager
-def running_router(cfg: dict[str, Any], workdir: Path, env: dict[str, str] | None = None,
-                   args: tuple[str, ...] = ()) -> Iterator[RouterProcess]:
+def running_router(
+    cfg: dict[str, Any], workdir: Path, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
+) -> Iterator[RouterProcess]:
     r = start_router(cfg, workdir, env=env, args=args)
     try:
         yield r

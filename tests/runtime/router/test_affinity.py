@@ -71,12 +71,16 @@ def test_homes_are_balanced_over_the_replicas():
 
 def test_every_gateway_process_computes_the_same_homes():
     """Several gateway pods route independently: the weights must not depend on Python's per-process hash seed."""
-    code = ("import json,sys; from slm_router.affinity import ranking; "
-            "print(json.dumps([ranking(m, json.loads(sys.argv[1])) for m in ('m-0001', 'm-0002', 'emb/bge')]))")
+    code = (
+        "import json,sys; from slm_router.affinity import ranking; "
+        "print(json.dumps([ranking(m, json.loads(sys.argv[1])) for m in ('m-0001', 'm-0002', 'emb/bge')]))"
+    )
     runs = set()
     for seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(ROUTER_DIR)}
-        out = subprocess.run([sys.executable, "-c", code, json.dumps(REPLICAS)], env=env, capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", code, json.dumps(REPLICAS)], env=env, capture_output=True, text=True, check=True
+        )
         runs.add(out.stdout)
     assert len(runs) == 1
     assert json.loads(runs.pop()) == [list(ranking(m, REPLICAS)) for m in ("m-0001", "m-0002", "emb/bge")]

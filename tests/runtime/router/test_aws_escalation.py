@@ -28,14 +28,18 @@ def standin(llm):
 @pytest.fixture(scope="module")
 def sagemaker_router(slm, standin, tmp_path_factory):
     esc = {"kind": "sagemaker", "endpoint_name": "llm-endpoint", "region": "us-east-1", "endpoint_url": standin.url}
-    with running_router(router_config(slm, "http://unused", escalation=esc), tmp_path_factory.mktemp("sm"), env=AWS_ENV) as r:
+    with running_router(
+        router_config(slm, "http://unused", escalation=esc), tmp_path_factory.mktemp("sm"), env=AWS_ENV
+    ) as r:
         yield r
 
 
 @pytest.fixture(scope="module")
 def bedrock_router(slm, standin, tmp_path_factory):
     esc = {"kind": "bedrock", "model_id": MODEL_ID, "region": "us-east-1", "endpoint_url": standin.url}
-    with running_router(router_config(slm, "http://unused", escalation=esc), tmp_path_factory.mktemp("br"), env=AWS_ENV) as r:
+    with running_router(
+        router_config(slm, "http://unused", escalation=esc), tmp_path_factory.mktemp("br"), env=AWS_ENV
+    ) as r:
         yield r
 
 
@@ -47,7 +51,7 @@ def healthy_standin(standin):
 
 
 def _sse(resp: httpx.Response) -> list[str]:
-    return [line[len("data: "):] for line in resp.iter_lines() if line.startswith("data: ")]
+    return [line[len("data: ") :] for line in resp.iter_lines() if line.startswith("data: ")]
 
 
 def test_sagemaker_invoke_endpoint(sagemaker_router, standin):
@@ -58,7 +62,10 @@ def test_sagemaker_invoke_endpoint(sagemaker_router, standin):
     assert body["model"] == LLM_ALIAS and body["choices"][0]["message"]["content"]
     [call] = standin.seen
     assert call.path == "/endpoints/llm-endpoint/invocations"
-    assert call.authorization.startswith("AWS4-HMAC-SHA256 Credential=testing/") and "/sagemaker/aws4_request" in call.authorization
+    assert (
+        call.authorization.startswith("AWS4-HMAC-SHA256 Credential=testing/")
+        and "/sagemaker/aws4_request" in call.authorization
+    )
     assert call.body["messages"][-1]["content"] == COMPLEX[0] and call.body["max_tokens"] == 8  # the OpenAI body, as is
 
 
@@ -74,7 +81,11 @@ def test_sagemaker_response_stream_is_relayed_as_sse(sagemaker_router, standin):
 
 def test_bedrock_converse_answers_in_openai_shape(bedrock_router, standin):
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": COMPLEX[0]}]
-    resp = httpx.post(f"{bedrock_router.url}/v1/chat/completions", json={"messages": messages, "max_tokens": 8, "temperature": 0}, timeout=240)
+    resp = httpx.post(
+        f"{bedrock_router.url}/v1/chat/completions",
+        json={"messages": messages, "max_tokens": 8, "temperature": 0},
+        timeout=240,
+    )
     assert resp.status_code == 200, resp.text
     assert resp.headers["x-router-route"] == "llm"
     body = resp.json()
@@ -90,7 +101,12 @@ def test_bedrock_converse_answers_in_openai_shape(bedrock_router, standin):
 
 
 def test_bedrock_converse_stream_becomes_openai_chunks(bedrock_router, standin):
-    body = {"messages": [{"role": "user", "content": COMPLEX[2]}], "max_tokens": 10, "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "messages": [{"role": "user", "content": COMPLEX[2]}],
+        "max_tokens": 10,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     with httpx.stream("POST", f"{bedrock_router.url}/v1/chat/completions", json=body, timeout=240) as resp:
         assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
         events = _sse(resp)
@@ -100,7 +116,9 @@ def test_bedrock_converse_stream_becomes_openai_chunks(bedrock_router, standin):
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
     assert text.strip()
-    assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]] == ["length"]
+    assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]] == [
+        "length"
+    ]
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] > 0
 
 

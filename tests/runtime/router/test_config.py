@@ -17,8 +17,14 @@ LLM = {"escalation": {"kind": "openai", "url": "http://llm:8080/v1"}}
 def test_defaults_with_a_file_and_env_overrides(tmp_path):
     path = tmp_path / "c.json"
     path.write_text(json.dumps({**LLM, "confidence_threshold": 0.8, "few_shot": [{"text": "hi", "label": "simple"}]}))
-    cfg = rc.load({"ROUTER_CONFIG": str(path), "ROUTER_SLM_URL": "http://slm:8080", "ROUTER_CONFIDENCE_THRESHOLD": "0.75",
-                   "ROUTER_ESCALATION_MODEL_ID": "big"})
+    cfg = rc.load(
+        {
+            "ROUTER_CONFIG": str(path),
+            "ROUTER_SLM_URL": "http://slm:8080",
+            "ROUTER_CONFIDENCE_THRESHOLD": "0.75",
+            "ROUTER_ESCALATION_MODEL_ID": "big",
+        }
+    )
     assert cfg.slm_url == "http://slm:8080"
     assert cfg.confidence_threshold == 0.75  # env wins over the file
     assert cfg.escalation.model_id == "big" and cfg.escalation.url == "http://llm:8080/v1"
@@ -27,51 +33,91 @@ def test_defaults_with_a_file_and_env_overrides(tmp_path):
 
 
 def test_inline_json_and_aws_kinds():
-    cfg = rc.load({"ROUTER_CONFIG_JSON": json.dumps({"escalation": {"kind": "bedrock", "model_id": "amazon.nova-pro-v1:0", "region": "us-east-1"}})})
+    cfg = rc.load(
+        {
+            "ROUTER_CONFIG_JSON": json.dumps(
+                {"escalation": {"kind": "bedrock", "model_id": "amazon.nova-pro-v1:0", "region": "us-east-1"}}
+            )
+        }
+    )
     assert cfg.escalation.kind == "bedrock"
     cfg = rc.load({"ROUTER_CONFIG_JSON": json.dumps({"escalation": {"kind": "sagemaker", "endpoint_name": "llm"}})})
     assert cfg.escalation.endpoint_name == "llm"
 
 
-@pytest.mark.parametrize(("data", "message"), [
-    ({**LLM, "labels": ["simple"]}, "labels: need at least 2 labels"),
-    ({**LLM, "labels": ["a", "a"]}, "labels: duplicates"),
-    ({**LLM, "slm_labels": ["easy"]}, "slm_labels[0]: 'easy' is not one of labels"),
-    ({**LLM, "slm_labels": ["simple", "complex"]}, "nothing would ever escalate"),
-    ({**LLM, "confidence_threshold": 1.5}, "confidence_threshold: must be within [0, 1]"),
-    ({**LLM, "confidence_threshold": "high"}, "confidence_threshold: must be a number"),
-    ({**LLM, "few_shot": [{"text": "hi", "label": "trivial"}]}, "few_shot[0].label: 'trivial' is not one of labels"),
-    ({**LLM, "few_shot": [{"text": "hi"}]}, "few_shot[0].label: required"),
-    ({**LLM, "few_shot": [{"text": "hi", "label": "simple", "why": 1}]}, "few_shot[0].why: unknown key"),
-    ({**LLM, "timeouts": {"classify_s": 0}}, "timeouts.classify_s: must be > 0"),
-    ({**LLM, "timeouts": {"classify": 1}}, "timeouts.classify: unknown key"),
-    ({"escalation": {"kind": "openai"}}, "escalation.url: kind openai needs"),
-    ({"escalation": {"kind": "sagemaker"}}, "escalation.endpoint_name: kind sagemaker needs"),
-    ({"escalation": {"kind": "bedrock"}}, "escalation.model_id: kind bedrock needs"),
-    ({"escalation": {"kind": "vertex", "url": "http://x"}}, "escalation.kind: must be openai, sagemaker or bedrock"),
-    ({**LLM, "slm_url": "slm:8080"}, "slm_url: must be an http(s) URL"),
-    ({**LLM, "slm_endpoint_name": "-slm"}, "slm_endpoint_name: must be a SageMaker endpoint name"),
-    ({**LLM, "slm_endpoint_name": "slm_1"}, "slm_endpoint_name: must be a SageMaker endpoint name"),
-    ({**LLM, "slm_endpoint_name": "a" * 64}, "slm_endpoint_name: must be a SageMaker endpoint name"),
-    ({**LLM, "slm_endpoint_name": "slm", "slm_endpoint_url": "vpce.local"}, "slm_endpoint_url: must be an http(s) URL"),
-    ({**LLM, "slm_region": "us-east-1"}, "slm_region: only used with slm_endpoint_name"),
-    ({"escalation": {"kind": "bedrock", "model_id": "m", "api_key_secret_arn": "k"}}, "escalation.api_key_secret_arn: only kind openai"),
-    ({"escalation": {**LLM["escalation"], "api_key_secret_arn": "my key"}}, "escalation.api_key_secret_arn: must be a Secrets Manager secret ARN or name"),
-    ({"escalation": {**LLM["escalation"], "api_key_secret_arn": "k", "api_key_refresh_minutes": 0}},
-     "escalation.api_key_refresh_minutes: must be > 0"),
-    ({**LLM, "top_logprobs": 50}, "top_logprobs: must be within [1, 20]"),
-    ({**LLM, "threshold": 0.5}, "threshold: unknown key"),
-    ({**LLM, "breaker": {"failure_threshold": 0}}, "breaker.failure_threshold: must be >= 1"),
-    ({**LLM, "max_in_flight": 0}, "max_in_flight: must be >= 1"),
-    ({**LLM, "mode": "proxy"}, "mode: must be router or gateway, got 'proxy'"),
-    ({"mode": "gateway"}, "gateway.models: mode gateway needs at least one {name, url}"),
-    ({"mode": "gateway", "gateway": {"models": [{"name": "a", "url": "http://a"}, {"name": "a", "url": "http://b"}]}},
-     "gateway.models[1].name: 'a' appears twice"),
-    ({"mode": "gateway", "gateway": {"models": [{"name": "a", "url": "a:8080"}]}}, "gateway.models[0].url: must be an http(s) URL"),
-    ({"mode": "gateway", "gateway": {"models": [{"name": "a"}]}}, "gateway.models[0].url: required"),
-    ({"mode": "gateway", "gateway": {"models": {"a": "http://a"}}}, "gateway.models: must be a list of {name, url} objects"),
-    ({"mode": "gateway", "gateway": {"models": [{"name": "a", "url": "http://a"}], "retry_after_s": 0}}, "gateway.retry_after_s: must be >= 1"),
-])
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({**LLM, "labels": ["simple"]}, "labels: need at least 2 labels"),
+        ({**LLM, "labels": ["a", "a"]}, "labels: duplicates"),
+        ({**LLM, "slm_labels": ["easy"]}, "slm_labels[0]: 'easy' is not one of labels"),
+        ({**LLM, "slm_labels": ["simple", "complex"]}, "nothing would ever escalate"),
+        ({**LLM, "confidence_threshold": 1.5}, "confidence_threshold: must be within [0, 1]"),
+        ({**LLM, "confidence_threshold": "high"}, "confidence_threshold: must be a number"),
+        (
+            {**LLM, "few_shot": [{"text": "hi", "label": "trivial"}]},
+            "few_shot[0].label: 'trivial' is not one of labels",
+        ),
+        ({**LLM, "few_shot": [{"text": "hi"}]}, "few_shot[0].label: required"),
+        ({**LLM, "few_shot": [{"text": "hi", "label": "simple", "why": 1}]}, "few_shot[0].why: unknown key"),
+        ({**LLM, "timeouts": {"classify_s": 0}}, "timeouts.classify_s: must be > 0"),
+        ({**LLM, "timeouts": {"classify": 1}}, "timeouts.classify: unknown key"),
+        ({"escalation": {"kind": "openai"}}, "escalation.url: kind openai needs"),
+        ({"escalation": {"kind": "sagemaker"}}, "escalation.endpoint_name: kind sagemaker needs"),
+        ({"escalation": {"kind": "bedrock"}}, "escalation.model_id: kind bedrock needs"),
+        (
+            {"escalation": {"kind": "vertex", "url": "http://x"}},
+            "escalation.kind: must be openai, sagemaker or bedrock",
+        ),
+        ({**LLM, "slm_url": "slm:8080"}, "slm_url: must be an http(s) URL"),
+        ({**LLM, "slm_endpoint_name": "-slm"}, "slm_endpoint_name: must be a SageMaker endpoint name"),
+        ({**LLM, "slm_endpoint_name": "slm_1"}, "slm_endpoint_name: must be a SageMaker endpoint name"),
+        ({**LLM, "slm_endpoint_name": "a" * 64}, "slm_endpoint_name: must be a SageMaker endpoint name"),
+        (
+            {**LLM, "slm_endpoint_name": "slm", "slm_endpoint_url": "vpce.local"},
+            "slm_endpoint_url: must be an http(s) URL",
+        ),
+        ({**LLM, "slm_region": "us-east-1"}, "slm_region: only used with slm_endpoint_name"),
+        (
+            {"escalation": {"kind": "bedrock", "model_id": "m", "api_key_secret_arn": "k"}},
+            "escalation.api_key_secret_arn: only kind openai",
+        ),
+        (
+            {"escalation": {**LLM["escalation"], "api_key_secret_arn": "my key"}},
+            "escalation.api_key_secret_arn: must be a Secrets Manager secret ARN or name",
+        ),
+        (
+            {"escalation": {**LLM["escalation"], "api_key_secret_arn": "k", "api_key_refresh_minutes": 0}},
+            "escalation.api_key_refresh_minutes: must be > 0",
+        ),
+        ({**LLM, "top_logprobs": 50}, "top_logprobs: must be within [1, 20]"),
+        ({**LLM, "threshold": 0.5}, "threshold: unknown key"),
+        ({**LLM, "breaker": {"failure_threshold": 0}}, "breaker.failure_threshold: must be >= 1"),
+        ({**LLM, "max_in_flight": 0}, "max_in_flight: must be >= 1"),
+        ({**LLM, "mode": "proxy"}, "mode: must be router or gateway, got 'proxy'"),
+        ({"mode": "gateway"}, "gateway.models: mode gateway needs at least one {name, url}"),
+        (
+            {
+                "mode": "gateway",
+                "gateway": {"models": [{"name": "a", "url": "http://a"}, {"name": "a", "url": "http://b"}]},
+            },
+            "gateway.models[1].name: 'a' appears twice",
+        ),
+        (
+            {"mode": "gateway", "gateway": {"models": [{"name": "a", "url": "a:8080"}]}},
+            "gateway.models[0].url: must be an http(s) URL",
+        ),
+        ({"mode": "gateway", "gateway": {"models": [{"name": "a"}]}}, "gateway.models[0].url: required"),
+        (
+            {"mode": "gateway", "gateway": {"models": {"a": "http://a"}}},
+            "gateway.models: must be a list of {name, url} objects",
+        ),
+        (
+            {"mode": "gateway", "gateway": {"models": [{"name": "a", "url": "http://a"}], "retry_after_s": 0}},
+            "gateway.retry_after_s: must be >= 1",
+        ),
+    ],
+)
 def test_errors_name_the_key(data, message):
     with pytest.raises(rc.ConfigError) as e:
         rc.from_dict(data)
@@ -79,9 +125,19 @@ def test_errors_name_the_key(data, message):
 
 
 def test_slm_endpoint_keys_replace_slm_url():
-    cfg = rc.load({"ROUTER_CONFIG_JSON": json.dumps({**LLM, "slm_url": "not a url", "slm_region": "eu-west-1",
-                                                     "slm_endpoint_url": "https://runtime.sagemaker.eu-west-1.amazonaws.com"}),
-                   "ROUTER_SLM_ENDPOINT_NAME": "Smollm2-2-1a2b3c4d"})
+    cfg = rc.load(
+        {
+            "ROUTER_CONFIG_JSON": json.dumps(
+                {
+                    **LLM,
+                    "slm_url": "not a url",
+                    "slm_region": "eu-west-1",
+                    "slm_endpoint_url": "https://runtime.sagemaker.eu-west-1.amazonaws.com",
+                }
+            ),
+            "ROUTER_SLM_ENDPOINT_NAME": "Smollm2-2-1a2b3c4d",
+        }
+    )
     assert (cfg.slm_endpoint_name, cfg.slm_region) == ("Smollm2-2-1a2b3c4d", "eu-west-1")  # slm_url is then ignored
     assert rc.from_dict({**LLM, "slm_endpoint_name": "a" * 63, "slm_endpoint_url": ""}).slm_endpoint_name == "a" * 63
     arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:router/llm-key-AbCdEf"
@@ -106,10 +162,20 @@ def test_secret_values_the_key_is_read_from():
 
 
 def test_gateway_mode_needs_no_router_keys():
-    cfg = rc.load({"ROUTER_CONFIG_JSON": json.dumps({"gateway": {"models": [{"name": "bge-small", "url": "http://bge-small:8080"}]}}),
-                   "ROUTER_MODE": "gateway", "ROUTER_MAX_IN_FLIGHT": "64"})
+    cfg = rc.load(
+        {
+            "ROUTER_CONFIG_JSON": json.dumps(
+                {"gateway": {"models": [{"name": "bge-small", "url": "http://bge-small:8080"}]}}
+            ),
+            "ROUTER_MODE": "gateway",
+            "ROUTER_MAX_IN_FLIGHT": "64",
+        }
+    )
     assert cfg.mode == "gateway" and cfg.max_in_flight == 64
-    assert cfg.gateway.models == (rc.GatewayModel("bge-small", "http://bge-small:8080"),) and cfg.gateway.retry_after_s == 10
+    assert (
+        cfg.gateway.models == (rc.GatewayModel("bge-small", "http://bge-small:8080"),)
+        and cfg.gateway.retry_after_s == 10
+    )
 
 
 def test_bad_env_and_missing_file(tmp_path):
@@ -126,16 +192,33 @@ def test_entrypoint_reports_a_bad_config_in_one_line_and_exit_2():
     env = {"ROUTER_CONFIG_JSON": json.dumps({**LLM, "slm_labels": ["easy"]}), "PYTHONPATH": str(ROUTER_DIR)}
     out = subprocess.run([sys.executable, "-m", "slm_router"], env=env, capture_output=True, text=True, timeout=30)
     assert out.returncode == 2
-    assert out.stderr.strip().splitlines() == ["router: config error: slm_labels[0]: 'easy' is not one of labels ['simple', 'complex']"]
-    ok = subprocess.run([sys.executable, "-m", "slm_router", "--print-config"], env={**env, "ROUTER_CONFIG_JSON": json.dumps(LLM)},
-                        capture_output=True, text=True, timeout=30)
+    assert out.stderr.strip().splitlines() == [
+        "router: config error: slm_labels[0]: 'easy' is not one of labels ['simple', 'complex']"
+    ]
+    ok = subprocess.run(
+        [sys.executable, "-m", "slm_router", "--print-config"],
+        env={**env, "ROUTER_CONFIG_JSON": json.dumps(LLM)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert ok.returncode == 0 and json.loads(ok.stdout)["escalation"]["url"] == "http://llm:8080/v1"
     # SageMaker starts the container with `serve`: port 8080 unless ROUTER_PORT says otherwise.
-    sm = subprocess.run([sys.executable, "-m", "slm_router", "serve", "--print-config"], env={**env, "ROUTER_CONFIG_JSON": json.dumps(LLM)},
-                        capture_output=True, text=True, timeout=30)
+    sm = subprocess.run(
+        [sys.executable, "-m", "slm_router", "serve", "--print-config"],
+        env={**env, "ROUTER_CONFIG_JSON": json.dumps(LLM)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert sm.returncode == 0 and json.loads(sm.stdout)["listen_port"] == 8080
-    bad = subprocess.run([sys.executable, "-m", "slm_router", "serve", "--workers"], env={**env, "ROUTER_CONFIG_JSON": json.dumps(LLM)},
-                         capture_output=True, text=True, timeout=30)
+    bad = subprocess.run(
+        [sys.executable, "-m", "slm_router", "serve", "--workers"],
+        env={**env, "ROUTER_CONFIG_JSON": json.dumps(LLM)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert bad.returncode == 2 and "unknown arguments ['--workers']" in bad.stderr
 
 

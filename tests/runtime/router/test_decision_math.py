@@ -35,7 +35,14 @@ def pos(token: str, p: float, top: list[dict], id_: int) -> dict:
 
 def test_first_token_mass_is_normalized_over_label_starts():
     # "simple", "sim" and "s" all start "simple"; "Simple" and "I" start no label.
-    top = [alt("simple", 0.6, 1), alt("complex", 0.1, 2), alt("Simple", 0.1, 3), alt("sim", 0.05, 4), alt("I", 0.05, 5), alt("s", 0.05, 6)]
+    top = [
+        alt("simple", 0.6, 1),
+        alt("complex", 0.1, 2),
+        alt("Simple", 0.1, 3),
+        alt("sim", 0.05, 4),
+        alt("I", 0.05, 5),
+        alt("s", 0.05, 6),
+    ]
     label, conf, dist = read_decision("simple", [pos("simple", 0.6, top, 1), pos("", 0.99, [], 7)], LABELS)
     assert label == "simple"
     # hidden rivals: prefixes of "complex" not listed ("c", "co", ... 6 of them) at most 0.05 each, ≤ unlisted 0.05
@@ -68,7 +75,7 @@ def test_answers_outside_the_labels_are_errors():
 
 
 def test_grammar_escapes_labels():
-    assert grammar_for(["a\"b", "c\\d"]) == 'root ::= "a\\"b" | "c\\\\d"'
+    assert grammar_for(['a"b', "c\\d"]) == 'root ::= "a\\"b" | "c\\\\d"'
 
 
 def test_breaker_opens_half_opens_and_closes():
@@ -112,9 +119,19 @@ def test_a_truncated_answer_is_asked_again_with_room_for_the_whole_label():
             if self.path == "/tokenize":
                 answer = {"tokens": [1]}  # claims one token per label: the budget becomes 1
             elif body["max_tokens"] == 1:
-                answer = {"choices": [{"message": {"content": "yes"}, "logprobs": {"content": [pos("yes", 0.9, [alt("yes", 0.9, 1)], 1)]}}]}
+                answer = {
+                    "choices": [
+                        {
+                            "message": {"content": "yes"},
+                            "logprobs": {"content": [pos("yes", 0.9, [alt("yes", 0.9, 1)], 1)]},
+                        }
+                    ]
+                }
             else:
-                steps = [pos("yes", 0.9, [alt("yes", 0.9, 1)], 1), pos("_complex", 0.7, [alt("_complex", 0.7, 3), alt("_simple", 0.3, 4)], 3)]
+                steps = [
+                    pos("yes", 0.9, [alt("yes", 0.9, 1)], 1),
+                    pos("_complex", 0.7, [alt("_complex", 0.7, 3), alt("_simple", 0.3, 4)], 3),
+                ]
                 answer = {"choices": [{"message": {"content": "yes_complex"}, "logprobs": {"content": steps}}]}
             raw = json.dumps(answer).encode()
             self.send_response(200)
@@ -130,8 +147,13 @@ def test_a_truncated_answer_is_asked_again_with_room_for_the_whole_label():
     threading.Thread(target=server.serve_forever, daemon=True).start()
     retries = []
     try:
-        cfg = Config(slm_url=f"http://127.0.0.1:{server.server_port}", labels=labels, slm_labels=("yes_simple",),
-                     few_shot=(), escalation=Escalation(url="http://llm/v1")).validate()
+        cfg = Config(
+            slm_url=f"http://127.0.0.1:{server.server_port}",
+            labels=labels,
+            slm_labels=("yes_simple",),
+            few_shot=(),
+            escalation=Escalation(url="http://llm/v1"),
+        ).validate()
 
         async def run():
             c = Classifier(cfg, HttpClient(cfg.slm_url, connect_timeout=2), on_retry=lambda: retries.append(1))
@@ -143,5 +165,7 @@ def test_a_truncated_answer_is_asked_again_with_room_for_the_whole_label():
     finally:
         server.shutdown()
     assert decision.label == "yes_complex" and decision.attempts == 1 and retries == []
-    assert decision.confidence == pytest.approx(0.9 / (0.9 + 0.1) * 0.7)  # step 1: up to 0.1 unlisted for "yes_"-less rivals
+    assert decision.confidence == pytest.approx(
+        0.9 / (0.9 + 0.1) * 0.7
+    )  # step 1: up to 0.1 unlisted for "yes_"-less rivals
     assert [b.get("max_tokens") for b in seen if "messages" in b] == [1, 32]

@@ -29,8 +29,13 @@ RESET_AFTER_S = 2  # harness breaker config: 2 failures open the circuit for 2 s
 
 
 def _counts(url: str, upstream: str, reason: str) -> tuple[float, float]:
-    return (metric(url, "router_fallbacks_total", reason=reason),
-            sum(metric(url, "router_upstream_failures_total", upstream=upstream, reason=r) for r in ("connect", "timeout", "protocol", "status")))
+    return (
+        metric(url, "router_fallbacks_total", reason=reason),
+        sum(
+            metric(url, "router_upstream_failures_total", upstream=upstream, reason=r)
+            for r in ("connect", "timeout", "protocol", "status")
+        ),
+    )
 
 
 def test_llm_down_answers_with_the_slm_marked_and_recovers(llama_server_bin, smollm2_gguf, slm, tmp_path):
@@ -76,13 +81,18 @@ def test_llm_dying_mid_stream_ends_the_stream_with_an_error_event(llama_server_b
     victim = (llama_server_bin, smollm2_gguf, "-np", "1", "-t", "1", "-c", "4096", "--alias", "llm-victim")
     with ExitStack() as engine, running_router(router_config(slm, f"http://127.0.0.1:{port}"), tmp_path) as router:
         engine.enter_context(llama_server(*victim, port=port))
-        body = {"messages": [{"role": "user", "content": COMPLEX[0]}], "max_tokens": 3000, "ignore_eos": True, "stream": True}
+        body = {
+            "messages": [{"role": "user", "content": COMPLEX[0]}],
+            "max_tokens": 3000,
+            "ignore_eos": True,
+            "stream": True,
+        }
         with httpx.stream("POST", f"{router.url}/v1/chat/completions", json=body, timeout=240) as resp:
             assert resp.headers["x-router-route"] == "llm"
             events = []
             for line in resp.iter_lines():
                 if line.startswith("data: "):
-                    events.append(line[len("data: "):])
+                    events.append(line[len("data: ") :])
                     if len(events) == 3:
                         engine.close()  # the LLM dies after the head went out: no fallback is possible now
         assert len(events) > 3 and events[-1] != "[DONE]"
@@ -93,7 +103,9 @@ def test_llm_dying_mid_stream_ends_the_stream_with_an_error_event(llama_server_b
 def test_slm_down_escalates_every_request(llama_server_bin, smollm2_gguf, llm, tmp_path):
     port = free_port()
     with ExitStack() as engine, running_router(router_config(f"http://127.0.0.1:{port}", llm), tmp_path) as router:
-        engine.enter_context(llama_server(llama_server_bin, smollm2_gguf, *SLM_ARGS, "--alias", "slm-victim", port=port))
+        engine.enter_context(
+            llama_server(llama_server_bin, smollm2_gguf, *SLM_ARGS, "--alias", "slm-victim", port=port)
+        )
         up = chat(router.url, SIMPLE[0])
         assert up.headers["x-router-route"] == "slm" and up.json()["model"] == "slm-victim"
 
@@ -126,13 +138,22 @@ def test_no_upstream_at_all_is_a_503(tmp_path):
         assert metric(router.url, "router_failed_requests_total", reason="no-upstream") == 1
         chat(router.url, SIMPLE[0])  # second failure opens the LLM circuit
         ready = httpx.get(f"{router.url}/ready", timeout=10)
-        assert ready.status_code == 503 and ready.json() == {"status": "unavailable", "slm": "down", "llm_circuit": "open"}
+        assert ready.status_code == 503 and ready.json() == {
+            "status": "unavailable",
+            "slm": "down",
+            "llm_circuit": "open",
+        }
 
 
 def test_overload_is_429_with_retry_after(slm, llm, tmp_path):
     """Beyond max_in_flight the router refuses at once instead of queueing without bound."""
     with running_router(router_config(slm, llm, max_in_flight=1), tmp_path) as router:
-        body = {"messages": [{"role": "user", "content": SIMPLE[0]}], "max_tokens": 400, "ignore_eos": True, "stream": True}
+        body = {
+            "messages": [{"role": "user", "content": SIMPLE[0]}],
+            "max_tokens": 400,
+            "ignore_eos": True,
+            "stream": True,
+        }
         with httpx.stream("POST", f"{router.url}/v1/chat/completions", json=body, timeout=240) as held:
             assert held.status_code == 200
             lines = held.iter_lines()  # kept referenced: a collected iterator closes the response

@@ -19,9 +19,14 @@ RETRY_AFTER = 7
 
 
 def gateway_config(models: dict[str, str], **overrides) -> dict:
-    cfg = {"mode": "gateway", "gateway": {"models": [{"name": n, "url": u} for n, u in models.items()], "retry_after_s": RETRY_AFTER},
-           "listen_host": "127.0.0.1", "listen_port": free_port(), "timeouts": {"connect_s": 2, "first_byte_s": 120, "total_s": 180},
-           "log_level": "DEBUG"}
+    cfg = {
+        "mode": "gateway",
+        "gateway": {"models": [{"name": n, "url": u} for n, u in models.items()], "retry_after_s": RETRY_AFTER},
+        "listen_host": "127.0.0.1",
+        "listen_port": free_port(),
+        "timeouts": {"connect_s": 2, "first_byte_s": 120, "total_s": 180},
+        "log_level": "DEBUG",
+    }
     cfg.update(overrides)
     return cfg
 
@@ -61,12 +66,19 @@ def test_routes_by_model_name_to_that_models_engine(gateway, slm, llm, model):
 
 
 def test_streaming_is_relayed_piece_by_piece(gateway):
-    body = {"model": "gemma", "messages": [{"role": "user", "content": "Count to five."}], "max_tokens": 12, "stream": True}
+    body = {
+        "model": "gemma",
+        "messages": [{"role": "user", "content": "Count to five."}],
+        "max_tokens": 12,
+        "stream": True,
+    }
     with httpx.stream("POST", f"{gateway.url}/v1/chat/completions", json=body, timeout=240) as resp:
         assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
         events = [line[6:] for line in resp.iter_lines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
-    deltas = [json.loads(e)["choices"][0]["delta"].get("content") or "" for e in events[:-1] if json.loads(e).get("choices")]
+    deltas = [
+        json.loads(e)["choices"][0]["delta"].get("content") or "" for e in events[:-1] if json.loads(e).get("choices")
+    ]
     assert len(deltas) >= 2 and "".join(deltas).strip()
 
 
@@ -85,7 +97,9 @@ def test_unknown_and_missing_model(gateway):
     assert httpx.post(f"{gateway.url}/v1/nope", json={"model": "gemma"}, timeout=10).status_code == 404
 
 
-def test_model_scaled_to_zero_is_503_with_retry_after_until_it_is_back(gateway, llama_server_bin, smollm2_gguf, cold_port):
+def test_model_scaled_to_zero_is_503_with_retry_after_until_it_is_back(
+    gateway, llama_server_bin, smollm2_gguf, cold_port
+):
     resp = _chat(gateway.url, "cold")
     assert resp.status_code == 503 and resp.headers["retry-after"] == str(RETRY_AFTER)
     assert "'cold' is unavailable right now" in resp.json()["error"]["message"]
@@ -103,8 +117,13 @@ def test_model_scaled_to_zero_is_503_with_retry_after_until_it_is_back(gateway, 
 def test_overload_is_429_with_retry_after(slm, tmp_path):
     """Beyond max_in_flight the gateway refuses at once (the same front as the router)."""
     with running_router(gateway_config({"smollm2": slm}, max_in_flight=1), tmp_path) as g:
-        body = {"model": "smollm2", "messages": [{"role": "user", "content": "Tell a story."}], "max_tokens": 400,
-                "ignore_eos": True, "stream": True}
+        body = {
+            "model": "smollm2",
+            "messages": [{"role": "user", "content": "Tell a story."}],
+            "max_tokens": 400,
+            "ignore_eos": True,
+            "stream": True,
+        }
         with httpx.stream("POST", f"{g.url}/v1/chat/completions", json=body, timeout=240) as held:
             assert held.status_code == 200
             lines = held.iter_lines()  # kept referenced: a collected iterator closes the response

@@ -35,19 +35,41 @@ def pool(llama_server_bin: Path, smollm2_gguf: Path, tmp_path_factory: pytest.Te
     work = tmp_path_factory.mktemp("pool-errors")
     shutil.copyfile(smollm2_gguf, work / f"{KNOWN}.gguf")
     preset = work / "preset.ini"
-    preset.write_text(render_preset([PoolModel(KNOWN, f"{KNOWN}.gguf", ctx_size=256, parallel=1, threads=1)], model_dir=str(work)))
+    preset.write_text(
+        render_preset([PoolModel(KNOWN, f"{KNOWN}.gguf", ctx_size=256, parallel=1, threads=1)], model_dir=str(work))
+    )
     port = free_port()
     replica = f"http://127.0.0.1:{port}"
     with open(work / "replica.log", "wb") as log:
-        proc = subprocess.Popen([str(llama_server_bin), "--host", "127.0.0.1", "--port", str(port), "--models-preset", str(preset),
-                                 "--models-max", "1"], stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [
+                str(llama_server_bin),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--models-preset",
+                str(preset),
+                "--models-max",
+                "1",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         wait_healthy(replica, proc, timeout=60)
         cfg = {
-            "mode": "gateway", "listen_host": "127.0.0.1", "listen_port": free_port(), "log_level": "DEBUG",
+            "mode": "gateway",
+            "listen_host": "127.0.0.1",
+            "listen_port": free_port(),
+            "log_level": "DEBUG",
             "timeouts": {"connect_s": 2, "first_byte_s": 120, "total_s": 180},
-            "gateway": {"pools": [gateway_pool(POOL, 1, [KNOWN, ADDED], [replica]).to_dict()],
-                        "retry_after_s": RETRY_AFTER, "cold_load_timeout_s": 120, "health_interval_s": 0.5},
+            "gateway": {
+                "pools": [gateway_pool(POOL, 1, [KNOWN, ADDED], [replica]).to_dict()],
+                "retry_after_s": RETRY_AFTER,
+                "cold_load_timeout_s": 120,
+                "health_interval_s": 0.5,
+            },
         }
         with running_router(cfg, work / "gateway") as gw:
             yield {"gw": gw.url, "replica": replica}
@@ -63,7 +85,9 @@ def _chat(url: str, model: str, **extra) -> httpx.Response:
 def test_the_pinned_router_refuses_a_model_missing_from_its_preset_with_this_400(pool):
     resp = _chat(pool["replica"], ADDED)
     assert resp.status_code == 400
-    assert resp.json() == {"error": {"code": 400, "message": f"model '{ADDED}' not found", "type": "invalid_request_error"}}
+    assert resp.json() == {
+        "error": {"code": 400, "message": f"model '{ADDED}' not found", "type": "invalid_request_error"}
+    }
 
 
 def test_a_listed_model_the_replica_does_not_know_yet_is_503_with_retry_after(pool):

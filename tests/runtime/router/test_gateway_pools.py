@@ -46,8 +46,21 @@ def _pick_models(replicas: list[str]) -> tuple[list[str], str]:
 def _start_replica(binary: Path, preset: Path, port: int, log: Path) -> subprocess.Popen:
     """One pool replica: llama-server in router mode over the preset, at most 2 models loaded (autoload is on)."""
     with open(log, "ab") as out:
-        proc = subprocess.Popen([str(binary), "--host", "127.0.0.1", "--port", str(port), "--models-preset", str(preset),
-                                 "--models-max", "2"], stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [
+                str(binary),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--models-preset",
+                str(preset),
+                "--models-max",
+                "2",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         wait_healthy(f"http://127.0.0.1:{port}", proc, timeout=60)
     except BaseException:
@@ -66,7 +79,12 @@ def _loaded(base: str) -> set[str]:
 
 
 def _chat(url: str, model: str, max_tokens: int = 2) -> httpx.Response:
-    body = {"model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": max_tokens, "ignore_eos": True}
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "Hi"}],
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+    }
     return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=240)
 
 
@@ -80,19 +98,40 @@ def farm(llama_server_bin: Path, smollm2_gguf: Path, tmp_path_factory: pytest.Te
     for name in names:  # distinct files, as the farm's S3 prefix holds one GGUF per model
         shutil.copyfile(smollm2_gguf, work / f"{name}.gguf")
     preset = work / "preset.ini"
-    preset.write_text(render_preset([PoolModel(n, f"{n}.gguf", ctx_size=256, parallel=1, threads=1) for n in names],
-                                    model_dir=str(work)))
+    preset.write_text(
+        render_preset(
+            [PoolModel(n, f"{n}.gguf", ctx_size=256, parallel=1, threads=1) for n in names], model_dir=str(work)
+        )
+    )
     gateway_cfg = {
-        "mode": "gateway", "listen_host": "127.0.0.1", "listen_port": free_port(), "log_level": "DEBUG",
+        "mode": "gateway",
+        "listen_host": "127.0.0.1",
+        "listen_port": free_port(),
+        "log_level": "DEBUG",
         "timeouts": {"connect_s": 2, "first_byte_s": 120, "total_s": 180},
-        "gateway": {"pools": [gateway_pool(POOL, 1, names, replicas).to_dict()],
-                    "retry_after_s": RETRY_AFTER, "cold_load_timeout_s": 120, "health_interval_s": 0.5},
+        "gateway": {
+            "pools": [gateway_pool(POOL, 1, names, replicas).to_dict()],
+            "retry_after_s": RETRY_AFTER,
+            "cold_load_timeout_s": 120,
+            "health_interval_s": 0.5,
+        },
     }
     procs = [_start_replica(llama_server_bin, preset, port, work / f"r{i}.log") for i, port in enumerate(ports)]
     try:
         with running_router(gateway_cfg, work / "gateway") as gw:
-            yield {"gw": gw, "r0": replicas[0], "r1": replicas[1], "procs": procs, "ports": ports, "on0": on0, "on1": on1,
-                   "work": work, "preset": preset, "cfg": gateway_cfg, "bin": llama_server_bin}
+            yield {
+                "gw": gw,
+                "r0": replicas[0],
+                "r1": replicas[1],
+                "procs": procs,
+                "ports": ports,
+                "on0": on0,
+                "on1": on1,
+                "work": work,
+                "preset": preset,
+                "cfg": gateway_cfg,
+                "bin": llama_server_bin,
+            }
     finally:
         for proc in procs:  # the router unloads its children on SIGTERM
             stop_process(proc, timeout=30)
@@ -115,8 +154,13 @@ def test_requests_land_only_on_the_models_home_replica(farm):
     assert (_loaded(r0), _loaded(r1)) == ({a1}, {b1})
     assert (_replica_requests(gw, "0"), _replica_requests(gw, "1")) == (2, 1)
     # While a request is in progress, the pool's in-flight gauge (KEDA's signal for the pool) counts it.
-    body = {"model": a1, "messages": [{"role": "user", "content": "Tell a story."}], "max_tokens": 200, "ignore_eos": True,
-            "stream": True}
+    body = {
+        "model": a1,
+        "messages": [{"role": "user", "content": "Tell a story."}],
+        "max_tokens": 200,
+        "ignore_eos": True,
+        "stream": True,
+    }
     with httpx.stream("POST", f"{gw}/v1/chat/completions", json=body, timeout=240) as held:
         assert held.status_code == 200
         lines = held.iter_lines()
@@ -191,8 +235,13 @@ def test_a_hot_model_spreads_to_its_next_replica(farm, tmp_path):
     a3, r1 = farm["on0"][2], farm["r1"]
     assert a3 not in _loaded(r1)
     with running_router(cfg, tmp_path) as g:
-        body = {"model": a3, "messages": [{"role": "user", "content": "Tell a story."}], "max_tokens": 200, "ignore_eos": True,
-                "stream": True}
+        body = {
+            "model": a3,
+            "messages": [{"role": "user", "content": "Tell a story."}],
+            "max_tokens": 200,
+            "ignore_eos": True,
+            "stream": True,
+        }
         with httpx.stream("POST", f"{g.url}/v1/chat/completions", json=body, timeout=240) as held:
             assert held.status_code == 200
             lines = held.iter_lines()

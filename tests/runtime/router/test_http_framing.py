@@ -19,9 +19,15 @@ from inference_runtime.http1 import READ_SIZE, Http1Server, Request, encode_head
 
 class Echo(Http1Server):
     async def _dispatch(self, req: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        body = json.dumps({"method": req.method, "target": req.target, "body": req.body.decode(),
-                           "headers": req.head.headers}).encode()
-        writer.write(encode_head(200, [("Content-Length", str(len(body))), ("Connection", "keep-alive" if req.keep_alive else "close")]) + body)
+        body = json.dumps(
+            {"method": req.method, "target": req.target, "body": req.body.decode(), "headers": req.head.headers}
+        ).encode()
+        writer.write(
+            encode_head(
+                200, [("Content-Length", str(len(body))), ("Connection", "keep-alive" if req.keep_alive else "close")]
+            )
+            + body
+        )
         await writer.drain()
         return req.keep_alive
 
@@ -53,7 +59,9 @@ def answers(raw: bytes) -> list[dict]:
     found = []
     while raw:
         head, rest = raw.split(b"\r\n\r\n", 1)
-        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")))
+        length = int(
+            next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+        )
         found.append({"status": int(head.split(b" ", 2)[1]), **json.loads(rest[:length])})
         raw = rest[length:]
     return found
@@ -65,13 +73,16 @@ def test_pipelined_requests_are_answered_in_order_with_their_own_bytes(port: int
     three = b"GET /c HTTP/1.1\r\nHost: x\r\nX-Twice: 1\r\nx-twice: 2\r\nConnection: close\r\n\r\n"
     got = answers(exchange(port, one + two + three))
     assert [(a["status"], a["method"], a["target"], a["body"]) for a in got] == [
-        (200, "POST", "/a", "abc"), (200, "POST", "/b?q=1", "def"), (200, "GET", "/c", "")]
+        (200, "POST", "/a", "abc"),
+        (200, "POST", "/b?q=1", "def"),
+        (200, "GET", "/c", ""),
+    ]
     assert got[2]["headers"]["x-twice"] == "1, 2" and got[2]["headers"]["connection"] == "close"
 
 
 def test_a_request_that_arrives_byte_by_byte_is_the_same_request(port: int) -> None:
     raw = b"POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello"
-    (got,) = answers(exchange(port, *(raw[i:i + 1] for i in range(len(raw))), pause=0.001))
+    (got,) = answers(exchange(port, *(raw[i : i + 1] for i in range(len(raw))), pause=0.001))
     assert (got["status"], got["target"], got["body"]) == (200, "/slow", "hello")
 
 
@@ -80,13 +91,16 @@ def test_http_1_0_keep_alive_rules(port: int) -> None:
     assert [(a["status"], a["target"]) for a in got] == [(200, "/old")]
 
 
-@pytest.mark.parametrize(("raw", "status"), [
-    (b"GET / HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 400),  # no Host (RFC 9112 §3.2)
-    (b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (READ_SIZE + 10) + b"\r\n\r\n", 431),
-    (b"GET / HTTP/1.1\r\nX-Big: " + b"a" * (READ_SIZE + 10) + b"\r\n\r\n", 431),  # too large before anything else
-    (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", 400),  # two lengths
-    (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4097\r\n\r\n", 413),
-])
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        (b"GET / HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 400),  # no Host (RFC 9112 §3.2)
+        (b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (READ_SIZE + 10) + b"\r\n\r\n", 431),
+        (b"GET / HTTP/1.1\r\nX-Big: " + b"a" * (READ_SIZE + 10) + b"\r\n\r\n", 431),  # too large before anything else
+        (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", 400),  # two lengths
+        (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4097\r\n\r\n", 413),
+    ],
+)
 def test_refused_with_one_answer_and_a_close(port: int, raw: bytes, status: int) -> None:
     response = exchange(port, raw)
     assert response.startswith(f"HTTP/1.1 {status} ".encode()), response[:200]

@@ -93,7 +93,11 @@ def status_of(response: bytes) -> int:
 
 
 def post_head(path: str, *headers: str) -> bytes:
-    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + "".join(h + "\r\n" for h in headers) + "\r\n").encode("latin-1")
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + "".join(h + "\r\n" for h in headers)
+        + "\r\n"
+    ).encode("latin-1")
 
 
 MALFORMED = {
@@ -101,18 +105,33 @@ MALFORMED = {
     "superscript_content_length": (lambda p: post_head(p, "Content-Length: \xb2") + b"{}", 400),
     # Python's int(x, 16) accepts a 0x prefix and underscores; HTTP chunk sizes are plain hex (RFC 9112 §7.1).
     "chunk_size_0x": (lambda p: post_head(p, "Transfer-Encoding: chunked") + b"0x2\r\n{}\r\n0\r\n\r\n", 400),
-    "chunk_size_underscore": (lambda p: post_head(p, "Transfer-Encoding: chunked") + b"1_0\r\n" + b"x" * 16 + b"\r\n0\r\n\r\n", 400),
+    "chunk_size_underscore": (
+        lambda p: post_head(p, "Transfer-Encoding: chunked") + b"1_0\r\n" + b"x" * 16 + b"\r\n0\r\n\r\n",
+        400,
+    ),
     # A 256 MiB chunk announced on a 4 KiB limit: refused at once (was: waited to buffer it, then 413).
-    "chunk_beyond_the_limit": (lambda p: post_head(p, "Transfer-Encoding: chunked") + b"10000000\r\n" + b"x" * 100, 413),
+    "chunk_beyond_the_limit": (
+        lambda p: post_head(p, "Transfer-Encoding: chunked") + b"10000000\r\n" + b"x" * 100,
+        413,
+    ),
     # A chunk-size line longer than the reader's 64 KiB limit (was: LimitOverrunError, connection dropped).
-    "endless_chunk_size_line": (lambda p: post_head(p, "Transfer-Encoding: chunked") + b"1" + b"0" * 70000 + b"\r\n", 400),
+    "endless_chunk_size_line": (
+        lambda p: post_head(p, "Transfer-Encoding: chunked") + b"1" + b"0" * 70000 + b"\r\n",
+        400,
+    ),
     # Request smuggling: both framings at once (RFC 9112 §6.1); was: chunked used, Content-Length ignored.
-    "content_length_and_chunked": (lambda p: post_head(p, "Content-Length: 2", "Transfer-Encoding: chunked") + b"2\r\n{}\r\n0\r\n\r\n", 400),
+    "content_length_and_chunked": (
+        lambda p: post_head(p, "Content-Length: 2", "Transfer-Encoding: chunked") + b"2\r\n{}\r\n0\r\n\r\n",
+        400,
+    ),
     # A coding we cannot decode (RFC 9112 §6.1: 501); was: the body read by Content-Length as if plain.
     "unknown_transfer_coding": (lambda p: post_head(p, "Transfer-Encoding: gzip", "Content-Length: 2") + b"{}", 501),
     # Field names are tokens (RFC 9110 §5.1); was: "Bad Name" accepted as a header.
     "space_in_header_name": (lambda p: post_head(p, "Bad Name: x", "Content-Length: 2") + b"{}", 400),
-    "unknown_http_version": (lambda p: post_head(p, "Content-Length: 2").replace(b"HTTP/1.1", b"HTTP/1.7", 1) + b"{}", 400),
+    "unknown_http_version": (
+        lambda p: post_head(p, "Content-Length: 2").replace(b"HTTP/1.1", b"HTTP/1.7", 1) + b"{}",
+        400,
+    ),
 }
 
 
@@ -131,7 +150,12 @@ def test_a_well_formed_chunked_request_still_reaches_the_handler(front: tuple[in
     with its own overload/unavailable status, not a parse error)."""
     port, path = front
     body = b'{"messages": [{"role": "user", "content": "hi"}]}'
-    chunked = post_head(path, "Transfer-Encoding: chunked", "Connection: close") + f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n"
+    chunked = (
+        post_head(path, "Transfer-Encoding: chunked", "Connection: close")
+        + f"{len(body):x}\r\n".encode()
+        + body
+        + b"\r\n0\r\n\r\n"
+    )
     assert status_of(exchange(port, chunked, timeout=30)) in (502, 503)
 
 
@@ -191,7 +215,9 @@ class ClosesTheSecondRequest:
                 return False
             data += chunk
         head, body = data.split(b"\r\n\r\n", 1)
-        length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")), 0)
+        length = next(
+            (int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")), 0
+        )
         while len(body) < length:
             body += conn.recv(65536)
         return True
@@ -200,8 +226,12 @@ class ClosesTheSecondRequest:
         with conn:
             if self._read_request(conn):
                 body = b'{"choices": [{"message": {"role": "assistant", "content": "hi"}}]}'
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode()
-                             + b"\r\nConnection: keep-alive\r\n\r\n" + body)
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                    + str(len(body)).encode()
+                    + b"\r\nConnection: keep-alive\r\n\r\n"
+                    + body
+                )
                 self._read_request(conn)
 
     def close(self) -> None:
@@ -216,7 +246,9 @@ def test_the_adapter_resends_once_when_the_engine_closes_a_pooled_connection_und
     body = b'{"messages": [{"role": "user", "content": "hi"}], "stream": true}'
     try:
         for _ in range(2):
-            response = exchange(a.port, post_head("/invocations", f"Content-Length: {len(body)}", "Connection: close") + body)
+            response = exchange(
+                a.port, post_head("/invocations", f"Content-Length: {len(body)}", "Connection: close") + body
+            )
             assert status_of(response) == 200 and b'"hi"' in response
         assert a.adapter.stats.stale_retries == 1 and peer.connections == 2
     finally:

@@ -85,14 +85,26 @@ def test_serves_sagemaker_without_privileges_or_a_writable_directory(tmp_path: P
     port = free_port()
     cfg = router_config("http://127.0.0.1:9", "http://127.0.0.1:9")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ROUTER_", "AWS_", "PYTHON"))}
-    env.update(ROUTER_CONFIG_JSON=json.dumps(cfg), ROUTER_PORT=str(port), PYTHONPATH=str(ROUTER_DIR),
-               PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", HOME=str(closed), TMPDIR=str(closed))
+    env.update(
+        ROUTER_CONFIG_JSON=json.dumps(cfg),
+        ROUTER_PORT=str(port),
+        PYTHONPATH=str(ROUTER_DIR),
+        PYTHONDONTWRITEBYTECODE="1",
+        PYTHONUNBUFFERED="1",
+        HOME=str(closed),
+        TMPDIR=str(closed),
+    )
     setpriv = shutil.which("setpriv")
     assert setpriv, "util-linux setpriv is needed to drop every capability"
     log = tmp_path / "router.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([setpriv, "--inh-caps=-all", "--bounding-set=-all", "--", sys.executable, "-m", "slm_router", "serve"],
-                                cwd=closed, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [setpriv, "--inh-caps=-all", "--bounding-set=-all", "--", sys.executable, "-m", "slm_router", "serve"],
+            cwd=closed,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -105,10 +117,14 @@ def test_serves_sagemaker_without_privileges_or_a_writable_directory(tmp_path: P
                 pass
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.1)
-        status = (f"/proc/{proc.pid}/status")
+        status = f"/proc/{proc.pid}/status"
         assert "CapEff:\t0000000000000000" in Path(status).read_text()
         assert httpx.get(f"{url}/ping", timeout=10).status_code in (200, 503)
-        answer = httpx.post(f"{url}/invocations", json={"messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 4}, timeout=60)
+        answer = httpx.post(
+            f"{url}/invocations",
+            json={"messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 4},
+            timeout=60,
+        )
         assert answer.status_code in (200, 502, 503, 504), answer.text  # the upstreams are unreachable: an HTTP answer
         assert proc.poll() is None, log.read_text()
         assert list(closed.iterdir()) == []

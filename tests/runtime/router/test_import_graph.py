@@ -15,8 +15,9 @@ def import_graph(package: Path) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for module in modules:
         for node in ast.walk(ast.parse((package / f"{module}.py").read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and (node.level == 1 or node.module == package.name or
-                                                     (node.module or "").startswith(f"{package.name}.")):
+            if isinstance(node, ast.ImportFrom) and (
+                node.level == 1 or node.module == package.name or (node.module or "").startswith(f"{package.name}.")
+            ):
                 base = (node.module or "").removeprefix(f"{package.name}").lstrip(".")
                 targets = [base.split(".")[0]] if base else [alias.name for alias in node.names]
                 graph[module].update(t for t in targets if t in modules and t != module)

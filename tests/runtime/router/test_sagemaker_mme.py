@@ -33,13 +33,27 @@ def test_botocore_has_target_model_only_on_the_unstreamed_invoke():
     assert "TargetModel" not in stream
 
 
-@pytest.mark.parametrize(("esc", "message"), [
-    ({"kind": "openai", "url": "http://llm/v1", "target_model": TARGET}, "escalation.target_model: only kind sagemaker"),
-    ({"kind": "sagemaker", "endpoint_name": ENDPOINT, "target_model": TARGET, "inference_component": "ic-1"},
-     "set target_model or inference_component, not both"),
-    ({"kind": "sagemaker", "endpoint_name": ENDPOINT, "target_model": " m.tar.gz"}, "escalation.target_model: must be 1-1024"),
-    ({"kind": "sagemaker", "endpoint_name": ENDPOINT, "target_model": "x" * 1025}, "escalation.target_model: must be 1-1024"),
-])
+@pytest.mark.parametrize(
+    ("esc", "message"),
+    [
+        (
+            {"kind": "openai", "url": "http://llm/v1", "target_model": TARGET},
+            "escalation.target_model: only kind sagemaker",
+        ),
+        (
+            {"kind": "sagemaker", "endpoint_name": ENDPOINT, "target_model": TARGET, "inference_component": "ic-1"},
+            "set target_model or inference_component, not both",
+        ),
+        (
+            {"kind": "sagemaker", "endpoint_name": ENDPOINT, "target_model": " m.tar.gz"},
+            "escalation.target_model: must be 1-1024",
+        ),
+        (
+            {"kind": "sagemaker", "endpoint_name": ENDPOINT, "target_model": "x" * 1025},
+            "escalation.target_model: must be 1-1024",
+        ),
+    ],
+)
 def test_target_model_errors_name_the_key(esc, message):
     with pytest.raises(rc.ConfigError) as e:
         rc.from_dict({"escalation": esc})
@@ -56,9 +70,16 @@ def standin(llm):
 
 @pytest.fixture(scope="module")
 def mme_router(slm, standin, tmp_path_factory):
-    esc = {"kind": "sagemaker", "endpoint_name": ENDPOINT, "target_model": TARGET, "region": "us-east-1",
-           "endpoint_url": standin.url}
-    with running_router(router_config(slm, "http://unused", escalation=esc), tmp_path_factory.mktemp("mme"), env=AWS_ENV) as r:
+    esc = {
+        "kind": "sagemaker",
+        "endpoint_name": ENDPOINT,
+        "target_model": TARGET,
+        "region": "us-east-1",
+        "endpoint_url": standin.url,
+    }
+    with running_router(
+        router_config(slm, "http://unused", escalation=esc), tmp_path_factory.mktemp("mme"), env=AWS_ENV
+    ) as r:
         yield r
 
 

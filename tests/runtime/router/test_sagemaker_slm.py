@@ -32,14 +32,19 @@ def standin(slm, llm):
 @pytest.fixture(scope="module")
 def router(standin, tmp_path_factory):
     cfg = router_config(
-        "http://127.0.0.1:9", "http://unused",  # slm_url is ignored: nothing listens on port 9
-        slm_endpoint_name=SLM_EP, slm_region="us-east-1", slm_endpoint_url=standin.url,
+        "http://127.0.0.1:9",
+        "http://unused",  # slm_url is ignored: nothing listens on port 9
+        slm_endpoint_name=SLM_EP,
+        slm_region="us-east-1",
+        slm_endpoint_url=standin.url,
         escalation={"kind": "sagemaker", "endpoint_name": LLM_EP, "region": "us-east-1", "endpoint_url": standin.url},
         # Long enough that the last test sees both circuits open (earlier tests leave them closed).
         breaker={"failure_threshold": 2, "reset_after_s": 60},
     )
     port = free_port()
-    with running_router(cfg, tmp_path_factory.mktemp("sm-slm"), env={**AWS_ENV, "ROUTER_PORT": str(port)}, args=("serve",)) as r:
+    with running_router(
+        cfg, tmp_path_factory.mktemp("sm-slm"), env={**AWS_ENV, "ROUTER_PORT": str(port)}, args=("serve",)
+    ) as r:
         assert r.url.endswith(f":{port}")  # serve: ROUTER_PORT, not the config's listen_port
         deadline = time.monotonic() + 60
         while "warm-up done" not in r.log.read_text(errors="replace"):
@@ -75,10 +80,17 @@ def test_invocations_classify_and_answer_through_the_slm_endpoint(router, standi
     assert body["model"] == SLM_ALIAS and body["choices"][0]["message"]["content"]
     classify, answer = standin.seen
     assert classify.path == answer.path == f"/endpoints/{SLM_EP}/invocations"
-    assert classify.authorization.startswith("AWS4-HMAC-SHA256 Credential=testing/") and "/us-east-1/sagemaker/aws4_request" in classify.authorization
+    assert (
+        classify.authorization.startswith("AWS4-HMAC-SHA256 Credential=testing/")
+        and "/us-east-1/sagemaker/aws4_request" in classify.authorization
+    )
     # The classification body reaches the engine whole: grammar, logprobs and prompt caching included.
     assert classify.body["grammar"] == 'root ::= "simple" | "complex"'
-    assert classify.body["logprobs"] is True and classify.body["top_logprobs"] == 10 and classify.body["cache_prompt"] is True
+    assert (
+        classify.body["logprobs"] is True
+        and classify.body["top_logprobs"] == 10
+        and classify.body["cache_prompt"] is True
+    )
     assert classify.body["max_tokens"] == 1 and classify.body["messages"][-1]["content"] == SIMPLE[0]
     assert answer.body["messages"] == [{"role": "user", "content": SIMPLE[0]}] and answer.body["max_tokens"] == 8
 
@@ -88,8 +100,11 @@ def test_streamed_slm_answer_comes_from_the_response_stream(router, standin):
     with httpx.stream("POST", f"{router.url}/v1/chat/completions", json=body, timeout=240) as resp:
         assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
         assert resp.headers["x-router-route"] == "slm"
-        events = [line[len("data: "):] for line in resp.iter_lines() if line.startswith("data: ")]
-    assert [s.path for s in standin.seen] == [f"/endpoints/{SLM_EP}/invocations", f"/endpoints/{SLM_EP}/invocations-response-stream"]
+        events = [line[len("data: ") :] for line in resp.iter_lines() if line.startswith("data: ")]
+    assert [s.path for s in standin.seen] == [
+        f"/endpoints/{SLM_EP}/invocations",
+        f"/endpoints/{SLM_EP}/invocations-response-stream",
+    ]
     assert events[-1] == "[DONE]" and len(events) >= 3
     assert {json.loads(e)["model"] for e in events[:-1]} == {SLM_ALIAS}
 
@@ -126,7 +141,11 @@ def test_a_full_slm_container_is_overload_not_a_failure(router, standin, slm):
         assert resp.status_code == 503 and resp.headers["Retry-After"] == "1", resp.text
         assert [s.path for s in standin.seen] == [classify, classify, f"/endpoints/{LLM_EP}/invocations", classify]
     time.sleep(1.1)
-    assert httpx.get(f"{router.url}/ping", timeout=5).json() == {"status": "ready", "slm": "ok", "llm_circuit": "closed"}
+    assert httpx.get(f"{router.url}/ping", timeout=5).json() == {
+        "status": "ready",
+        "slm": "ok",
+        "llm_circuit": "closed",
+    }
 
 
 def test_ping_follows_the_circuits_not_a_health_url(router, standin):

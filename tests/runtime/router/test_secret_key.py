@@ -24,7 +24,9 @@ REFRESH_MINUTES = 0.025  # 1.5 s: the periodic re-read is observable within the 
 
 @pytest.fixture(scope="module")
 def keyed_llm(llama_server_bin, smollm2_gguf):
-    with llama_server(llama_server_bin, smollm2_gguf, "-t", "1", "-c", "1024", "-np", "1", "--api-key", KEY, "--alias", KEYED_ALIAS) as url:
+    with llama_server(
+        llama_server_bin, smollm2_gguf, "-t", "1", "-c", "1024", "-np", "1", "--api-key", KEY, "--alias", KEYED_ALIAS
+    ) as url:
         yield url
 
 
@@ -44,8 +46,13 @@ def moto_url():
 def secrets(moto_url):
     import boto3
 
-    return boto3.client("secretsmanager", region_name="us-east-1", endpoint_url=moto_url,
-                        aws_access_key_id="testing", aws_secret_access_key="testing")
+    return boto3.client(
+        "secretsmanager",
+        region_name="us-east-1",
+        endpoint_url=moto_url,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -55,17 +62,30 @@ def secret_arn(secrets):
 
 @pytest.fixture(scope="module")
 def router(slm, keyed_llm, moto_url, secret_arn, tmp_path_factory):
-    esc = {"kind": "openai", "url": f"{keyed_llm}/v1", "api_key_secret_arn": secret_arn, "region": "us-east-1",
-           "api_key_refresh_minutes": REFRESH_MINUTES}
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_EC2_METADATA_DISABLED": "true",
-           "AWS_ENDPOINT_URL_SECRETS_MANAGER": moto_url}
-    with running_router(router_config(slm, "http://unused", escalation=esc), tmp_path_factory.mktemp("secret"), env=env) as r:
+    esc = {
+        "kind": "openai",
+        "url": f"{keyed_llm}/v1",
+        "api_key_secret_arn": secret_arn,
+        "region": "us-east-1",
+        "api_key_refresh_minutes": REFRESH_MINUTES,
+    }
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_ENDPOINT_URL_SECRETS_MANAGER": moto_url,
+    }
+    with running_router(
+        router_config(slm, "http://unused", escalation=esc), tmp_path_factory.mktemp("secret"), env=env
+    ) as r:
         yield r
 
 
 def test_the_key_from_the_secret_goes_to_the_llm_as_bearer(router, keyed_llm):
     body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
-    assert httpx.post(f"{keyed_llm}/v1/chat/completions", json=body, timeout=60).status_code == 401  # the engine wants the key
+    assert (
+        httpx.post(f"{keyed_llm}/v1/chat/completions", json=body, timeout=60).status_code == 401
+    )  # the engine wants the key
     resp = chat(router.url, COMPLEX[0])
     assert resp.status_code == 200, resp.text
     assert resp.headers["x-router-route"] == "llm" and "x-router-fallback" not in resp.headers

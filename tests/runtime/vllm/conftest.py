@@ -45,8 +45,9 @@ def rendered_engine_env() -> dict[str, str]:
     """What the library renders for this model as an EKS pod of 2 CPUs on an m7i.large (threads = 2 - 1 reserved)."""
     from cpu_inference import sizing
 
-    spec = sizing.ModelSpec(parameters_billions=0.135, engine="vllm", task="chat", context_window=2048, layers=30,
-                            kv_heads=3, head_dim=64)
+    spec = sizing.ModelSpec(
+        parameters_billions=0.135, engine="vllm", task="chat", context_window=2048, layers=30, kv_heads=3, head_dim=64
+    )
     return sizing.size(spec, sizing.instance("m7i.large"), target="eks", cpu=2).engine_env()
 
 
@@ -90,11 +91,20 @@ def chart_engine_env() -> dict[str, str]:
     from cpu_inference.k8s import LlamaServerChart, LlamaServerChartProps, ModelWorkload, ServingPolicy
     from cpu_inference.k8s.charts.llama_server_chart import rendered_engine_env as chart_env
 
-    spec = sizing.ModelSpec(parameters_billions=0.135, engine="vllm", task="chat", context_window=2048, layers=30,
-                            kv_heads=3, head_dim=64)
-    w = ModelWorkload(name=SERVED_NAME, image="vllm@sha256:" + "d" * 64, model_uri="s3://models/smollm2/abc/", spec=spec,
-                      cpu=2, node_type="m7i.xlarge")
-    chart = LlamaServerChart(cdk8s.App(), "Smol", props=LlamaServerChartProps(model=w, policy=ServingPolicy(aws_region="us-east-1")))
+    spec = sizing.ModelSpec(
+        parameters_billions=0.135, engine="vllm", task="chat", context_window=2048, layers=30, kv_heads=3, head_dim=64
+    )
+    w = ModelWorkload(
+        name=SERVED_NAME,
+        image="vllm@sha256:" + "d" * 64,
+        model_uri="s3://models/smollm2/abc/",
+        spec=spec,
+        cpu=2,
+        node_type="m7i.xlarge",
+    )
+    chart = LlamaServerChart(
+        cdk8s.App(), "Smol", props=LlamaServerChartProps(model=w, policy=ServingPolicy(aws_region="us-east-1"))
+    )
     return chart_env(chart)
 
 
@@ -106,11 +116,17 @@ def vllm_eks(vllm_env_python: Path, vllm_model: Path, tmp_path_factory: pytest.T
     port = free_port()
     rendered = chart_engine_env()
     assert {k: rendered[k] for k in rendered_engine_env()} == rendered_engine_env()  # the chart carries the sizing env
-    env = entrypoint_env({
-        **rendered, "HOME": os.environ.get("HOME", str(tmp)),
-        "MODEL_PATH": str(vllm_model), "SERVE_MODEL_NAME": SERVED_NAME, "SERVE_HOST": "127.0.0.1", "SERVE_PORT": str(port),
-        "SERVE_PRELOAD_DIR": str(preload_dir(tmp, vllm_env_python)),
-    })
+    env = entrypoint_env(
+        {
+            **rendered,
+            "HOME": os.environ.get("HOME", str(tmp)),
+            "MODEL_PATH": str(vllm_model),
+            "SERVE_MODEL_NAME": SERVED_NAME,
+            "SERVE_HOST": "127.0.0.1",
+            "SERVE_PORT": str(port),
+            "SERVE_PRELOAD_DIR": str(preload_dir(tmp, vllm_env_python)),
+        }
+    )
     with vllm_server(vllm_env_python, env, port=port, log=tmp / "vllm.log") as server:
         yield server
     # vLLM handles SIGTERM itself (EKS: it is PID 1) and, idle, is gone — EngineCore and worker included — within the
@@ -119,5 +135,7 @@ def vllm_eks(vllm_env_python: Path, vllm_model: Path, tmp_path_factory: pytest.T
     limit = load_entrypoint().ENGINE_STOP_SECONDS
     print(f"vLLM start {server.start_seconds:.1f}s, stop {server.stopped}")
     assert server.stopped.seconds <= limit, f"vLLM took {server.stopped.seconds:.1f}s to exit on SIGTERM (> {limit}s)"
-    assert server.stopped.children_seconds <= limit, f"vLLM's EngineCore/worker ran {server.stopped.children_seconds:.1f}s after SIGTERM"
+    assert server.stopped.children_seconds <= limit, (
+        f"vLLM's EngineCore/worker ran {server.stopped.children_seconds:.1f}s after SIGTERM"
+    )
     shutil.rmtree(tmp, ignore_errors=True)

@@ -25,8 +25,10 @@ import pytest
 from tests.support.engine import free_port
 from tests.support.vllm import ENTRYPOINT
 
-pytestmark = [pytest.mark.vllm,
-              pytest.mark.skipif(os.geteuid() != 0, reason="the drop happens only when started as root (SageMaker's way)")]
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the drop happens only when started as root (SageMaker's way)"),
+]
 
 NONROOT = 65532
 CACHE_VARS = ("HOME", "VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "HF_HOME")
@@ -60,14 +62,26 @@ def image(tmp_path: Path) -> Iterator[Path]:
 def image_env(base: Path, **change: str) -> dict[str, str]:
     """The image's cache variables (Dockerfile ENV, with /tmp moved to the stand-in mount) and serve's settings."""
     tmp = base / "tmp"
-    return {"PATH": "/usr/bin:/bin", "MODEL_PATH": str(base / "ckpt"), "SERVE_MAX_NUM_SEQS": "1",
-            "SERVE_PYTHON": str(base / "engine"), "ADAPTER_HOST": "127.0.0.1", "SAGEMAKER_BIND_TO_PORT": str(free_port()),
-            "SERVE_ENGINE_PORT": str(free_port()), "HOME": str(tmp), "VLLM_CACHE_ROOT": str(tmp / "vllm-cache"),
-            "TORCHINDUCTOR_CACHE_DIR": str(tmp / "torchinductor"), "HF_HOME": str(tmp / "huggingface"), **change}
+    return {
+        "PATH": "/usr/bin:/bin",
+        "MODEL_PATH": str(base / "ckpt"),
+        "SERVE_MAX_NUM_SEQS": "1",
+        "SERVE_PYTHON": str(base / "engine"),
+        "ADAPTER_HOST": "127.0.0.1",
+        "SAGEMAKER_BIND_TO_PORT": str(free_port()),
+        "SERVE_ENGINE_PORT": str(free_port()),
+        "HOME": str(tmp),
+        "VLLM_CACHE_ROOT": str(tmp / "vllm-cache"),
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp / "torchinductor"),
+        "HF_HOME": str(tmp / "huggingface"),
+        **change,
+    }
 
 
 def serve(env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ENTRYPOINT), "serve"], env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, str(ENTRYPOINT), "serve"], env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_serve_gives_the_cache_directories_under_a_root_only_mount_to_the_serving_user(image: Path) -> None:
@@ -97,7 +111,10 @@ def test_a_cache_directory_that_cannot_be_made_is_one_line_naming_the_variable(i
     out = serve(image_env(image, VLLM_CACHE_ROOT=str(image / "tmp" / "a-file" / "vllm-cache")))
     assert out.returncode == 2, out.stderr
     line = out.stderr.strip().splitlines()[-1]
-    assert line.startswith(f"entrypoint: error: VLLM_CACHE_ROOT={image}/tmp/a-file/vllm-cache") and out.stderr.count("\n") == 1, out.stderr
+    assert (
+        line.startswith(f"entrypoint: error: VLLM_CACHE_ROOT={image}/tmp/a-file/vllm-cache")
+        and out.stderr.count("\n") == 1
+    ), out.stderr
     assert "LLAMA_RUN_AS=0:0" in line
 
 
@@ -109,4 +126,6 @@ def test_a_cache_directory_the_serving_user_cannot_reach_is_found_by_a_write_as_
     out = serve(image_env(image, HF_HOME=str(private / "huggingface")))
     assert out.returncode == 2, out.stderr
     line = out.stderr.strip().splitlines()[-1]
-    assert f"HF_HOME={private}/huggingface is not writable by uid 65532 gid 65532" in line and out.stderr.count("\n") == 1, out.stderr
+    assert (
+        f"HF_HOME={private}/huggingface is not writable by uid 65532 gid 65532" in line and out.stderr.count("\n") == 1
+    ), out.stderr

@@ -19,8 +19,9 @@ pytestmark = pytest.mark.vllm
 
 
 def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ENTRYPOINT), *args], env=entrypoint_env(env), capture_output=True, text=True,
-                          timeout=30)
+    return subprocess.run(
+        [sys.executable, str(ENTRYPOINT), *args], env=entrypoint_env(env), capture_output=True, text=True, timeout=30
+    )
 
 
 @pytest.fixture
@@ -38,7 +39,12 @@ def test_this_python_has_no_vllm():
 
 
 def test_eks_command_is_the_rendered_env(checkpoint: Path):
-    env = {**rendered_engine_env(), "MODEL_PATH": str(checkpoint), "SERVE_MODEL_NAME": "m", "SERVE_EXTRA_ARGS": "--seed 7 --enforce-eager"}
+    env = {
+        **rendered_engine_env(),
+        "MODEL_PATH": str(checkpoint),
+        "SERVE_MODEL_NAME": "m",
+        "SERVE_EXTRA_ARGS": "--seed 7 --enforce-eager",
+    }
     out = run(env, "print-command")
     assert out.returncode == 0, out.stderr
     argv = shlex.split(out.stdout)
@@ -65,8 +71,13 @@ def test_serve_adapter_takes_every_adapter_setting_as_llama_servers_does(checkpo
     """One adapter_settings for both images: ADAPTER_POOL_IDLE_SECONDS was dropped here (the adapter kept 3 s whatever
     was set) although vLLM's server, like llama-server, closes an idle keep-alive connection after 5 s
     (vllm/envs.py VLLM_HTTP_TIMEOUT_KEEP_ALIVE)."""
-    env = {**rendered_engine_env(), "MODEL_PATH": str(checkpoint), "ADAPTER_POOL_IDLE_SECONDS": "1.5",
-           "ADAPTER_RETRY_AFTER_SECONDS": "4", "ADAPTER_GENERATION_BUDGET_SECONDS": "30"}
+    env = {
+        **rendered_engine_env(),
+        "MODEL_PATH": str(checkpoint),
+        "ADAPTER_POOL_IDLE_SECONDS": "1.5",
+        "ADAPTER_RETRY_AFTER_SECONDS": "4",
+        "ADAPTER_GENERATION_BUDGET_SECONDS": "30",
+    }
     plan = entrypoint_module.sagemaker_plan(env)
     adapter = entrypoint_module.make_adapter(plan)
     try:
@@ -77,15 +88,18 @@ def test_serve_adapter_takes_every_adapter_setting_as_llama_servers_does(checkpo
         adapter.release()
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"MODEL_PATH": "/nonexistent/model"}, "MODEL_PATH=/nonexistent/model is missing"),
-    ({"SERVE_DTYPE": "int8"}, "SERVE_DTYPE must be one of bfloat16, float16, float32, auto"),
-    ({"SERVE_MAX_NUM_SEQS": "four"}, "SERVE_MAX_NUM_SEQS must be an integer >= 1, got 'four'"),
-    ({"SERVE_MAX_MODEL_LEN": "0"}, "SERVE_MAX_MODEL_LEN must be an integer >= 1, got 0"),
-    ({"SERVE_PORT": "http"}, "SERVE_PORT must be an integer"),
-    ({"SERVE_EXTRA_ARGS": "--chat-template 'x"}, "SERVE_EXTRA_ARGS is not valid shell words"),
-    ({"SERVE_PRELOAD_DIR": "/nonexistent"}, "SERVE_PRELOAD_DIR=/nonexistent is not a directory"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"MODEL_PATH": "/nonexistent/model"}, "MODEL_PATH=/nonexistent/model is missing"),
+        ({"SERVE_DTYPE": "int8"}, "SERVE_DTYPE must be one of bfloat16, float16, float32, auto"),
+        ({"SERVE_MAX_NUM_SEQS": "four"}, "SERVE_MAX_NUM_SEQS must be an integer >= 1, got 'four'"),
+        ({"SERVE_MAX_MODEL_LEN": "0"}, "SERVE_MAX_MODEL_LEN must be an integer >= 1, got 0"),
+        ({"SERVE_PORT": "http"}, "SERVE_PORT must be an integer"),
+        ({"SERVE_EXTRA_ARGS": "--chat-template 'x"}, "SERVE_EXTRA_ARGS is not valid shell words"),
+        ({"SERVE_PRELOAD_DIR": "/nonexistent"}, "SERVE_PRELOAD_DIR=/nonexistent is not a directory"),
+    ],
+)
 def test_bad_variable_is_one_line_naming_it(checkpoint: Path, change: dict[str, str], message: str):
     out = run({**rendered_engine_env(), "MODEL_PATH": str(checkpoint), **change})
     assert out.returncode == 2
@@ -96,7 +110,11 @@ def test_model_path_must_be_a_checkpoint_directory(tmp_path: Path, checkpoint: P
     gguf = tmp_path / "model.gguf"
     gguf.write_bytes(b"GGUF")
     out = run({"MODEL_PATH": str(gguf)})
-    assert out.returncode == 2 and "is a file: vLLM needs the model's directory" in out.stderr and "not a GGUF file" in out.stderr
+    assert (
+        out.returncode == 2
+        and "is a file: vLLM needs the model's directory" in out.stderr
+        and "not a GGUF file" in out.stderr
+    )
     (checkpoint / "config.json").unlink()
     out = run({"MODEL_PATH": str(checkpoint)})
     assert out.returncode == 2 and "has no config.json" in out.stderr
@@ -143,9 +161,18 @@ def test_serve_as_root_refuses_a_model_the_unprivileged_user_cannot_read(checkpo
         if parent == Path("/"):
             break
         parent.chmod(parent.stat().st_mode | 0o005)
-    out = subprocess.run([sys.executable, str(ENTRYPOINT), "serve"], capture_output=True, text=True, timeout=30,
-                         env={"PATH": "/usr/bin:/bin", "MODEL_PATH": str(checkpoint), "SERVE_MAX_NUM_SEQS": "2",
-                              "SERVE_PYTHON": "/bin/true"})
+    out = subprocess.run(
+        [sys.executable, str(ENTRYPOINT), "serve"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "MODEL_PATH": str(checkpoint),
+            "SERVE_MAX_NUM_SEQS": "2",
+            "SERVE_PYTHON": "/bin/true",
+        },
+    )
     assert out.returncode == 2, out.stderr
     line = out.stderr.strip().splitlines()[-1]
     assert f"model file {checkpoint / 'model.safetensors'} is not readable by uid 65532 gid 65532" in line

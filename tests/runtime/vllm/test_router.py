@@ -26,9 +26,13 @@ def gateway(vllm_eks, tmp_path_factory: pytest.TempPathFactory):
     # vLLM answers only the names it serves (404 otherwise; llama-server answers any): the gateway's model name for a
     # vLLM backend must be its SERVE_MODEL_NAME. "renamed" shows what happens when it is not.
     models = [{"name": vllm_eks.model, "url": vllm_eks.url}, {"name": "renamed", "url": vllm_eks.url}]
-    cfg = {"mode": "gateway", "gateway": {"models": models},
-           "listen_host": "127.0.0.1", "listen_port": free_port(),
-           "timeouts": {"connect_s": 2, "first_byte_s": 120, "total_s": 180}}
+    cfg = {
+        "mode": "gateway",
+        "gateway": {"models": models},
+        "listen_host": "127.0.0.1",
+        "listen_port": free_port(),
+        "timeouts": {"connect_s": 2, "first_byte_s": 120, "total_s": 180},
+    }
     with running_router(cfg, tmp_path_factory.mktemp("gateway-vllm")) as g:
         yield g
 
@@ -47,7 +51,12 @@ def test_gateway_name_other_than_the_served_name_is_vllms_404(gateway, vllm_eks)
 
 
 def test_gateway_streams_from_vllm(gateway, vllm_eks):
-    body = {"model": vllm_eks.model, "messages": [{"role": "user", "content": "Count to five."}], "max_tokens": 10, "stream": True}
+    body = {
+        "model": vllm_eks.model,
+        "messages": [{"role": "user", "content": "Count to five."}],
+        "max_tokens": 10,
+        "stream": True,
+    }
     with httpx.stream("POST", f"{gateway.url}/v1/chat/completions", json=body, timeout=120) as resp:
         assert resp.status_code == 200
         events = _sse(resp)
@@ -100,10 +109,17 @@ def test_the_classifiers_request_holds_a_vllm_slm_to_the_labels(vllm_eks):
     from slm_router.classifier import Classifier
     from slm_router.config import from_dict
 
-    cfg = from_dict({"slm_url": vllm_eks.url, "escalation": {"kind": "openai", "url": "http://127.0.0.1:9/v1"},
-                     "slm_model": vllm_eks.model, "labels": ["easy-question", "hard-question"],
-                     "slm_labels": ["easy-question"], "few_shot": [],
-                     "instructions": "Classify the request as one of: {labels}. Answer with the label only."})
+    cfg = from_dict(
+        {
+            "slm_url": vllm_eks.url,
+            "escalation": {"kind": "openai", "url": "http://127.0.0.1:9/v1"},
+            "slm_model": vllm_eks.model,
+            "labels": ["easy-question", "hard-question"],
+            "slm_labels": ["easy-question"],
+            "few_shot": [],
+            "instructions": "Classify the request as one of: {labels}. Answer with the label only.",
+        }
+    )
     body = {**Classifier(cfg, client=None).request_body("placeholder"), "model": cfg.slm_model}  # type: ignore[arg-type]
     for text in ADVERSARIAL:
         body["messages"][-1]["content"] = text

@@ -40,8 +40,13 @@ def running_adapter(entrypoint: ModuleType, env: dict[str, str]) -> Iterator[tup
 
 def sagemaker_env(vllm_eks, **extra: str) -> dict[str, str]:
     engine_port = vllm_eks.url.rsplit(":", 1)[1]
-    return {**vllm_eks.env, "SERVE_ENGINE_PORT": engine_port, "SAGEMAKER_BIND_TO_PORT": str(free_port()),
-            "ADAPTER_HOST": "127.0.0.1", **extra}
+    return {
+        **vllm_eks.env,
+        "SERVE_ENGINE_PORT": engine_port,
+        "SAGEMAKER_BIND_TO_PORT": str(free_port()),
+        "ADAPTER_HOST": "127.0.0.1",
+        **extra,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +74,12 @@ def test_invocations_chat(endpoint, vllm_eks):
 
 def test_invocations_stream(endpoint):
     """InvokeEndpointWithResponseStream's path: SSE relayed as it arrives."""
-    body = {"messages": [{"role": "user", "content": "Count to five."}], "max_tokens": 12, "temperature": 0, "stream": True}
+    body = {
+        "messages": [{"role": "user", "content": "Count to five."}],
+        "max_tokens": 12,
+        "temperature": 0,
+        "stream": True,
+    }
     events = []
     with httpx.stream("POST", f"{endpoint}/invocations", json=body, timeout=120) as resp:
         assert resp.status_code == 200
@@ -90,7 +100,12 @@ def test_admission_429_beyond_max_in_flight(vllm_eks, entrypoint_module):
     env = sagemaker_env(vllm_eks, SERVE_MAX_NUM_SEQS="1", SERVE_QUEUE_DEPTH="0", ADAPTER_RETRY_AFTER_SECONDS="3")
     with running_adapter(entrypoint_module, env) as (url, plan):
         assert plan.max_in_flight == 1
-        body = {"messages": [{"role": "user", "content": "Tell a story."}], "max_tokens": 1000, "stream": True, "ignore_eos": True}
+        body = {
+            "messages": [{"role": "user", "content": "Tell a story."}],
+            "max_tokens": 1000,
+            "stream": True,
+            "ignore_eos": True,
+        }
         with httpx.stream("POST", f"{url}/invocations", json=body, timeout=120) as first:
             assert first.status_code == 200
             # The first event: the request is being answered. The iterator is kept: a discarded one is closed
@@ -107,7 +122,11 @@ def test_budget_cuts_a_long_non_streamed_answer_and_vllm_stops(vllm_eks, entrypo
     answers 504 and closes the engine connection, and vLLM aborts the generation (running gauge back to 0)."""
     env = sagemaker_env(vllm_eks, ADAPTER_GENERATION_BUDGET_SECONDS="2")
     with running_adapter(entrypoint_module, env) as (url, _):
-        body = {"messages": [{"role": "user", "content": "Write a very long essay."}], "max_tokens": 1500, "ignore_eos": True}
+        body = {
+            "messages": [{"role": "user", "content": "Write a very long essay."}],
+            "max_tokens": 1500,
+            "ignore_eos": True,
+        }
         started = time.monotonic()
         resp = httpx.post(f"{url}/invocations", json=body, timeout=60)
         assert resp.status_code == 504 and "budget" in resp.json()["error"]["message"]

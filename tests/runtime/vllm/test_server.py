@@ -49,7 +49,12 @@ def test_chat_answers(vllm_eks):
 
 def test_stream_arrives_in_chunks(vllm_eks):
     """SSE events arrive one by one as tokens are generated, not as one body at the end."""
-    body = {"messages": [{"role": "user", "content": "Count from one to ten."}], "max_tokens": 16, "temperature": 0, "stream": True}
+    body = {
+        "messages": [{"role": "user", "content": "Count from one to ten."}],
+        "max_tokens": 16,
+        "temperature": 0,
+        "stream": True,
+    }
     arrivals: list[float] = []
     events: list[str] = []
     with httpx.stream("POST", f"{vllm_eks.url}/v1/chat/completions", json=body, timeout=120) as resp:
@@ -75,7 +80,9 @@ def test_queue_gauges_for_keda(vllm_eks):
     labels = {"model_name": vllm_eks.model}
     assert metric(vllm_eks.url, running, **labels) == 0
     seen: list[float] = []
-    worker = threading.Thread(target=chat, args=(vllm_eks.url, "Write a long story about a dragon."), kwargs={"max_tokens": 120})
+    worker = threading.Thread(
+        target=chat, args=(vllm_eks.url, "Write a long story about a dragon."), kwargs={"max_tokens": 120}
+    )
     worker.start()
     try:
         deadline = time.monotonic() + 60
@@ -94,8 +101,15 @@ def test_llama_only_fields_are_ignored_not_refused(vllm_eks):
     them (vllm/entrypoints/serve/engine/protocol.py drops unknown fields). So t_max_predict_ms is no time limit here:
     a 1 ms limit still generates every asked token — which is why the vLLM adapter leaves it out and relies on its
     hard budget (entrypoint.VllmSageMakerAdapter)."""
-    resp = chat(vllm_eks.url, "Write a poem about the sea.", max_tokens=24, ignore_eos=True, cache_prompt=True,
-                t_max_predict_ms=1, n_probs=3)
+    resp = chat(
+        vllm_eks.url,
+        "Write a poem about the sea.",
+        max_tokens=24,
+        ignore_eos=True,
+        cache_prompt=True,
+        t_max_predict_ms=1,
+        n_probs=3,
+    )
     assert resp.status_code == 200, resp.text
     body = resp.json()
     assert body["usage"]["completion_tokens"] == 24

@@ -52,14 +52,23 @@ class OneVllm:
         port = _port()
         # Swapped: the checkpoint (a local directory), loopback and free ports, this user's HOME (the pod's is /tmp; its
         # torch.compile cache is then reused), the image's preload directory (tcmalloc / libiomp5 from this machine).
-        env = {**rendered, "HOME": os.environ.get("HOME", str(self.work)), "MODEL_PATH": str(vllm_model_dir()),
-               "SERVE_PRELOAD_DIR": str(self.preload)}
+        env = {
+            **rendered,
+            "HOME": os.environ.get("HOME", str(self.work)),
+            "MODEL_PATH": str(vllm_model_dir()),
+            "SERVE_PRELOAD_DIR": str(self.preload),
+        }
         if self.mode == "eks":
             env.update(SERVE_HOST="127.0.0.1", SERVE_PORT=str(port))
             proc = start_entrypoint(vllm_python(), entrypoint_env(env), log=log)
         else:
-            env.update(SAGEMAKER_BIND_TO_PORT=str(port), SERVE_ENGINE_PORT=str(_port()), ADAPTER_HOST="127.0.0.1",
-                       SM_MODEL_DIR=str(vllm_model_dir()), LLAMA_RUN_AS=f"{os.getuid()}:{os.getgid()}")
+            env.update(
+                SAGEMAKER_BIND_TO_PORT=str(port),
+                SERVE_ENGINE_PORT=str(_port()),
+                ADAPTER_HOST="127.0.0.1",
+                SM_MODEL_DIR=str(vllm_model_dir()),
+                LLAMA_RUN_AS=f"{os.getuid()}:{os.getgid()}",
+            )
             proc = start_entrypoint(vllm_python(), entrypoint_env(env), "serve", log=log)
         assert ENTRYPOINT.is_file()
         self.url = f"http://127.0.0.1:{port}"
@@ -78,7 +87,9 @@ def _deployed(target: str, tmp_path_factory, smollm2_gguf: Path, llama_server_bi
 
     work = tmp_path_factory.mktemp(f"vllm-{target}")
     starter = OneVllm(work, target, preload)
-    with deployed(target, config_yaml(target, ENGINE), lambda _: smollm2_gguf, llama_server_bin, work, vllm=starter) as running:
+    with deployed(
+        target, config_yaml(target, ENGINE), lambda _: smollm2_gguf, llama_server_bin, work, vllm=starter
+    ) as running:
         yield running, starter
 
 
@@ -103,11 +114,27 @@ def local(tmp_path_factory, llama_server_bin):
     config = work / "config.yaml"
     config.write_text(config_yaml("eks", ENGINE))
     loaded = load(config)
-    envs = {m.name: {k: v for k, v in size_model(loaded, m).engine_env().items() if k not in PER_MODEL} for m in loaded.models}
+    envs = {
+        m.name: {k: v for k, v in size_model(loaded, m).engine_env().items() if k not in PER_MODEL}
+        for m in loaded.models
+    }
     first = loaded.models[0].name
     assert all(env == envs[first] for env in envs.values()), envs
-    run = LocalRun(config, "--llama-server", str(llama_server_bin), "--vllm-python", str(vllm_python()), "--models", first,
-                   "--model-map", f"{first}={vllm_model_dir()}", "--threads", "2", "--log-dir", str(work / "logs"))
+    run = LocalRun(
+        config,
+        "--llama-server",
+        str(llama_server_bin),
+        "--vllm-python",
+        str(vllm_python()),
+        "--models",
+        first,
+        "--model-map",
+        f"{first}={vllm_model_dir()}",
+        "--threads",
+        "2",
+        "--log-dir",
+        str(work / "logs"),
+    )
     try:
         run.wait_for("Ctrl-C stops everything", timeout=480)
         yield f"{run.url}/v1", first

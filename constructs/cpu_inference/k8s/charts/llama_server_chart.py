@@ -148,7 +148,9 @@ class LlamaServerChart(cdk8s.Chart):
         cpu_millis = int(s.cpu_request * 1000)
         memory_mib = s.memory_request_mib + (VLLM_SHM_MIB if vllm else 0)  # /dev/shm pages are the container's memory
         self.memory_limit_bytes = memory_mib * sizing.MIB
-        models_volume = kplus.Volume.from_empty_dir(self, "ModelsVolume", "models", size_limit=cdk8s.Size.gibibytes(disk_gib))
+        models_volume = kplus.Volume.from_empty_dir(
+            self, "ModelsVolume", "models", size_limit=cdk8s.Size.gibibytes(disk_gib)
+        )
         tmp_volume = kplus.Volume.from_empty_dir(self, "TmpVolume", "tmp", size_limit=cdk8s.Size.gibibytes(1))
         engine_mounts = [
             kplus.VolumeMount(path=MODEL_DIR, volume=models_volume, read_only=True),
@@ -157,7 +159,11 @@ class LlamaServerChart(cdk8s.Chart):
         volumes = [models_volume, tmp_volume]
         if vllm:
             shm_volume = kplus.Volume.from_empty_dir(
-                self, "ShmVolume", "shm", medium=kplus.EmptyDirMedium.MEMORY, size_limit=cdk8s.Size.mebibytes(VLLM_SHM_MIB),
+                self,
+                "ShmVolume",
+                "shm",
+                medium=kplus.EmptyDirMedium.MEMORY,
+                size_limit=cdk8s.Size.mebibytes(VLLM_SHM_MIB),
             )
             engine_mounts.append(kplus.VolumeMount(path=SHM_DIR, volume=shm_volume))
             volumes.append(shm_volume)
@@ -169,7 +175,9 @@ class LlamaServerChart(cdk8s.Chart):
             env_variables={k: kplus.EnvValue.from_value(v) for k, v in sorted(self.engine_env.items())},
             ports=[kplus.ContainerPort(number=ENGINE_PORT, name="http")],
             lifecycle=pre_stop_sleep(PRE_STOP_SECONDS),
-            resources=engine_resources(cpu_millis=cpu_millis, memory_mib=memory_mib, cpu_limit=p.cpu_limit, ephemeral_gib=disk_gib),
+            resources=engine_resources(
+                cpu_millis=cpu_millis, memory_mib=memory_mib, cpu_limit=p.cpu_limit, ephemeral_gib=disk_gib
+            ),
             security_context=container_security_context(),
             **health_probes(self.startup_probe_seconds, liveness_timeout_seconds=5),
             volume_mounts=engine_mounts,
@@ -200,10 +208,15 @@ class LlamaServerChart(cdk8s.Chart):
             env_variables={k: kplus.EnvValue.from_value(v) for k, v in sorted(fetch_env.items())},
             resources=kplus.ContainerResources(
                 cpu=kplus.CpuResources(request=kplus.Cpu.millis(cpu_millis)),
-                memory=kplus.MemoryResources(request=cdk8s.Size.mebibytes(fetch_mem_mib), limit=cdk8s.Size.mebibytes(FETCH_MEMORY_MIB)),
+                memory=kplus.MemoryResources(
+                    request=cdk8s.Size.mebibytes(fetch_mem_mib), limit=cdk8s.Size.mebibytes(FETCH_MEMORY_MIB)
+                ),
             ),
             security_context=container_security_context(),
-            volume_mounts=[kplus.VolumeMount(path=MODEL_DIR, volume=models_volume), kplus.VolumeMount(path="/tmp", volume=tmp_volume)],
+            volume_mounts=[
+                kplus.VolumeMount(path=MODEL_DIR, volume=models_volume),
+                kplus.VolumeMount(path="/tmp", volume=tmp_volume),
+            ],
         )
         # Engine + metrics sidecar (init container requests ≤ these).
         self.pod_requests = (s.cpu_request + SIDECAR_CPU, self.memory_limit_bytes + SIDECAR_MEMORY_BYTES)
@@ -242,7 +255,10 @@ class LlamaServerChart(cdk8s.Chart):
             cdk8s.ApiObject.of(self.deployment).add_json_patch(cdk8s.JsonPatch.replace("/spec/replicas", 0))
 
         self.service = kplus.Service(
-            self, "Service", metadata=meta, ports=[kplus.ServicePort(port=ENGINE_PORT, target_port=ENGINE_PORT, name="http")],
+            self,
+            "Service",
+            metadata=meta,
+            ports=[kplus.ServicePort(port=ENGINE_PORT, target_port=ENGINE_PORT, name="http")],
         )
         for key, value in self.selector.items():  # stable labels, not cdk8s' construct-path label
             self.service.select_label(key, value)
@@ -252,7 +268,9 @@ class LlamaServerChart(cdk8s.Chart):
         # The API port admits only the clients; scrapers reach only the metrics sidecar's port
         # (k8s/workloads/metrics_proxy.py).
         self.network_policy = kplus.k8s.KubeNetworkPolicy(
-            self, "NetworkPolicy", metadata=kplus.k8s.ObjectMeta(name=m.name, labels=self.pod_labels),
+            self,
+            "NetworkPolicy",
+            metadata=kplus.k8s.ObjectMeta(name=m.name, labels=self.pod_labels),
             spec=serving_network_policy(self.selector, p, metrics_port=METRICS_PORT, egress=download_egress()),
         )
         self.scaled_object = model_scaled_object(m, p, slots=s.slots, ready_budget_seconds=budget)

@@ -160,17 +160,37 @@ class ModelPoolChartProps:
     extra_env: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_plan(cls, *, name: str, image: str, plan: PoolPlan, paths: Mapping[str, str], bucket_name: str, region: str,
-                  **kw: Any) -> ModelPoolChartProps:
+    def from_plan(
+        cls,
+        *,
+        name: str,
+        image: str,
+        plan: PoolPlan,
+        paths: Mapping[str, str],
+        bucket_name: str,
+        region: str,
+        **kw: Any,
+    ) -> ModelPoolChartProps:
         """Props from `pool_sizing.pool_plan(...)`: one PoolModel per planned model (PoolPlan.pool_model: the flags its
         engine.json carries on SageMaker), models_max, cpu and memory (request = limit = the plan's
         memory_request_bytes). `paths`: model name -> key under the farm prefix (catalog.gguf_key minus `farm/`)."""
         missing = sorted(set(plan.per_model) - set(paths))
         if missing:
-            raise ValueError(f"ModelPoolChartProps.from_plan {name!r}: no path for models {missing[:5]} (give paths[name] = <name>/<idhash>/<file>)")
+            raise ValueError(
+                f"ModelPoolChartProps.from_plan {name!r}: no path for models {missing[:5]} (give paths[name] = <name>/<idhash>/<file>)"
+            )
         models = tuple(plan.pool_model(n, paths[n]) for n in plan.per_model)
-        return cls(name=name, image=image, models=models, models_max=plan.models_max, cpu=math.ceil(plan.cpu),
-                   memory_bytes=plan.memory_request_bytes, bucket_name=bucket_name, region=region, **kw)
+        return cls(
+            name=name,
+            image=image,
+            models=models,
+            models_max=plan.models_max,
+            cpu=math.ceil(plan.cpu),
+            memory_bytes=plan.memory_request_bytes,
+            bucket_name=bucket_name,
+            region=region,
+            **kw,
+        )
 
     @property
     def effective_namespace(self) -> str:
@@ -179,9 +199,13 @@ class ModelPoolChartProps:
     def validate(self) -> None:
         where = f"ModelPoolChartProps {self.name!r}"
         if not is_dns_label(self.name) or len(self.name) > 40:
-            raise ValueError(f"{where}: name must be a DNS label of at most 40 characters (StatefulSet pool-<name>, pod pool-<name>-<i>)")
+            raise ValueError(
+                f"{where}: name must be a DNS label of at most 40 characters (StatefulSet pool-<name>, pod pool-<name>-<i>)"
+            )
         if self.namespace is not None and self.namespace != self.policy.namespace and self.policy != ServingPolicy():
-            raise ValueError(f"{where}: namespace {self.namespace!r} differs from policy.namespace {self.policy.namespace!r}; set one")
+            raise ValueError(
+                f"{where}: namespace {self.namespace!r} differs from policy.namespace {self.policy.namespace!r}; set one"
+            )
         self.policy.validate()
         if not self.image:
             raise ValueError(f"{where}: image is required (the llama-server image URI)")
@@ -194,14 +218,20 @@ class ModelPoolChartProps:
                 raise ValueError(f"{where}: model {m.name!r} appears twice; a model belongs to one pool once")
             seen.add(m.name)
         if self.models_max < 1:
-            raise ValueError(f"{where}: models_max must be ≥ 1 (llama-server's 0 means unlimited: every model would load)")
+            raise ValueError(
+                f"{where}: models_max must be ≥ 1 (llama-server's 0 means unlimited: every model would load)"
+            )
         if self.cpu < 1 or self.cpu != int(self.cpu):
             raise ValueError(f"{where}: cpu must be a whole number of vCPUs ≥ 1, got {self.cpu}")
         if self.memory_bytes < 64 * 1024 * 1024:
-            raise ValueError(f"{where}: memory_bytes {self.memory_bytes} is under 64 MiB; use the pool plan's memory_request_bytes")
+            raise ValueError(
+                f"{where}: memory_bytes {self.memory_bytes} is under 64 MiB; use the pool plan's memory_request_bytes"
+            )
         if not 1 <= self.replicas_min <= self.replicas_max:
-            raise ValueError(f"{where}: need 1 ≤ replicas_min ({self.replicas_min}) ≤ replicas_max ({self.replicas_max}): "
-                             "the gateway routes to stable replica URLs, a pool does not scale from zero")
+            raise ValueError(
+                f"{where}: need 1 ≤ replicas_min ({self.replicas_min}) ≤ replicas_max ({self.replicas_max}): "
+                "the gateway routes to stable replica URLs, a pool does not scale from zero"
+            )
         if self.replication < 1:
             raise ValueError(f"{where}: replication must be ≥ 1")
         if not (is_token(self.bucket_name) or _BUCKET.match(self.bucket_name)):
@@ -214,9 +244,14 @@ class ModelPoolChartProps:
             raise ValueError(f"{where}: cache_gib and drain_seconds must be ≥ 0")
         if self.in_flight_per_replica is not None and self.in_flight_per_replica < 1:
             raise ValueError(f"{where}: in_flight_per_replica must be ≥ 1")
-        clash = sorted({MODELS_PRESET.image_env, MODELS_MAX.image_env, "LLAMA_HOST", "LLAMA_PORT", THREADS.image_env, "MODEL_PATH"} & set(self.extra_env))
+        clash = sorted(
+            {MODELS_PRESET.image_env, MODELS_MAX.image_env, "LLAMA_HOST", "LLAMA_PORT", THREADS.image_env, "MODEL_PATH"}
+            & set(self.extra_env)
+        )
         if clash:
-            raise ValueError(f"{where}: extra_env must not set {clash}: the chart sets them (per-model settings belong in the preset)")
+            raise ValueError(
+                f"{where}: extra_env must not set {clash}: the chart sets them (per-model settings belong in the preset)"
+            )
 
 
 def startup_budget_seconds(model_count: int) -> int:
@@ -264,7 +299,9 @@ class ModelPoolChart(cdk8s.Chart):
         self.replica_urls = pool_replica_urls(props.name, ns, props.replicas_max)
         usual_parallel = Counter(m.parallel for m in props.models).most_common(1)[0][0]
         self.slots_per_replica = props.models_max * usual_parallel
-        self.gateway_pool = gateway_pool(props.name, props.replication, [m.name for m in props.models], self.replica_urls)
+        self.gateway_pool = gateway_pool(
+            props.name, props.replication, [m.name for m in props.models], self.replica_urls
+        )
 
         self.service_account = kplus.ServiceAccount(self, "ServiceAccount", metadata=meta, automount_token=False)
         self.config_map = kplus.ConfigMap(self, "Preset", metadata=meta, data={PRESET_FILE: self.preset})
@@ -280,8 +317,12 @@ class ModelPoolChart(cdk8s.Chart):
             "metadata-ttl indefinite",
         ]
         access_modes = ["ReadOnlyMany"]  # node.go: MULTI_NODE_READER_ONLY -> mount-s3 --read-only
-        source = {"csi": {"driver": CSI_DRIVER, "readOnly": True, "volumeAttributes": attributes}, "mountOptions": mount_options,
-                  "accessModes": access_modes, "storageClassName": ""}
+        source = {
+            "csi": {"driver": CSI_DRIVER, "readOnly": True, "volumeAttributes": attributes},
+            "mountOptions": mount_options,
+            "accessModes": access_modes,
+            "storageClassName": "",
+        }
         # Cluster-scoped: unique per namespace and pool; also the volumeHandle ("Kubernetes only processes a volume
         # once per volumeHandle"). A bucket known at deploy time only (a CloudFormation reference) is in the name
         # itself, so a replaced bucket renames the pair too; the hash covers everything known at synth.
@@ -290,7 +331,9 @@ class ModelPoolChart(cdk8s.Chart):
         claim_name = f"{self.name}-{suffix}"
         k = kplus.k8s
         self.persistent_volume = k.KubePersistentVolume(
-            self, "Volume", metadata=k.ObjectMeta(name=pv_name, labels=self.pod_labels),
+            self,
+            "Volume",
+            metadata=k.ObjectMeta(name=pv_name, labels=self.pod_labels),
             spec=k.PersistentVolumeSpec(
                 capacity={"storage": k.Quantity.from_string(NOMINAL_CAPACITY)},
                 access_modes=access_modes,
@@ -298,12 +341,16 @@ class ModelPoolChart(cdk8s.Chart):
                 persistent_volume_reclaim_policy="Retain",  # the bucket is never the volume's to delete
                 claim_ref=k.ObjectReference(namespace=ns, name=claim_name),
                 mount_options=mount_options,
-                csi=k.CsiPersistentVolumeSource(driver=CSI_DRIVER, volume_handle=pv_name, read_only=True, volume_attributes=attributes),
+                csi=k.CsiPersistentVolumeSource(
+                    driver=CSI_DRIVER, volume_handle=pv_name, read_only=True, volume_attributes=attributes
+                ),
             ),
         )
         self.persistent_volume.add_json_patch(cdk8s.JsonPatch.remove("/metadata/namespace"))  # cluster-scoped
         self.persistent_volume_claim = k.KubePersistentVolumeClaim(
-            self, "Claim", metadata=k.ObjectMeta(name=claim_name, labels=self.pod_labels),
+            self,
+            "Claim",
+            metadata=k.ObjectMeta(name=claim_name, labels=self.pod_labels),
             spec=k.PersistentVolumeClaimSpec(
                 access_modes=["ReadOnlyMany"],
                 storage_class_name="",
@@ -328,7 +375,9 @@ class ModelPoolChart(cdk8s.Chart):
         self.startup_probe_seconds = startup_budget_seconds(len(props.models))
         preset_volume = kplus.Volume.from_config_map(self, "PresetVolume", self.config_map, name="preset")
         claim = kplus.PersistentVolumeClaim.from_claim_name(self, "ClaimRef", claim_name)
-        models_volume = kplus.Volume.from_persistent_volume_claim(self, "ModelsVolume", claim, name="models", read_only=True)
+        models_volume = kplus.Volume.from_persistent_volume_claim(
+            self, "ModelsVolume", claim, name="models", read_only=True
+        )
         tmp_volume = kplus.Volume.from_empty_dir(self, "TmpVolume", "tmp", size_limit=cdk8s.Size.gibibytes(1))
         engine = kplus.ContainerProps(
             name=ENGINE_CONTAINER,
@@ -338,8 +387,12 @@ class ModelPoolChart(cdk8s.Chart):
             env_variables={k: kplus.EnvValue.from_value(v) for k, v in sorted(self.engine_env.items())},
             ports=[kplus.ContainerPort(number=ENGINE_PORT, name="http")],
             lifecycle=pre_stop_sleep(PRE_STOP_SECONDS),
-            resources=engine_resources(cpu_millis=props.cpu * 1000, memory_mib=math.ceil(self.pod_memory_bytes / (1024 * 1024)),
-                                       cpu_limit=p.cpu_limit, ephemeral_gib=1),
+            resources=engine_resources(
+                cpu_millis=props.cpu * 1000,
+                memory_mib=math.ceil(self.pod_memory_bytes / (1024 * 1024)),
+                cpu_limit=p.cpu_limit,
+                ephemeral_gib=1,
+            ),
             security_context=container_security_context(),
             # The router answers /health itself (no model is loaded at start; a model loads on its first request).
             **health_probes(self.startup_probe_seconds, liveness_timeout_seconds=3),
@@ -354,7 +407,10 @@ class ModelPoolChart(cdk8s.Chart):
             ],
         )
         self.service = kplus.Service(
-            self, "Service", metadata=meta, cluster_ip="None",
+            self,
+            "Service",
+            metadata=meta,
+            cluster_ip="None",
             ports=[kplus.ServicePort(port=ENGINE_PORT, target_port=ENGINE_PORT, name="http")],
         )
         for key, value in self.selector.items():
@@ -365,7 +421,8 @@ class ModelPoolChart(cdk8s.Chart):
         # (entrypoint.py pool re-checks the new preset and calls the router's GET /models?reload=1, which keeps
         # unchanged loaded models running; containers/llama-server/pool_supervisor.py), so it must not roll the pool.
         self.stateful_set = kplus.StatefulSet(
-            self, "StatefulSet",
+            self,
+            "StatefulSet",
             metadata=meta,
             pod_metadata=cdk8s.ApiObjectMetadata(labels=self.pod_labels),
             select=False,
@@ -392,7 +449,9 @@ class ModelPoolChart(cdk8s.Chart):
         obj.add_json_patch(cdk8s.JsonPatch.add("/spec/template/spec/topologySpreadConstraints", spread))
         # kplus binds the governing Service to the StatefulSet by cdk8s' construct-path label; select on the
         # stable labels only (the path changes with the construct tree, a selector change would orphan pods).
-        cdk8s.ApiObject.of(self.service).add_json_patch(cdk8s.JsonPatch.remove("/spec/selector/cdk8s.io~1metadata.addr"))
+        cdk8s.ApiObject.of(self.service).add_json_patch(
+            cdk8s.JsonPatch.remove("/spec/selector/cdk8s.io~1metadata.addr")
+        )
         if p.keda is not None:
             unmanaged_replicas(self.stateful_set)  # type: ignore[arg-type]
 
@@ -403,7 +462,9 @@ class ModelPoolChart(cdk8s.Chart):
         # subject to NetworkPolicy) and the weights come through the Mountpoint pod, which runs in the driver's
         # namespace and is the one that talks to S3.
         self.network_policy = k.KubeNetworkPolicy(
-            self, "NetworkPolicy", metadata=k.ObjectMeta(name=self.name, labels=self.pod_labels),
+            self,
+            "NetworkPolicy",
+            metadata=k.ObjectMeta(name=self.name, labels=self.pod_labels),
             spec=serving_network_policy(self.selector, p, metrics_port=None, egress=[]),
         )
         self.scaled_object = self._scaled_object(props)
@@ -416,7 +477,14 @@ class ModelPoolChart(cdk8s.Chart):
         # Hold a replica at least twice what a new one costs to become useful (start + one cold model load).
         hold = max(MIN_SCALE_DOWN_STABILIZATION, 2 * self.startup_probe_seconds)
         return pool_in_flight_scaled_object(
-            props.name, props.effective_namespace, self.name,
-            server_address=p.keda.server_address, aws_region=p.keda.aws_region, authentication_ref=p.keda.authentication_ref,
-            min_replicas=props.replicas_min, max_replicas=props.replicas_max, target=target, hold_seconds=hold,
+            props.name,
+            props.effective_namespace,
+            self.name,
+            server_address=p.keda.server_address,
+            aws_region=p.keda.aws_region,
+            authentication_ref=p.keda.authentication_ref,
+            min_replicas=props.replicas_min,
+            max_replicas=props.replicas_max,
+            target=target,
+            hold_seconds=hold,
         )

@@ -47,7 +47,8 @@ class ServingNamespaceChart(cdk8s.Chart):
         props.validate()
         super().__init__(scope, id, disable_resource_name_hashes=True)
         self.namespace_object = kplus.Namespace(
-            self, "Namespace",
+            self,
+            "Namespace",
             metadata=cdk8s.ApiObjectMetadata(
                 name=props.name,
                 labels={"app.kubernetes.io/part-of": props.pattern, **pod_security_labels(props.kubernetes_minor)},
@@ -56,7 +57,8 @@ class ServingNamespaceChart(cdk8s.Chart):
         self.deny_ingress: kplus.k8s.KubeNetworkPolicy | None = None
         if props.default_deny_ingress:
             self.deny_ingress = kplus.k8s.KubeNetworkPolicy(
-                self, "DefaultDenyIngress",
+                self,
+                "DefaultDenyIngress",
                 metadata=kplus.k8s.ObjectMeta(name="default-deny-ingress", namespace=props.name),
                 spec=kplus.k8s.NetworkPolicySpec(pod_selector=kplus.k8s.LabelSelector(), policy_types=["Ingress"]),
             )

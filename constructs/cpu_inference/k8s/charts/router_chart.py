@@ -78,7 +78,6 @@ def gateway_cold_start_query(namespace: str, model: str, window: str = "2m") -> 
     return f'clamp_max(sum(increase({GATEWAY_UNAVAILABLE}{{namespace="{namespace}",model="{model}"}}[{window}])), 1) or vector(0)'
 
 
-
 @dataclass(frozen=True)
 class RouterChartProps:
     """image: the router image URI. config: the router's config (containers/router/README.md: slm_url, labels,
@@ -128,7 +127,9 @@ class RouterChartProps:
         if not self.image:
             raise ValueError("RouterChartProps.image is required (the router image URI)")
         if not 1 <= self.replicas_min <= self.replicas_max:
-            raise ValueError(f"RouterChartProps: need 1 ≤ replicas_min ({self.replicas_min}) ≤ replicas_max ({self.replicas_max}) — the router is the front door")
+            raise ValueError(
+                f"RouterChartProps: need 1 ≤ replicas_min ({self.replicas_min}) ≤ replicas_max ({self.replicas_max}) — the router is the front door"
+            )
         if self.cpu <= 0 or self.memory_mib < 128:
             raise ValueError("RouterChartProps: cpu must be > 0 and memory_mib ≥ 128")
         if not 1 <= self.target_cpu_utilization <= 100:
@@ -141,22 +142,32 @@ class RouterChartProps:
                 f"({max_in_flight}): replicas must be added before the router starts answering 429"
             )
         if cfg.listen_port != ROUTER_PORT:
-            raise ValueError(f"RouterChartProps.config.listen_port must be {ROUTER_PORT} (the Service and probes use it), got {cfg.listen_port}")
+            raise ValueError(
+                f"RouterChartProps.config.listen_port must be {ROUTER_PORT} (the Service and probes use it), got {cfg.listen_port}"
+            )
         if "mode" in cfg.set_keys() and cfg.mode != self.mode:
-            raise ValueError(f"RouterChartProps: config.mode {cfg.mode!r} differs from mode {self.mode!r}; set mode only")
+            raise ValueError(
+                f"RouterChartProps: config.mode {cfg.mode!r} differs from mode {self.mode!r}; set mode only"
+            )
         if self.mode == "gateway" and not cfg.gateway.models and not any(p.models for p in cfg.gateway.pools):
-            raise ValueError("RouterChartProps: mode gateway needs config.gateway.models ([{name, url}]) or config.gateway.pools "
-                             "([{name, replication, models, replicas}]); InferenceWorkloads fills them from its models and pools")
+            raise ValueError(
+                "RouterChartProps: mode gateway needs config.gateway.models ([{name, url}]) or config.gateway.pools "
+                "([{name, replication, models, replicas}]); InferenceWorkloads fills them from its models and pools"
+            )
         esc = cfg.escalation
         if self.api_key_secret is not None and (esc.api_key_file or esc.api_key_env):
-            raise ValueError("RouterChartProps: api_key_secret sets escalation.api_key_file itself; remove api_key_file/api_key_env from config")
+            raise ValueError(
+                "RouterChartProps: api_key_secret sets escalation.api_key_file itself; remove api_key_file/api_key_env from config"
+            )
 
     def router_config(self) -> RouterConfig:
         """config, typed: a mapping is type-checked key by key as the router reads it (an unknown key or a wrong
         type fails here, at synth, rather than in the pod); the whole is validated by the router at start."""
         if not isinstance(self.config, (RouterConfig, Mapping)):
-            raise ValueError(f"RouterChartProps.config must be a slm_router.config.Config or a mapping (the router's JSON config), "
-                             f"got {type(self.config).__name__}")
+            raise ValueError(
+                f"RouterChartProps.config must be a slm_router.config.Config or a mapping (the router's JSON config), "
+                f"got {type(self.config).__name__}"
+            )
         try:
             return config_of(self.config)
         except ConfigError as e:
@@ -182,8 +193,12 @@ class RouterChart(cdk8s.Chart):
         self.config = router_config(props)
         text = json.dumps(self.config, indent=2, sort_keys=True)
         self.selector = {"app": props.name, "app.kubernetes.io/component": ROUTER_COMPONENT}
-        self.pod_labels = {**self.selector, "app.kubernetes.io/name": props.name, "app.kubernetes.io/part-of": props.pattern,
-                           "cpu-inference/router-mode": props.mode}
+        self.pod_labels = {
+            **self.selector,
+            "app.kubernetes.io/name": props.name,
+            "app.kubernetes.io/part-of": props.pattern,
+            "cpu-inference/router-mode": props.mode,
+        }
         meta = cdk8s.ApiObjectMetadata(name=props.name, labels=self.pod_labels)
         self.service_account = kplus.ServiceAccount(self, "ServiceAccount", metadata=meta, automount_token=False)
         self.config_map = kplus.ConfigMap(self, "Config", metadata=meta, data={CONFIG_FILE: text})
@@ -191,7 +206,10 @@ class RouterChart(cdk8s.Chart):
         config_volume = kplus.Volume.from_config_map(self, "ConfigVolume", self.config_map, name="config")
         tmp_volume = kplus.Volume.from_empty_dir(self, "TmpVolume", "tmp", size_limit=cdk8s.Size.gibibytes(1))
         volumes = [config_volume, tmp_volume]
-        mounts = [kplus.VolumeMount(path=CONFIG_DIR, volume=config_volume, read_only=True), kplus.VolumeMount(path="/tmp", volume=tmp_volume)]
+        mounts = [
+            kplus.VolumeMount(path=CONFIG_DIR, volume=config_volume, read_only=True),
+            kplus.VolumeMount(path="/tmp", volume=tmp_volume),
+        ]
         if props.api_key_secret is not None:
             secret = kplus.Secret.from_secret_name(self, "ApiKey", props.api_key_secret)
             key_volume = kplus.Volume.from_secret(self, "ApiKeyVolume", secret, name="api-key", optional=False)
@@ -210,16 +228,23 @@ class RouterChart(cdk8s.Chart):
                 memory=kplus.MemoryResources(request=mem, limit=mem),
             ),
             security_context=container_security_context(),
-            startup=kplus.Probe.from_http_get("/health", **probe, period_seconds=cdk8s.Duration.seconds(2), failure_threshold=30),
-            liveness=kplus.Probe.from_http_get("/health", **probe, period_seconds=cdk8s.Duration.seconds(10), failure_threshold=3),
+            startup=kplus.Probe.from_http_get(
+                "/health", **probe, period_seconds=cdk8s.Duration.seconds(2), failure_threshold=30
+            ),
+            liveness=kplus.Probe.from_http_get(
+                "/health", **probe, period_seconds=cdk8s.Duration.seconds(10), failure_threshold=3
+            ),
             # /ready is 200 while some model can answer (README): a router with no upstream leaves the Service.
-            readiness=kplus.Probe.from_http_get("/ready", **probe, period_seconds=cdk8s.Duration.seconds(5), failure_threshold=2),
+            readiness=kplus.Probe.from_http_get(
+                "/ready", **probe, period_seconds=cdk8s.Duration.seconds(5), failure_threshold=2
+            ),
             lifecycle=pre_stop_sleep(PRE_STOP_SECONDS),
             volume_mounts=mounts,
         )
         annotations = {**scrape_annotations(METRICS_PORT), "cpu-inference/config-sha256": stable_digest(text)}
         self.deployment = kplus.Deployment(
-            self, "Deployment",
+            self,
+            "Deployment",
             metadata=meta,
             pod_metadata=cdk8s.ApiObjectMetadata(labels=self.pod_labels, annotations=annotations),
             select=False,
@@ -241,21 +266,32 @@ class RouterChart(cdk8s.Chart):
         tolerate(self.deployment, props.tolerations)
         add_spread(self.deployment, self.selector)
 
-        self.service = kplus.Service(self, "Service", metadata=meta, ports=[kplus.ServicePort(port=ROUTER_PORT, target_port=ROUTER_PORT, name="http")])
+        self.service = kplus.Service(
+            self,
+            "Service",
+            metadata=meta,
+            ports=[kplus.ServicePort(port=ROUTER_PORT, target_port=ROUTER_PORT, name="http")],
+        )
         for key, value in self.selector.items():
             self.service.select_label(key, value)
         self.service_url = f"http://{props.name}.{props.namespace}.svc.cluster.local:{ROUTER_PORT}"
 
         k = kplus.k8s
         self.pdb = k.KubePodDisruptionBudget(
-            self, "Budget", metadata=k.ObjectMeta(name=props.name, labels=self.pod_labels),
+            self,
+            "Budget",
+            metadata=k.ObjectMeta(name=props.name, labels=self.pod_labels),
             spec=k.PodDisruptionBudgetSpec(
-                max_unavailable=k.IntOrString.from_number(1), selector=k.LabelSelector(match_labels=self.selector),
+                max_unavailable=k.IntOrString.from_number(1),
+                selector=k.LabelSelector(match_labels=self.selector),
                 unhealthy_pod_eviction_policy="AlwaysAllow",
             ),
         )
         self.network_policy = k.KubeNetworkPolicy(
-            self, "NetworkPolicy", metadata=k.ObjectMeta(name=props.name, labels=self.pod_labels), spec=self._network_policy(props)
+            self,
+            "NetworkPolicy",
+            metadata=k.ObjectMeta(name=props.name, labels=self.pod_labels),
+            spec=self._network_policy(props),
         )
 
         self.scaled_object: ScaledObjectSpec | None = None
@@ -264,49 +300,95 @@ class RouterChart(cdk8s.Chart):
             unmanaged_replicas(self.deployment)
             sel = f'namespace="{props.namespace}",app="{props.name}"'
             self.scaled_object = ScaledObjectSpec(
-                name=props.name, namespace=props.namespace, target_name=props.name,
-                min_replicas=props.replicas_min, max_replicas=props.replicas_max, scaling_modifiers=None,
-                triggers=(PrometheusTrigger(
-                    name="in_flight", server_address=props.keda.server_address,
-                    query=f"sum({IN_FLIGHT[props.mode]}{{{sel}}}) or vector(0)",
-                    threshold=str(props.in_flight_per_replica), aws_region=props.keda.aws_region,
-                    authentication_ref=props.keda.authentication_ref,
-                ),),
+                name=props.name,
+                namespace=props.namespace,
+                target_name=props.name,
+                min_replicas=props.replicas_min,
+                max_replicas=props.replicas_max,
+                scaling_modifiers=None,
+                triggers=(
+                    PrometheusTrigger(
+                        name="in_flight",
+                        server_address=props.keda.server_address,
+                        query=f"sum({IN_FLIGHT[props.mode]}{{{sel}}}) or vector(0)",
+                        threshold=str(props.in_flight_per_replica),
+                        aws_region=props.keda.aws_region,
+                        authentication_ref=props.keda.authentication_ref,
+                    ),
+                ),
             )
         else:
             self.hpa = kplus.HorizontalPodAutoscaler(
-                self, "Autoscaler", metadata=meta, target=self.deployment,
-                min_replicas=props.replicas_min, max_replicas=props.replicas_max,
-                metrics=[kplus.Metric.resource_cpu(kplus.MetricTarget.average_utilization(props.target_cpu_utilization))],
+                self,
+                "Autoscaler",
+                metadata=meta,
+                target=self.deployment,
+                min_replicas=props.replicas_min,
+                max_replicas=props.replicas_max,
+                metrics=[
+                    kplus.Metric.resource_cpu(kplus.MetricTarget.average_utilization(props.target_cpu_utilization))
+                ],
                 scale_down=kplus.ScalingRules(stabilization_window=cdk8s.Duration.minutes(5)),
             )
 
     def _network_policy(self, props: RouterChartProps) -> kplus.k8s.NetworkPolicySpec:
         k = kplus.k8s
         port = [k.NetworkPolicyPort(port=k.IntOrString.from_number(ROUTER_PORT), protocol="TCP")]
-        names = lambda ns: k.LabelSelector(match_expressions=[k.LabelSelectorRequirement(key="kubernetes.io/metadata.name", operator="In", values=list(ns))])  # noqa: E731
+
+        def names(ns: tuple[str, ...]) -> k.LabelSelector:
+            return k.LabelSelector(
+                match_expressions=[
+                    k.LabelSelectorRequirement(key="kubernetes.io/metadata.name", operator="In", values=list(ns))
+                ]
+            )
+
         clients: list[k.NetworkPolicyPeer] = []
         if props.client_namespaces:
             clients.append(k.NetworkPolicyPeer(namespace_selector=names(props.client_namespaces)))
         clients += [k.NetworkPolicyPeer(ip_block=k.IpBlock(cidr=c)) for c in props.client_cidrs]
         # No peers = any source: the router is the entry point (an ALB in IP mode, an ingress controller, apps).
         ingress = [k.NetworkPolicyIngressRule(from_=clients or None, ports=port)]
-        scrapers = ([k.NetworkPolicyPeer(namespace_selector=names(props.metrics_namespaces))] if props.metrics_namespaces else [])
+        scrapers = (
+            [k.NetworkPolicyPeer(namespace_selector=names(props.metrics_namespaces))]
+            if props.metrics_namespaces
+            else []
+        )
         scrapers += [k.NetworkPolicyPeer(ip_block=k.IpBlock(cidr=c)) for c in props.metrics_cidrs]
         if scrapers:  # only the metrics sidecar's port: the AMP collector's CIDRs cover every pod
-            ingress.append(k.NetworkPolicyIngressRule(from_=scrapers, ports=[k.NetworkPolicyPort(port=k.IntOrString.from_number(METRICS_PORT), protocol="TCP")]))
-        models = k.NetworkPolicyPeer(pod_selector=k.LabelSelector(match_labels={"app.kubernetes.io/component": MODEL_COMPONENT}))
+            ingress.append(
+                k.NetworkPolicyIngressRule(
+                    from_=scrapers,
+                    ports=[k.NetworkPolicyPort(port=k.IntOrString.from_number(METRICS_PORT), protocol="TCP")],
+                )
+            )
+        models = k.NetworkPolicyPeer(
+            pod_selector=k.LabelSelector(match_labels={"app.kubernetes.io/component": MODEL_COMPONENT})
+        )
         egress = [
-            k.NetworkPolicyEgressRule(to=[models], ports=[k.NetworkPolicyPort(port=k.IntOrString.from_number(ENGINE_PORT), protocol="TCP")]),
+            k.NetworkPolicyEgressRule(
+                to=[models], ports=[k.NetworkPolicyPort(port=k.IntOrString.from_number(ENGINE_PORT), protocol="TCP")]
+            ),
             *download_egress()[:2],  # DNS, Pod Identity agent
         ]
         if props.escalation_ports:
-            anywhere = [k.NetworkPolicyPeer(ip_block=k.IpBlock(cidr="0.0.0.0/0")), k.NetworkPolicyPeer(ip_block=k.IpBlock(cidr="::/0"))]
-            egress.append(k.NetworkPolicyEgressRule(
-                to=anywhere, ports=[k.NetworkPolicyPort(port=k.IntOrString.from_number(p), protocol="TCP") for p in props.escalation_ports],
-            ))
+            anywhere = [
+                k.NetworkPolicyPeer(ip_block=k.IpBlock(cidr="0.0.0.0/0")),
+                k.NetworkPolicyPeer(ip_block=k.IpBlock(cidr="::/0")),
+            ]
+            egress.append(
+                k.NetworkPolicyEgressRule(
+                    to=anywhere,
+                    ports=[
+                        k.NetworkPolicyPort(port=k.IntOrString.from_number(p), protocol="TCP")
+                        for p in props.escalation_ports
+                    ],
+                )
+            )
         return k.NetworkPolicySpec(
-            pod_selector=k.LabelSelector(match_labels=self.selector), policy_types=["Ingress", "Egress"], ingress=ingress, egress=egress,
+            pod_selector=k.LabelSelector(match_labels=self.selector),
+            policy_types=["Ingress", "Egress"],
+            ingress=ingress,
+            egress=egress,
         )
 
 

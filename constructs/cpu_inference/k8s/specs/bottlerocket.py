@@ -33,7 +33,9 @@ _BYTE_SIZE = re.compile(r"^(unlimited|[0-9]+([kmgt]i?b)?)$")
 def parse_version(version: str) -> tuple[int, int, int]:
     m = re.match(r"^v?(\d+)\.(\d+)\.(\d+)$", version)
     if not m:
-        raise ValueError(f"Bottlerocket version {version!r} must be pinned as vMAJOR.MINOR.PATCH, e.g. {DEFAULT_VERSION}")
+        raise ValueError(
+            f"Bottlerocket version {version!r} must be pinned as vMAJOR.MINOR.PATCH, e.g. {DEFAULT_VERSION}"
+        )
     return int(m.group(1)), int(m.group(2)), int(m.group(3))
 
 
@@ -59,7 +61,9 @@ class SociSettings:
             if v is not None and v != -1 and v < 1:
                 raise ValueError(f"SOCI {name} must be -1 (unbounded) or a positive integer")
         if not _BYTE_SIZE.match(self.concurrent_download_chunk_size.lower()):
-            raise ValueError(f"SOCI concurrent_download_chunk_size {self.concurrent_download_chunk_size!r} must be a byte size like 16mb or unlimited")
+            raise ValueError(
+                f"SOCI concurrent_download_chunk_size {self.concurrent_download_chunk_size!r} must be a byte size like 16mb or unlimited"
+            )
 
     def to_settings(self) -> dict[str, Any]:
         ppu: dict[str, Any] = {
@@ -128,9 +132,13 @@ class BottlerocketNodeClass:
 
     def validate(self) -> None:
         if parse_version(self.version) < MIN_VERSION:
-            raise ValueError(f"Bottlerocket {self.version} predates SOCI parallel-pull-unpack — use v1.44.0 or later (default {DEFAULT_VERSION})")
+            raise ValueError(
+                f"Bottlerocket {self.version} predates SOCI parallel-pull-unpack — use v1.44.0 or later (default {DEFAULT_VERSION})"
+            )
         if self.image_cache_snapshot_id is not None and not re.match(r"^snap-[0-9a-f]+$", self.image_cache_snapshot_id):
-            raise ValueError(f"image_cache_snapshot_id {self.image_cache_snapshot_id!r} must be an EBS snapshot id like snap-0123abcd")
+            raise ValueError(
+                f"image_cache_snapshot_id {self.image_cache_snapshot_id!r} must be an EBS snapshot id like snap-0123abcd"
+            )
 
     def spec(self) -> EC2NodeClassSpec:
         self.validate()

@@ -47,14 +47,20 @@ def default_node_pools(
     for fam in fams:
         arch = family_architecture(fam)
         if arch not in by_arch:
-            raise ValueError(f"instance family {fam} is {arch} but architectures lists only {list(archs)} — add {arch} or drop {fam}")
+            raise ValueError(
+                f"instance family {fam} is {arch} but architectures lists only {list(archs)} — add {arch} or drop {fam}"
+            )
         category, generation, _ = family_parts(fam)
         if category not in DEFAULT_CATEGORIES or generation < DEFAULT_MIN_GENERATION:
-            raise ValueError(f"instance family {fam} is outside the CPU-inference pools (c/m/r, generation ≥ {DEFAULT_MIN_GENERATION})")
+            raise ValueError(
+                f"instance family {fam} is outside the CPU-inference pools (c/m/r, generation ≥ {DEFAULT_MIN_GENERATION})"
+            )
         by_arch[arch].append(fam)
     empty = [a for a, f in by_arch.items() if not f]
     if empty:
-        raise ValueError(f"no instance family for architecture(s) {empty} — add e.g. {'c7g' if 'arm64' in empty else 'c7a'} or drop the architecture")
+        raise ValueError(
+            f"no instance family for architecture(s) {empty} — add e.g. {'c7g' if 'arm64' in empty else 'c7a'} or drop the architecture"
+        )
     types_by_arch: dict[str, list[str]] = {a: [] for a in archs}
     for t in instance_types:
         fam = t.split(".")[0]

@@ -30,19 +30,27 @@ class BlockDevice:
         if self.volume_size is None and self.snapshot_id is None:
             raise ValueError(f"block device {self.device_name}: set volume_size or snapshot_id")
         if self.volume_size is not None and not re.match(r"^[1-9][0-9]*Gi$", self.volume_size):
-            raise ValueError(f"block device {self.device_name}: volume_size {self.volume_size!r} must be whole GiB like 100Gi")
+            raise ValueError(
+                f"block device {self.device_name}: volume_size {self.volume_size!r} must be whole GiB like 100Gi"
+            )
         if self.throughput is not None and self.volume_type != "gp3":
             raise ValueError(f"block device {self.device_name}: throughput is only configurable on gp3")
         if self.volume_type == "gp3":
             if self.iops is not None and not 3000 <= self.iops <= 80000:
                 raise ValueError(f"block device {self.device_name}: gp3 iops {self.iops} must be 3000–80000")
             if self.throughput is not None and not 125 <= self.throughput <= 2000:
-                raise ValueError(f"block device {self.device_name}: gp3 throughput {self.throughput} MiB/s must be 125–2000")
+                raise ValueError(
+                    f"block device {self.device_name}: gp3 throughput {self.throughput} MiB/s must be 125–2000"
+                )
         if self.kms_key_id is not None and not self.encrypted:
             raise ValueError(f"block device {self.device_name}: a KMS key needs encrypted=True")
 
     def to_dict(self) -> dict[str, Any]:
-        ebs: dict[str, Any] = {"volumeType": self.volume_type, "encrypted": self.encrypted, "deleteOnTermination": self.delete_on_termination}
+        ebs: dict[str, Any] = {
+            "volumeType": self.volume_type,
+            "encrypted": self.encrypted,
+            "deleteOnTermination": self.delete_on_termination,
+        }
         if self.volume_size is not None:
             ebs["volumeSize"] = self.volume_size
         if self.iops is not None:
@@ -105,10 +113,21 @@ class EC2NodeClassSpec:
         aliases = [t["alias"] for t in self.ami_selector_terms if "alias" in t]
         if aliases:
             if len(self.ami_selector_terms) != 1 or len(self.ami_selector_terms[0]) != 1:
-                raise ValueError(f"EC2NodeClass {self.name}: an alias amiSelectorTerm must be the only term and have no other fields")
+                raise ValueError(
+                    f"EC2NodeClass {self.name}: an alias amiSelectorTerm must be the only term and have no other fields"
+                )
             family = aliases[0].split("@")[0]
-            if not re.match(r"^[a-zA-Z0-9]+@.+$", aliases[0]) or family not in ("al2", "al2023", "bottlerocket", "windows2019", "windows2022", "windows2025"):
-                raise ValueError(f"EC2NodeClass {self.name}: alias {aliases[0]!r} must be family@version, e.g. bottlerocket@v1.64.0")
+            if not re.match(r"^[a-zA-Z0-9]+@.+$", aliases[0]) or family not in (
+                "al2",
+                "al2023",
+                "bottlerocket",
+                "windows2019",
+                "windows2022",
+                "windows2025",
+            ):
+                raise ValueError(
+                    f"EC2NodeClass {self.name}: alias {aliases[0]!r} must be family@version, e.g. bottlerocket@v1.64.0"
+                )
         elif self.ami_family is None:
             raise ValueError(f"EC2NodeClass {self.name}: set ami_family when amiSelectorTerms has no alias")
         for kind, terms, keys in (

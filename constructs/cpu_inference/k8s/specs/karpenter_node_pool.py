@@ -54,9 +54,13 @@ class Requirement:
         if self.operator == "In" and not self.values:
             raise ValueError(f"requirement {self.key}: operator In needs at least one value")
         if self.operator in ("Gt", "Lt", "Gte", "Lte") and (len(self.values) != 1 or not self.values[0].isdigit()):
-            raise ValueError(f"requirement {self.key}: operator {self.operator} needs exactly one non-negative integer value")
+            raise ValueError(
+                f"requirement {self.key}: operator {self.operator} needs exactly one non-negative integer value"
+            )
         if self.min_values is not None and self.operator == "In" and len(self.values) < self.min_values:
-            raise ValueError(f"requirement {self.key}: minValues {self.min_values} exceeds the {len(self.values)} values listed")
+            raise ValueError(
+                f"requirement {self.key}: minValues {self.min_values} exceeds the {len(self.values)} values listed"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"key": self.key, "operator": self.operator}
@@ -126,7 +130,9 @@ class Disruption:
 
     def validate(self) -> None:
         if self.consolidation_policy not in CONSOLIDATION_POLICIES:
-            raise ValueError(f"consolidationPolicy {self.consolidation_policy!r} is not one of {CONSOLIDATION_POLICIES}")
+            raise ValueError(
+                f"consolidationPolicy {self.consolidation_policy!r} is not one of {CONSOLIDATION_POLICIES}"
+            )
         if not DURATION.match(self.consolidate_after):
             raise ValueError(f"consolidateAfter {self.consolidate_after!r} must look like 30s, 5m, 1h or Never")
         for b in self.budgets:
@@ -184,13 +190,19 @@ class NodePoolSpec:
         check_name("NodePool", self.name)
         check_name("NodePool nodeClassRef", self.node_class)
         if not self.architectures or any(a not in ARCHITECTURES for a in self.architectures):
-            raise ValueError(f"NodePool {self.name}: architectures {self.architectures} must be a non-empty subset of {ARCHITECTURES}")
+            raise ValueError(
+                f"NodePool {self.name}: architectures {self.architectures} must be a non-empty subset of {ARCHITECTURES}"
+            )
         if not self.capacity_types or any(c not in CAPACITY_TYPES for c in self.capacity_types):
-            raise ValueError(f"NodePool {self.name}: capacity_types {self.capacity_types} must be a non-empty subset of {CAPACITY_TYPES}")
+            raise ValueError(
+                f"NodePool {self.name}: capacity_types {self.capacity_types} must be a non-empty subset of {CAPACITY_TYPES}"
+            )
         for fam in self.instance_families:
             arch = family_architecture(fam)
             if arch not in self.architectures:
-                raise ValueError(f"NodePool {self.name}: instance family {fam} is {arch} but the pool allows only {list(self.architectures)}")
+                raise ValueError(
+                    f"NodePool {self.name}: instance family {fam} is {arch} but the pool allows only {list(self.architectures)}"
+                )
         if self.min_generation is not None and self.min_generation < 1:
             raise ValueError(f"NodePool {self.name}: min_generation must be ≥ 1")
         if not DURATION.match(self.expire_after):

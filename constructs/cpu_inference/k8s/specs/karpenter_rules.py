@@ -57,7 +57,12 @@ _ALLOWED_KARPENTER_AWS_KEYS = (
 DURATION = re.compile(r"^(([0-9]+(s|m|h))+|Never)$")
 _FAMILY = re.compile(r"^([a-z]+)([0-9]+)([a-z-]*)$")
 RESTRICTED_TAG_PREFIXES = ("kubernetes.io/cluster",)
-RESTRICTED_TAGS = ("eks:eks-cluster-name", "karpenter.sh/nodepool", "karpenter.sh/nodeclaim", "karpenter.k8s.aws/ec2nodeclass")
+RESTRICTED_TAGS = (
+    "eks:eks-cluster-name",
+    "karpenter.sh/nodepool",
+    "karpenter.sh/nodeclaim",
+    "karpenter.k8s.aws/ec2nodeclass",
+)
 
 
 def check_name(kind: str, name: str) -> None:

@@ -45,7 +45,9 @@ class PrometheusTrigger:
 
     def validate(self) -> None:
         if not _TRIGGER_NAME.match(self.name):
-            raise ValueError(f"trigger name {self.name!r} must be lowercase letters, digits, '_' (it is a variable in the formula)")
+            raise ValueError(
+                f"trigger name {self.name!r} must be lowercase letters, digits, '_' (it is a variable in the formula)"
+            )
         if not self.server_address.startswith(("http://", "https://")) and "${Token[" not in self.server_address:
             raise ValueError(f"trigger {self.name}: server_address {self.server_address!r} must be an http(s) URL")
         if not self.query.strip():
@@ -54,7 +56,9 @@ class PrometheusTrigger:
             if value is not None and not _NUMBER.match(value):
                 raise ValueError(f"trigger {self.name}: {label} {value!r} must be a number as a string, e.g. '5'")
         if self.aws_region is not None and self.authentication_ref is None:
-            raise ValueError(f"trigger {self.name}: an AMP (aws_region) trigger needs authentication_ref to a SigV4 TriggerAuthentication")
+            raise ValueError(
+                f"trigger {self.name}: an AMP (aws_region) trigger needs authentication_ref to a SigV4 TriggerAuthentication"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         meta: dict[str, str] = {"serverAddress": self.server_address, "query": self.query, "threshold": self.threshold}
@@ -127,7 +131,9 @@ class ScaledObjectSpec:
         for t in self.triggers:
             t.validate()
         if not 0 <= self.min_replicas <= self.max_replicas:
-            raise ValueError(f"ScaledObject {self.name}: need 0 ≤ min_replicas ({self.min_replicas}) ≤ max_replicas ({self.max_replicas})")
+            raise ValueError(
+                f"ScaledObject {self.name}: need 0 ≤ min_replicas ({self.min_replicas}) ≤ max_replicas ({self.max_replicas})"
+            )
         if self.scaling_modifiers is not None:
             self.scaling_modifiers.validate(names)
         if self.fallback_replicas is not None and self.fallback_replicas < 0:
@@ -136,7 +142,11 @@ class ScaledObjectSpec:
     def to_dict(self) -> dict[str, Any]:
         self.validate()
         spec: dict[str, Any] = {
-            "scaleTargetRef": {"apiVersion": self.target_api_version, "kind": self.target_kind, "name": self.target_name},
+            "scaleTargetRef": {
+                "apiVersion": self.target_api_version,
+                "kind": self.target_kind,
+                "name": self.target_name,
+            },
             "minReplicaCount": self.min_replicas,
             "maxReplicaCount": self.max_replicas,
             "pollingInterval": self.polling_interval,
@@ -154,7 +164,12 @@ class ScaledObjectSpec:
             spec["advanced"] = advanced
         if self.fallback_replicas is not None:
             spec["fallback"] = {"failureThreshold": 3, "replicas": self.fallback_replicas}
-        return {"apiVersion": KEDA_API, "kind": "ScaledObject", "metadata": {"name": self.name, "namespace": self.namespace}, "spec": spec}
+        return {
+            "apiVersion": KEDA_API,
+            "kind": "ScaledObject",
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "spec": spec,
+        }
 
 
 @dataclass(frozen=True)
@@ -178,7 +193,9 @@ class AwsTriggerAuthentication:
 
     def validate(self) -> None:
         if not is_dns_label(self.name) or not is_dns_label(self.namespace):
-            raise ValueError(f"TriggerAuthentication {self.namespace}/{self.name}: name and namespace must be DNS labels")
+            raise ValueError(
+                f"TriggerAuthentication {self.namespace}/{self.name}: name and namespace must be DNS labels"
+            )
         if self.role_arn is not None and self.identity_owner is not None:
             raise ValueError(f"TriggerAuthentication {self.name}: role_arn and identity_owner are mutually exclusive")
         if self.identity_owner == "workload":
@@ -188,7 +205,9 @@ class AwsTriggerAuthentication:
                 "Pod Identity role signs) or give role_arn (the operator assumes that role)"
             )
         if self.identity_owner not in (None, "keda"):
-            raise ValueError(f"TriggerAuthentication {self.name}: identity_owner must be 'keda' or unset, got {self.identity_owner!r}")
+            raise ValueError(
+                f"TriggerAuthentication {self.name}: identity_owner must be 'keda' or unset, got {self.identity_owner!r}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         self.validate()
@@ -209,7 +228,9 @@ def series_selector(labels: dict[str, str]) -> str:
     return ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
 
 
-POOL_IN_FLIGHT_METRIC = "gateway_pool_in_flight"  # the gateway's gauge per pool (containers/router/slm_router/metrics.py)
+POOL_IN_FLIGHT_METRIC = (
+    "gateway_pool_in_flight"  # the gateway's gauge per pool (containers/router/slm_router/metrics.py)
+)
 
 
 def pool_in_flight_scaled_object(
@@ -237,10 +258,15 @@ def pool_in_flight_scaled_object(
         target_kind="StatefulSet",
         min_replicas=min_replicas,
         max_replicas=max_replicas,
-        triggers=(PrometheusTrigger(
-            name="in_flight", server_address=server_address, query=f"sum({POOL_IN_FLIGHT_METRIC}{{{sel}}}) or vector(0)",
-            aws_region=aws_region, authentication_ref=authentication_ref,
-        ),),
+        triggers=(
+            PrometheusTrigger(
+                name="in_flight",
+                server_address=server_address,
+                query=f"sum({POOL_IN_FLIGHT_METRIC}{{{sel}}}) or vector(0)",
+                aws_region=aws_region,
+                authentication_ref=authentication_ref,
+            ),
+        ),
         scaling_modifiers=ScalingModifiers(formula="in_flight", target=str(target), activation_target=None),
         scale_down_stabilization_seconds=hold_seconds,
         cooldown_period=hold_seconds,

@@ -35,7 +35,11 @@ def pod_scrape_job(job_name: str = "annotated-pods") -> dict[str, Any]:
         "kubernetes_sd_configs": [{"role": "pod"}],
         "relabel_configs": [
             {"source_labels": [_meta(SCRAPE)], "action": "keep", "regex": "true"},
-            {"source_labels": ["__meta_kubernetes_pod_phase"], "action": "drop", "regex": "Pending|Succeeded|Failed|Completed"},
+            {
+                "source_labels": ["__meta_kubernetes_pod_phase"],
+                "action": "drop",
+                "regex": "Pending|Succeeded|Failed|Completed",
+            },
             {"source_labels": [_meta(SCHEME)], "action": "replace", "regex": "(https?)", "target_label": "__scheme__"},
             {"source_labels": [_meta(PATH)], "action": "replace", "regex": "(.+)", "target_label": "__metrics_path__"},
             {
@@ -73,8 +77,11 @@ def cadvisor_scrape_job(job_name: str = "cadvisor") -> dict[str, Any]:
         ],
         # Only what the alerts and dashboard read: cAdvisor's full output is large.
         "metric_relabel_configs": [
-            {"source_labels": ["__name__"], "action": "keep",
-             "regex": "container_memory_working_set_bytes|container_cpu_usage_seconds_total|container_cpu_cfs_throttled_periods_total"},
+            {
+                "source_labels": ["__name__"],
+                "action": "keep",
+                "regex": "container_memory_working_set_bytes|container_cpu_usage_seconds_total|container_cpu_cfs_throttled_periods_total",
+            },
         ],
     }
 
@@ -89,8 +96,11 @@ def collector_rbac(user: str = "aps-collector-user") -> list[dict[str, Any]]:
             "kind": "ClusterRole",
             "metadata": {"name": name},
             "rules": [
-                {"apiGroups": [""], "resources": ["nodes", "nodes/proxy", "nodes/metrics", "pods", "services", "endpoints"],
-                 "verbs": ["get", "list", "watch"]},
+                {
+                    "apiGroups": [""],
+                    "resources": ["nodes", "nodes/proxy", "nodes/metrics", "pods", "services", "endpoints"],
+                    "verbs": ["get", "list", "watch"],
+                },
                 {"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
             ],
         },

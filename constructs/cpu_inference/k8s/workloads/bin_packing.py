@@ -22,8 +22,18 @@ from cpu_inference.sizing.pools import PoolPlan, replica_memory_bytes
 # Pods per node with the VPC CNI in its default mode (no prefix delegation): ENIs x (IPv4 per ENI - 1) + 2,
 # the value Karpenter and the EKS AMIs give the kubelet for c/m/r generation 7-8 families; the kubelet's
 # reservation in `sizing` assumes at most 110.
-ENI_MAX_PODS = {"medium": 8, "large": 29, "xlarge": 58, "2xlarge": 58, "4xlarge": 234, "8xlarge": 234, "12xlarge": 234,
-                "16xlarge": 737, "24xlarge": 737, "48xlarge": 737}
+ENI_MAX_PODS = {
+    "medium": 8,
+    "large": 29,
+    "xlarge": 58,
+    "2xlarge": 58,
+    "4xlarge": 234,
+    "8xlarge": 234,
+    "12xlarge": 234,
+    "16xlarge": 737,
+    "24xlarge": 737,
+    "48xlarge": 737,
+}
 KUBELET_MAX_PODS = 110
 DAEMONSET_PODS = 4  # aws-node, kube-proxy, eks-pod-identity-agent, one log/metrics agent
 
@@ -103,7 +113,9 @@ def max_pods(it: sizing.InstanceType) -> int:
 
 
 def expand(pods: Iterable[PodRequest]) -> list[tuple[str, float, int]]:
-    return [(f"{p.name}#{i}" if p.replicas > 1 else p.name, p.cpu, p.memory_bytes) for p in pods for i in range(p.replicas)]
+    return [
+        (f"{p.name}#{i}" if p.replicas > 1 else p.name, p.cpu, p.memory_bytes) for p in pods for i in range(p.replicas)
+    ]
 
 
 def pack(pods: Sequence[PodRequest], instance_type: str) -> PackingPlan:
@@ -136,7 +148,9 @@ def choose(pods: Sequence[PodRequest], candidates: Sequence[str]) -> PackingPlan
     plans = [pack(pods, c) for c in candidates]
     placed = [p for p in plans if not p.unplaced]
     if not placed:
-        raise ValueError(f"no node type in {list(candidates)} fits every pod; the largest pods: {plans[-1].unplaced[:3]}")
+        raise ValueError(
+            f"no node type in {list(candidates)} fits every pod; the largest pods: {plans[-1].unplaced[:3]}"
+        )
     return min(placed, key=lambda p: (p.node_vcpus, p.node_count * p.instance.memory_gib))
 
 
@@ -155,16 +169,27 @@ def table(plans: Sequence[PackingPlan]) -> str:
     return "\n".join(rows)
 
 
-def model_pod(name: str, spec: sizing.ModelSpec, node_type: str, *, cpu: float | None = None, replicas: int = 1) -> PodRequest:
+def model_pod(
+    name: str, spec: sizing.ModelSpec, node_type: str, *, cpu: float | None = None, replicas: int = 1
+) -> PodRequest:
     """A llama-server pod's requests exactly as LlamaServerChart renders them (sizing on `node_type`)."""
-    s = sizing.size(spec, sizing.instance(node_type), target="eks", cpu=cpu if cpu is not None else sizing.default_pod_cpu(spec))
-    return PodRequest(name, s.cpu_request + SIDECAR_CPU, s.memory_request_mib * sizing.MIB + SIDECAR_MEMORY_BYTES, replicas)
+    s = sizing.size(
+        spec, sizing.instance(node_type), target="eks", cpu=cpu if cpu is not None else sizing.default_pod_cpu(spec)
+    )
+    return PodRequest(
+        name, s.cpu_request + SIDECAR_CPU, s.memory_request_mib * sizing.MIB + SIDECAR_MEMORY_BYTES, replicas
+    )
 
 
 def pool_pod(name: str, plan: PoolPlan, *, cpu: float, replicas: int = 1) -> PodRequest:
     """A multi-model pool replica's requests exactly as ModelPoolChart renders them (request = limit: the plan's
     memory for models_max loaded models and the router + the node's Mountpoint pod allowance; `cpu` whole vCPUs)."""
-    return PodRequest(f"pool-{name}", float(math.ceil(cpu)), math.ceil(replica_memory_bytes(plan.memory_request_bytes) / sizing.MIB) * sizing.MIB, replicas)
+    return PodRequest(
+        f"pool-{name}",
+        float(math.ceil(cpu)),
+        math.ceil(replica_memory_bytes(plan.memory_request_bytes) / sizing.MIB) * sizing.MIB,
+        replicas,
+    )
 
 
 def served_model_pods(models: Iterable[object], node_type: str, *, replicas: str = "min") -> list[PodRequest]:

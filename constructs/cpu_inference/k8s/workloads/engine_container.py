@@ -45,6 +45,8 @@ def engine_command(engine: str) -> tuple[str, ...]:
 
 def engine_container_name(engine: str) -> str:
     return VLLM_CONTAINER if is_vllm(engine) else ENGINE_CONTAINER
+
+
 ROUTER_COMPONENT = "router"
 STARTUP_PERIOD_SECONDS = 5
 PRE_STOP_SECONDS = 10  # endpoints/router drop the pod before SIGTERM
@@ -74,9 +76,13 @@ def health_probes(startup_seconds: int, *, liveness_timeout_seconds: int) -> Hea
     """`/health` for startup (`startup_seconds` in STARTUP_PERIOD_SECONDS steps), readiness and liveness —
     the container props' `startup`, `readiness` and `liveness`. Liveness is generous: a saturated CPU answers
     /health late, and a restart reloads the model(s)."""
+
     def probe(period: int, failures: int, timeout: int) -> kplus.Probe:
         return kplus.Probe.from_http_get(
-            "/health", port=ENGINE_PORT, period_seconds=cdk8s.Duration.seconds(period), failure_threshold=failures,
+            "/health",
+            port=ENGINE_PORT,
+            period_seconds=cdk8s.Duration.seconds(period),
+            failure_threshold=failures,
             timeout_seconds=cdk8s.Duration.seconds(timeout),
         )
 

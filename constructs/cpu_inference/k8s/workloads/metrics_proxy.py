@@ -61,7 +61,9 @@ def metrics_env(upstream_port: int, path: str = "/metrics") -> dict[str, str]:
     return {"METRICS_PORT": str(METRICS_PORT), "METRICS_UPSTREAM_PORT": str(upstream_port), "METRICS_PATH": path}
 
 
-def metrics_proxy_container(image: str, upstream_port: int, tmp_volume: kplus.Volume | None = None) -> kplus.ContainerProps:
+def metrics_proxy_container(
+    image: str, upstream_port: int, tmp_volume: kplus.Volume | None = None
+) -> kplus.ContainerProps:
     """The sidecar: `image`'s python3 running SCRIPT on METRICS_PORT, requests = limits (small, fixed)."""
     import cdk8s  # here, not at the top: bin_packing (pure) reads the constants above without cdk8s
     import cdk8s_plus_27 as kplus

@@ -16,7 +16,10 @@ def pod_memory_extra_bytes(engine: str) -> int:
 
 
 def fits(s: sizing.Sizing) -> bool:
-    return s.memory_needed_bytes + pod_memory_extra_bytes(s.engine) <= s.memory_available_bytes and s.cpu_request <= s.cpu_available
+    return (
+        s.memory_needed_bytes + pod_memory_extra_bytes(s.engine) <= s.memory_available_bytes
+        and s.cpu_request <= s.cpu_available
+    )
 
 
 def plan(model: ModelWorkload, node_families: tuple[str, ...] = ServingPolicy.node_families) -> sizing.Sizing:
@@ -28,7 +31,9 @@ def plan(model: ModelWorkload, node_families: tuple[str, ...] = ServingPolicy.no
         try:
             it = sizing.instance(model.node_type)
         except sizing.UnknownInstanceType:
-            raise ValueError(f"ModelWorkload {model.name!r}: node_type {model.node_type!r} is not in the instance catalog") from None
+            raise ValueError(
+                f"ModelWorkload {model.name!r}: node_type {model.node_type!r} is not in the instance catalog"
+            ) from None
         s = sizing.size(model.spec, it, target="eks", cpu=cpu)
         if not fits(s):
             raise ValueError(
@@ -42,4 +47,6 @@ def plan(model: ModelWorkload, node_families: tuple[str, ...] = ServingPolicy.no
         s = sizing.size(model.spec, it, target="eks", cpu=cpu)
         if fits(s):
             return s
-    raise ValueError(f"ModelWorkload {model.name!r}: no {list(node_families)} instance fits {cpu:g} vCPU and the model's memory — add a bigger family")
+    raise ValueError(
+        f"ModelWorkload {model.name!r}: no {list(node_families)} instance fits {cpu:g} vCPU and the model's memory — add a bigger family"
+    )

@@ -42,7 +42,9 @@ def queue_target(slots: int) -> int:
     return slots + QUEUE_WEIGHT
 
 
-def queue_modifiers(slots: int, *, cold_start: bool = False, target: float | None = None, activation: float | None = None) -> ScalingModifiers:
+def queue_modifiers(
+    slots: int, *, cold_start: bool = False, target: float | None = None, activation: float | None = None
+) -> ScalingModifiers:
     """The scalingModifiers of a served model with `slots` slots per replica (target / activation: the
     ModelWorkload's overrides, None for the rule's)."""
     return ScalingModifiers(
@@ -74,11 +76,17 @@ def llama_queue_scaled_object(
     `modifiers` given instead."""
     if modifiers is None:
         if slots is None:
-            raise ValueError(f"ScaledObject {name}: give slots (the engine's slots per replica, which set the queue target) or modifiers")
+            raise ValueError(
+                f"ScaledObject {name}: give slots (the engine's slots per replica, which set the queue target) or modifiers"
+            )
         modifiers = queue_modifiers(slots)
     running, waiting = queue_metrics(engine)
     sel = series_selector(series_labels)
-    common: dict[str, Any] = {"server_address": server_address, "aws_region": aws_region, "authentication_ref": authentication_ref}
+    common: dict[str, Any] = {
+        "server_address": server_address,
+        "aws_region": aws_region,
+        "authentication_ref": authentication_ref,
+    }
     return ScaledObjectSpec(
         name=name,
         namespace=namespace,
@@ -93,7 +101,9 @@ def llama_queue_scaled_object(
     )
 
 
-def model_scaled_object(m: ModelWorkload, p: ServingPolicy, *, slots: int, ready_budget_seconds: int) -> ScaledObjectSpec | None:
+def model_scaled_object(
+    m: ModelWorkload, p: ServingPolicy, *, slots: int, ready_budget_seconds: int
+) -> ScaledObjectSpec | None:
     """The ScaledObject of `m` (None without a KEDA source). ready_budget_seconds: what a new replica costs to
     become ready (download + load)."""
     if p.keda is None:
@@ -104,19 +114,31 @@ def model_scaled_object(m: ModelWorkload, p: ServingPolicy, *, slots: int, ready
             "metric to activate on (e.g. the gateway's per-model request rate), or set replicas_min ≥ 1"
         )
     so = llama_queue_scaled_object(
-        m.name, p.namespace, m.name,
-        server_address=p.keda.server_address, series_labels={"namespace": p.namespace, "app": m.name},
-        min_replicas=m.replicas_min, max_replicas=m.replicas_max,
-        aws_region=p.keda.aws_region, authentication_ref=p.keda.authentication_ref,
-        modifiers=queue_modifiers(slots, cold_start=bool(m.cold_start_query), target=m.scale_target, activation=m.activation_target),
+        m.name,
+        p.namespace,
+        m.name,
+        server_address=p.keda.server_address,
+        series_labels={"namespace": p.namespace, "app": m.name},
+        min_replicas=m.replicas_min,
+        max_replicas=m.replicas_max,
+        aws_region=p.keda.aws_region,
+        authentication_ref=p.keda.authentication_ref,
+        modifiers=queue_modifiers(
+            slots, cold_start=bool(m.cold_start_query), target=m.scale_target, activation=m.activation_target
+        ),
         engine=m.engine,
     )
     triggers = so.triggers
     if m.cold_start_query:
-        triggers += (PrometheusTrigger(
-            name="demand", server_address=p.keda.server_address, query=m.cold_start_query,
-            aws_region=p.keda.aws_region, authentication_ref=p.keda.authentication_ref,
-        ),)
+        triggers += (
+            PrometheusTrigger(
+                name="demand",
+                server_address=p.keda.server_address,
+                query=m.cold_start_query,
+                aws_region=p.keda.aws_region,
+                authentication_ref=p.keda.authentication_ref,
+            ),
+        )
     # Hold replicas for at least twice what a new one costs to become ready, so Karpenter's
     # consolidation (1 min) and KEDA do not remove a replica that the next burst brings back.
     hold = max(MIN_SCALE_DOWN_STABILIZATION, 2 * ready_budget_seconds)

@@ -80,22 +80,34 @@ class ModelWorkload:
     def validate(self) -> None:
         where = f"ModelWorkload {self.name!r}"
         if not is_dns_label(self.name) or len(self.name) > 52:
-            raise ValueError(f"{where}: name must be a DNS label of at most 52 characters (lowercase letters, digits, '-')")
+            raise ValueError(
+                f"{where}: name must be a DNS label of at most 52 characters (lowercase letters, digits, '-')"
+            )
         if not self.image:
-            raise ValueError(f"{where}: image is required (the engine image URI: llama-server, e.g. LlamaCppImage.image_uri, or vLLM CPU)")
+            raise ValueError(
+                f"{where}: image is required (the engine image URI: llama-server, e.g. LlamaCppImage.image_uri, or vLLM CPU)"
+            )
         self._validate_model_uri(where)
         cpu = self.pod_cpu
         if cpu < 1 or cpu != int(cpu):
-            raise ValueError(f"{where}: cpu must be a whole number of vCPUs ≥ 1 (engine threads = the CPU request), got {cpu}")
-        if self.sha256 is not None and "${Token[" not in self.sha256 and not _SHA256.match(self.sha256):  # token: ModelArtifact.sha256
+            raise ValueError(
+                f"{where}: cpu must be a whole number of vCPUs ≥ 1 (engine threads = the CPU request), got {cpu}"
+            )
+        if (
+            self.sha256 is not None and "${Token[" not in self.sha256 and not _SHA256.match(self.sha256)
+        ):  # token: ModelArtifact.sha256
             raise ValueError(f"{where}: sha256 must be 64 lowercase hex characters")
         if engines.is_vllm(self.engine) and self.spec.task not in engines.VLLM_TASKS:
-            raise ValueError(f"{where}: task {self.spec.task!r} is not served by vllm here (tasks: {', '.join(engines.VLLM_TASKS)}); "
-                             "use engine llama.cpp for embedding/rerank models")
+            raise ValueError(
+                f"{where}: task {self.spec.task!r} is not served by vllm here (tasks: {', '.join(engines.VLLM_TASKS)}); "
+                "use engine llama.cpp for embedding/rerank models"
+            )
         if self.size_bytes is not None and self.size_bytes <= 0:
             raise ValueError(f"{where}: size_bytes must be > 0")
         if not 0 <= self.replicas_min <= self.replicas_max or self.replicas_max < 1:
-            raise ValueError(f"{where}: need 0 ≤ replicas_min ({self.replicas_min}) ≤ replicas_max ({self.replicas_max}), replicas_max ≥ 1")
+            raise ValueError(
+                f"{where}: need 0 ≤ replicas_min ({self.replicas_min}) ≤ replicas_max ({self.replicas_max}), replicas_max ≥ 1"
+            )
         if self.role not in ("slm", "llm", "farm"):
             raise ValueError(f"{where}: role must be slm, llm or farm, got {self.role!r}")
         for label, value in (("scale_target", self.scale_target), ("activation_target", self.activation_target)):
@@ -111,27 +123,47 @@ class ModelWorkload:
     def _validate_model_uri(self, where: str) -> None:
         uri = self.model_uri
         if not uri.startswith("s3://") or uri.count("/") < 3:
-            shape = "s3://<bucket>/models/<name>/<commit>/" if engines.is_vllm(self.engine) else "s3://<bucket>/<key>.gguf"
+            shape = (
+                "s3://<bucket>/models/<name>/<commit>/" if engines.is_vllm(self.engine) else "s3://<bucket>/<key>.gguf"
+            )
             raise ValueError(f"{where}: model_uri must be {shape}, got {uri!r}")
         token = "${Token[" in uri.rsplit("/", 1)[-1]  # e.g. a whole key from a CDK attribute: checked at deploy
         if engines.is_vllm(self.engine):
             if uri.endswith(".gguf"):
-                raise ValueError(f"{where}: engine vllm serves a Hugging Face safetensors checkpoint, not a GGUF: set model_uri to its S3 "
-                                 f"prefix s3://<bucket>/models/<name>/<commit>/, or engine llama.cpp for {uri!r}")
+                raise ValueError(
+                    f"{where}: engine vllm serves a Hugging Face safetensors checkpoint, not a GGUF: set model_uri to its S3 "
+                    f"prefix s3://<bucket>/models/<name>/<commit>/, or engine llama.cpp for {uri!r}"
+                )
             if not uri.endswith("/") and not token:
-                raise ValueError(f"{where}: engine vllm needs model_uri to be the checkpoint's S3 prefix ending in '/' "
-                                 f"(s3://<bucket>/models/<name>/<commit>/), got {uri!r}")
+                raise ValueError(
+                    f"{where}: engine vllm needs model_uri to be the checkpoint's S3 prefix ending in '/' "
+                    f"(s3://<bucket>/models/<name>/<commit>/), got {uri!r}"
+                )
         elif uri.endswith("/"):
-            raise ValueError(f"{where}: model_uri {uri!r} is a prefix (a checkpoint directory): llama.cpp needs the .gguf file's "
-                             "key, or set spec.engine='vllm' for a safetensors checkpoint")
+            raise ValueError(
+                f"{where}: model_uri {uri!r} is a prefix (a checkpoint directory): llama.cpp needs the .gguf file's "
+                "key, or set spec.engine='vllm' for a safetensors checkpoint"
+            )
         elif not self.file_name.endswith(".gguf") and not token:
             raise ValueError(f"{where}: model_uri must name a .gguf file, got {uri!r}")
 
 
 # What the chart itself sets in the engine container (besides the sized variables): extra_env may not override them.
 _LLAMA_CHART_ENV = ("MODEL_PATH", "MODEL_DIR")
-_VLLM_CHART_ENV = ("MODEL_PATH", "MODEL_DIR", "SERVE_MODEL_NAME", "SERVE_HOST", "SERVE_PORT", "HOME", "XDG_CACHE_HOME",
-                   "XDG_CONFIG_HOME", "HF_HOME", "HF_HUB_OFFLINE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK")
+_VLLM_CHART_ENV = (
+    "MODEL_PATH",
+    "MODEL_DIR",
+    "SERVE_MODEL_NAME",
+    "SERVE_HOST",
+    "SERVE_PORT",
+    "HOME",
+    "XDG_CACHE_HOME",
+    "XDG_CONFIG_HOME",
+    "HF_HOME",
+    "HF_HUB_OFFLINE",
+    "VLLM_NO_USAGE_STATS",
+    "DO_NOT_TRACK",
+)
 
 
 def chart_set_env(engine: str) -> tuple[str, ...]:

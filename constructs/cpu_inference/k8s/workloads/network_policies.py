@@ -14,11 +14,18 @@ from cpu_inference.k8s.workloads.serving_policy import ServingPolicy
 def namespaces_selector(namespaces: Sequence[str]) -> kplus.k8s.LabelSelector:
     """Pods in any of `namespaces` (by the immutable kubernetes.io/metadata.name label)."""
     k = kplus.k8s
-    return k.LabelSelector(match_expressions=[k.LabelSelectorRequirement(key="kubernetes.io/metadata.name", operator="In", values=list(namespaces))])
+    return k.LabelSelector(
+        match_expressions=[
+            k.LabelSelectorRequirement(key="kubernetes.io/metadata.name", operator="In", values=list(namespaces))
+        ]
+    )
 
 
 def serving_network_policy(
-    selector: Mapping[str, str], p: ServingPolicy, *, metrics_port: int | None,
+    selector: Mapping[str, str],
+    p: ServingPolicy,
+    *,
+    metrics_port: int | None,
     egress: Sequence[kplus.k8s.NetworkPolicyEgressRule],
 ) -> kplus.k8s.NetworkPolicySpec:
     """Ingress: ENGINE_PORT from the policy's client labels / client namespaces; with `metrics_port`, that port
@@ -26,7 +33,9 @@ def serving_network_policy(
     pod). Egress: exactly `egress` (none when empty)."""
     k = kplus.k8s
     port = [k.NetworkPolicyPort(port=k.IntOrString.from_number(ENGINE_PORT), protocol="TCP")]
-    clients: list[k.NetworkPolicyPeer] = [k.NetworkPolicyPeer(pod_selector=k.LabelSelector(match_labels=dict(p.client_labels)))]
+    clients: list[k.NetworkPolicyPeer] = [
+        k.NetworkPolicyPeer(pod_selector=k.LabelSelector(match_labels=dict(p.client_labels)))
+    ]
     if p.client_namespaces:
         clients.append(k.NetworkPolicyPeer(namespace_selector=namespaces_selector(p.client_namespaces)))
     ingress = [k.NetworkPolicyIngressRule(from_=clients, ports=port)]
@@ -51,7 +60,8 @@ def download_egress() -> list[kplus.k8s.NetworkPolicyEgressRule]:
     HTTPS (S3, via the gateway endpoint or NAT — no fixed addresses). The engine itself runs --offline."""
     k = kplus.k8s
     dns = k.NetworkPolicyPeer(
-        namespace_selector=namespaces_selector(("kube-system",)), pod_selector=k.LabelSelector(match_labels={"k8s-app": "kube-dns"})
+        namespace_selector=namespaces_selector(("kube-system",)),
+        pod_selector=k.LabelSelector(match_labels={"k8s-app": "kube-dns"}),
     )
     return [
         k.NetworkPolicyEgressRule(
@@ -59,11 +69,17 @@ def download_egress() -> list[kplus.k8s.NetworkPolicyEgressRule]:
             ports=[k.NetworkPolicyPort(port=k.IntOrString.from_number(53), protocol=proto) for proto in ("UDP", "TCP")],
         ),
         k.NetworkPolicyEgressRule(
-            to=[k.NetworkPolicyPeer(ip_block=k.IpBlock(cidr="169.254.170.23/32")), k.NetworkPolicyPeer(ip_block=k.IpBlock(cidr="fd00:ec2::23/128"))],
+            to=[
+                k.NetworkPolicyPeer(ip_block=k.IpBlock(cidr="169.254.170.23/32")),
+                k.NetworkPolicyPeer(ip_block=k.IpBlock(cidr="fd00:ec2::23/128")),
+            ],
             ports=[k.NetworkPolicyPort(port=k.IntOrString.from_number(80), protocol="TCP")],
         ),
         k.NetworkPolicyEgressRule(
-            to=[k.NetworkPolicyPeer(ip_block=k.IpBlock(cidr="0.0.0.0/0")), k.NetworkPolicyPeer(ip_block=k.IpBlock(cidr="::/0"))],
+            to=[
+                k.NetworkPolicyPeer(ip_block=k.IpBlock(cidr="0.0.0.0/0")),
+                k.NetworkPolicyPeer(ip_block=k.IpBlock(cidr="::/0")),
+            ],
             ports=[k.NetworkPolicyPort(port=k.IntOrString.from_number(443), protocol="TCP")],
         ),
     ]

@@ -59,8 +59,12 @@ class ServingPolicy:
     kubernetes_minor: str = "1.35"
 
     def validate(self) -> None:
-        for label, value in (("namespace", self.namespace), ("pattern", self.pattern), *(("client_namespaces", n) for n in self.client_namespaces),
-                             *(("metrics_namespaces", n) for n in self.metrics_namespaces)):
+        for label, value in (
+            ("namespace", self.namespace),
+            ("pattern", self.pattern),
+            *(("client_namespaces", n) for n in self.client_namespaces),
+            *(("metrics_namespaces", n) for n in self.metrics_namespaces),
+        ):
             if not is_dns_label(value):
                 raise ValueError(f"ServingPolicy.{label} {value!r} must be a DNS label")
         if not self.architectures or any(a not in ARCHITECTURES for a in self.architectures):
@@ -69,7 +73,9 @@ class ServingPolicy:
             raise ValueError("ServingPolicy.cpu_limit must be 'none' or 'request'")
         unknown = [f for f in self.node_families if f not in sizing.FAMILIES]
         if unknown or not self.node_families:
-            raise ValueError(f"ServingPolicy.node_families {list(self.node_families)}: unknown {unknown}; choose from {list(sizing.FAMILIES)}")
+            raise ValueError(
+                f"ServingPolicy.node_families {list(self.node_families)}: unknown {unknown}; choose from {list(sizing.FAMILIES)}"
+            )
         for cidr in self.metrics_cidrs:
             if "/" not in cidr and "${Token[" not in cidr:
                 raise ValueError(f"ServingPolicy.metrics_cidrs: {cidr!r} is not a CIDR such as 10.0.0.0/16")

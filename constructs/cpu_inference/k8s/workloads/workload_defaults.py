@@ -58,7 +58,9 @@ def restrict(workload: kplus.Deployment, *, containers: int, init_containers: in
     obj.add_json_patch(cdk8s.JsonPatch.add(f"{spec}/enableServiceLinks", False))
     for kind, count in (("containers", containers), ("initContainers", init_containers)):
         for i in range(count):
-            obj.add_json_patch(cdk8s.JsonPatch.add(f"{spec}/{kind}/{i}/securityContext/capabilities", {"drop": ["ALL"]}))
+            obj.add_json_patch(
+                cdk8s.JsonPatch.add(f"{spec}/{kind}/{i}/securityContext/capabilities", {"drop": ["ALL"]})
+            )
 
 
 def require_architectures(workload: kplus.Deployment, architectures: Sequence[str] = ARCHITECTURES) -> None:
@@ -92,8 +94,11 @@ def add_spread(workload: kplus.Deployment, selector: Mapping[str, str]) -> None:
 
 def tolerate(workload: kplus.Deployment, tolerations: Sequence[Mapping[str, Any]]) -> None:
     for t in tolerations:
-        effect = {"NoSchedule": kplus.TaintEffect.NO_SCHEDULE, "PreferNoSchedule": kplus.TaintEffect.PREFER_NO_SCHEDULE,
-                  "NoExecute": kplus.TaintEffect.NO_EXECUTE}.get(t.get("effect", ""))
+        effect = {
+            "NoSchedule": kplus.TaintEffect.NO_SCHEDULE,
+            "PreferNoSchedule": kplus.TaintEffect.PREFER_NO_SCHEDULE,
+            "NoExecute": kplus.TaintEffect.NO_EXECUTE,
+        }.get(t.get("effect", ""))
         if t.get("operator", "Equal") == "Exists":
             query = kplus.NodeTaintQuery.exists(t["key"], effect=effect)
         else:
@@ -125,7 +130,9 @@ def one_at_a_time_budget(
     forever for a one-replica workload; AlwaysAllow lets a drain evict a pod stuck loading."""
     k = kplus.k8s
     return k.KubePodDisruptionBudget(
-        scope, id, metadata=k.ObjectMeta(name=name, labels=dict(labels)),
+        scope,
+        id,
+        metadata=k.ObjectMeta(name=name, labels=dict(labels)),
         spec=k.PodDisruptionBudgetSpec(
             max_unavailable=k.IntOrString.from_number(1),
             selector=k.LabelSelector(match_labels=dict(selector)),
