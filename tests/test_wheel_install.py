@@ -181,7 +181,7 @@ def test_wheel_and_sdist_ship_the_runtime_trees(installed: SimpleNamespace) -> N
 def test_installed_package_uses_nothing_from_the_checkout(installed: SimpleNamespace, tmp_path: Path) -> None:
     code = (
         "import json, importlib.metadata, cpu_inference, model_download, slm_router, inference_runtime.http1\n"
-        "from cpu_inference import _resources\n"
+        "from cpu_inference._internal import resources as _resources\n"
         "print(json.dumps({'files': [cpu_inference.__file__, model_download.__file__, slm_router.__file__,"
         " inference_runtime.http1.__file__],"
         " 'dirs': [str(_resources.runtime_dir(n)) for n in _resources.RUNTIME_DIRS],"
