@@ -4,14 +4,14 @@ route by `model`, relay to the pool replica over a keep-alive connection, parse 
 
 The backend is nginx (Debian's, one worker) answering the OpenAI chat path with a fixed small JSON body; the load is
 `wrk` (one thread, keep-alive) at 16 and 64 connections. For each tree the gateway runs from (this checkout, and with
---baseline-dir an older `containers/` tree, e.g. HEAD's hand-written HTTP parser before h11), both gateways run side
+--baseline-dir an older `containers/` tree, e.g. 7556443's hand-written HTTP parser before h11), both gateways run side
 by side and are measured in alternating rounds, so load from other work hits both alike. Reported per tree and
 connection count (medians over rounds): req/s, the gateway process's CPU per request (utime + stime from
 /proc/<pid>/stat over the run, divided by the requests wrk completed; unlike req/s it hardly moves with other load on
 the machine) and req/s as a share of nginx served directly (a reference for the same wrk on the same machine).
 
     apt-get install -y nginx wrk
-    git -C . archive HEAD containers | tar -x -C /tmp/old      # the baseline tree (mkdir -p /tmp/old first)
+    git -C . archive 7556443 containers | tar -x -C /tmp/old  # hand-written parser (mkdir -p /tmp/old first)
     .venv/bin/python benchmarks/gateway.py --baseline-dir /tmp/old/containers
     .venv/bin/python benchmarks/gateway.py --rounds 7 --duration 8 --json /tmp/gateway.json
 """
