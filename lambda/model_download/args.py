@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from .copy import DEFAULT_CONCURRENCY, MIB, CopyRequest
-from .hub import DEFAULT_ENDPOINT
+from .hub import DEFAULT_ENDPOINT, DEFAULT_REVISION
 
 # --endpoint of every job CLI (copy, snapshot, catalog): None lets the Hub client read HF_ENDPOINT, then the default.
 ENDPOINT_HELP = f"Hub endpoint (default: HF_ENDPOINT or {DEFAULT_ENDPOINT})"
@@ -15,7 +15,7 @@ ENDPOINT_HELP = f"Hub endpoint (default: HF_ENDPOINT or {DEFAULT_ENDPOINT})"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repo", required=True, help="Hugging Face repo, owner/name")
     p.add_argument("--file", required=True, help="file inside the repo, e.g. model-Q4_K_M.gguf")
-    p.add_argument("--revision", default="main", help="branch, tag or commit (default: main)")
+    p.add_argument("--revision", default=DEFAULT_REVISION, help=f"branch, tag or commit (default: {DEFAULT_REVISION})")
     p.add_argument("--bucket", required=True, help="destination S3 bucket")
     p.add_argument("--key-prefix", required=True, help="destination prefix; the object is <prefix>/<file>")
     p.add_argument(
@@ -49,7 +49,7 @@ def request_from_args(args: argparse.Namespace) -> CopyRequest:
     return CopyRequest(
         repo=args.repo,
         file=args.file,
-        revision=args.revision or "main",
+        revision=args.revision or DEFAULT_REVISION,
         bucket=args.bucket,
         key_prefix=args.key_prefix,
         sha256=(args.sha256 or None),

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import DownloadError
+from .hub import DEFAULT_REVISION
 
 FARM_PREFIX = "farm/"
 RECEIPTS_PREFIX = f"{FARM_PREFIX}_receipts/"
@@ -62,7 +63,7 @@ class CatalogEntry:
     name: str
     hf_repo: str
     file: str
-    revision: str = "main"
+    revision: str = DEFAULT_REVISION
     sha256: str | None = None
     token_secret_name: str | None = None
     engine_args: Mapping[str, str] = field(default_factory=dict, hash=False)
@@ -123,7 +124,7 @@ class CatalogEntry:
             name=data["name"],
             hf_repo=data["hf_repo"],
             file=data["file"],
-            revision=data.get("revision") or "main",
+            revision=data.get("revision") or DEFAULT_REVISION,
             sha256=data.get("sha256") or None,
             token_secret_name=data.get("token_secret_name") or None,
             engine_args=dict(data.get("engine_args") or {}),

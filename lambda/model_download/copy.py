@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 from .errors import ChecksumMismatchError, DownloadError, ImmutableKeyError
 from .hub import COMMIT as COMMIT  # re-exported: the one definition lives with the Hub client
-from .hub import Cancelled, FileInfo, FileRef, Hub, HubFile
+from .hub import DEFAULT_REVISION, Cancelled, FileInfo, FileRef, Hub, HubFile
 
 MIB = 1024 * 1024
 MIN_PART_SIZE = 5 * MIB  # S3's minimum for every part but the last
@@ -52,7 +52,7 @@ class CopyRequest:
     file: str
     bucket: str
     key_prefix: str
-    revision: str = "main"
+    revision: str = DEFAULT_REVISION
     sha256: str | None = None
     concurrency: int = DEFAULT_CONCURRENCY
     part_size: int | None = None

@@ -36,7 +36,7 @@ from .build_job import (
 )
 from .buildspec import RECEIPT
 from .copy import COMMIT
-from .hub import DEFAULT_ENDPOINT
+from .hub import DEFAULT_ENDPOINT, DEFAULT_REVISION
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -61,7 +61,7 @@ def build_environment(props: dict[str, Any]) -> list[dict[str, str]]:
     values = {
         "MODEL_REPO": props["HfRepo"],
         "MODEL_FILE": props["File"],
-        "MODEL_REVISION": props.get("Revision") or "main",
+        "MODEL_REVISION": props.get("Revision") or DEFAULT_REVISION,
         "MODEL_SHA256": props.get("Sha256") or "",
         "MODEL_BUCKET": props["Bucket"],
         "MODEL_KEY_PREFIX": props["KeyPrefix"],
@@ -79,7 +79,7 @@ def identity_environment(props: dict[str, Any]) -> list[dict[str, str]]:
 
 def _request_id(props: dict[str, Any]) -> str:
     """Until the job reports its key: what was asked for (the commit is not known yet)."""
-    return f"s3://{props['Bucket']}/{props['KeyPrefix'].strip('/')}/@{props.get('Revision') or 'main'}/{props['File']}"
+    return f"s3://{props['Bucket']}/{props['KeyPrefix'].strip('/')}/@{props.get('Revision') or DEFAULT_REVISION}/{props['File']}"
 
 
 def _is_catalog(event: dict[str, Any]) -> bool:

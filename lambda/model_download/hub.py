@@ -31,6 +31,8 @@ import urllib3
 from .errors import HubAuthError, HubError, HubNotFoundError
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
+# The revision when none is given: the Hub's default branch (huggingface_hub constants.DEFAULT_REVISION = "main").
+DEFAULT_REVISION = "main"
 USER_AGENT = "cpu-inference-model-download/0.1"
 CHUNK = 1024 * 1024
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -51,7 +53,7 @@ class FileRef:
 
     repo: str
     file: str
-    revision: str = "main"
+    revision: str = DEFAULT_REVISION
 
     def __str__(self) -> str:
         return f"{self.repo}/{self.file}@{self.revision}"

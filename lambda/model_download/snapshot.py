@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from .copy import COMMIT, DEFAULT_CONCURRENCY, existing_object, put_if_absent
 from .errors import DownloadError, ImmutableKeyError
-from .hub import Hub
+from .hub import DEFAULT_REVISION, Hub
 from .repo_info import RepoFile, list_repo
 from .snapshot_files import Landed, copy_file, read_whole
 from .snapshot_select import (
@@ -47,7 +47,7 @@ class SnapshotRequest:
     repo: str
     bucket: str
     key_prefix: str  # `models/<name>`: the snapshot lands at `<key_prefix>/<commit>/`
-    revision: str = "main"
+    revision: str = DEFAULT_REVISION
     concurrency: int = DEFAULT_CONCURRENCY
     part_size: int | None = None
     # A repo whose config maps auto classes to its own *.py (auto_map) is refused unless this is set; then its

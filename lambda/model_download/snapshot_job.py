@@ -15,7 +15,7 @@ from .args import ENDPOINT_HELP, exit_with_one_line
 from .buildspec import write_snapshot_receipt
 from .copy import DEFAULT_CONCURRENCY, MIB
 from .credentials import read_token
-from .hub import Hub
+from .hub import DEFAULT_REVISION, Hub
 from .snapshot import MANIFEST_NAME, SnapshotRequest, copy_snapshot
 
 
@@ -25,7 +25,7 @@ def parser() -> argparse.ArgumentParser:
         description="Copy a Hugging Face repo's safetensors snapshot (what vLLM loads) to S3, verified.",
     )
     p.add_argument("--repo", required=True, help="Hugging Face repo, owner/name")
-    p.add_argument("--revision", default="main", help="branch, tag or commit (default: main)")
+    p.add_argument("--revision", default=DEFAULT_REVISION, help=f"branch, tag or commit (default: {DEFAULT_REVISION})")
     p.add_argument("--bucket", required=True, help="destination S3 bucket")
     p.add_argument("--key-prefix", required=True, help="destination root; the snapshot lands at <prefix>/<commit>/")
     p.add_argument(
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         req = SnapshotRequest(
             repo=args.repo,
-            revision=args.revision or "main",
+            revision=args.revision or DEFAULT_REVISION,
             bucket=args.bucket,
             key_prefix=args.key_prefix,
             concurrency=args.concurrency,

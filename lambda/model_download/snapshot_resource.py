@@ -24,7 +24,7 @@ from .build_job import (
 )
 from .buildspec import SNAPSHOT_RECEIPT
 from .copy import COMMIT
-from .hub import DEFAULT_ENDPOINT
+from .hub import DEFAULT_ENDPOINT, DEFAULT_REVISION
 from .snapshot import MANIFEST_NAME
 
 SNAPSHOT_LAYOUT = "safetensors"
@@ -37,7 +37,7 @@ def build_environment(props: dict[str, Any]) -> list[dict[str, str]]:
     """The snapshot job's environment: names and locations only, never a secret's value."""
     values = {
         "MODEL_REPO": props["HfRepo"],
-        "MODEL_REVISION": props.get("Revision") or "main",
+        "MODEL_REVISION": props.get("Revision") or DEFAULT_REVISION,
         "MODEL_BUCKET": props["Bucket"],
         "MODEL_KEY_PREFIX": props["KeyPrefix"],
         "HF_TOKEN_SECRET_NAME": props.get("TokenSecretName") or "",
@@ -87,7 +87,7 @@ def on_event(event: dict[str, Any], codebuild=None) -> dict[str, Any]:  # noqa: 
     print(
         f"started {build['id']} for the snapshot of hf://{props['HfRepo']}@{props.get('Revision')} -> s3://{props['Bucket']}/{props['KeyPrefix']}/"
     )
-    requested = f"s3://{props['Bucket']}/{props['KeyPrefix'].strip('/')}/@{props.get('Revision') or 'main'}/"
+    requested = f"s3://{props['Bucket']}/{props['KeyPrefix'].strip('/')}/@{props.get('Revision') or DEFAULT_REVISION}/"
     return {"PhysicalResourceId": event.get("PhysicalResourceId") or requested, "Data": {"BuildId": build["id"]}}
 
 

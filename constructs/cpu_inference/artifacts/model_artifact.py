@@ -50,7 +50,7 @@ from model_download.build_job import MAX_COPY_TIMEOUT_MINUTES
 from model_download.buildspec import BUILD_SPEC, SNAPSHOT_BUILD_SPEC
 from model_download.catalog import NAME, REPO, REVISION, SHA256
 from model_download.custom_resource import IDENTITY_PROPERTIES, build_environment
-from model_download.hub import DEFAULT_ENDPOINT
+from model_download.hub import DEFAULT_ENDPOINT, DEFAULT_REVISION
 from model_download.snapshot import MANIFEST_NAME
 from model_download.snapshot_resource import IDENTITY_PROPERTIES as SNAPSHOT_IDENTITY_PROPERTIES
 from model_download.snapshot_resource import SNAPSHOT_LAYOUT
@@ -143,7 +143,7 @@ class ModelArtifactProps:
     hf_repo: str
     file: str | None = None
     snapshot: bool = False
-    revision: str = "main"
+    revision: str = DEFAULT_REVISION
     sha256: str | None = None
     token_secret_name: str | None = None
     existing_token_secret: secretsmanager.ISecret | None = None

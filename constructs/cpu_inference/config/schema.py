@@ -26,6 +26,7 @@ from pydantic_core import InitErrorDetails
 
 from cpu_inference.engines import DEFAULT_VLLM_DTYPE, LLAMA_CPP, VLLM, VLLM_TASKS
 from cpu_inference.sizing.slm_context import DEFAULT_ANSWER_MAX_TOKENS
+from model_download.hub import DEFAULT_REVISION
 
 
 class _Strict(BaseModel):
@@ -105,7 +106,7 @@ class ModelSource(_Strict):
     ] = None
     revision: Annotated[
         str, Field(min_length=1, description="a commit sha (reproducible) or a branch/tag such as main")
-    ] = "main"
+    ] = DEFAULT_REVISION
     sha256: Annotated[
         str | None,
         Field(

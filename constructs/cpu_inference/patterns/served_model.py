@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from cpu_inference import sizing
 from cpu_inference.engines import is_vllm
+from model_download.hub import DEFAULT_REVISION
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class ServedModel:
     hf_repo: str
     file: str | None
     spec: sizing.ModelSpec
-    revision: str = "main"
+    revision: str = DEFAULT_REVISION
     sha256: str | None = None
     token_secret_name: str | None = None
     role: str = "slm"
