@@ -12,10 +12,22 @@ from .hub import DEFAULT_ENDPOINT, DEFAULT_REVISION
 ENDPOINT_HELP = f"Hub endpoint (default: HF_ENDPOINT or {DEFAULT_ENDPOINT})"
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def add_hub_arguments(p: argparse.ArgumentParser) -> None:
+    """Where on the Hub and how to reach it: the same four options for the file copy and the snapshot copy."""
     p.add_argument("--repo", required=True, help="Hugging Face repo, owner/name")
-    p.add_argument("--file", required=True, help="file inside the repo, e.g. model-Q4_K_M.gguf")
     p.add_argument("--revision", default=DEFAULT_REVISION, help=f"branch, tag or commit (default: {DEFAULT_REVISION})")
+    p.add_argument(
+        "--token-secret",
+        default=None,
+        metavar="NAME",
+        help="Secrets Manager secret holding a Hugging Face token, for gated models (default: HF_TOKEN if set)",
+    )
+    p.add_argument("--endpoint", default=None, help=ENDPOINT_HELP)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_hub_arguments(p)
+    p.add_argument("--file", required=True, help="file inside the repo, e.g. model-Q4_K_M.gguf")
     p.add_argument("--bucket", required=True, help="destination S3 bucket")
     p.add_argument("--key-prefix", required=True, help="destination prefix; the object is <prefix>/<file>")
     p.add_argument(
@@ -24,13 +36,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="put the object at <prefix>/<commit>/<file>, commit = what the Hub resolves --revision to (as ModelArtifact does)",
     )
     p.add_argument("--sha256", default=None, help="expected sha256 (default: the one the Hub reports for the LFS file)")
-    p.add_argument(
-        "--token-secret",
-        default=None,
-        metavar="NAME",
-        help="Secrets Manager secret holding a Hugging Face token, for gated models (default: HF_TOKEN if set)",
-    )
-    p.add_argument("--endpoint", default=None, help=ENDPOINT_HELP)
     p.add_argument(
         "--concurrency",
         type=int,

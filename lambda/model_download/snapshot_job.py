@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import signal
 
-from .args import ENDPOINT_HELP, exit_with_one_line
+from .args import add_hub_arguments, exit_with_one_line
 from .buildspec import write_snapshot_receipt
 from .copy import DEFAULT_CONCURRENCY, MIB
 from .credentials import read_token
@@ -24,17 +24,9 @@ def parser() -> argparse.ArgumentParser:
         prog="python -m model_download snapshot",
         description="Copy a Hugging Face repo's safetensors snapshot (what vLLM loads) to S3, verified.",
     )
-    p.add_argument("--repo", required=True, help="Hugging Face repo, owner/name")
-    p.add_argument("--revision", default=DEFAULT_REVISION, help=f"branch, tag or commit (default: {DEFAULT_REVISION})")
+    add_hub_arguments(p)
     p.add_argument("--bucket", required=True, help="destination S3 bucket")
     p.add_argument("--key-prefix", required=True, help="destination root; the snapshot lands at <prefix>/<commit>/")
-    p.add_argument(
-        "--token-secret",
-        default=None,
-        metavar="NAME",
-        help="Secrets Manager secret holding a Hugging Face token, for gated models (default: HF_TOKEN if set)",
-    )
-    p.add_argument("--endpoint", default=None, help=ENDPOINT_HELP)
     p.add_argument(
         "--concurrency",
         type=int,
