@@ -1,8 +1,8 @@
 """What both custom resources (one model's Custom::ModelArtifact, custom_resource.py and snapshot_resource.py; the
-pooled models' Custom::ModelCatalog, catalog_resource.py) do with their CodeBuild job: start it with the identity as
-environment overrides, poll it, read the receipt it exported, say why it failed in one line (the job's own
-`model_download: error:` line when its log is readable, else CodeBuild's phase messages, plus the build log's link)
-— and never run it again for an identity the resource already deployed.
+retired Custom::ModelCatalog, catalog_resource.py, now its Delete only) do with their CodeBuild job: start it with
+the identity as environment overrides, poll it, read the receipt it exported, say why it failed in one line (the
+job's own `model_download: error:` line when its log is readable, else CodeBuild's phase messages, plus the build
+log's link) — and never run it again for an identity the resource already deployed.
 
 Time budget (one owner: the constants below; copy_job/copy_provider/ModelArtifactProps derive from them).
 CloudFormation waits at most SERVICE_TIMEOUT_SECONDS for a custom resource, counted from its request; the provider's

@@ -70,21 +70,19 @@ def write_receipt(path: str | Path, result: CopyResult) -> None:
     Path(path).write_text("".join(f"{name}={shlex.quote(value)}\n" for name, value in receipt(result).items()))
 
 
-# -- catalog mode: one job for every pooled model of a stack ----------------------------------------------
+# -- catalog mode: one batch of a farm's pooled models per build ------------------------------------------------
 
-CATALOG_RECEIPT_FILE = "catalog-receipt.env"
+# The state machine's override naming one batch's entries: a JSON array of names (Step Functions'
+# States.JsonToString of the batch's Items). Unset: the build copies the whole catalog (`aws codebuild start-build`
+# by hand). The catalog's location and fingerprint come with it as overrides, so a batch always reads the catalog
+# its execution was started for, whatever the project's environment says by then.
+CATALOG_NAMES_ENV = "CATALOG_NAMES"
 
-# Exported variable → custom-resource attribute (Custom::ModelCatalog).
-CATALOG_RECEIPT = {
-    "CATALOG_RECEIPT_KEY": "ReceiptKey",
-    "CATALOG_FINGERPRINT": "Fingerprint",
-    "CATALOG_MODELS": "Models",
-    "CATALOG_COPIED": "Copied",
-}
-
+# No exported variables: nothing waits for a catalog build's receipt any more (the deploy only starts the copy);
+# the outcome is in S3 (the models' keys, the failure markers) and in the execution's per-batch results.
 CATALOG_BUILD_SPEC = {
     "version": "0.2",
-    "env": {"shell": "bash", "exported-variables": list(CATALOG_RECEIPT)},
+    "env": {"shell": "bash"},
     "phases": {
         "install": INSTALL,
         "build": {
@@ -92,22 +90,11 @@ CATALOG_BUILD_SPEC = {
                 'python3 -m model_download catalog --catalog "s3://$CATALOG_BUCKET/$CATALOG_KEY"'
                 ' --fingerprint "$CATALOG_FINGERPRINT" --bucket "$MODEL_BUCKET" --endpoint "$HF_ENDPOINT"'
                 ' --parallel-models "$CATALOG_PARALLEL_MODELS" --concurrency "$MODEL_CONCURRENCY"'
-                f" --receipt-env {CATALOG_RECEIPT_FILE} && set -a && . ./{CATALOG_RECEIPT_FILE} && set +a",
+                f' ${{{CATALOG_NAMES_ENV}:+--names "${CATALOG_NAMES_ENV}"}}',
             ]
         },
     },
 }
-
-
-def write_catalog_receipt(path: str | Path, *, receipt_key: str, fingerprint: str, models: int, copied: int) -> None:
-    values = {
-        "CATALOG_RECEIPT_KEY": receipt_key,
-        "CATALOG_FINGERPRINT": fingerprint,
-        "CATALOG_MODELS": str(models),
-        "CATALOG_COPIED": str(copied),
-    }
-    assert set(values) == set(CATALOG_RECEIPT)
-    Path(path).write_text("".join(f"{name}={shlex.quote(value)}\n" for name, value in values.items()))
 
 
 # -- snapshot mode: a vLLM model's safetensors repo (ModelArtifactProps(snapshot=True)) ----------------------
@@ -151,3 +138,33 @@ def write_snapshot_receipt(path: str | Path, *, commit: str, sha256: str, prefix
     }
     assert set(values) == set(SNAPSHOT_RECEIPT)
     Path(path).write_text("".join(f"{name}={shlex.quote(value)}\n" for name, value in values.items()))
+
+
+def catalog_environment(
+    *,
+    bucket: str,
+    catalog_bucket: str,
+    catalog_key: str,
+    fingerprint: str,
+    hf_endpoint: str | None = None,
+    parallel_models: int | None = None,
+    concurrency: int | None = None,
+) -> list[dict[str, str]]:
+    """The catalog project's environment (names and locations only, never a secret's value): with it alone,
+    `aws codebuild start-build` copies the whole catalog; each batch of the state machine overrides
+    CATALOG_NAMES_ENV and the catalog's location and fingerprint."""
+    from .build_job import plaintext_environment
+    from .catalog_copy import DEFAULT_CONCURRENCY, DEFAULT_PARALLEL_MODELS
+    from .hub import DEFAULT_ENDPOINT
+
+    return plaintext_environment(
+        {
+            "MODEL_BUCKET": bucket,
+            "CATALOG_BUCKET": catalog_bucket,
+            "CATALOG_KEY": catalog_key,
+            "CATALOG_FINGERPRINT": fingerprint,
+            "HF_ENDPOINT": hf_endpoint or DEFAULT_ENDPOINT,
+            "CATALOG_PARALLEL_MODELS": str(parallel_models or DEFAULT_PARALLEL_MODELS),
+            "MODEL_CONCURRENCY": str(concurrency or DEFAULT_CONCURRENCY),
+        }
+    )

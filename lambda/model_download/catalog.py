@@ -9,8 +9,14 @@ Keys are named by an identity hash — known at synth, never overwritten:
   suffix)", botocore sagemaker ContainerDefinition.ModelDataUrl); `mme_target_model` is that key relative to
   the endpoint's `farm/` prefix (InvokeEndpoint TargetModel: 1..1024 printable characters).
 idhash = 16 hex of sha256 over the canonical JSON of (hf_repo, file, revision, sha256). A branch revision
-(`main`) is resolved to a commit by the first copy and the key keeps those bytes for good (the receipt
-records the commit); a new revision or sha256 is a new identity, so a new key.
+(`main`) is resolved to a commit by the first copy and the key keeps those bytes for good (the object's
+`hf-source` metadata records the commit); a new revision or sha256 is a new identity, so a new key.
+
+A copy that fails leaves `failure_key`: `farm/<name>/<idhash>/copy-failed.json` (COPY_FAILED_NAME), JSON
+{"model", "reason", "attempt", "at"} — one marker per entry whatever the layouts: beside the GGUF for `gguf`, and
+for `mme` beside the tarball `farm/<name>/<idhash>-<flags>.tar.gz` under the same idhash (a TargetModel
+`<name>/<idhash>-<flags>.tar.gz` names its marker `<name>/<idhash>/copy-failed.json`). It is overwritable (not an
+identity key) and the model's object wins over it: a later attempt that lands makes the marker stale, not wrong.
 
 Stdlib only (and .errors): the library imports it at synth, the CodeBuild job and the Lambda handlers at run time."""
 
@@ -28,7 +34,10 @@ from .errors import DownloadError
 from .hub import DEFAULT_REVISION
 
 FARM_PREFIX = "farm/"
-RECEIPTS_PREFIX = f"{FARM_PREFIX}_receipts/"
+# Where the copy's state machine writes its per-batch results (Step Functions ResultWriter): not a model name
+# (NAME cannot start with "_"), so never a model's key.
+RUNS_PREFIX = f"{FARM_PREFIX}_runs/"
+COPY_FAILED_NAME = "copy-failed.json"  # the failure marker's file name (docs/INTERFACE §1; the pool chart passes it on)
 LAYOUTS = ("gguf", "mme")
 ENGINE_JSON = "engine.json"  # the MME tarball's member with the llama-server flags
 FORMAT_VERSION = 1
@@ -39,7 +48,7 @@ REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _FLAG = re.compile(r"^[a-z][a-z0-9-]{0,63}$")  # a llama-server flag name without its leading dashes
-_ENTRY_FIELDS = ("name", "hf_repo", "file", "revision", "sha256", "token_secret_name", "engine_args")
+_ENTRY_FIELDS = ("name", "hf_repo", "file", "revision", "sha256", "token_secret_name", "engine_args", "layouts")
 
 
 class CatalogError(DownloadError, ValueError):
@@ -58,7 +67,10 @@ def _sha256_hex(text: str) -> str:
 class CatalogEntry:
     """One pooled model: `hf_repo/file@revision` (optionally pinned by sha256), a Secrets Manager secret name
     holding a Hub token for gated repos, and the llama-server flags (`engine_args`, e.g. {"ctx-size": "2048",
-    "parallel": "1", "threads": "2"}) that the MME tarball's engine.json carries."""
+    "parallel": "1", "threads": "2"}) that the MME tarball's engine.json carries. layouts: this entry's own layouts
+    (None: the catalog's) — a farm's dedicated model on SageMaker is read as one GGUF (`gguf`) by its own endpoint
+    while the pooled ones are `mme` tarballs. Left out of the JSON when None, so a catalog without it keeps its
+    fingerprint."""
 
     name: str
     hf_repo: str
@@ -67,9 +79,17 @@ class CatalogEntry:
     sha256: str | None = None
     token_secret_name: str | None = None
     engine_args: Mapping[str, str] = field(default_factory=dict, hash=False)
+    layouts: tuple[str, ...] | None = None
 
     def validate(self) -> None:
         where = f"catalog entry {self.name!r}"
+        if self.layouts is not None and (
+            not self.layouts or len(set(self.layouts)) != len(self.layouts) or not set(self.layouts) <= set(LAYOUTS)
+        ):
+            raise CatalogError(
+                f"{where}: layouts must be a non-empty, duplicate-free subset of {LAYOUTS} (or None: the catalog's), "
+                f"got {self.layouts!r}"
+            )
         if not isinstance(self.name, str) or not NAME.match(self.name):
             raise CatalogError(f"{where}: name must be a DNS label (lowercase letters, digits, '-'; at most 63)")
         if not REPO.match(self.hf_repo or ""):
@@ -100,7 +120,7 @@ class CatalogEntry:
         return posixpath.basename(self.file)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "name": self.name,
             "hf_repo": self.hf_repo,
             "file": self.file,
@@ -109,6 +129,9 @@ class CatalogEntry:
             "token_secret_name": self.token_secret_name,
             "engine_args": dict(self.engine_args),
         }
+        if self.layouts is not None:  # absent otherwise: catalogs written before keep their bytes and fingerprint
+            out["layouts"] = list(self.layouts)
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CatalogEntry:
@@ -128,6 +151,7 @@ class CatalogEntry:
             sha256=data.get("sha256") or None,
             token_secret_name=data.get("token_secret_name") or None,
             engine_args=dict(data.get("engine_args") or {}),
+            layouts=tuple(data["layouts"]) if data.get("layouts") is not None else None,
         )
         entry.validate()
         return entry
@@ -166,8 +190,16 @@ def engine_json(entry: CatalogEntry) -> bytes:
     return (_canonical(dict(entry.engine_args)) + "\n").encode()
 
 
-def receipt_key(fingerprint: str) -> str:
-    return f"{RECEIPTS_PREFIX}{fingerprint}.json"
+def failure_key(entry: CatalogEntry) -> str:
+    """`farm/<name>/<idhash>/copy-failed.json`: the one failure marker of an entry, for every layout."""
+    return f"{FARM_PREFIX}{entry.name}/{identity_hash(entry)}/{COPY_FAILED_NAME}"
+
+
+def items_json(catalog: Catalog) -> str:
+    """The copy's work list: a JSON array of the entries' names, in catalog order — what the state machine's
+    Distributed Map reads (ItemReader, a JSON array in S3) and batches; each batch's names reach the job as
+    CATALOG_NAMES (buildspec.CATALOG_NAMES_ENV)."""
+    return json.dumps([e.name for e in catalog.entries], separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -222,7 +254,7 @@ class Catalog:
         return catalog
 
     def fingerprint(self) -> str:
-        """sha256 hex of the canonical JSON: what the custom resource carries, and the receipt's name."""
+        """sha256 hex of the canonical JSON: what each copy batch checks the catalog it reads against."""
         return _sha256_hex(self.to_json())
 
     def entry(self, name: str) -> CatalogEntry:
@@ -231,6 +263,20 @@ class Catalog:
                 return e
         raise KeyError(f"no model {name!r} in the catalog")
 
+    def subset(self, names: list[str] | tuple[str, ...] | None) -> Catalog:
+        """The entries named (in catalog order), all of them for None; an unknown name is refused in one line."""
+        if names is None:
+            return self
+        wanted = set(names)
+        unknown = sorted(wanted - {e.name for e in self.entries})
+        if unknown:
+            raise CatalogError(f"no model {', '.join(map(repr, unknown))} in the catalog {self.fingerprint()}")
+        return Catalog(tuple(e for e in self.entries if e.name in wanted), self.layouts)
+
+    def layouts_of(self, entry: CatalogEntry) -> tuple[str, ...]:
+        """The layouts written for `entry`: its own, else the catalog's."""
+        return entry.layouts if entry.layouts is not None else self.layouts
+
     def keys(self, entry: CatalogEntry) -> dict[str, str]:
-        """layout → key for one entry, for this catalog's layouts."""
-        return {layout: KEY_OF[layout](entry) for layout in self.layouts}
+        """layout → key for one entry: its own layouts, else this catalog's."""
+        return {layout: KEY_OF[layout](entry) for layout in self.layouts_of(entry)}

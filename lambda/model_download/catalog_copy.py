@@ -1,4 +1,5 @@
-"""Catalog mode of the copy job: every entry of a farm's catalog into the model bucket, then one receipt.
+"""Catalog mode of the copy job: the entries of a farm's catalog (all of them, or one batch's subset) into the
+model bucket; each failed entry leaves its failure marker.
 
 Per entry, for each layout of the catalog (catalog.KEY_OF): HEAD the key; a key that holds the job's object
 (metadata `sha256`, equal to the entry's pinned sha256 if it has one) is kept as it is — no Hub request, never
@@ -9,9 +10,11 @@ first, by the copy engine (copy.copy_model), then `mme` by tarball.write_mme_tar
 its `gguf` key in S3 when the catalog has that layout (same-region ranged GETs: each model leaves the Hub once),
 else from the Hub. A bounded number of entries run in parallel; a failed entry does not stop the others.
 
-When every entry is in place the receipt `farm/_receipts/<fingerprint>.json` is written (If-None-Match: *;
-per model: commit, sha256, size, keys). When any entry failed there is no receipt and the run's error line
-names every failed model."""
+A failed entry gets `catalog.failure_key(entry)` (`farm/<name>/<idhash>/copy-failed.json`, JSON {"model",
+"reason", "attempt", "at"}; attempt = the previous marker's + 1), overwritten by each failed attempt and never
+deleted: the model's own key, once it lands, wins over it (docs/INTERFACE §1). Entries cut short by a stop
+(CodeBuild timeout, StopBuild) get no marker — they did not fail, the run did, and the batch is retried. The run
+reports every failed model; the job exits non-zero so the batch counts as failed and is retried."""
 
 from __future__ import annotations
 
@@ -21,11 +24,12 @@ import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote
 
 from .args import one_line
-from .catalog import Catalog, CatalogEntry, engine_json, receipt_key
+from .catalog import Catalog, CatalogEntry, engine_json, failure_key
 from .copy import (
     _HEX64,
     COMMIT,
@@ -34,7 +38,6 @@ from .copy import (
     copy_model,
     existing_object,
     hf_source,
-    put_if_absent,
     require_object,
 )
 from .credentials import read_token as _read_token
@@ -45,6 +48,7 @@ from .tarball import S3Object, write_mme_tarball
 DEFAULT_PARALLEL_MODELS = 4
 DEFAULT_CONCURRENCY = 4  # ranged GETs per model: parallel models × this ≈ the single copy's 8 × 2
 _REASONS_IN_ERROR_LINE = 20
+_MARKER_REASON_CHARS = 2000  # one line, bounded: the gateway quotes it in a 500's message
 _RETRY = RetryPolicy()
 
 
@@ -57,14 +61,12 @@ class EntryReceipt:
     keys: dict[str, str]
     copied: tuple[str, ...] = ()  # layouts this run wrote (the rest were already in place)
 
-    def as_receipt(self) -> dict[str, Any]:
-        return {"commit": self.commit, "sha256": self.sha256, "size": self.size, "keys": self.keys}
-
 
 @dataclass(frozen=True)
 class EntryFailure:
     name: str
     reason: str
+    marker: str | None = None  # the failure marker's key, when one was written
 
 
 @dataclass
@@ -73,15 +75,14 @@ class CatalogRun:
     total: int
     receipts: list[EntryReceipt] = field(default_factory=list)
     failures: list[EntryFailure] = field(default_factory=list)
-    receipt_key: str | None = None
 
     @property
     def copied(self) -> list[EntryReceipt]:
         return [r for r in self.receipts if r.copied]
 
     def error_line(self) -> str:
-        """One line: every failed model by name first (what CloudFormation's status reason starts with), then
-        the first reasons (each failed model's reason is also logged on its own line)."""
+        """One line: every failed model by name first (the batch's build log and Step Functions' failure cause end
+        with it), then the first reasons (each failed model's reason is also logged on its own line)."""
         failed = sorted(self.failures, key=lambda f: f.name)
         names = ", ".join(f.name for f in failed)
         reasons = "; ".join(f"{f.name}: {f.reason}" for f in failed[:_REASONS_IN_ERROR_LINE])
@@ -284,7 +285,8 @@ class CatalogCopy:
         except Exception as exc:  # noqa: BLE001 - every failure is reported by model; bugs keep their type
             line = one_line(exc) or f"{type(exc).__name__}: {exc}"
             self.log(f"model_download: catalog: failed: {entry.name}: {line}")
-            return EntryFailure(entry.name, line)
+            marker = None if self.stop.is_set() else self.mark_failed(entry, line)
+            return EntryFailure(entry.name, line, marker)
         what = f"copied {', '.join(receipt.copied)}" if receipt.copied else "already present"
         self.log(
             f"model_download: catalog: {entry.name}: {what} (commit {receipt.commit}, sha256 {receipt.sha256}, "
@@ -314,32 +316,42 @@ class CatalogCopy:
             run.failures.append(
                 EntryFailure(entry.name, "not started: the job was told to stop (CodeBuild timeout or StopBuild)")
             )
-        if not run.failures:
-            run.receipt_key = self.write_receipt(run)
         return run
 
-    def write_receipt(self, run: CatalogRun) -> str:
-        """The receipt, written last and never replaced (a re-run of the same catalog finds it in place)."""
-        key = receipt_key(run.fingerprint)
-        body = json.dumps(
-            {
-                "version": 1,
-                "fingerprint": run.fingerprint,
-                "bucket": self.bucket,
-                "layouts": list(self.catalog.layouts),
-                "models": {r.name: r.as_receipt() for r in sorted(run.receipts, key=lambda r: r.name)},
-            },
-            sort_keys=True,
-            indent=1,
-        ).encode()
-        # Already there (412): the same catalog's receipt — its name is the catalog's fingerprint.
-        put_if_absent(self.s3, bucket=self.bucket, key=key, Body=body, ContentType="application/json")
+    def mark_failed(self, entry: CatalogEntry, reason: str) -> str | None:
+        """Write (overwrite) the entry's failure marker; its key, or None when it could not be written (logged:
+        the run's exit code already reports the failure)."""
+        key = failure_key(entry)
+        attempt = 1
+        try:
+            previous = json.loads(self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read())
+            attempt = int(previous.get("attempt", 0)) + 1
+        except Exception:  # noqa: BLE001 - no marker yet (404), or an unreadable one: this is attempt 1
+            attempt = 1
+        body = {
+            "model": entry.name,
+            "reason": reason.replace("\n", " ")[:_MARKER_REASON_CHARS],
+            "attempt": attempt,
+            "at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        try:
+            self.s3.put_object(
+                Bucket=self.bucket,
+                Key=key,
+                Body=(json.dumps(body, sort_keys=True) + "\n").encode(),
+                ContentType="application/json",
+            )
+        except Exception as exc:  # noqa: BLE001 - a marker is a courtesy to readers; the exit code is the contract
+            self.log(
+                f"model_download: catalog: {entry.name}: could not write s3://{self.bucket}/{key}: {one_line(exc) or exc}"
+            )
+            return None
         return key
 
 
 def load_catalog(s3, uri: str, fingerprint: str | None = None) -> Catalog:  # noqa: ANN001
     """The catalog JSON from `s3://bucket/key` (the construct's asset), checked against the fingerprint the
-    custom resource carries: the job copies exactly the catalog CloudFormation deployed."""
+    state machine passes each batch: the job copies exactly the catalog CloudFormation deployed."""
     if not uri.startswith("s3://") or "/" not in uri[5:]:
         raise DownloadError(f"the catalog must be an s3://bucket/key URI, got {uri!r}")
     bucket, key = uri[5:].split("/", 1)

@@ -12,9 +12,11 @@ landed (buildspec.RECEIPT); isComplete returns that as the resource's attributes
 (custom-resources/lib/provider-framework/runtime/framework.js: `Data: {...event.Data, ...isCompleteResult.Data}`).
 Consumers read those attributes, so they keep the resolved commit until the properties change.
 
-The same provider serves Custom::ModelCatalog (every pooled model of a stack in one job): an event whose
-properties carry CatalogKey goes to catalog_resource; and a vLLM model's safetensors snapshot: an event whose
-properties carry Snapshot goes to snapshot_resource.
+The same provider answers the retired Custom::ModelCatalog's last event (its Delete, when a stack deployed before
+the catalog's Step Functions fan-out upgrades): an event whose properties carry CatalogKey goes to catalog_resource;
+and a vLLM model's safetensors snapshot: an event whose
+properties carry Snapshot goes to snapshot_resource; and a farm's one wait for its dedicated models' catalog keys
+(Custom::DedicatedModelsReady): an event whose properties carry Dedicated goes to catalog_wait.
 
 Resource properties (the copy's identity): ProjectName, Bucket, KeyPrefix (`models/<name>`), HfRepo, File,
 Revision, Sha256 ("" = the Hub's). The token secret, Hub endpoint and concurrency are the project's environment.
@@ -26,6 +28,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from . import catalog_wait
 from .build_job import ERROR_PREFIX as ERROR_PREFIX  # re-exported: the job's error line starts with it
 from .build_job import (
     Receipts,
@@ -114,6 +117,8 @@ RECEIPTS = Receipts(
 
 
 def on_event(event: dict[str, Any], _context: Any = None, *, codebuild=None) -> dict[str, Any]:  # noqa: ANN001
+    if catalog_wait.is_wait(event):
+        return catalog_wait.on_event(event)
     if _is_catalog(event):
         from . import catalog_resource
 
@@ -172,6 +177,8 @@ def completion(
 
 
 def is_complete(event: dict[str, Any], _context: Any = None, *, codebuild=None, logs=None) -> dict[str, Any]:  # noqa: ANN001
+    if catalog_wait.is_wait(event):
+        return catalog_wait.is_complete(event)
     if _is_catalog(event):
         from . import catalog_resource
 

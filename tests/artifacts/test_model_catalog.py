@@ -1,5 +1,6 @@
 """ModelCatalog templates: one app with a 10-model and a 1,000-model farm stack (each also holding one ModelArtifact,
-so the stack's copy provider is shared), cdk-nag applied; the template must not grow with the number of models."""
+whose copy provider the catalog does not use), cdk-nag applied; the template must not grow with the number of models.
+The fan-out itself (state machine, start resource, IAM): test_catalog_fanout.py."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from aws_cdk import aws_iam as iam
 
 from cpu_inference.artifacts import ModelArtifact, ModelArtifactProps, ModelBucket, ModelCatalog, ModelCatalogProps
-from model_download.buildspec import CATALOG_RECEIPT
+from model_download.buildspec import CATALOG_NAMES_ENV
 from model_download.catalog import Catalog, CatalogEntry, gguf_key, mme_target_model
 from tests.support.cdk import apply_nag, cfn_lint_errors, nag_errors, synth, template_json
 
@@ -135,31 +136,25 @@ def test_the_template_does_not_grow_with_the_number_of_models(farms: dict[int, F
     )
 
 
-def test_the_custom_resource_carries_only_where_the_catalog_is_and_its_fingerprint(farms: dict[int, Farm]) -> None:
+def test_the_definition_carries_only_where_the_catalog_is_and_its_fingerprint(farms: dict[int, Farm]) -> None:
     farm = farms[1000]
-    (resource,) = farm.resources("Custom::ModelCatalog").values()
-    props = resource["Properties"]
-    assert set(props) == {
-        "ServiceToken",
-        "ServiceTimeout",
-        "ProjectName",
-        "Bucket",
-        "CatalogBucket",
-        "CatalogKey",
-        "Fingerprint",
-        "Layouts",
-    }
-    assert props["Fingerprint"] == farm.catalog.fingerprint == Catalog(entries(1000), ("gguf", "mme")).fingerprint()
-    assert props["Layouts"] == ["gguf", "mme"] and int(props["ServiceTimeout"]) == 3600
-    assert props["Bucket"] == {"Ref": farm.logical_id(farm.bucket.bucket)}
-    # The asset the job reads is exactly the catalog, byte for byte (what the fingerprint names).
+    sm = farm.template["Resources"][farm.logical_id(farm.catalog.fanout.state_machine)]
+    text = "".join(p if isinstance(p, str) else "" for p in sm["Properties"]["DefinitionString"]["Fn::Join"][1])
+    assert farm.catalog.fingerprint == Catalog(entries(1000), ("gguf", "mme")).fingerprint()
+    assert farm.catalog.fingerprint in text and farm.catalog.catalog_asset.s3_object_key in text
+    assert farm.catalog.items_asset.s3_object_key in text
+    # The assets the builds and the map read are exactly the catalog and its names, byte for byte.
     outdir = Path(farm.stack.node.root.outdir)
-    staged = outdir / f"asset.{farm.catalog.catalog_asset.asset_hash}" / "catalog.json"
-    staged = staged if staged.exists() else outdir / f"asset.{farm.catalog.catalog_asset.asset_hash}.json"
-    assert Catalog.from_json(staged.read_text()).fingerprint() == props["Fingerprint"]
-    assert props["CatalogKey"] == farm.catalog.catalog_asset.s3_object_key and props["CatalogKey"].endswith(".json")
-    # A different catalog is a different fingerprint: CloudFormation re-runs the job.
-    assert farms[10].resources("Custom::ModelCatalog").popitem()[1]["Properties"]["Fingerprint"] != props["Fingerprint"]
+    for asset, name in ((farm.catalog.catalog_asset, "catalog.json"), (farm.catalog.items_asset, "items.json")):
+        staged = outdir / f"asset.{asset.asset_hash}" / name
+        staged = staged if staged.exists() else outdir / f"asset.{asset.asset_hash}.json"
+        if name == "catalog.json":
+            assert Catalog.from_json(staged.read_text()).fingerprint() == farm.catalog.fingerprint
+        else:
+            assert json.loads(staged.read_text()) == [e.name for e in entries(1000)]
+        assert asset.s3_object_key.endswith(".json")
+    # A different catalog is a different fingerprint: the start resource is updated, a new execution starts.
+    assert farms[10].catalog.fingerprint != farm.catalog.fingerprint
 
 
 def test_the_job_role_writes_only_farm_and_reads_only_the_catalog_and_the_named_secrets(farms: dict[int, Farm]) -> None:
@@ -196,14 +191,12 @@ def test_serving_reads_farm_only_and_keys_are_literals(farms: dict[int, Farm]) -
         farm.catalog.gguf_key("m-0999")
     )
     assert farm.catalog.mme_target_model("m-0999") == mme_target_model(entry)
-    assert (
-        farm.catalog.prefix == "farm/" and farm.catalog.receipt_key == f"farm/_receipts/{farm.catalog.fingerprint}.json"
-    )
+    assert farm.catalog.prefix == "farm/" and not hasattr(farm.catalog, "receipt_key")  # no receipt any more
     with pytest.raises(KeyError, match="no model 'm-5000' in the catalog"):
         farm.catalog.gguf_key("m-5000")
 
 
-def test_one_job_runs_the_catalog_buildspec_on_the_stacks_shared_provider(farms: dict[int, Farm]) -> None:
+def test_one_project_runs_the_catalog_buildspec_on_the_stacks_runner(farms: dict[int, Farm]) -> None:
     farm = farms[1000]
     (project,) = [
         r["Properties"]
@@ -212,20 +205,14 @@ def test_one_job_runs_the_catalog_buildspec_on_the_stacks_shared_provider(farms:
     ]
     spec = json.loads(project["Source"]["BuildSpec"])
     (command,) = spec["phases"]["build"]["commands"]
-    assert command.startswith("python3 -m model_download catalog ") and spec["env"]["exported-variables"] == list(
-        CATALOG_RECEIPT
-    )
+    assert command.startswith("python3 -m model_download catalog ") and "exported-variables" not in spec["env"]
+    assert f"${{{CATALOG_NAMES_ENV}:+" in command
     env = {e["Name"]: e["Value"] for e in project["Environment"]["EnvironmentVariables"]}
     assert env["CATALOG_FINGERPRINT"] == farm.catalog.fingerprint and env["CATALOG_PARALLEL_MODELS"] == "4"
-    assert project["TimeoutInMinutes"] == 55 and project["Environment"]["PrivilegedMode"] is False
-    # One provider and one runner asset per stack, for the artifact and the catalog alike.
-    assert len(farm.resources("AWS::StepFunctions::StateMachine")) == 1
-    tokens = {
-        json.dumps(r["Properties"]["ServiceToken"])
-        for t in ("Custom::ModelCatalog", "Custom::ModelArtifact")
-        for r in farm.resources(t).values()
-    }
-    assert len(tokens) == 1
+    assert project["TimeoutInMinutes"] == 240 and project["Environment"]["PrivilegedMode"] is False
+    # The artifact's provider waiter and the catalog's copy; the catalog uses no provider; one runner asset.
+    assert len(farm.resources("AWS::StepFunctions::StateMachine")) == 2
+    assert farm.resources("Custom::ModelCatalog") == {}
     sources = {
         json.dumps(r["Properties"]["Source"]["Location"]) for r in farm.resources("AWS::CodeBuild::Project").values()
     }
@@ -245,7 +232,9 @@ def test_cdk_nag_and_cfn_lint_are_clean(farms: dict[int, Farm], count: int) -> N
         ({"layouts": ("gguf", "zip")}, "layouts must be"),
         ({"entries": (CatalogEntry("Bad_Name", "acme/a", "a.gguf"),)}, "'Bad_Name': name must be a DNS label"),
         ({"parallel_models": 0}, "parallel_models must be 1..64"),
-        ({"copy_timeout_minutes": 90}, r"copy_timeout_minutes must be 5\.\.55"),
+        ({"copy_timeout_minutes": 3000}, r"copy_timeout_minutes must be 5\.\.2160"),
+        ({"batch_size": 51}, r"batch_size must be 1\.\.50"),
+        ({"max_concurrency": 0}, r"max_concurrency must be 1\.\.10000 \(keep it within the account's CodeBuild"),
     ],
 )
 def test_catalog_props_are_validated(change: dict[str, Any], message: str) -> None:

@@ -1,6 +1,6 @@
-"""The CodeBuild copy job that ModelArtifact (one model) and ModelCatalog (every pooled model) both run: its role,
-its log group, the project on the stack's runner asset (ModelCopyProvider.runner_asset), the provider's right to
-start and watch it, and the cdk-nag acknowledgments of what CodeBuild grants by default.
+"""The CodeBuild copy job that ModelArtifact (one model) and ModelCatalog (batches of pooled models) both run: its
+role, its log group, the project on the stack's runner asset (copy_provider.runner_asset), the provider's right to
+start and watch it (ModelArtifact only), and the cdk-nag acknowledgments of what CodeBuild grants by default.
 
 The project's environment holds every input of the job (model_download's `build_environment`), so
 `aws codebuild start-build` re-runs the same copy by hand; the custom resource overrides only the identity."""
@@ -16,7 +16,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from cpu_inference._internal import nag
-from cpu_inference.artifacts.copy_provider import ModelCopyProvider
+from cpu_inference.artifacts.copy_provider import ModelCopyProvider, runner_asset
 from model_download.build_job import QUEUED_TIMEOUT_MINUTES, SERVICE_TIMEOUT_SECONDS
 
 # A region/account as cdk-nag prints them: a literal for env-bound stacks, a pseudo parameter otherwise.
@@ -47,19 +47,20 @@ def copy_job_role(scope: Construct, description: str) -> iam.Role:
 def copy_job_project(
     scope: Construct,
     *,
-    provider: ModelCopyProvider,
+    provider: ModelCopyProvider | None,
     role: iam.IRole,
     description: str,
     build_spec: dict[str, Any],
     environment: list[dict[str, str]],
     settings: CopyJobSettings,
 ) -> tuple[logs.LogGroup, codebuild.Project]:
-    """The job's log group ("CodeBuildLogs") and project ("CopyJob"), which the provider may start and watch.
-    environment: model_download's build_environment(...) of the resource's properties."""
+    """The job's log group ("CodeBuildLogs") and project ("CopyJob"), which `provider` (if any) may start and
+    watch; without one (ModelCatalog) the caller grants who starts it. environment: model_download's
+    build_environment(...) of the resource's properties."""
     log_group = logs.LogGroup(
         scope, "CodeBuildLogs", retention=settings.log_retention, removal_policy=cdk.RemovalPolicy.DESTROY
     )
-    runner = provider.runner_asset()
+    runner = runner_asset(scope)
     project = codebuild.Project(
         scope,
         "CopyJob",
@@ -80,7 +81,8 @@ def copy_job_project(
         queued_timeout=cdk.Duration.minutes(QUEUED_TIMEOUT_MINUTES),
         logging=codebuild.LoggingOptions(cloud_watch=codebuild.CloudWatchLoggingOptions(log_group=log_group)),
     )
-    provider.allow(project, log_group)
+    if provider is not None:
+        provider.allow(project, log_group)
     return log_group, project
 
 

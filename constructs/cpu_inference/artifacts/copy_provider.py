@@ -1,5 +1,6 @@
-"""ModelCopyProvider: one custom-resource provider per stack for every ModelArtifact and ModelCatalog in it, and
-the one S3 asset of the model_download package their copy jobs run (`runner_asset()`).
+"""ModelCopyProvider: one custom-resource provider per stack for every ModelArtifact in it, and the one S3 asset of
+the model_download package every copy job of the stack runs (`runner_asset()`, ModelCatalog's builds too — the
+catalog's copy is started by its own state machine and needs no provider).
 
 CDK's Provider framework with an isComplete waiter (Step Functions): onEvent starts the artifact's CodeBuild
 copy job, isComplete polls it every 30 s, fails the deployment when the job fails and, when it succeeds, returns
@@ -31,6 +32,7 @@ from model_download.build_job import (
 )
 
 PROVIDER_ID = "CpuInferenceModelCopyProvider"
+RUNNER_ID = "CpuInferenceModelCopyRunner"
 RUNTIME = lambda_.Runtime.PYTHON_3_14
 
 _FRAMEWORK_WILDCARDS = {
@@ -41,6 +43,16 @@ _FRAMEWORK_WILDCARDS = {
         "The provider framework invokes this construct's two handler functions; ':*' covers their versions and aliases only"
     ),
 }
+
+
+def runner_asset(scope: Construct) -> s3_assets.Asset:
+    """The model_download package as one S3 asset, created on first use and shared by every copy job of the stack
+    (ModelArtifact's, awaited through the provider; ModelCatalog's, started by its state machine)."""
+    stack = cdk.Stack.of(scope)
+    existing = stack.node.try_find_child(RUNNER_ID)
+    if isinstance(existing, s3_assets.Asset):
+        return existing
+    return s3_assets.Asset(stack, RUNNER_ID, path=str(staged_root()))
 
 
 class ModelCopyProvider(Construct):
@@ -113,12 +125,9 @@ class ModelCopyProvider(Construct):
         )
 
     def runner_asset(self) -> s3_assets.Asset:
-        """The model_download package as one S3 asset ("Runner"), created on first use and shared by every copy
-        job of the stack (ModelArtifact, ModelCatalog)."""
-        existing = self.node.try_find_child("Runner")
-        if isinstance(existing, s3_assets.Asset):
-            return existing
-        return s3_assets.Asset(self, "Runner", path=str(staged_root()))
+        """The stack's model_download package asset (module-level runner_asset): the same one ModelCatalog's
+        builds run, which need no provider."""
+        return runner_asset(self)
 
     def allow(self, project: codebuild.IProject, job_logs: logs.ILogGroup) -> None:
         """Let the handlers start, watch and (past the deadline) stop one copy job, and read its log for the error

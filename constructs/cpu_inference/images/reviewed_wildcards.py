@@ -4,24 +4,11 @@ Anything not listed here stays a cdk-nag finding (see nag.acknowledge_wildcards)
 
 from __future__ import annotations
 
+from cpu_inference._internal.aws_names import STATE_MACHINE_LOG_DELIVERY_ACTIONS, XRAY_WRITE_ACTIONS
 from cpu_inference._internal.nag import Wildcard
 
 # Actions without resource-level permissions: '*' is their only possible resource.
-NO_RESOURCE_LEVEL = {
-    "ecr:GetAuthorizationToken",
-    "xray:PutTraceSegments",
-    "xray:PutTelemetryRecords",
-    "xray:GetSamplingRules",
-    "xray:GetSamplingTargets",
-    "logs:CreateLogDelivery",
-    "logs:GetLogDelivery",
-    "logs:UpdateLogDelivery",
-    "logs:DeleteLogDelivery",
-    "logs:ListLogDeliveries",
-    "logs:PutResourcePolicy",
-    "logs:DescribeResourcePolicies",
-    "logs:DescribeLogGroups",
-}
+NO_RESOURCE_LEVEL = {"ecr:GetAuthorizationToken", *XRAY_WRITE_ACTIONS, *STATE_MACHINE_LOG_DELIVERY_ACTIONS}
 SEG = r"(?:<AWS::\w+>|[^:<>]+)"  # a partition, region or account: literal or pseudo parameter
 REVIEWED_WILDCARDS = [
     Wildcard(

@@ -13,7 +13,7 @@ from botocore.config import Config
 from botocore.retries.standard import ThrottledRetryableChecker, TransientRetryableChecker
 from botocore.stub import Stubber
 
-from model_download import catalog_resource, snapshot_resource
+from model_download import snapshot_resource
 from model_download.build_job import (
     BUILD_DEADLINE_SECONDS,
     MAX_COPY_TIMEOUT_MINUTES,
@@ -185,7 +185,7 @@ def test_the_failure_reason_links_the_build_log() -> None:
     )
 
 
-@pytest.mark.parametrize("handler", ["file", "snapshot", "catalog"])
+@pytest.mark.parametrize("handler", ["file", "snapshot"])
 def test_a_non_ascii_reason_fits_the_budget_in_bytes(handler: str) -> None:
     logs = Recorded("logs")
     line = "model_download: error: " + "; ".join(
@@ -193,9 +193,7 @@ def test_a_non_ascii_reason_fits_the_budget_in_bytes(handler: str) -> None:
     )
     logs.stub.add_response("get_log_events", {"events": [{"message": line}]})
     props = {**PROPS, "Snapshot": "safetensors", "Fingerprint": "f" * 64}
-    complete = {"file": completion, "snapshot": snapshot_resource.completion, "catalog": catalog_resource.completion}[
-        handler
-    ]
+    complete = {"file": completion, "snapshot": snapshot_resource.completion}[handler]
     with pytest.raises(RuntimeError) as failure:
         complete(_build("FAILED", complete=True), props, logs.client)
     reason = str(failure.value)

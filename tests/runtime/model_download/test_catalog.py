@@ -1,6 +1,6 @@
 """The catalog job (`python -m model_download catalog`) against real servers: the fake Hub over HTTP (real GGUF
-bytes, 302 to a CDN origin, 401/404) → moto's S3 server; and its failure reaching CloudFormation's status reason
-through the custom-resource handlers, as one model's copy does."""
+bytes, 302 to a CDN origin, 401/404) → moto's S3 server; each failed model leaves its failure marker. The batches
+the state machine runs: test_catalog_batches.py."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import hashlib
 import io
 import json
 import os
+import subprocess
 import sys
 import tarfile
 import threading
@@ -20,22 +21,22 @@ import boto3
 import botocore.session
 import pytest
 
-from model_download.buildspec import CATALOG_BUILD_SPEC, CATALOG_RECEIPT
+from model_download import catalog_resource
+from model_download.buildspec import CATALOG_BUILD_SPEC, catalog_environment
 from model_download.catalog import (
     FARM_PREFIX,
     Catalog,
     CatalogEntry,
     CatalogError,
     engine_args_hash,
+    failure_key,
     gguf_key,
     identity_hash,
     mme_key,
     mme_target_model,
-    receipt_key,
 )
 from model_download.catalog_copy import CatalogCopy, Hubs
 from model_download.catalog_job import main as catalog_main
-from model_download.catalog_resource import IDENTITY, build_environment, completion, identity_environment
 from model_download.copy import MIB
 from model_download.credentials import read_token
 from model_download.custom_resource import is_complete, on_event
@@ -99,7 +100,6 @@ def _publish(s3, catalog: Catalog) -> str:  # noqa: ANN001
 def _run_job(
     s3, hub: FakeHub, catalog: Catalog, bucket: str, tmp_path: Path, *extra: str
 ) -> tuple[int, dict[str, str]]:  # noqa: ANN001
-    receipt = tmp_path / f"receipt-{uuid.uuid4().hex[:6]}.env"
     code = catalog_main(
         [
             "--catalog",
@@ -116,13 +116,10 @@ def _run_job(
             "2",
             "--part-size-mib",
             "5",
-            "--receipt-env",
-            str(receipt),
             *extra,
         ]
     )
-    env = dict(line.split("=", 1) for line in receipt.read_text().splitlines()) if receipt.exists() else {}
-    return code, env
+    return code, {}
 
 
 def _nothing_partial(s3, bucket: str, key: str) -> None:  # noqa: ANN001
@@ -220,24 +217,14 @@ def test_three_models_land_at_their_keys_then_a_rerun_asks_the_hub_nothing(
 
     code, exported = _run_job(s3, hub, catalog, bucket, tmp_path)
 
-    assert code == 0
-    fingerprint = catalog.fingerprint()
-    assert exported == {
-        "CATALOG_RECEIPT_KEY": receipt_key(fingerprint),
-        "CATALOG_FINGERPRINT": fingerprint,
-        "CATALOG_MODELS": "3",
-        "CATALOG_COPIED": "3",
-    }
-    assert _keys(s3, bucket) == sorted([*(gguf_key(e) for e in entries), receipt_key(fingerprint)])
-    receipt = json.loads(s3.get_object(Bucket=bucket, Key=receipt_key(fingerprint))["Body"].read())
+    assert code == 0 and exported == {}
+    # The models' keys and nothing else (no receipt: nothing waits for one; no failure marker).
+    assert _keys(s3, bucket) == sorted(gguf_key(e) for e in entries)
     for entry, served in zip(entries, (farm_files["alpha"], farm_files["beta"], farm_files["gamma"]), strict=True):
         assert _object_sha256(s3, bucket, gguf_key(entry)) == served.sha256
-        assert receipt["models"][entry.name] == {
-            "commit": hub.commit,
-            "sha256": served.sha256,
-            "size": served.size,
-            "keys": {"gguf": gguf_key(entry)},
-        }
+        head = s3.head_object(Bucket=bucket, Key=gguf_key(entry))
+        assert head["Metadata"]["sha256"] == served.sha256 and head["ContentLength"] == served.size
+        assert head["Metadata"]["hf-source"].endswith(f"@{hub.commit}")
     assert gguf_key(entries[2]).endswith("/gamma-Q4.gguf")  # quant/gamma-Q4.gguf lands under its basename
     assert hub.stats.heads >= 3 and hub.stats.bytes_served == sum(
         f.size for f in (farm_files["alpha"], farm_files["beta"], farm_files["gamma"])
@@ -246,12 +233,12 @@ def test_three_models_land_at_their_keys_then_a_rerun_asks_the_hub_nothing(
     hub.reset()
     code, again = _run_job(s3, hub, catalog, bucket, tmp_path)
 
-    assert code == 0 and again == {**exported, "CATALOG_COPIED": "0"}
+    assert code == 0 and again == {}
     assert (hub.stats.heads, hub.stats.gets, hub.stats.bytes_served) == (0, 0, 0)  # S3 HEADs only: the Hub is not asked
-    assert len(s3.list_object_versions(Bucket=bucket, Prefix=FARM_PREFIX)["Versions"]) == 4  # nothing rewritten
+    assert len(s3.list_object_versions(Bucket=bucket, Prefix=FARM_PREFIX)["Versions"]) == 3  # nothing rewritten
 
 
-def test_one_failing_model_fails_the_job_naming_it_and_leaves_no_partial_object_and_no_receipt(
+def test_one_failing_model_fails_the_job_naming_it_and_leaves_its_marker_and_no_partial_object(
     hub,
     farm_files,
     s3,
@@ -279,30 +266,21 @@ def test_one_failing_model_fails_the_job_naming_it_and_leaves_no_partial_object_
     assert hub.stats.bytes_served >= farm_files["broken"].size
     for key in catalog.keys(broken).values():
         _nothing_partial(s3, bucket, key)
-    # The others completed, both layouts; no receipt for a catalog that is not complete.
-    assert _keys(s3, bucket) == sorted(k for e in (alpha, gamma) for k in catalog.keys(e).values())
-
-    # The same line reaches CloudFormation as the resource's status reason (isComplete reads the job's log).
-    logs = boto3.client("logs")
-    group, stream = f"/aws/codebuild/catalog-{uuid.uuid4().hex[:6]}", "build-1"
-    logs.create_log_group(logGroupName=group)
-    logs.create_log_stream(logGroupName=group, logStreamName=stream)
-    logs.put_log_events(
-        logGroupName=group,
-        logStreamName=stream,
-        logEvents=[{"timestamp": int(time.time() * 1000) + i, "message": m} for i, m in enumerate(err)],
-    )
-    build = {"id": "model-catalog:7", "buildStatus": "FAILED", "logs": {"groupName": group, "streamName": stream}}
-    with pytest.raises(RuntimeError) as failure:
-        completion(build, {"Fingerprint": catalog.fingerprint(), "Bucket": bucket}, logs)
-    assert str(failure.value).startswith("model catalog copy FAILED: 2 of 4 models failed: broken, missing — ")
-    assert len(str(failure.value)) < 4096 - 1024  # CloudFormation keeps at most 4096 bytes of the response
+    # The others completed, both layouts; each failed model has its marker, and only those.
+    markers = {failure_key(broken), failure_key(missing)}
+    assert _keys(s3, bucket) == sorted([*(k for e in (alpha, gamma) for k in catalog.keys(e).values()), *markers])
+    marker = json.loads(s3.get_object(Bucket=bucket, Key=failure_key(missing))["Body"].read())
+    assert marker["model"] == "missing" and marker["attempt"] == 1
+    assert marker["reason"] == "acme-farm/alpha/no-such-file.gguf@main not found" or "not found" in marker["reason"]
+    # For the mme layout the marker sits beside the tarball, under the same identity hash.
+    assert catalog.keys(broken)["mme"].startswith(failure_key(broken).removesuffix("/copy-failed.json") + "-")
 
     # Fixed upstream (the entry now names the file that exists): the re-run copies only what was missing.
     hub.reset()
     fixed = Catalog((alpha, gamma), ("gguf", "mme"))
     code, exported = _run_job(s3, hub, fixed, bucket, tmp_path)
-    assert code == 0 and exported["CATALOG_COPIED"] == "0" and hub.stats.heads == 0
+    assert code == 0 and hub.stats.heads == 0
+    assert "0 of 2 models copied" in capsys.readouterr().out
 
 
 def test_the_job_copies_only_the_catalog_cloudformation_deployed(hub, farm_files, s3, bucket, capsys) -> None:  # noqa: ANN001
@@ -351,8 +329,7 @@ def test_the_mme_layout_is_a_gzip_tarball_of_the_gguf_and_engine_json(hub, farm_
     assert head["Metadata"]["sha256"] == served.sha256 and head["Metadata"]["size"] == str(served.size)
     # Both layouts of one model hold the same bytes from the same commit.
     assert _object_sha256(s3, bucket, gguf_key(entry)) == served.sha256
-    receipt = json.loads(s3.get_object(Bucket=bucket, Key=receipt_key(catalog.fingerprint()))["Body"].read())
-    assert receipt["models"]["alpha"]["keys"] == {"gguf": gguf_key(entry), "mme": mme_key(entry)}
+    assert head["Metadata"]["hf-source"] == s3.head_object(Bucket=bucket, Key=gguf_key(entry))["Metadata"]["hf-source"]
 
 
 def test_an_mme_copy_that_fails_midway_leaves_nothing(hub, farm_files, s3, bucket) -> None:  # noqa: ANN001
@@ -369,7 +346,7 @@ def test_an_mme_copy_that_fails_midway_leaves_nothing(hub, farm_files, s3, bucke
     assert [f.name for f in run.failures] == ["broken"] and "sha256 mismatch" in run.failures[0].reason
     assert hub.stats.bytes_served >= farm_files["broken"].size  # it got to the end before refusing
     _nothing_partial(s3, bucket, mme_key(broken))
-    assert run.receipt_key is None and _keys(s3, bucket) == []
+    assert _keys(s3, bucket) == [failure_key(broken)] == [run.failures[0].marker]  # no object; its marker
 
 
 def test_a_key_holding_other_bytes_is_never_overwritten(hub, farm_files, s3, bucket) -> None:  # noqa: ANN001
@@ -441,37 +418,8 @@ def test_a_stop_aborts_the_copies_in_flight_and_names_what_is_left(hub, farm_fil
     assert sorted(reasons) == ["alpha", "beta", "gamma"] and run.receipts == []
     assert "told to stop" in reasons["alpha"] and not reasons["alpha"].startswith("not started")  # aborted in flight
     assert reasons["beta"].startswith("not started") and reasons["gamma"].startswith("not started")
-    assert run.receipt_key is None and _keys(s3, bucket) == []
+    assert _keys(s3, bucket) == []  # no object, and no failure marker: a stop is not a failed copy
     assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
-
-
-def test_a_reason_naming_hundreds_of_models_fits_cloudformations_response(aws_env) -> None:  # noqa: ANN001
-    from model_download.catalog_copy import CatalogRun, EntryFailure
-
-    run = CatalogRun(
-        "f" * 64,
-        1000,
-        failures=[EntryFailure(f"m-{i:04d}", f"hf://acme/m-{i:04d} not found (HTTP 404)") for i in range(300)],
-    )
-    line = run.error_line()
-    assert line.startswith("300 of 1000 models failed: m-0000, m-0001, ") and "m-0299 — " in line  # every name, first
-    logs = boto3.client("logs")
-    group = f"/aws/codebuild/catalog-{uuid.uuid4().hex[:6]}"
-    logs.create_log_group(logGroupName=group)
-    logs.create_log_stream(logGroupName=group, logStreamName="b")
-    logs.put_log_events(
-        logGroupName=group,
-        logStreamName="b",
-        logEvents=[{"timestamp": int(time.time() * 1000), "message": "model_download: error: " + line}],
-    )
-    with pytest.raises(RuntimeError) as failure:
-        completion({"id": "c:1", "buildStatus": "FAILED", "logs": {"groupName": group, "streamName": "b"}}, {}, logs)
-    reason = str(failure.value)
-    # CloudFormation keeps at most 4096 bytes of the whole response (ids and the handler's trace included).
-    assert len(reason.encode()) <= 2100 and reason.startswith(
-        "model catalog copy FAILED: 300 of 1000 models failed: m-0000, "
-    )
-    assert reason.endswith("… (the rest in the build log) (build c:1)")
 
 
 # -- the custom resource and the buildspec ------------------------------------------------------------------
@@ -494,87 +442,51 @@ def project(aws_env) -> str:  # noqa: ANN001
     return name
 
 
-def _run_buildspec(env: dict[str, str], workdir: Path) -> dict[str, str]:
-    """The catalog buildspec's commands in one bash, as CodeBuild runs them, then its exported variables."""
-    import subprocess
-    import sys
-
+def _run_buildspec(env: dict[str, str], workdir: Path) -> subprocess.CompletedProcess[str]:
+    """The catalog buildspec's commands in one bash, as CodeBuild runs them."""
     spec = CATALOG_BUILD_SPEC
     commands = [*spec["phases"]["install"]["commands"], *spec["phases"]["build"]["commands"]]
-    exported = spec["env"]["exported-variables"]
-    script = (
-        "set -e\n" + "\n".join(commands) + "\n" + "".join(f'printf "%s=%s\\n" {v} "${{{v}:-}}"\n' for v in exported)
-    )
     bin_dir = str(Path(sys.executable).parent)
-    done = subprocess.run(
-        ["bash", "-c", script],
+    return subprocess.run(
+        ["bash", "-c", "set -e\n" + "\n".join(commands)],
         cwd=workdir,
         env={**env, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert done.returncode == 0, done.stderr
-    return dict(line.split("=", 1) for line in done.stdout.splitlines() if line.split("=", 1)[0] in exported)
 
 
-def test_the_catalog_resource_starts_the_job_and_its_receipt_becomes_the_attributes(
-    hub,
-    farm_files,
-    aws_env,
-    s3,
-    bucket,
-    project,
-    tmp_path,  # noqa: ANN001
-) -> None:
+def test_a_build_started_by_hand_copies_the_whole_catalog(hub, farm_files, aws_env, s3, bucket, tmp_path) -> None:  # noqa: ANN001
+    """`aws codebuild start-build` without overrides: the project's environment alone copies every entry."""
     catalog = Catalog((_entry("alpha", farm_files["alpha"]), _entry("beta", farm_files["beta"])), ("gguf",))
-    uri = _publish(s3, catalog)
-    asset_bucket, asset_key = uri[5:].split("/", 1)
-    props = {
-        "ServiceToken": "arn:aws:lambda:us-east-1:123456789012:function:provider",
-        "ProjectName": project,
-        "Bucket": bucket,
-        "CatalogBucket": asset_bucket,
-        "CatalogKey": asset_key,
-        "Fingerprint": catalog.fingerprint(),
-        "Layouts": ["gguf"],
-    }
-    started = on_event({"RequestType": "Create", "ResourceProperties": props})  # the provider's one onEvent handler
-    assert started["PhysicalResourceId"] == f"s3://{bucket}/{receipt_key(catalog.fingerprint())}"
-    assert [e["name"] for e in identity_environment(props)] == list(IDENTITY)
+    asset_bucket, asset_key = _publish(s3, catalog)[5:].split("/", 1)
+    project_env = catalog_environment(
+        bucket=bucket,
+        catalog_bucket=asset_bucket,
+        catalog_key=asset_key,
+        fingerprint=catalog.fingerprint(),
+        hf_endpoint=hub.url,
+    )
+    env = {**os.environ, **aws_env, **{e["name"]: e["value"] for e in project_env}}
+    env.pop("CATALOG_NAMES", None)
+    done = _run_buildspec(env, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "model_download: catalog done: 2 of 2 models copied" in done.stdout
+    assert _keys(s3, bucket) == sorted(gguf_key(e) for e in catalog.entries)
 
-    env = {
-        **os.environ,
-        **aws_env,
-        **{e["name"]: e["value"] for e in build_environment({**props, "HfEndpoint": hub.url})},
-    }
-    exported = _run_buildspec(env, tmp_path)
 
-    assert set(exported) == set(CATALOG_RECEIPT) and exported["CATALOG_COPIED"] == "2"
-    build = boto3.client("codebuild").batch_get_builds(ids=[started["Data"]["BuildId"]])["builds"][0]
-    build["exportedEnvironmentVariables"] = [{"name": k, "value": v} for k, v in exported.items()]
-    answer = completion(build, props, None)
-    assert answer["IsComplete"] and answer["Data"] == {
-        "ReceiptKey": receipt_key(catalog.fingerprint()),
-        "Fingerprint": catalog.fingerprint(),
-        "Models": "2",
-        "Copied": "2",
-        "BuildId": build["id"],
-    }
-    # A receipt for another catalog is refused; moto's build (no buildspec run) exported nothing and fails.
-    wrong = {**exported, "CATALOG_FINGERPRINT": "0" * 64}
-    with pytest.raises(RuntimeError, match="unexpected receipt"):
-        completion(
-            {**build, "exportedEnvironmentVariables": [{"name": k, "value": v} for k, v in wrong.items()]}, props, None
-        )
-    assert answer["PhysicalResourceId"].startswith(f"s3://{bucket}/{receipt_key(catalog.fingerprint())}#v=1&")
-    # moto never marks its build complete (isComplete waits); complete, it exported nothing: refused, by name.
-    assert is_complete({"RequestType": "Create", "ResourceProperties": props, **started}) == {"IsComplete": False}
-    with pytest.raises(RuntimeError, match="exported no CATALOG_RECEIPT_KEY"):
-        completion({**build, "exportedEnvironmentVariables": [], "buildComplete": True}, props, None)
-    assert on_event({"RequestType": "Delete", "ResourceProperties": props, "PhysicalResourceId": "x"}) == {
-        "PhysicalResourceId": "x"
-    }
+def test_the_retired_catalog_resource_only_answers_its_delete() -> None:
+    """A stack deployed before the fan-out still holds a Custom::ModelCatalog; upgrading deletes it through the
+    stack's copy provider, which routes it here (CatalogKey in its properties). Delete keeps every object."""
+    props = {"ServiceToken": "t", "ProjectName": "p", "Bucket": "b", "CatalogBucket": "c", "CatalogKey": "k"}
+    delete = {"RequestType": "Delete", "ResourceProperties": props, "PhysicalResourceId": "s3://b/farm/_receipts/x"}
+    assert on_event(delete) == {"PhysicalResourceId": "s3://b/farm/_receipts/x"}
+    assert is_complete(delete) == {"IsComplete": True}
+    for request in ("Create", "Update"):
+        with pytest.raises(RuntimeError, match="Custom::ModelCatalog is retired"):
+            on_event({"RequestType": request, "ResourceProperties": props, "PhysicalResourceId": "x"})
+    assert catalog_resource.RETIRED.startswith("Custom::ModelCatalog is retired")
 
 
 def test_sigterm_to_the_job_aborts_its_uploads_and_names_every_model_left(hub, farm_files, aws_env, s3, bucket) -> None:  # noqa: ANN001

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from cpu_inference.artifacts.model_artifact import ModelArtifactProps
 from cpu_inference.artifacts.model_catalog import ModelCatalogProps
-from model_download import args, catalog_job, catalog_resource, custom_resource, snapshot_job, snapshot_resource
+from model_download import args, catalog_job, custom_resource, snapshot_job, snapshot_resource
+from model_download.buildspec import catalog_environment
 from model_download.hub import DEFAULT_ENDPOINT, DEFAULT_REVISION, Hub
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -58,9 +59,11 @@ def test_custom_resources_fall_back_to_the_hub_default() -> None:
         "CatalogKey": "k",
         "Fingerprint": "f",
     }
-    for module in (catalog_resource, snapshot_resource, custom_resource):
+    for module in (snapshot_resource, custom_resource):
         env = {e["name"]: e["value"] for e in module.build_environment(dict(base))}
         assert env["HF_ENDPOINT"] == DEFAULT_ENDPOINT, module.__name__
+    catalog = catalog_environment(bucket="b", catalog_bucket="c", catalog_key="k", fingerprint="f")
+    assert {e["name"]: e["value"] for e in catalog}["HF_ENDPOINT"] == DEFAULT_ENDPOINT
 
 
 def test_cli_help_names_the_hub_default(monkeypatch) -> None:  # noqa: ANN001
