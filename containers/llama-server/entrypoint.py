@@ -5,8 +5,9 @@
     entrypoint.py serve      SageMaker mode: llama-server on loopback + the /ping, /invocations adapter;
                              started as root (SageMaker's way), it drops to LLAMA_RUN_AS first (privileges.py)
     entrypoint.py pool       EKS pools: llama-server in router mode over LLAMA_MODELS_PRESET, at most
-                             LLAMA_MODELS_MAX models loaded (pool_mode.py); a changed preset is applied in
-                             place, without a restart (pool_supervisor.py)
+                             LLAMA_MODELS_MAX models loaded (pool_mode.py); models are served as their files
+                             land and a changed preset is applied in place, without a restart (pool_supervisor.py);
+                             GET /status and /metrics on LLAMA_POOL_STATUS_PORT (pool_status_server.py)
     entrypoint.py serve-mme  SageMaker multi-model endpoint: the /models contract, one llama-server per loaded
                              model (mme_adapter.py); `serve` becomes this when SageMaker sets SAGEMAKER_MULTI_MODEL=true
     entrypoint.py print-command [serve|pool]   print the engine command line this environment produces
@@ -50,7 +51,7 @@ from inference_runtime.sagemaker_adapter import (
     max_drain_seconds,
 )
 from mme_adapter import ChildDefaults, MultiModelAdapter, child_defaults
-from pool_supervisor import poll_seconds, supervise
+from pool_supervisor import pool_settings, supervise
 
 DEFAULT_BIN = "/opt/llama/bin/llama-server"
 EKS_MODEL_DIR = "/models"
@@ -201,8 +202,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args[:1] == ["pool"]:
             # Not exec'd: the router runs as a child so a changed preset is applied in place (pool_supervisor.py).
-            pool, interval = pool_mode.pool_command(env, engine_binary(env)), poll_seconds(env)
-            return supervise(pool, env, interval)  # EngineConfigError after start is logged there, never raised
+            pool, settings = pool_mode.pool_command(env, engine_binary(env)), pool_settings(env)
+            return supervise(pool, env, settings)  # EngineConfigError after start is logged there, never raised
         if args:
             print(
                 f"entrypoint: unknown mode {args[0]!r} (use no argument for EKS mode, 'pool', 'serve' or 'serve-mme')",

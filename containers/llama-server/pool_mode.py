@@ -18,7 +18,6 @@ unset_reserved_args, update_args). A preset key is a flag name without dashes or
 from __future__ import annotations
 
 import configparser
-import os
 import shlex
 import sys
 from collections.abc import Mapping
@@ -82,9 +81,10 @@ def _first(section: Mapping[str, str], keys: tuple[str, ...]) -> str | None:
 
 
 def check_preset(path: Path, cwd: Path | None = None, text: str | None = None) -> list[PresetModel]:
-    """Every model of the preset, each with a model file this process can read; else one line naming the
-    section and the file. Checked with stat + access only: on a Mountpoint for S3 volume an open or a read
-    is an S3 request per model, and a pool lists hundreds."""
+    """Every model of the preset with the file it names; else one line naming the section (a user error: an INI
+    that does not parse, a section without `model = ...`, no model at all). Whether each file is there yet is not
+    checked here: the catalog copies a pool's models after the deploy, so a section may name a file that lands
+    later (pool_landing.py; the supervisor serves only the landed ones)."""
     sections = read_preset(path, text)
     defaults = sections.get(GLOBAL_SECTION, {})
     base = cwd or Path.cwd()  # the router passes `--model <value>` on to a child in its own working directory
@@ -92,17 +92,12 @@ def check_preset(path: Path, cwd: Path | None = None, text: str | None = None) -
     for name, section in sections.items():
         if name == GLOBAL_SECTION or (name == TOP_SECTION and set(section) <= {"version"}):
             continue
-        where = f"{MODELS_PRESET.image_env} {path}: section [{name}]"
         value = _first(section, MODEL.keys) or _first(defaults, MODEL.keys)
         if value is None:
-            raise EngineConfigError(f"{where} has no `model = <path of the .gguf>`")
-        model = Path(value) if Path(value).is_absolute() else base / value
-        if not model.is_file():
-            raise EngineConfigError(f"{where}: model file {model} does not exist")
-        if not os.access(model, os.R_OK):
             raise EngineConfigError(
-                f"{where}: model file {model} is not readable by uid {os.geteuid()} gid {os.getegid()}"
+                f"{MODELS_PRESET.image_env} {path}: section [{name}] has no `model = <path of the .gguf>`"
             )
+        model = Path(value) if Path(value).is_absolute() else base / value
         models.append(PresetModel(name, model, _first(section, THREADS.keys) or _first(defaults, THREADS.keys)))
     if not models:
         raise EngineConfigError(f"{MODELS_PRESET.image_env} {path} has no model section")
@@ -117,6 +112,11 @@ class PoolCommand:
     preset: Path
     models: list[PresetModel]
     command: list[str]
+
+    def router_command(self, preset: Path) -> list[str]:
+        """The command over another preset file: the supervisor's effective copy (only the landed models)."""
+        at = self.command.index(MODELS_PRESET.flag) + 1
+        return [*self.command[:at], str(preset), *self.command[at + 1 :]]
 
 
 def pool_command(env: Mapping[str, str], binary: str, *, memory_limit: int | None = None) -> PoolCommand:

@@ -109,10 +109,11 @@ def test_a_pool_is_one_router_mode_process_with_the_charts_preset_and_every_mode
         (router_pid,) = _children(pool_pid)  # the entrypoint supervises one router (pool_supervisor.py)
         router = _cmdline(router_pid)
         assert router[0] == str(llama_server_bin) and "--models-autoload" in router
-        assert (router[router.index("--models-preset") + 1], router[router.index("--models-max") + 1]) == (
-            str(preset),
-            "2",
-        )
+        # The router reads the supervisor's effective preset: the chart's, minus any model whose file has not
+        # landed (every file is in place locally, so the same sections).
+        effective = Path(router[router.index("--models-preset") + 1])
+        assert router[router.index("--models-max") + 1] == "2" and effective != preset
+        assert effective.read_text() == preset.read_text()
         # The gateway: the dedicated model by URL, the pooled ones through gateway.pools with this one replica.
         gateway = json.loads(_environ(gateway_pid)["ROUTER_CONFIG_JSON"])["gateway"]
         hot_url = f"http://127.0.0.1:{hot[hot.index('--port') + 1]}"
@@ -155,9 +156,14 @@ def test_a_pool_is_one_router_mode_process_with_the_charts_preset_and_every_mode
     for line in preset.read_text().splitlines():
         if line.startswith("model = "):
             assert Path(line.removeprefix("model = ")).resolve() == smollm2_gguf.resolve()  # --stand-ins serves each
-    # The gateway's pool entry is the deployment's apart from the replica URLs and their number.
+    # The gateway's pool entry is the deployment's apart from the replica URLs and their number, and the
+    # supervisor's side port (the deployment's default; a free one here, as the pool's env says).
     (deployed,) = router_config_map(str(cfg), "gateway")["gateway"]["pools"]
-    assert {k: v for k, v in deployed.items() if k != "replicas"} == {k: v for k, v in entry.items() if k != "replicas"}
+    local_only = ("replicas", "status_port")
+    assert {k: v for k, v in deployed.items() if k not in local_only} == {
+        k: v for k, v in entry.items() if k not in local_only
+    }
+    assert "status_port" not in deployed and entry["status_port"] == int(env["LLAMA_POOL_STATUS_PORT"])
 
 
 # --- models_max against this machine's memory (pure: the numbers are sizing's, the memory is given) -----------

@@ -28,7 +28,9 @@ from cpu_inference.eks.manifests import DEFAULT_MAX_BYTES, bucketize, object_key
 from cpu_inference.engines.pool_preset import PoolModel, render_preset
 from cpu_inference.k8s.charts.model_pool_chart import (
     CSI_DRIVER,
+    NEGATIVE_METADATA_TTL_SECONDS,
     PRESET_FILE,
+    STATUS_PORT,
     ModelPoolChart,
     ModelPoolChartProps,
     pool_replica_urls,
@@ -196,13 +198,39 @@ def test_render_preset_puts_common_values_in_star_and_overrides_in_sections() ->
     )
 
 
-def test_network_policy_admits_the_gateway_only_and_allows_no_egress(rendered) -> None:
+def test_network_policy_admits_the_gateway_and_the_scrapers_only_and_allows_no_egress(rendered) -> None:
     _, objs = rendered
     spec = objs["NetworkPolicy"]["spec"]
     assert spec["policyTypes"] == ["Ingress", "Egress"] and spec["egress"] == []
-    (rule,) = spec["ingress"]
-    assert rule["from"] == [{"podSelector": {"matchLabels": {"app.kubernetes.io/component": "router"}}}]
-    assert rule["ports"] == [{"port": ENGINE_PORT, "protocol": "TCP"}]
+    clients, scrapers = spec["ingress"]
+    # The gateway: the API and the supervisor's /status (it asks why a replica does not know a model).
+    assert clients["from"] == [{"podSelector": {"matchLabels": {"app.kubernetes.io/component": "router"}}}]
+    assert clients["ports"] == [{"port": ENGINE_PORT, "protocol": "TCP"}, {"port": STATUS_PORT, "protocol": "TCP"}]
+    # The scrapers: only the status port, which serves the supervisor's /metrics (cold loads per model).
+    assert scrapers["ports"] == [{"port": STATUS_PORT, "protocol": "TCP"}]
+    assert all(peer.keys() <= {"ipBlock", "namespaceSelector"} for peer in scrapers["from"])
+
+
+def test_the_pods_are_scraped_on_the_status_port_and_expose_it(rendered) -> None:
+    _, objs = rendered
+    template = objs["StatefulSet"]["spec"]["template"]
+    assert template["metadata"]["annotations"] == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(STATUS_PORT),
+        "prometheus.io/path": "/metrics",
+    }
+    (container,) = template["spec"]["containers"]
+    assert {"containerPort": STATUS_PORT, "name": "status"} in container["ports"]
+    assert {"name": "status", "port": STATUS_PORT, "targetPort": STATUS_PORT} in objs["Service"]["spec"]["ports"]
+
+
+def test_a_missing_model_is_not_remembered_forever_by_mountpoint(rendered) -> None:
+    # A model lands after the pool starts: Mountpoint must look again (its negative TTL defaults to metadata-ttl,
+    # which is indefinite here — mountpoint-s3 v1.15.0 CHANGELOG, #1246).
+    _, objs = rendered
+    options = objs["PersistentVolume"]["spec"]["mountOptions"]
+    assert "metadata-ttl indefinite" in options
+    assert f"negative-metadata-ttl {NEGATIVE_METADATA_TTL_SECONDS}" in options
 
 
 def test_keda_scales_the_stateful_set_on_the_gateways_pool_gauge(rendered) -> None:

@@ -8,7 +8,7 @@ import cdk8s
 from cpu_inference import sizing
 from cpu_inference.engines.pool_preset import PoolModel
 from cpu_inference.k8s.charts.llama_server_chart import LlamaServerChart, LlamaServerChartProps
-from cpu_inference.k8s.charts.model_pool_chart import ModelPoolChart, ModelPoolChartProps
+from cpu_inference.k8s.charts.model_pool_chart import STATUS_PORT, ModelPoolChart, ModelPoolChartProps
 from cpu_inference.k8s.workloads.model_workload import ModelWorkload
 from cpu_inference.k8s.workloads.serving_policy import ServingPolicy
 
@@ -64,8 +64,13 @@ def test_both_model_charts_render_probes_pdb_and_client_ingress_from_one_builder
         == p["PodDisruptionBudget"]["spec"]["unhealthyPodEvictionPolicy"]
         == "AlwaysAllow"
     )
-    # Client ingress (API port, the router's pods and the client namespaces) is one rule for both.
-    assert m["NetworkPolicy"]["spec"]["ingress"][0] == p["NetworkPolicy"]["spec"]["ingress"][0]
-    # Only the single-model pod is scraped and downloads its model; the pool has neither.
-    assert len(m["NetworkPolicy"]["spec"]["ingress"]) == 2 and len(p["NetworkPolicy"]["spec"]["ingress"]) == 1
+    # Client ingress (the router's pods and the client namespaces) is one rule for both; the pool's also admits the
+    # gateway to its supervisor's status port.
+    m_clients, p_clients = m["NetworkPolicy"]["spec"]["ingress"][0], p["NetworkPolicy"]["spec"]["ingress"][0]
+    assert m_clients["from"] == p_clients["from"]
+    assert p_clients["ports"] == [*m_clients["ports"], {"port": STATUS_PORT, "protocol": "TCP"}]
+    # Both are scraped (the single model's metrics proxy; the pool's supervisor on its status port); only the
+    # single-model pod downloads its model (the pool reads it through Mountpoint).
+    m_scrape, p_scrape = m["NetworkPolicy"]["spec"]["ingress"][1], p["NetworkPolicy"]["spec"]["ingress"][1]
+    assert m_scrape["from"] == p_scrape["from"] and p_scrape["ports"] == [{"port": STATUS_PORT, "protocol": "TCP"}]
     assert m["NetworkPolicy"]["spec"]["egress"] and not p["NetworkPolicy"]["spec"].get("egress")

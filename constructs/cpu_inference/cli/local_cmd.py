@@ -291,6 +291,7 @@ def run(args: argparse.Namespace) -> int:
         for pool in pools:
             signals.check()
             pool.port = closed_port()
+            pool.status_port = closed_port()
             write_pool_dir(pool, log_dir / f"pool-{pool.name}")
             argv, env = pool_process(pool, binary)
             pool.proc = _spawn(argv, log_dir / f"pool-{pool.name}.log", env)
@@ -398,7 +399,7 @@ def _wait_engines(engines: list[Engine], log_dir: Path, signals: _Signals, pools
                 )
             if _healthy(p.url):
                 waiting.remove(p)
-                print(f"  pool {p.name} ready on {p.url}", flush=True)
+                print(f"  pool {p.name} ready on {p.url} (status and metrics: {p.status_url})", flush=True)
         for e in list(pending):
             assert e.proc is not None
             if e.proc.poll() is not None:

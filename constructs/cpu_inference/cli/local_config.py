@@ -56,7 +56,13 @@ def gateway_config(
         GatewayModel(name=m.name, url=started.get(m.name, closed)) for m in config.models if m.name not in pooled
     )
     entries = tuple(
-        GatewayPool.of(name=p.name, replication=1, models=tuple(e.name for e in p.members), replicas=(p.url,))
+        GatewayPool.of(
+            name=p.name,
+            replication=1,
+            models=tuple(e.name for e in p.members),
+            replicas=(p.url,),
+            status_port=p.status_port,
+        )
         for p in pools
     )
     # A cold model loads on the request that needs it: as long a head timeout as the engines' first byte here.

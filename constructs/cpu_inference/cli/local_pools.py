@@ -35,11 +35,16 @@ class LocalPool:
     threads: int  # per loaded model: the plan's, capped by this machine's CPUs
     preset: Path | None = None
     port: int = 0
+    status_port: int = 0  # the supervisor's side port (/status for the gateway, /metrics for `farm report`)
     proc: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def status_url(self) -> str:
+        return f"http://127.0.0.1:{self.status_port}"
 
     def pool_models(self) -> list[PoolModel]:
         """The PoolModels the chart builds from the plan (PoolPlan.pool_model), threads as run here."""
@@ -155,6 +160,7 @@ def pool_process(pool: LocalPool, binary: Path) -> tuple[list[str], dict[str, st
     """argv and environment of the pool's process: the image's `entrypoint.py pool` (the same file, from this
     package's runtime tree), on loopback, with this machine's llama-server."""
     from cpu_inference._internal.resources import LLAMA_SERVER, runtime_dir
+    from model_download.catalog import COPY_FAILED_NAME
 
     assert pool.preset is not None
     try:
@@ -168,5 +174,9 @@ def pool_process(pool: LocalPool, binary: Path) -> tuple[list[str], dict[str, st
         "LLAMA_MODELS_MAX": str(pool.models_max),
         "LLAMA_HOST": "127.0.0.1",
         "LLAMA_PORT": str(pool.port),
+        "LLAMA_POOL_STATUS_PORT": str(pool.status_port),
+        # The deployment's copy-failure marker (the pool chart sets the same): a model that failed to copy is named
+        # as such. Locally every file is in place before the pool starts, so it only matters to tests that remove one.
+        "LLAMA_POOL_COPY_FAILED_FILE": COPY_FAILED_NAME,
     }
     return [sys.executable, str(entrypoint), "pool"], env

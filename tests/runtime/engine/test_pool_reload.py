@@ -42,6 +42,7 @@ def _env(binary: Path, preset: Path, **extra: str) -> dict[str, str]:
             LLAMA_HOST="127.0.0.1",
             LLAMA_PORT=str(free_port()),
             LLAMA_PRESET_POLL_SECONDS=POLL,
+            LLAMA_POOL_STATUS_PORT=str(free_port()),
         )
         | extra
     )
@@ -205,10 +206,27 @@ def test_a_changed_preset_is_applied_in_place_and_loaded_models_stay_warm(
         assert not [e for e in events[seen:] if e["model"] == "a"], events[seen:]
         assert _child_serving(router, farm / models["a"].path) == a_pid
 
-        # A new preset naming a file that is not there is refused with its section; the running set keeps serving.
+        # A new preset naming a file that is not there yet is taken in: d is "copying" (its copy lands later,
+        # test_pool_landing.py), and the router's preset does not change, so the router is not even reloaded.
         missing = PoolModel("d", "d/0123456789abcdef/missing.gguf", ctx_size=256)
         seen = len(events)
         volume.publish(preset("a", "c", extra=(missing,)))
+        status_url = f"http://127.0.0.1:{env['LLAMA_POOL_STATUS_PORT']}/status?model=d"
+
+        def copying() -> bool:
+            """the side port reports d as copying"""
+            try:
+                with urllib.request.urlopen(status_url, timeout=10) as r:
+                    return json.loads(r.read())["state"] == "copying"
+            except urllib.error.HTTPError:
+                return False
+
+        _until(copying, timeout=30)
+        assert _statuses(base) == {"a": "loaded", "c": "unloaded"}
+        assert not [e for e in events[seen:] if e["event"] in ("models_reload", "status_change")], events[seen:]
+
+        # A preset the router could never serve is refused with its section; the running set keeps serving.
+        volume.publish(preset("a", "c") + "[e]\nctx-size = 256\n")
 
         def refused() -> bool:
             """the entrypoint logs the refused preset"""
@@ -216,7 +234,7 @@ def test_a_changed_preset_is_applied_in_place_and_loaded_models_stay_warm(
 
         _until(refused, timeout=30)
         line = next(x for x in log.read_text().splitlines() if "new preset refused" in x)
-        assert "section [d]" in line and "missing.gguf does not exist" in line, line
+        assert "section [e] has no `model = <path of the .gguf>`" in line, line
         time.sleep(2 * float(POLL))
         assert _statuses(base) == {"a": "loaded", "c": "unloaded"}
         status, body = _chat(base, "a")

@@ -56,6 +56,7 @@ from cpu_inference.engines.pool_preset import MODEL_DIR, PoolModel, pool_preset
 from cpu_inference.k8s.charts.router_chart import gateway_pool
 from cpu_inference.k8s.specs.default_node_pools import POOL_LABEL
 from cpu_inference.k8s.specs.keda import ScaledObjectSpec, pool_in_flight_scaled_object
+from cpu_inference.k8s.specs.scrape import scrape_annotations
 from cpu_inference.k8s.workloads.engine_container import (
     COMPONENT,
     ENGINE_COMMAND,
@@ -82,9 +83,14 @@ from cpu_inference.k8s.workloads.workload_defaults import (
 )
 from cpu_inference.sizing.pools import PoolPlan, replica_memory_bytes
 from inference_runtime.llama_flags import MODELS_MAX, MODELS_PRESET, THREADS
-from model_download.catalog import FARM_PREFIX  # where the catalog copies pooled models: one definition
+from inference_runtime.pool_status import DEFAULT_STATUS_PORT, METRICS_PATH
+from model_download.catalog import (  # where the catalog copies pooled models, and its failure marker
+    COPY_FAILED_NAME,
+    FARM_PREFIX,
+)
 
 POOL_PREFIX = "pool-"
+STATUS_PORT = DEFAULT_STATUS_PORT  # the supervisor's side port (/status for the gateway, /metrics for scrapers)
 PRESET_DIR = "/etc/llama"
 PRESET_FILE = "preset.ini"
 PRESET_PATH = f"{PRESET_DIR}/{PRESET_FILE}"
@@ -92,11 +98,11 @@ POOL_COMMAND = (*ENGINE_COMMAND, "pool")  # containers/llama-server/entrypoint.p
 CSI_DRIVER = "s3.csi.aws.com"  # the Mountpoint CSI driver's name (CSIDriver object of the add-on / chart)
 # "Ignored, required" (static_provisioning.yaml): the API needs a capacity/request; the driver never reads it.
 NOMINAL_CAPACITY = "1Ti"
-# Start-up: the router itself is ready in seconds, but the entrypoint first checks every preset section's file
-# (pool_mode.check_preset: one stat per model). The path /models/<name>/<idhash>/<file> (catalog.gguf_key) has
-# LOOKUPS_PER_MODEL components that a cold mount has never looked up, and on Mountpoint a first lookup is a
-# HeadObject + ListObjectsV2 (mountpoint-s3 doc/CONFIGURATION.md, "When looking up files and directories ...
-# concurrent HeadObject and ListObjectV2 requests"), tens of milliseconds each.
+# Start-up: the router itself is ready in seconds, but the supervisor first looks up every preset section's file
+# (pool_landing: one stat per model, plus its failure marker while it is missing). The path
+# /models/<name>/<idhash>/<file> (catalog.gguf_key) has LOOKUPS_PER_MODEL components that a cold mount has never
+# looked up, and on Mountpoint a first lookup is a HeadObject + ListObjectsV2 (mountpoint-s3 doc/CONFIGURATION.md,
+# "When looking up files and directories ... concurrent HeadObject and ListObjectV2 requests"), tens of ms each.
 STARTUP_FLOOR_SECONDS = 60
 LOOKUPS_PER_MODEL = 3
 LOOKUP_SECONDS = 0.05
@@ -111,6 +117,7 @@ LOOKUP_SECONDS = 0.05
 # (the plan's figure); the Mountpoint pod, BestEffort, then finds it free. No memory limit on that pod either: a limit
 # alone becomes its request, and Mountpoint before 1.23.0 ignores its cgroup when sizing its buffers (pool_sizing).
 DRAIN_SECONDS = 60
+NEGATIVE_METADATA_TTL_SECONDS = 30  # see the mount options: how long Mountpoint remembers a not-yet-copied model
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
 
@@ -315,6 +322,13 @@ class ModelPoolChart(cdk8s.Chart):
             f"prefix {props.prefix}",
             # Keys are identity-hashed and never overwritten (catalog.py): cached metadata cannot go stale.
             "metadata-ttl indefinite",
+            # But a model's key appears AFTER the pool starts (the catalog copies off the deploy's critical path),
+            # and "not found" is cached with --metadata-ttl unless this is set (mountpoint-s3 v1.15.0, #1246:
+            # `--negative-metadata-ttl` "independently set[s] the time-to-live (TTL) for cached negative entries";
+            # its default is the metadata TTL, i.e. indefinite). The supervisor stats a missing model's file (and
+            # its failure marker) every poll; Mountpoint answers from this cache in between, so S3 sees about two
+            # lookups per missing model per TTL per node, and a landed model is served within TTL + one poll.
+            f"negative-metadata-ttl {NEGATIVE_METADATA_TTL_SECONDS}",
         ]
         access_modes = ["ReadOnlyMany"]  # node.go: MULTI_NODE_READER_ONLY -> mount-s3 --read-only
         source = {
@@ -366,6 +380,9 @@ class ModelPoolChart(cdk8s.Chart):
             MODELS_MAX.image_env: str(props.models_max),
             "LLAMA_HOST": "0.0.0.0",
             "LLAMA_PORT": str(ENGINE_PORT),
+            # The supervisor: its side port, and the marker a failed copy leaves beside a model's key (catalog.py).
+            "LLAMA_POOL_STATUS_PORT": str(STATUS_PORT),
+            "LLAMA_POOL_COPY_FAILED_FILE": COPY_FAILED_NAME,
             # Inherited by every child: no math library starts more threads than the model's own --threads.
             **{k: str(threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")},
             **dict(props.extra_env),
@@ -385,7 +402,10 @@ class ModelPoolChart(cdk8s.Chart):
             image_pull_policy=kplus.ImagePullPolicy.IF_NOT_PRESENT,
             command=self.command,
             env_variables={k: kplus.EnvValue.from_value(v) for k, v in sorted(self.engine_env.items())},
-            ports=[kplus.ContainerPort(number=ENGINE_PORT, name="http")],
+            ports=[
+                kplus.ContainerPort(number=ENGINE_PORT, name="http"),
+                kplus.ContainerPort(number=STATUS_PORT, name="status"),
+            ],
             lifecycle=pre_stop_sleep(PRE_STOP_SECONDS),
             resources=engine_resources(
                 cpu_millis=props.cpu * 1000,
@@ -411,7 +431,10 @@ class ModelPoolChart(cdk8s.Chart):
             "Service",
             metadata=meta,
             cluster_ip="None",
-            ports=[kplus.ServicePort(port=ENGINE_PORT, target_port=ENGINE_PORT, name="http")],
+            ports=[
+                kplus.ServicePort(port=ENGINE_PORT, target_port=ENGINE_PORT, name="http"),
+                kplus.ServicePort(port=STATUS_PORT, target_port=STATUS_PORT, name="status"),
+            ],
         )
         for key, value in self.selector.items():
             self.service.select_label(key, value)
@@ -424,7 +447,9 @@ class ModelPoolChart(cdk8s.Chart):
             self,
             "StatefulSet",
             metadata=meta,
-            pod_metadata=cdk8s.ApiObjectMetadata(labels=self.pod_labels),
+            pod_metadata=cdk8s.ApiObjectMetadata(
+                labels=self.pod_labels, annotations=scrape_annotations(STATUS_PORT, METRICS_PATH)
+            ),
             select=False,
             spread=False,
             service=self.service,
@@ -456,16 +481,18 @@ class ModelPoolChart(cdk8s.Chart):
             unmanaged_replicas(self.stateful_set)  # type: ignore[arg-type]
 
         self.pdb = one_at_a_time_budget(self, "Budget", name=self.name, labels=self.pod_labels, selector=self.selector)
-        # Ingress: the API port from the gateway (the policy's client labels/namespaces) only. No metrics port: in
-        # router mode /metrics exists per loaded model only (`?model=`; test_router_mode.py), so the pool is scaled
-        # on the gateway's gauge and nothing scrapes the pods. Egress: none — the children listen on loopback (not
-        # subject to NetworkPolicy) and the weights come through the Mountpoint pod, which runs in the driver's
-        # namespace and is the one that talks to S3.
+        # Ingress: the API port and the supervisor's status port from the gateway (the policy's client
+        # labels/namespaces: the gateway asks a replica why it does not know a model); the status port's /metrics
+        # from the scrapers (cold loads per model: the router's own /metrics exists per loaded model only, `?model=`,
+        # test_router_mode.py). Egress: none — the children listen on loopback (not subject to NetworkPolicy) and
+        # the weights come through the Mountpoint pod, which runs in the driver's namespace and talks to S3.
         self.network_policy = k.KubeNetworkPolicy(
             self,
             "NetworkPolicy",
             metadata=k.ObjectMeta(name=self.name, labels=self.pod_labels),
-            spec=serving_network_policy(self.selector, p, metrics_port=None, egress=[]),
+            spec=serving_network_policy(
+                self.selector, p, metrics_port=STATUS_PORT, egress=[], client_ports=(ENGINE_PORT, STATUS_PORT)
+            ),
         )
         self.scaled_object = self._scaled_object(props)
 

@@ -27,12 +27,14 @@ def serving_network_policy(
     *,
     metrics_port: int | None,
     egress: Sequence[kplus.k8s.NetworkPolicyEgressRule],
+    client_ports: Sequence[int] = (ENGINE_PORT,),
 ) -> kplus.k8s.NetworkPolicySpec:
-    """Ingress: ENGINE_PORT from the policy's client labels / client namespaces; with `metrics_port`, that port
-    from the metrics namespaces and CIDRs (the AMP collector is allowed by subnet CIDR, which also covers every
-    pod). Egress: exactly `egress` (none when empty)."""
+    """Ingress: `client_ports` (the API port; a pool adds its supervisor's status port, which the gateway asks) from
+    the policy's client labels / client namespaces; with `metrics_port`, that port from the metrics namespaces and
+    CIDRs (the AMP collector is allowed by subnet CIDR, which also covers every pod). Egress: exactly `egress`
+    (none when empty)."""
     k = kplus.k8s
-    port = [k.NetworkPolicyPort(port=k.IntOrString.from_number(ENGINE_PORT), protocol="TCP")]
+    port = [k.NetworkPolicyPort(port=k.IntOrString.from_number(n), protocol="TCP") for n in client_ports]
     clients: list[k.NetworkPolicyPeer] = [
         k.NetworkPolicyPeer(pod_selector=k.LabelSelector(match_labels=dict(p.client_labels)))
     ]
