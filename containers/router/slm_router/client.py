@@ -235,3 +235,17 @@ class HttpClient:
         finally:
             resp.close()
         return resp.status
+
+    async def get_json(self, path: str, *, timeout: float, max_bytes: int = 1 << 20) -> tuple[int, Any]:
+        """GET and read the whole answer within `timeout` seconds (head and body): (status, the body as JSON, or
+        None when it is not JSON). Raises UpstreamError, or TimeoutError / HttpError while reading the body."""
+        deadline = time.monotonic() + timeout
+        resp = await self.request("GET", path, head_timeout=timeout)
+        try:
+            raw = await resp.read(max(0.001, deadline - time.monotonic()), max_bytes)
+        finally:
+            resp.close()
+        try:
+            return resp.status, json.loads(raw)
+        except ValueError:
+            return resp.status, None

@@ -19,8 +19,10 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar, cast
+from urllib.parse import urlsplit
 
 from inference_runtime.env import EngineConfigError, env_float, env_int
+from inference_runtime.pool_status import DEFAULT_STATUS_PORT
 
 DEFAULT_CONFIG_PATH = "/etc/router/config.json"
 
@@ -165,6 +167,9 @@ class GatewayPool(Document):
     replicas: tuple[str, ...]  # stable replica root URLs, in StatefulSet ordinal order (replicas_max of them)
     replication: int = 2  # replicas a model is kept warm on (its home set); fewer when fewer are live
     hot_in_flight: int = 4  # a model spreads to one more replica per this many requests in progress per replica
+    # Each replica's supervisor side port (inference_runtime/pool_status.py; 0 = none): asked what a model the
+    # replica's router does not know is (copying, copy failed, landed) to answer the client clearly.
+    status_port: int = DEFAULT_STATUS_PORT
 
 
 @dataclass(frozen=True)
@@ -325,6 +330,8 @@ def _validate_pools(pools: tuple[GatewayPool, ...], dedicated: set[str]) -> None
             raise ConfigError(f"{key}.replication: must be >= 1, got {p.replication}")
         if p.hot_in_flight < 1:
             raise ConfigError(f"{key}.hot_in_flight: must be >= 1, got {p.hot_in_flight}")
+        if not 0 <= p.status_port < 65536:
+            raise ConfigError(f"{key}.status_port: must be within 1..65535 (0: no status port), got {p.status_port}")
         if not p.replicas:
             raise ConfigError(f"{key}.replicas: needs at least one replica root URL (pool-{p.name}-0 first)")
         for j, url in enumerate(p.replicas):
@@ -332,6 +339,11 @@ def _validate_pools(pools: tuple[GatewayPool, ...], dedicated: set[str]) -> None
                 raise ConfigError(f"{key}.replicas[{j}]: must be an http(s) URL, got {url!r}")
             if url in p.replicas[:j]:
                 raise ConfigError(f"{key}.replicas[{j}]: {url!r} appears twice")
+            if p.status_port and _port(url) == p.status_port:
+                raise ConfigError(
+                    f"{key}.status_port: {p.status_port} is the port of replicas[{j}] {url!r} (its router); the "
+                    "supervisor's status side port is another one (LLAMA_POOL_STATUS_PORT)"
+                )
         if not p.models:
             raise ConfigError(f"{key}.models: a pool needs at least one model name")
         for j, m in enumerate(p.models):
@@ -348,6 +360,14 @@ def _validate_pools(pools: tuple[GatewayPool, ...], dedicated: set[str]) -> None
                 where = "twice in this pool" if pool_of[m] == p.name else f"also in pool {pool_of[m]!r}"
                 raise ConfigError(f"{key}.models[{j}]: {m!r} is {where}; a model belongs to exactly one pool")
             pool_of[m] = p.name
+
+
+def _port(url: str) -> int | None:
+    try:
+        u = urlsplit(url)
+        return u.port or (443 if u.scheme == "https" else 80)
+    except ValueError:  # a port that is not a number: the request fails, as for any unreachable replica
+        return None
 
 
 def _validate_escalation(e: Escalation) -> None:

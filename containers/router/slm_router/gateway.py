@@ -10,8 +10,12 @@ A pooled model (gateway.pools) is answered by one replica of its pool, chosen by
 body still carries the model's name, on which llama-server's router mode picks (and if needed loads) the model.
 Its response head may take a load: it must come within gateway.cold_load_timeout_s, else 503 + Retry-After. A
 replica that refuses the connection was sent nothing, so the next replica in the model's ranking is tried.
-A model just added to a pool reaches this config before the replicas' presets (the kubelet refreshes their
-ConfigMap volume later): a replica's "model '<name>' not found" for a model listed here is 503 + Retry-After too.
+A replica's "model '<name>' not found" for a model listed here is never passed on as the client's error: the
+replica's supervisor is asked why (pools.Pool.model_status, its status side port): a model whose copy has not
+landed yet is 503 + Retry-After "model X is being copied (n of N landed)", one whose copy failed is 500
+model_copy_failed naming the failure, and otherwise (landed, or no answer) the replica's preset is stale — a model
+just added reaches this config before the replicas' presets (the kubelet refreshes their ConfigMap volume later) —
+so 503 + Retry-After too.
 """
 
 from __future__ import annotations
@@ -20,15 +24,16 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from inference_runtime import pool_status as ps
 from inference_runtime.http1 import HttpError, Request
 
 from .backends import Answer
 from .client import HttpClient, Response, UpstreamError
 from .config import Config
-from .metrics import GatewayMetrics
+from .metrics import STALE_PRESET, GatewayMetrics
 from .pools import NO_REPLICA, Pool
 from .server import Front, error_response, json_response
 
@@ -40,6 +45,9 @@ UNAVAILABLE_STATUSES = (502, 503, 504)
 FORWARDED_HEADERS = ("accept", "authorization")
 KNOWN_IN_MESSAGE = 20  # a 404 names at most this many models (a farm has hundreds: GET /v1/models lists them all)
 POOL_ATTEMPTS = 3  # replicas tried for one pooled request when connections are refused (nothing was sent to them)
+# Sends of one pooled request to the same replica when its router lost the model's process under the request before
+# answering (lost_child): once more, since the router reloads the model for it; then 503 + Retry-After.
+LOST_CHILD_SENDS = 2
 
 
 def missing_from_preset(status: int, raw: bytes, model: str) -> bool:
@@ -54,6 +62,37 @@ def missing_from_preset(status: int, raw: bytes, model: str) -> bool:
     except (ValueError, UnicodeDecodeError, AttributeError):
         return False
     return isinstance(error, dict) and error.get("message") == f"model '{model}' not found"
+
+
+def lost_child(status: int, raw: bytes) -> bool:
+    """The pool replica's router forwarded the request to the model's process and that process went away before it
+    answered: llama.cpp tools/server/server-models.cpp (the proxy thread) answers 500 with the body
+    `proxy error: <httplib error>` when its client request to the child fails, before any of the child's answer was
+    sent. Seen at a full pool under load (tests/runtime/engine/test_pool_cold_loads.py): a model that has just loaded
+    for queued requests is evicted as idle before those requests count as in flight (`ensure_model_ready` drops its
+    queue entry, then `proxy_request` counts it: the window upstream llama.cpp #28698 narrowed but did not close), and
+    the stopping child is killed with the requests inside. Nothing reached the client and a generation has no side
+    effect, so the request can be sent again."""
+    return status == 500 and raw.startswith(b"proxy error: ")
+
+
+class _Read:
+    """A pooled replica's answer whose body was read (to look at it) before it is relayed."""
+
+    def __init__(self, resp: Response, raw: bytes) -> None:
+        self._resp, self._raw, self.status = resp, raw, resp.status
+
+    def header(self, name: str, default: str = "") -> str:
+        return self._resp.header(name, default)
+
+    async def read(self, timeout: float) -> bytes:
+        return self._raw
+
+    async def iter(self, idle_timeout: float) -> AsyncIterator[bytes]:
+        yield self._raw
+
+    def close(self) -> None:
+        """Already read whole."""
 
 
 class GatewayServer(Front):
@@ -197,9 +236,7 @@ class GatewayServer(Front):
             pool.affinity.started(model, replica)
             try:
                 try:
-                    resp = await pool.clients[replica].request(
-                        "POST", req.path, req.body, self._headers(req), head_timeout=pool.head_timeout
-                    )
+                    resp = await self._send_pooled(pool, replica, model, req)
                 except UpstreamError as e:
                     if e.reason == "connect":  # nothing was sent: the replica is gone, try the model's next one
                         pool.set_live(replica, False, str(e))
@@ -216,22 +253,49 @@ class GatewayServer(Front):
                     await writer.drain()
                     return ka
                 self._child(self.metrics.request_seconds, model).observe(time.perf_counter() - start)
-                return await self._relay(model, resp, writer, ka, pool.counter(replica), pool=pool.name)
+                return await self._relay(model, resp, writer, ka, pool.counter(replica), pool, replica)
             finally:
                 pool.affinity.finished(model, replica)
         raise AssertionError("unreachable: the last candidate always answers or returns")
 
+    async def _send_pooled(self, pool: Pool, replica: int, model: str, req: Request) -> Response | _Read:
+        """The replica's answer; a lost_child 500 is sent again (LOST_CHILD_SENDS), its last one is relayed as 503."""
+        for send in range(LOST_CHILD_SENDS):
+            resp = await pool.clients[replica].request(
+                "POST", req.path, req.body, self._headers(req), head_timeout=pool.head_timeout
+            )
+            if resp.status != 500:
+                return resp
+            try:
+                raw = await resp.read(self.cfg.timeouts.total_s)
+            except (TimeoutError, HttpError, asyncio.IncompleteReadError, ConnectionError) as e:
+                resp.close()
+                raise UpstreamError("protocol", f"500 body not complete ({type(e).__name__})") from None
+            if not lost_child(resp.status, raw) or send + 1 == LOST_CHILD_SENDS:
+                return _Read(resp, raw)
+            self._child(self.metrics.pool_lost_child, pool.name).inc()
+            log.warning(
+                "model %s: pool %s replica %d lost the model's process under the request (%s); sending again",
+                model,
+                pool.name,
+                replica,
+                raw[:120].decode(errors="replace"),
+            )
+        raise AssertionError("unreachable: the last send returns")
+
     async def _relay(
         self,
         model: str,
-        resp: Response,
+        resp: Response | _Read,
         writer: asyncio.StreamWriter,
         ka: bool,
         count: Callable[[str], None] = lambda code: None,
-        pool: str | None = None,
+        pool: Pool | None = None,
+        replica: int = 0,
     ) -> bool:
-        """Send the backend's answer to the client: SSE piece by piece, JSON whole; 502/503/504 become our 503, and so
-        does a `pool` replica's "model not found" for this listed model (its preset update has not arrived yet)."""
+        """Send the backend's answer to the client: SSE piece by piece, JSON whole; 502/503/504 become our 503, and a
+        `pool` replica's "model not found" for this listed model is answered by what its supervisor says (copying,
+        copy failed, or a preset update that has not arrived yet)."""
         t = self.cfg.timeouts
         content_type = resp.header("content-type", "application/json")
         out = [("x-gateway-model", model)]
@@ -249,14 +313,13 @@ class GatewayServer(Front):
             await writer.drain()
             return ka
         if pool is not None and missing_from_preset(resp.status, raw, model):
+            writer.write(await self._missing(pool, replica, model, ka, count))
+            await writer.drain()
+            return ka
+        if pool is not None and lost_child(resp.status, raw):  # lost twice (_send_pooled): the client retries later
             count("503")
             writer.write(
-                self._unavailable(
-                    model,
-                    f"a replica of pool {pool!r} has not loaded its preset with this model yet "
-                    "(just added: replicas apply a new preset within about a minute)",
-                    ka,
-                )
+                self._unavailable(model, f"pool {pool.name!r} lost the model's process twice under this request", ka)
             )
             await writer.drain()
             return ka
@@ -272,6 +335,34 @@ class GatewayServer(Front):
         writer.write(json_response(resp.status, None, keep_alive=ka, content_type=content_type, headers=out, raw=raw))
         await writer.drain()
         return ka
+
+    async def _missing(self, pool: Pool, replica: int, model: str, ka: bool, count: Callable[[str], None]) -> bytes:
+        """The answer for a listed model that `replica`'s router does not know, from what its supervisor says."""
+        status = await pool.model_status(replica, model)
+        state = status.state if status is not None and status.state != ps.LANDED else STALE_PRESET
+        self._child(self.metrics.pool_missing_model, pool.name, state).inc()
+        if status is None or state == STALE_PRESET:
+            count("503")
+            return self._unavailable(
+                model,
+                f"a replica of pool {pool.name!r} has not loaded its preset with this model yet "
+                "(just added: replicas apply a new preset within about a minute)",
+                ka,
+            )
+        if state == ps.COPYING:
+            # Not a backend that is down (gateway_backend_unavailable_total is the scale-from-zero signal): the
+            # weights are not in S3 yet, and no replica can serve them before the copy lands.
+            code, message = 503, f"model {model} is being copied ({status.landed} of {status.total} landed)"
+            extra: dict[str, object] = {"retry_after_seconds": ps.COPYING_RETRY_AFTER_SECONDS}
+            headers = [("Retry-After", str(ps.COPYING_RETRY_AFTER_SECONDS))]
+            log.debug("model %s: %s", model, message)
+        else:  # COPY_FAILED: a client retry cannot fix it, the operator re-runs the copy
+            code, headers = 500, []
+            message = f"model {model} failed to copy: {status.reason or 'no reason given'}"
+            extra = {"type": "model_copy_failed"}
+        self._child(self.metrics.requests, model, str(code)).inc()
+        count(str(code))
+        return error_response(code, message, keep_alive=ka, headers=headers, extra=extra)
 
     def _stream_broke(self, model: str, e: BaseException) -> None:
         self.metrics.stream_errors.labels(model).inc()

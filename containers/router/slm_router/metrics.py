@@ -7,10 +7,19 @@ from collections.abc import Mapping, Sequence
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from inference_runtime.pool_status import COPY_FAILED, COPYING
+
 ROUTES = ("slm", "llm")
 FALLBACKS = ("none", "llm-unavailable", "slm-unavailable")
 UPSTREAMS = ("slm", "llm")
 REJECTIONS = ("overload", "draining")
+# gateway_pool_missing_model_total's `state`: what a replica's supervisor said of a listed model its router did not
+# know (pool_status.COPYING, COPY_FAILED; STALE_PRESET: landed, unknown to it, or no answer).
+STALE_PRESET = "stale_preset"
+MISSING_STATES = (COPYING, COPY_FAILED, STALE_PRESET)
+# gateway_pool_status_lookups_total's `result`: the side port answered (200 or 404), or gave no usable answer.
+ANSWERED, NO_ANSWER = "answered", "no_answer"
+STATUS_LOOKUPS = (ANSWERED, NO_ANSWER)
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
@@ -155,8 +164,32 @@ class GatewayMetrics:
             ["pool", "replica"],
             registry=r,
         )
+        self.pool_missing_model = Counter(
+            "gateway_pool_missing_model",
+            "Requests for a listed pooled model that the replica's router did not know, by what the replica's "
+            "supervisor said: copying (503), copy_failed (500), stale_preset (landed or no answer: 503)",
+            ["pool", "state"],
+            registry=r,
+        )
+        self.pool_lost_child = Counter(
+            "gateway_pool_lost_child",
+            "Pooled requests sent again because the replica's router lost the model's process under them before it "
+            "answered (500 `proxy error:`; slm_router/gateway.py lost_child)",
+            ["pool"],
+            registry=r,
+        )
+        self.pool_status_lookups = Counter(
+            "gateway_pool_status_lookups",
+            "Questions to pool replicas' status side ports (cached a few seconds per replica and model), by result",
+            ["pool", "result"],
+            registry=r,
+        )
         for pool, replicas in (pools or {}).items():
             self.pool_in_flight.labels(pool).set(0)
+            for state in MISSING_STATES:
+                self.pool_missing_model.labels(pool, state)
+            for result in STATUS_LOOKUPS:
+                self.pool_status_lookups.labels(pool, result)
             self.pool_requests.labels(pool, "none", "503")  # no live replica (scaled to zero): the wake-up signal
             for i in range(replicas):
                 self.pool_replica_up.labels(pool, str(i)).set(1)

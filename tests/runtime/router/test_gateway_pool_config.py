@@ -40,6 +40,9 @@ def test_the_contract_example_loads_and_existing_configs_stay_valid():
     assert g.pools == (
         rc.GatewayPool("default", ("m-0001", "m-0002"), tuple(REPLICAS), replication=2, hot_in_flight=4),
     )
+    # The supervisor's status side port: the one default (inference_runtime/pool_status.py), 0 = none.
+    assert g.pools[0].status_port == 8081
+    assert rc.from_dict(gateway(pools=[{**POOL, "status_port": 0}])).gateway.pools[0].status_port == 0
     # A pool alone is a valid gateway; a config without pools keeps its meaning (and defaults).
     assert rc.from_dict(gateway(pools=[POOL])).gateway.models == ()
     old = rc.from_dict(gateway(models=[{"name": "a", "url": "http://a:8080"}])).gateway
@@ -77,6 +80,12 @@ def test_the_contract_example_loads_and_existing_configs_stay_valid():
         (
             {"pools": {"default": POOL}},
             "gateway.pools: must be a list of {name, replication, models, replicas} objects",
+        ),
+        ({"pools": [{**POOL, "status_port": 70000}]}, "gateway.pools[0].status_port: must be within 1..65535"),
+        ({"pools": [{**POOL, "status_port": -1}]}, "gateway.pools[0].status_port: must be within 1..65535"),
+        (
+            {"pools": [{**POOL, "status_port": 8080}]},
+            "gateway.pools[0].status_port: 8080 is the port of replicas[0]",
         ),
         ({"pools": [POOL], "cold_load_timeout_s": 0}, "gateway.cold_load_timeout_s: must be > 0"),
         ({"pools": [POOL], "health_interval_s": -1}, "gateway.health_interval_s: must be > 0"),
