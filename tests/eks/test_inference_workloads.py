@@ -347,13 +347,19 @@ def test_amp_alert_rules_cover_the_field_notes_table(built: Built) -> None:
         "LlamaMetricsMissing",
         "InferenceLatencyP95AboveSlo",
     }
-    for r in alerts["LlamaMemoryNearLimit"]:
-        name = r["expr"].split('pod=~"')[1].split("-[a-z0-9]")[0]
-        limit = built.workloads.charts[name].sizing.memory_request_mib * sizing.MIB
-        assert r["expr"].endswith(f"> 0.85 * {limit}")
-    assert "< 0.5 * cpu_inference:decode_tokens_per_second:median1d" in alerts["LlamaTokenThroughputLow"][0]["expr"]
+    # One rule per kind, joined on (namespace, app) to the models' parameter series (monitoring/alerts.py): every
+    # chart is a model of the parameters, with the memory limit it renders.
+    records = {r["record"]: r["expr"] for r in recording["rules"]}
+    for name, chart in built.workloads.charts.items():
+        assert f'"app","{name}"' in records["cpu_inference:dedicated_model:replicas_min"]
+        limit = chart.sizing.memory_request_mib * sizing.MIB
+        assert f"+ {limit}" in records["cpu_inference:dedicated_model:memory_limit_bytes"]
+    (memory,) = alerts["LlamaMemoryNearLimit"]
+    assert "cpu_inference:dedicated_model:memory_limit_bytes" in memory["expr"] and memory["expr"].endswith("> 0.85")
+    (throughput,) = alerts["LlamaTokenThroughputLow"]
+    assert "0.5 * cpu_inference:decode_tokens_per_second:median1d" in throughput["expr"]
     (latency,) = alerts["InferenceLatencyP95AboveSlo"]
-    assert latency["expr"] == "cpu_inference:router_latency_seconds:p95 > 0.5"
+    assert latency["expr"] == f'cpu_inference:router_latency_seconds:p95{{namespace="{NS}"}} > 0.5'
     assert "llamacpp:requests_deferred" in json.dumps(recording) and "llamacpp:requests_processing" in json.dumps(
         recording
     )

@@ -16,7 +16,22 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from cpu_inference.monitoring.alerts import ModelAlertSpec, dashboard, rule_groups, rule_groups_yaml
+from cpu_inference.monitoring.alerts import (
+    AMP_RULES_FILE_MAX_BYTES,
+    ModelAlertSpec,
+    check_rules_file_size,
+    dashboard,
+    rule_groups,
+    rule_groups_yaml,
+)
+from cpu_inference.monitoring.farm_rules import POOL_LABEL, farm_records
+from inference_runtime.pool_status import (
+    COLD_LOAD_SECONDS,
+    COLD_LOADS,
+    COPY_FAILED_MODEL,
+    LOAD_FAILURES,
+    MODELS_BY_STATE,
+)
 
 ROUTER_DIR = Path(__file__).resolve().parents[2] / "containers" / "router"
 if str(ROUTER_DIR) not in sys.path:
@@ -27,6 +42,7 @@ from slm_router.metrics import GatewayMetrics  # noqa: E402 - the runtime packag
 NS, GATEWAY, POOLS = "model-farm", "gateway", ("small", "medium")
 SCRAPE_LABELS = {"namespace", "pod", "node", "app", "job", "instance"}
 PROMQL_WORDS = {"sum", "max", "min", "by", "rate", "histogram_quantile", "and", "on", "or", "absent", "count", "le"}
+PROMQL_WORDS |= {"increase", "delta", "unless", "topk"}
 
 
 def exported() -> tuple[set[str], set[str]]:
@@ -41,6 +57,11 @@ def exported() -> tuple[set[str], set[str]]:
         for s in family.samples:
             names.add(s.name)
             labels |= set(s.labels)
+    # The pool replicas' supervisors (pool_status.py names; the pool pods' `cpu-inference/pool` label, scraped).
+    names |= {COLD_LOADS, COLD_LOAD_SECONDS, LOAD_FAILURES, COPY_FAILED_MODEL, MODELS_BY_STATE}
+    labels |= {"model", "state", POOL_LABEL}
+    # The farm's recorded series, which the dashboard reads.
+    names |= {r["record"] for r in farm_records(NS, GATEWAY, POOLS)}
     return names, labels
 
 
@@ -99,9 +120,11 @@ def test_pools_add_to_a_namespace_with_dedicated_models() -> None:
     without = rule_groups(NS, models, router_app=GATEWAY, router_mode="gateway")
     alerts = [r["alert"] for g in with_pools["groups"] for r in g["rules"] if "alert" in r]
     assert {"GatewayPoolDown", "GatewayPoolErrors", "LlamaSlotsSaturated"} <= set(alerts)
-    assert [g for g in with_pools["groups"] if g["name"].endswith("recording")] == [
-        g for g in without["groups"] if g["name"].endswith("recording")
-    ]
+    # The dedicated models' recordings are unchanged; the pools add the farm's per-model ones (farm_rules.py).
+    recorded = [g for g in with_pools["groups"] if g["name"].endswith("recording")]
+    before = [g for g in without["groups"] if g["name"].endswith("recording")]
+    assert len(recorded) == len(before) == 1
+    assert recorded[0]["rules"] == before[0]["rules"] + farm_records(NS, GATEWAY, POOLS)
 
 
 def test_the_dashboard_of_a_pools_only_farm_shows_the_pools() -> None:
@@ -112,6 +135,58 @@ def test_the_dashboard_of_a_pools_only_farm_shows_the_pools() -> None:
     for p in d["panels"]:
         used, _ = series_and_labels(p["targets"][0]["expr"])
         assert all(n in names or f"{n}_bucket" in names for n in used), (p["title"], used)
+
+
+def _dedicated(n: int, *, name: str = "qwen3-0-6b-hot", vary: int = 3) -> list[ModelAlertSpec]:
+    """n dedicated models whose slots and memory limits take `vary` distinct values."""
+    return [
+        ModelAlertSpec(f"{name}{i}", slots=4 + i % vary, memory_limit_bytes=(4 + i % vary) << 30, replicas_min=1)
+        for i in range(n)
+    ]
+
+
+def test_a_dedicated_model_costs_the_rules_file_about_a_hundred_bytes() -> None:
+    """Issue 25: per-model rules were ~2.3 KB a model (704 KB of the farm's template at 300 dedicated models). The
+    models' constants are parameter series now: the same rules for 100 or 300 models, and the file grows by the
+    models' names (twice when its value is not the namespace's most common one)."""
+
+    def size(n: int) -> int:
+        return len(rule_groups_yaml(NS, _dedicated(n)).encode())
+
+    def rules(n: int) -> int:
+        return sum(len(g["rules"]) for g in rule_groups(NS, _dedicated(n))["groups"])
+
+    assert rules(300) == rules(100) == rules(2)
+    per_model = (size(300) - size(100)) / 200
+    assert per_model < 150, per_model
+    assert size(300) < 50_000
+
+
+def test_the_alerts_name_the_model_through_its_app_label() -> None:
+    """One rule per engine: no model's name is baked into an alert; the annotations template `app`."""
+    doc = rule_groups(NS, _dedicated(3, name="distinct-model-"))
+    alerts = [r for g in doc["groups"] for r in g["rules"] if "alert" in r]
+    assert all("distinct-model-" not in yaml.safe_dump(a) for a in alerts)
+    assert all("{{ $labels.app }}" in a["annotations"]["summary"] for a in alerts)
+    names = yaml.safe_dump([r for g in doc["groups"] for r in g["rules"] if "record" in r])
+    assert all(f"distinct-model-{i}" in names for i in range(3))  # the parameter series carry them
+
+
+def test_a_rules_file_over_amps_quota_is_refused_at_synth() -> None:
+    """AMP refuses a rule groups namespace definition over 1 MB (alerts.AMP_RULES_FILE_MAX_BYTES, with its source):
+    synth says so instead of a failed deployment."""
+    check_rules_file_size("x" * AMP_RULES_FILE_MAX_BYTES)
+    with pytest.raises(ValueError, match=r"rules file is 1,000,001 bytes.*rule groups namespace definition"):
+        check_rules_file_size("x" * (AMP_RULES_FILE_MAX_BYTES + 1))
+    # Thousands of models with long names and every constant distinct: over the quota.
+    huge = _dedicated(3000, name="a-model-name-of-fifty-characters-long-enough-", vary=3000)
+    with pytest.raises(ValueError, match="rule groups namespace definition"):
+        rule_groups_yaml(NS, huge)
+
+
+def test_a_model_name_that_is_no_dns_label_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"ModelAlertSpec.name must be a DNS label"):
+        rule_groups(NS, [ModelAlertSpec('x",app="y', slots=1, memory_limit_bytes=1 << 30)])
 
 
 @pytest.mark.parametrize(
@@ -152,6 +227,7 @@ def test_a_pools_only_farm_on_eks_gets_its_rule_groups_namespace_and_dashboard()
     mp = MountpointS3Csi(
         stack, "Mountpoint", props=MountpointS3CsiProps(cluster=ic, model_bucket=ModelBucket(stack, "Models"))
     )
+    assert mp.bucket_name is not None  # given a model_bucket, the Mountpoint construct has its name
     pool = ModelPoolChartProps(
         name="small",
         image="123456789012.dkr.ecr.us-east-1.amazonaws.com/llama-server@sha256:" + "b" * 64,

@@ -374,9 +374,11 @@ def test_vllm_alerts_use_vllms_own_series() -> None:
     } <= set(alerts)
     assert (
         'container="vllm"' in alerts["VllmMemoryNearLimit"]["expr"]
-        and 'app=~"smol"' in alerts["VllmRequestsQueued"]["expr"]
+        and 'engine="vllm"' in alerts["VllmRequestsQueued"]["expr"]
     )
-    assert 'app=~"classifier"' in alerts["LlamaRequestsQueued"]["expr"], "each engine's queue alert covers its own apps"
+    assert 'engine="llama.cpp"' in alerts["LlamaRequestsQueued"]["expr"], (
+        "each engine's queue alert covers its own apps"
+    )
     assert "llamacpp:" not in json.dumps(
         [r for r in alerts.values() if r["alert"].startswith("Vllm") and "RequestsQueued" not in r["alert"]]
     )

@@ -9,7 +9,7 @@ import os
 import sys
 
 # name -> module under cpu_inference.cli; a module missing from an install simply does not register.
-SUBCOMMANDS = ("validate", "size", "stacks", "plan", "download", "bench", "eval", "local")
+SUBCOMMANDS = ("validate", "size", "stacks", "plan", "download", "bench", "eval", "local", "farm")
 
 
 class UserError(Exception):

@@ -9,10 +9,15 @@ Prometheus rule groups namespaces take the same YAML) and Grafana dashboard JSON
 | end-to-end latency p95 vs SLO | the router's `router_request_seconds` / the gateway's `gateway_request_seconds{model}` histogram (llama-server has none); time to the response head | p95 > SLO for 10 m (critical) |
 | KV-cache utilization          | llama.cpp exposes no ratio: KV is allocated per slot, so busy slots / slots is the proxy (recorded) | with the in-flight rule |
 | container memory vs limit     | cAdvisor `container_memory_working_set_bytes` (kubelet) / the limit sizing rendered | > 85% for 5 m (warning) |
-| scaling input missing         | `absent(llamacpp:requests_processing)` for a model with min ≥ 1 replicas | 10 m (warning): KEDA is blind |
+| scaling input missing         | a model with min ≥ 1 replicas `unless` it has `llamacpp:requests_processing` series | 10 m (warning): KEDA is blind |
 
 The throughput baseline is `baseline_tokens_per_second` when given (measure it with `cpu-inference bench`),
 else the model's own median over the previous day (recorded), so it calibrates itself after a day.
+
+Each rule covers every dedicated model of an engine: the models' constants (replicas_min, slots per replica, memory
+limit, baseline) are recorded as parameter series `cpu_inference:dedicated_model:*{namespace,app}` and the alerts join
+them `on (namespace, app)`, so the rules file grows by tens of bytes per model, not by rules (AMP's quotas below);
+alerts name the model by their `app` label (`{{ $labels.app }}` in the annotations).
 
 vLLM models (`ModelAlertSpec.engine == "vllm"`) get the same rules on vLLM's own series (vllm/v1/metrics/loggers.py):
 `vllm:num_requests_running` / `vllm:num_requests_waiting` (in flight / queued; slots = --max-num-seqs), decode tok/s
@@ -30,6 +35,9 @@ GatewayMetrics), emitted whether or not the namespace has dedicated models:
 | latency p95 vs SLO   | `gateway_request_seconds{model}` (pooled models included)              | as above                                         |
 A single replica at 0 is normal: the gateway tracks every ordinal up to replicas_max, and those KEDA scaled away
 do not resolve (pools.py), so only "no live replica at all" is an alert.
+Per model (farm_rules.py): request rate, error ratio, busy time, cold loads, cold share and mean cold-load time
+recorded one series per model from the gateway's and the pool supervisors' series (containers/inference_runtime/
+pool_status.py), and FarmModelFailing, FarmModelAlwaysCold, FarmModelCopyFailed, FarmPoolCopyStalled.
 """
 
 from __future__ import annotations
@@ -40,10 +48,13 @@ from typing import Any
 
 import yaml
 
+from cpu_inference._internal.k8s_object import is_dns_label
 from cpu_inference.engines import LLAMA_CPP, VLLM, check_engine, queue_metrics
 from cpu_inference.k8s.specs.keda import (
     POOL_IN_FLIGHT_METRIC,  # the gateway's per-pool gauge (GatewayMetrics.pool_in_flight)
 )
+from cpu_inference.monitoring.farm_rules import farm_alerts, farm_panels, farm_records
+from inference_runtime.pool_status import COPYING
 
 RUNNING, WAITING = queue_metrics(LLAMA_CPP)
 TOKENS = "llamacpp:tokens_predicted_total"
@@ -52,6 +63,8 @@ PROMPT_TOKENS = "llamacpp:prompt_tokens_total"
 LATENCY = {"router": "router_request_seconds", "gateway": "gateway_request_seconds"}
 POOL_REPLICA_UP = "gateway_pool_replica_up"  # slm_router/metrics.py GatewayMetrics.pool_replica_up
 POOL_REQUESTS = "gateway_pool_requests_total"  # GatewayMetrics.pool_requests (a Counter: `_total` in the exposition)
+# GatewayMetrics.pool_missing_model: the answers for listed models a replica did not serve, by what its supervisor said.
+POOL_MISSING_MODEL = "gateway_pool_missing_model_total"
 LEGEND = "{{app}}{{pod}}{{route}}{{model}}"
 MEMORY = "container_memory_working_set_bytes"
 ENGINE_CONTAINER = "llama-server"
@@ -133,14 +146,6 @@ def _any_engine(models: Sequence[ModelAlertSpec], expr: Callable[[EngineSeries],
     return " or ".join(expr(e) for e in _engines(models))
 
 
-def _apps_of(models: Sequence[ModelAlertSpec], series: EngineSeries, namespace: str) -> str:
-    """A selector for the namespace's apps of one engine; with a single engine, the whole namespace."""
-    if len(_engines(models)) == 1:
-        return _sel(namespace)
-    apps = "|".join(sorted(m.name for m in models if m.series is series))
-    return f'{_sel(namespace)},app=~"{apps}"'
-
-
 def rule_groups(
     namespace: str,
     models: Sequence[ModelAlertSpec],
@@ -161,22 +166,30 @@ def rule_groups(
         raise ValueError(
             "rule_groups: pools are watched through the gateway's metrics: give router_app and router_mode='gateway'"
         )
+    for m in models:
+        check_engine(m.engine)
+        if not is_dns_label(m.name):
+            raise ValueError(f"ModelAlertSpec.name must be a DNS label (the model's app label), got {m.name!r}")
     record: list[dict[str, Any]] = _model_records(namespace, models) if models else []
-    alerts: list[dict[str, Any]] = _model_alerts(namespace, models, record) if models else []
+    alerts: list[dict[str, Any]] = _model_alerts(namespace, models) if models else []
     if pools:
         assert router_app is not None
         alerts += _pool_alerts(namespace, router_app, pools)
+        # Per-model operations of the farm (farm_rules.py): one recorded series per model, four alerts.
+        record += farm_records(namespace, router_app, pools)
+        alerts += farm_alerts(namespace, router_app, pools, _alert)
     if p95_latency_slo_seconds is not None:
         if router_app is None:
             raise ValueError("rule_groups: a latency SLO needs router_app (the latency histogram is the router's)")
         rsel = _sel(namespace, router_app)
-        per = "le, model" if router_mode == "gateway" else "le"
+        # by namespace too: every namespace's group records this name (one AMP workspace, several patterns).
+        per = "namespace, le, model" if router_mode == "gateway" else "namespace, le"
         p95 = f"histogram_quantile(0.95, sum by ({per}) (rate({LATENCY[router_mode]}_bucket{{{rsel}}}[5m])))"
         record.append({"record": "cpu_inference:router_latency_seconds:p95", "expr": p95})
         alerts.append(
             _alert(
                 "InferenceLatencyP95AboveSlo",
-                f"cpu_inference:router_latency_seconds:p95 > {p95_latency_slo_seconds:g}",
+                f"cpu_inference:router_latency_seconds:p95{{{_sel(namespace)}}} > {p95_latency_slo_seconds:g}",
                 "10m",
                 "critical",
                 f"p95 latency{' of {{ $labels.model }}' if router_mode == 'gateway' else ''} above the {p95_latency_slo_seconds * 1000:.0f} ms SLO for 10 minutes",
@@ -194,6 +207,8 @@ def _pool_alerts(namespace: str, router_app: str, pools: Sequence[str]) -> list[
     """Per pool, from the gateway's view of it (every gateway pod keeps its own)."""
     sel = f'{_sel(namespace, router_app)},pool=~"{"|".join(sorted(pools))}"'
     by = "namespace, pool"
+    copying = f'sum by ({by}) (rate({POOL_MISSING_MODEL}{{{sel},state="{COPYING}"}}[5m]))'
+    zero = f"0 * sum by ({by}) (rate({POOL_REQUESTS}{{{sel}}}[5m]))"  # before the first copying answer
     return [
         _alert(
             "GatewayPoolDown",
@@ -206,8 +221,10 @@ def _pool_alerts(namespace: str, router_app: str, pools: Sequence[str]) -> list[
         ),
         _alert(
             "GatewayPoolErrors",
-            f'sum by ({by}) (rate({POOL_REQUESTS}{{{sel},code=~"5.."}}[5m])) / sum by ({by}) (rate({POOL_REQUESTS}{{{sel}}}[5m]))'
-            f" >= {POOL_ERROR_ALERT_RATIO}",
+            # A model whose copy has not landed answers 503 by design (the catalog copies after the deploy): those
+            # are not errors of the pool, so they leave the numerator (FarmPoolCopyStalled watches the copy itself).
+            f'(sum by ({by}) (rate({POOL_REQUESTS}{{{sel},code=~"5.."}}[5m])) - ({copying} or {zero}))'
+            f" / sum by ({by}) (rate({POOL_REQUESTS}{{{sel}}}[5m])) >= {POOL_ERROR_ALERT_RATIO}",
             "10m",
             "warning",
             f"pool {{{{ $labels.pool }}}}: ≥ {POOL_ERROR_ALERT_RATIO:.0%} of its answers are 5xx for 10 minutes",
@@ -217,10 +234,102 @@ def _pool_alerts(namespace: str, router_app: str, pools: Sequence[str]) -> list[
     ]
 
 
+# The dedicated models' constants are PARAMETER series, recorded once per model by one rule each (below), and every
+# alert is one rule per engine joining them `on (namespace, app)`: the rules file grows by ~60 bytes (the model's
+# name, twice or three times) per dedicated model instead of ~2.3 KB of per-model rules (issue 25: 300 dedicated
+# models were 704 KB of AWS::APS::RuleGroupsNamespace Data in the farm's template). All carry namespace and app;
+# REPLICAS_MIN carries the engine too, and the others are derived from it (`x * 0 + value`), so only it names
+# every model: the derived ones list a model only when its value differs from the most common one.
+PARAM_REPLICAS_MIN = "cpu_inference:dedicated_model:replicas_min"
+PARAM_SLOTS = "cpu_inference:dedicated_model:slots"
+PARAM_MEMORY_LIMIT = "cpu_inference:dedicated_model:memory_limit_bytes"
+PARAM_BASELINE = "cpu_inference:dedicated_model:baseline_tokens_per_second"  # only models given one
+ENGINE_LABEL = "engine"
+BY = "namespace, app"
+# A Deployment's pod is named <deployment>-<pod-template-hash>-<suffix> (kubernetes/kubernetes pkg/controller/
+# deployment/sync.go getNewReplicaSet: `Name: d.Name + "-" + podTemplateSpecHash`; the ReplicaSet's pods are
+# generateName `<replicaset>-` plus k8s.io/apiserver pkg/storage/names/generate.go's `randomLength = 5` characters)
+# and the model's Deployment is named after its `app` label (k8s/workloads/model_workload.py), so cAdvisor's series
+# (no pod labels) get `app` from the pod's name.
+POD_APP_REGEX = "(.+)-[a-z0-9]+-[a-z0-9]+"
+
+# Amazon Managed Service for Prometheus service quotas (https://docs.aws.amazon.com/prometheus/latest/userguide/
+# AMP_quotas.html) list a rule groups namespace definition file size and rules per workspace; we read them as 1 MB
+# (not adjustable) and 2,000 — UNCONFIRMED here (the page's table rows could not be retrieved; botocore's amp model
+# puts no length on RuleGroupsNamespaceData), so 1,000,000 bytes, the stricter reading. The rules here are O(1) per
+# namespace (a few dozen), whatever the number of models.
+AMP_RULES_FILE_MAX_BYTES = 1_000_000
+
+
+def _in(namespace: str, **labels: str) -> str:
+    return ",".join([f'namespace="{namespace}"', *(f'{k}="{v}"' for k, v in labels.items())])
+
+
+def _engine_sel(namespace: str, e: EngineSeries) -> str:
+    """The parameter series of the dedicated models of engine `e` (any value: used as a set)."""
+    engine = next(k for k, v in SERIES.items() if v is e)
+    return f"{PARAM_REPLICAS_MIN}{{{_in(namespace, **{ENGINE_LABEL: engine})}}}"
+
+
+def _replicas_min_expr(namespace: str, models: Sequence[ModelAlertSpec]) -> str:
+    """One series per model: label_replace(vector(...)) is PromQL's only way to a series from constants (the
+    documented idiom: https://prometheus.io/docs/prometheus/latest/querying/functions/#label_replace)."""
+    per_engine = []
+    for engine in (LLAMA_CPP, VLLM):
+        ours = sorted((m for m in models if m.engine == engine), key=lambda m: m.name)
+        if ours:
+            one = " or ".join(f'label_replace(vector({m.replicas_min}),"app","{m.name}","","")' for m in ours)
+            per_engine.append(f'label_replace({one},"{ENGINE_LABEL}","{engine}","","")')
+    return f'label_replace({" or ".join(per_engine)},"namespace","{namespace}","","")'
+
+
+def _derived_expr(namespace: str, values: dict[str, float], everyone: bool) -> str:
+    """A parameter per model from the REPLICAS_MIN series: one term per distinct value listing its models; when every
+    model has one (`everyone`), the most common value's term is every model but the others (`app!~`), unlisted."""
+    by_value: dict[float, list[str]] = {}
+    for name, value in sorted(values.items()):
+        by_value.setdefault(value, []).append(name)
+    ns = _in(namespace)
+    if everyone:
+        common = max(by_value, key=lambda v: (len(by_value[v]), -v))
+        del by_value[common]
+        others = "|".join(n for v in by_value.values() for n in v)
+        base = f"{PARAM_REPLICAS_MIN}{{{ns}}}" if not others else f'{PARAM_REPLICAS_MIN}{{{ns},app!~"{others}"}}'
+        terms = [f"{base} * 0 + {_num(common)}"]
+    else:
+        terms = []
+    terms += [f'{PARAM_REPLICAS_MIN}{{{ns},app=~"{"|".join(names)}"}} * 0 + {_num(v)}' for v, names in by_value.items()]
+    return " or ".join(terms)
+
+
+def _num(value: float) -> str:
+    """A PromQL number literal, exact (`:g` would round a memory limit to 6 digits)."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _model_params(namespace: str, models: Sequence[ModelAlertSpec]) -> list[dict[str, Any]]:
+    rules = [
+        {"record": PARAM_REPLICAS_MIN, "expr": _replicas_min_expr(namespace, models)},
+        {"record": PARAM_SLOTS, "expr": _derived_expr(namespace, {m.name: m.slots for m in models}, True)},
+        {
+            "record": PARAM_MEMORY_LIMIT,
+            "expr": _derived_expr(namespace, {m.name: m.memory_limit_bytes for m in models}, True),
+        },
+    ]
+    baselines = {m.name: m.baseline_tokens_per_second for m in models if m.baseline_tokens_per_second}
+    if baselines:
+        everyone = len(baselines) == len(models)
+        rules.append({"record": PARAM_BASELINE, "expr": _derived_expr(namespace, baselines, everyone)})
+    return rules
+
+
 def _model_records(namespace: str, models: Sequence[ModelAlertSpec]) -> list[dict[str, Any]]:
     ns = _sel(namespace)
-    by = "namespace, app"
+    by = BY
     return [
+        # Parameters first: rules of a group run in order at one evaluation time, so the rules below read this
+        # evaluation's values (https://prometheus.io/docs/prometheus/latest/configuration/recording_rules/).
+        *_model_params(namespace, models),
         {
             "record": "cpu_inference:requests_processing:sum",
             "expr": _any_engine(models, lambda e: f"sum by ({by}) ({e.running}{{{ns}}})"),
@@ -249,44 +358,49 @@ def _model_records(namespace: str, models: Sequence[ModelAlertSpec]) -> list[dic
             ),
         },
         {
+            # This namespace's series only: every namespace's rule group records this name.
             "record": "cpu_inference:decode_tokens_per_second:median1d",
-            "expr": "quantile_over_time(0.5, cpu_inference:decode_tokens_per_second:ratio5m[1d] offset 1h)",
+            "expr": f"quantile_over_time(0.5, cpu_inference:decode_tokens_per_second:ratio5m{{{ns}}}[1d] offset 1h)",
+        },
+        {
+            # Busy slots / (replicas × slots per replica); KV is allocated per slot, so it is llama.cpp's KV proxy.
+            "record": "cpu_inference:slot_utilization:ratio",
+            "expr": _any_engine(
+                models,
+                lambda e: (
+                    f"sum by ({by}) ({e.running}{{{ns}}}) / on ({by}) "
+                    f"(count by ({by}) ({e.running}{{{ns}}}) * on ({by}) {PARAM_SLOTS}{{{ns}}})"
+                ),
+            ),
         },
     ]
 
 
-def _model_alerts(
-    namespace: str, models: Sequence[ModelAlertSpec], record: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    """The dedicated models' alerts; their per-model recording rules are appended to `record`."""
-    by = "namespace, app"
-    alerts: list[dict[str, Any]] = [
-        _alert(
-            f"{e.prefix}RequestsQueued",
-            f"cpu_inference:requests_deferred:sum{{{_apps_of(models, e, namespace)}}} > 0",
-            "5m",
-            "warning",
-            "{{ $labels.app }}: requests queued for 5 minutes",
-            "A sustained queue means latency is about to degrade: KEDA is at max replicas or new nodes are not arriving.",
-        )
-        for e in _engines(models)
-    ]
-    for m in models:
-        sel = _sel(namespace, m.name)
-        e = m.series
-        record.append(
-            {
-                "record": "cpu_inference:slot_utilization:ratio",
-                "expr": f"sum by ({by}) ({e.running}{{{sel}}}) / ({m.slots} * count by ({by}) ({e.running}{{{sel}}}))",
-            }
+def _model_alerts(namespace: str, models: Sequence[ModelAlertSpec]) -> list[dict[str, Any]]:
+    """The dedicated models' alerts: one rule per engine and kind, each joined on (namespace, app) to the engine's
+    parameter series (so it covers that engine's dedicated models only); labels namespace and app (+ pod for memory)."""
+    ns = _sel(namespace)
+    alerts: list[dict[str, Any]] = []
+    for e in _engines(models):
+        ours = f"and on ({BY}) {_engine_sel(namespace, e)}"
+        alerts.append(
+            _alert(
+                f"{e.prefix}RequestsQueued",
+                f"cpu_inference:requests_deferred:sum{{{ns}}} > 0 {ours}",
+                "5m",
+                "warning",
+                "{{ $labels.app }}: requests queued for 5 minutes",
+                "A sustained queue means latency is about to degrade: KEDA is at max replicas or new nodes are not arriving.",
+            )
         )
         alerts.append(
             _alert(
                 f"{e.prefix}SlotsSaturated",
-                f"cpu_inference:slot_utilization:ratio{{{sel}}} >= {SLOT_ALERT_RATIO}",
+                f"cpu_inference:slot_utilization:ratio{{{ns}}} >= {SLOT_ALERT_RATIO} {ours}",
                 "10m",
                 "warning",
-                f"{m.name}: ≥ {SLOT_ALERT_RATIO:.0%} of the {m.slots} slots per replica busy for 10 minutes",
+                f"{{{{ $labels.app }}}}: ≥ {SLOT_ALERT_RATIO:.0%} of its slots per replica busy for 10 minutes "
+                "({{ $value | humanizePercentage }})",
                 "Each slot holds its KV cache: the pods are near their concurrency (and KV) capacity."
                 if e.kv_usage is None
                 else "Every --max-num-seqs sequence is running: new requests queue in vLLM's scheduler.",
@@ -296,49 +410,53 @@ def _model_alerts(
             alerts.append(
                 _alert(
                     f"{e.prefix}KvCacheHigh",
-                    f"max by ({by}) ({e.kv_usage}{{{sel}}}) >= {KV_ALERT_RATIO}",
+                    f"max by ({BY}) ({e.kv_usage}{{{ns}}}) >= {KV_ALERT_RATIO} {ours}",
                     "10m",
                     "warning",
-                    f"{m.name}: KV cache ≥ {KV_ALERT_RATIO:.0%} full for 10 minutes",
+                    f"{{{{ $labels.app }}}}: KV cache ≥ {KV_ALERT_RATIO:.0%} full for 10 minutes",
                     "Near a full KV cache the engine preempts sequences (recomputed later): raise the KV space (context, node) or replicas.",
                 )
             )
+        # The measured baseline where given, else the model's median of the previous day.
+        median = f"cpu_inference:decode_tokens_per_second:median1d{{{ns}}}"
         baseline = (
-            f"{m.baseline_tokens_per_second:g}"
-            if m.baseline_tokens_per_second
-            else f"cpu_inference:decode_tokens_per_second:median1d{{{sel}}}"
+            f"({PARAM_BASELINE}{{{ns}}} or on ({BY}) {median})"
+            if any(m.baseline_tokens_per_second for m in models)
+            else median
         )
         alerts.append(
             _alert(
                 f"{e.prefix}TokenThroughputLow",
-                f"(cpu_inference:decode_tokens_per_second:ratio5m{{{sel}}} < {THROUGHPUT_ALERT_RATIO} * {baseline})"
-                f" and on({by}) (cpu_inference:requests_processing:sum{{{sel}}} > 0)",
+                f"cpu_inference:decode_tokens_per_second:ratio5m{{{ns}}} < on ({BY}) {THROUGHPUT_ALERT_RATIO} * {baseline}"
+                f" and on ({BY}) cpu_inference:requests_processing:sum{{{ns}}} > 0 {ours}",
                 "10m",
                 "warning",
-                f"{m.name}: decode speed under {THROUGHPUT_ALERT_RATIO:.0%} of its baseline while serving",
+                f"{{{{ $labels.app }}}}: decode speed under {THROUGHPUT_ALERT_RATIO:.0%} of its baseline while serving",
                 "CPU contention (noisy neighbours, throttling, wrong thread count) or a slower instance family.",
             )
         )
-        limit = m.memory_limit_bytes
+        working_set = f"max by (namespace, pod) ({MEMORY}{{{_in(namespace, container=e.container)}}})"
         alerts.append(
             _alert(
                 f"{e.prefix}MemoryNearLimit",
-                f'max by (namespace, pod) ({MEMORY}{{namespace="{namespace}",container="{e.container}",pod=~"{m.name}-[a-z0-9]+-[a-z0-9]+"}})'
-                f" > {MEMORY_ALERT_RATIO} * {limit}",
+                f'label_replace({working_set}, "app", "$1", "pod", "{POD_APP_REGEX}")'
+                f" / on ({BY}) group_left {PARAM_MEMORY_LIMIT}{{{ns}}} > {MEMORY_ALERT_RATIO}",
                 "5m",
                 "warning",
-                f"{m.name}: memory above {MEMORY_ALERT_RATIO:.0%} of its {limit // (1024 * 1024)} MiB limit",
+                f"{{{{ $labels.app }}}}: memory above {MEMORY_ALERT_RATIO:.0%} of its limit "
+                "({{ $value | humanizePercentage }} in pod {{ $labels.pod }})",
                 "The pod will be OOM-killed at the limit: raise the sizing (context, slots) or the node type.",
             )
         )
-        if m.replicas_min > 0:
+        if any(m.replicas_min > 0 for m in models if m.series is e):
+            # absent() cannot be aggregated: the models expected up (replicas_min > 0) without a series of their own.
             alerts.append(
                 _alert(
                     f"{e.prefix}MetricsMissing",
-                    f"absent({e.running}{{{sel}}})",
+                    f"max by ({BY}) ({_engine_sel(namespace, e)} > 0) unless on ({BY}) {e.running}{{{ns}}}",
                     "10m",
                     "warning",
-                    f"{m.name}: no {e.label} metrics for 10 minutes",
+                    f"{{{{ $labels.app }}}}: no {e.label} metrics for 10 minutes",
                     "KEDA scales on these series; without them replicas stay where they are. Check the pods and the scraper.",
                 )
             )
@@ -356,7 +474,20 @@ def _alert(name: str, expr: str, for_: str, severity: str, summary: str, descrip
 
 
 def rule_groups_yaml(*args: Any, **kwargs: Any) -> str:
-    return yaml.safe_dump(rule_groups(*args, **kwargs), sort_keys=False)
+    """The rules file an AMP rule groups namespace takes (its `Data`), refused over AMP's size quota."""
+    text = yaml.safe_dump(rule_groups(*args, **kwargs), sort_keys=False)
+    check_rules_file_size(text)
+    return text
+
+
+def check_rules_file_size(text: str) -> None:
+    size = len(text.encode())
+    if size > AMP_RULES_FILE_MAX_BYTES:
+        raise ValueError(
+            f"the alert rules file is {size:,} bytes, over Amazon Managed Service for Prometheus' "
+            f"{AMP_RULES_FILE_MAX_BYTES:,}-byte rule groups namespace definition: spread the dedicated models over "
+            "more namespaces (one InferenceWorkloads each) or turn alerts off"
+        )
 
 
 def dashboard(
@@ -371,6 +502,7 @@ def dashboard(
     """A Grafana dashboard (JSON model) over the same series: one row of panels for all models, then the router's
     (or gateway's) and, with `pools`, the gateway's view of each pool."""
     panels = [(*p, LEGEND) for p in _model_panels(namespace, models)] if models else []
+    panel_types: dict[str, str] = {}  # title -> Grafana panel type, when not a time series
     if router_app and router_mode == "gateway":
         rsel = _sel(namespace, router_app)
         panels += [
@@ -404,6 +536,9 @@ def dashboard(
                 ),
                 ("Pool requests in flight", f"sum by (pool) ({POOL_IN_FLIGHT_METRIC}{{{psel}}})", "short", "{{pool}}"),
             ]
+            farm = farm_panels(namespace, router_app, pools)
+            panel_types = {t: kind for t, _, _, _, kind in farm}
+            panels += [(t, expr, unit, legend) for t, expr, unit, legend, _ in farm]
     elif router_app:
         rsel = _sel(namespace, router_app)
         panels += [
@@ -431,7 +566,7 @@ def dashboard(
         "panels": [
             {
                 "id": i + 1,
-                "type": "timeseries",
+                "type": panel_types.get(t, "timeseries"),
                 "title": t,
                 "datasource": {"type": "prometheus", "uid": "${datasource}"},
                 "gridPos": {"h": 8, "w": 12, "x": (i % 2) * 12, "y": (i // 2) * 8},
