@@ -81,8 +81,11 @@ def render_all() -> Rendered:
         farm = stack.node.try_find_child("ModelFarm")
         catalog = getattr(farm, "catalog", None)
         tasks = {m.name: m.task for m in config.models}
+        pooled = {m.name for m in farm.props.deployment.models if m.pool is not None} if farm is not None else set()
         if catalog is not None:
             for entry in catalog.catalog.entries:
+                if entry.name not in pooled:  # a dedicated model copied through the catalog: no engine.json
+                    continue
                 out.engine_jsons[f"{path.name}:{entry.name}"] = json.loads(engine_json(entry))
                 if tasks[entry.name] == "embedding":
                     out.embedding_pooled.add(f"{path.name}:{entry.name}")

@@ -165,9 +165,11 @@ def test_sagemaker_farm_serves_each_pool_from_one_multi_model_endpoint(synthesiz
         if r["Type"] == "AWS::SageMaker::Model" and r["Properties"]["PrimaryContainer"].get("Mode") != "MultiModel"
     ]
     assert len(single) == len(dedicated)
-    # One copy job for every pooled model, not one per model.
-    assert len([r for r in res if r["Type"] == "Custom::ModelCatalog"]) == 1
-    assert len([r for r in res if r["Type"] == "Custom::ModelArtifact"]) == len(dedicated)
+    # One copy for every model, pooled or dedicated (a dedicated GGUF model too), not one per model; the deploy
+    # awaits the dedicated ones with one waiter.
+    assert len([r for r in res if r["Type"] == "Custom::ModelCatalogCopy"]) == 1
+    assert not [r for r in res if r["Type"] == "Custom::ModelArtifact"]
+    assert len([r for r in res if r["Type"] == "Custom::DedicatedModelsReady"]) == (1 if dedicated else 0)
     assert not [r for r in res if r["Type"].startswith("AWS::EKS::")]
 
 

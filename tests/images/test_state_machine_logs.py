@@ -19,6 +19,8 @@ import pytest
 from constructs import Construct
 
 from cpu_inference.app import build_app
+from cpu_inference.artifacts.copy_provider import ModelCopyProvider
+from cpu_inference.artifacts.model_catalog import ModelCatalog
 from cpu_inference.config import load
 from cpu_inference.images import LlamaCppImage, LlamaCppImageProps
 from tests.app.conftest import CONFIGS, ROOT
@@ -126,8 +128,12 @@ def _images(stack: cdk.Stack) -> int:
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_shipped_state_machines_log_under_vendedlogs(path) -> None:
     _, stack = build_app(load(path), app=cdk.App())
-    # Each image: its workflow and its Provider waiter; the stack's model-copy waiter.
-    _check([(stack, template_json(stack))], expected_machines=2 * _images(stack) + 1)
+    # Each image: its workflow and its Provider waiter; the stack's model-copy waiter (when a model is copied alone
+    # or awaited); a farm's catalog copy (the Distributed Map).
+    copies = sum(isinstance(c, ModelCopyProvider) for c in stack.node.find_all())
+    catalogs = sum(isinstance(c, ModelCatalog) for c in stack.node.find_all())
+    assert copies + catalogs >= 1  # every shipped config copies its models
+    _check([(stack, template_json(stack))], expected_machines=2 * _images(stack) + copies + catalogs)
 
 
 def test_two_images_of_one_stack_and_two_stacks_never_share_a_group(make_context) -> None:

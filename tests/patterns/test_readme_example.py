@@ -35,8 +35,9 @@ def test_farm_example_pools_its_models_and_keeps_the_hot_one_dedicated(blocks) -
     scope = blocks[1]
     farm, stack = scope["farm"], scope["stack"]
     template = Template.from_stack(stack)
-    template.resource_count_is("Custom::ModelCatalog", 1)  # one copy job for every pooled model
-    template.resource_count_is("Custom::ModelArtifact", 1)  # the dedicated one keeps its own
+    template.resource_count_is("Custom::ModelCatalogCopy", 1)  # one copy for every model, pooled or dedicated
+    template.resource_count_is("Custom::ModelArtifact", 0)  # the dedicated GGUF model copies through the catalog too
+    template.resource_count_is("Custom::DedicatedModelsReady", 1)  # which the deploy awaits for it alone
     manifests = json.dumps(template.find_resources("Custom::AWSCDK-EKS-KubernetesResource"))
     assert "pool-embed" in manifests and "qwen3-0-6b.model-farm.svc.cluster.local" in manifests
     assert set(farm.plans) == {"embed"} and farm.plans["embed"].models_max >= 1

@@ -93,4 +93,8 @@ def test_the_plan_prints_only_the_plan(outs, capsys) -> None:
     """The rollback probes run the model-copy handler, which logs for CloudWatch: none of that reaches the output."""
     main(["plan", str(outs["before"]), str(outs["after"])])
     out = capsys.readouterr().out
-    assert out.startswith("Kubernetes objects to create:") and "unchanged:" not in out and "Custom::ModelCatalog" in out
+    assert (
+        out.startswith("Kubernetes objects to create:")
+        and "unchanged:" not in out
+        and "Custom::ModelCatalogCopy" in out
+    )

@@ -437,6 +437,17 @@ def _expand_entries(
 # (examples/slm-prefilter-sagemaker.yaml, vllm-*.yaml) all set 2000; an SLM-only deployment sets less (config.yaml:
 # 500).
 FIRST_TOKEN_SLO_MS = 2000
+# farm.dedicated_stacks' default (patterns/deployment.DedicatedStacks): 0, the dedicated models stay in the farm's
+# stack, so a deployed farm never moves (replaces) them by upgrading; a farm with more dedicated SageMaker endpoints
+# than one stack holds sets it (16 nested stacks hold ~600 — README "Dedicated models at scale").
+DEDICATED_STACKS = 0
+# farm.dedicated_copy: how a farm's dedicated GGUF models are copied (patterns/model_farm.ModelFarmProps). `catalog`
+# (default): by the farm's ModelCatalog, first, the deploy waiting for their keys only (one bounded resource);
+# `artifact`: one ModelArtifact each (6 resources per model), as farms deployed before. A deployed farm that switches
+# is checked at deploy time: a branch revision the catalog resolves to other bytes than the deployed ones fails the
+# deploy, naming the commit to pin (model_download/catalog_wait.py).
+DEDICATED_COPIES = ("catalog", "artifact")
+DEDICATED_COPY = "catalog"
 
 
 class Slo(_Strict):
@@ -658,6 +669,24 @@ class Farm(_Strict):
     gateway: Annotated[
         Replicas, Field(description="replicas of the farm's gateway (routes each model to its pool replicas)")
     ] = Replicas(min=2, max=6)
+    dedicated_stacks: Annotated[
+        int,
+        Field(
+            ge=0,
+            le=64,
+            description="nested CloudFormation stacks the dedicated models (SageMaker endpoints; EKS manifests) are spread "
+            "over, each by a stable hash of its name (0: in the farm's stack); needed past ~30 dedicated endpoints or "
+            "~60 dedicated EKS models (500 resources, 1 MB per stack); fixed once deployed — changing it moves most "
+            "dedicated models to another stack, which replaces them",
+        ),
+    ] = DEDICATED_STACKS
+    dedicated_copy: Annotated[
+        Literal["catalog", "artifact"],
+        Field(
+            description="catalog (default): dedicated GGUF models are copied by the farm's catalog, first, and the deploy "
+            "waits (bounded) for them only; artifact: one copy resource per model, as farms deployed before"
+        ),
+    ] = DEDICATED_COPY  # type: ignore[assignment]
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,8 @@ from cpu_inference.k8s.workloads.serving_policy import KedaSource, ServingPolicy
 from cpu_inference.monitoring.alerts import ModelAlertSpec, dashboard, rule_groups_yaml
 
 POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
+# The ServiceAccount every shared_identity model of a namespace runs as (one per namespace; ModelDeployment).
+SHARED_SERVICE_ACCOUNT = "dedicated-models"
 # The gateway's wait for a pooled model's response head, a cold load on its replica included (slm_router.config
 # Gateway.cold_load_timeout_s), and its per-replica health probe period: the contract's defaults.
 COLD_LOAD_TIMEOUT_S = 60
@@ -67,6 +69,11 @@ class ModelDeployment:
     start after its copy. Or model_bucket + read_prefix (a key prefix of the GGUF, or of a vLLM snapshot, in that
     bucket), or an existing_role that already grants the read (bring-your-own IAM).
     baseline_tokens_per_second: decode tok/s per sequence for the throughput alert (None: self-calibrating).
+    shared_identity (with model_bucket + read_prefix): the pods run as the namespace's ONE shared ServiceAccount
+    (SHARED_SERVICE_ACCOUNT), whose one IAM role and one Pod Identity association read every shared model's
+    read_prefix — O(1) resources whatever the number of models (a farm's dedicated models read `farm/`, the prefix
+    its pools already read: one trust domain). ready: what the pods wait for besides (a farm's wait for its
+    dedicated models' catalog keys).
     """
 
     workload: ModelWorkload
@@ -75,6 +82,8 @@ class ModelDeployment:
     read_prefix: str | None = None
     existing_role: iam.IRole | None = None
     baseline_tokens_per_second: float | None = None
+    shared_identity: bool = False
+    ready: IDependable | None = None
 
     @classmethod
     def from_artifact(
@@ -103,6 +112,10 @@ class ModelDeployment:
         )
 
     def validate(self) -> None:
+        if self.shared_identity and (self.model_bucket is None or not self.read_prefix):
+            raise ValueError(
+                f"ModelDeployment {self.workload.name!r}: shared_identity reads through model_bucket + read_prefix; give both"
+            )
         sources = [x for x in (self.artifact, self.model_bucket, self.existing_role) if x is not None]
         if len(sources) != 1:
             raise ValueError(
@@ -138,6 +151,11 @@ class InferenceWorkloadsProps:
     dashboard ConfigMap, KEDA ScaledObjects and TriggerAuthentication — as the dict that goes into its
     KubernetesManifest. Change it in place and return None, or return the object to use instead. The charts are
     rendered in the constructor, so this, not editing `charts[...]` afterwards, is how a rendered object changes.
+    model_scope: where each model's manifests — its chart's objects and its ScaledObject — live, by model name (e.g.
+    a nested stack chosen by a stable hash of the name, patterns/deployment.DedicatedStacks); None: this construct.
+    A KubernetesManifest in a nested stack reaches the cluster's kubectl provider by its service token, a parameter
+    of the nested stack (aws-cdk-lib aws-eks-v2/lib/kubectl-provider.ts KubectlProvider.getKubectlProvider: the
+    cluster's provider, after its kubectl barrier).
     """
 
     cluster: InferenceCluster
@@ -155,8 +173,16 @@ class InferenceWorkloadsProps:
     pools: tuple[ModelPoolChartProps, ...] = ()
     mountpoint: MountpointS3Csi | None = None
     kubernetes_patch: KubernetesPatch | None = None
+    model_scope: Callable[[str], Construct] | None = None
 
     def validate(self) -> None:
+        if SHARED_SERVICE_ACCOUNT in {m.workload.name for m in self.models if not m.shared_identity} and any(
+            m.shared_identity for m in self.models
+        ):
+            raise ValueError(
+                f"InferenceWorkloadsProps.models: a model named {SHARED_SERVICE_ACCOUNT!r} would own the ServiceAccount "
+                "the shared-identity models run as; rename it"
+            )
         if not self.models and not self.pools:
             raise ValueError("InferenceWorkloadsProps.models: at least one model (or one pool in pools) is required")
         names = [m.workload.name for m in self.models]
@@ -239,23 +265,63 @@ class InferenceWorkloads(Construct):
         model_keys: dict[int, str] = {}
         deps: list[IDependable] = [*ns_deps, *props.depends_on]
         gateway = props.router is not None and props.router.mode == "gateway"
+        # Shared identity: ONE ServiceAccount, role and Pod Identity association for every shared_identity model.
+        shared = [md for md in props.models if md.shared_identity]
+        self.identity_manifests: list[eks.KubernetesManifest] = []
+        shared_role: iam.Role | None = None
+        if shared:
+            shared_role = self._shared_role(shared)
+            self.roles[SHARED_SERVICE_ACCOUNT] = shared_role
+            sa = {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {
+                    "name": SHARED_SERVICE_ACCOUNT,
+                    "namespace": p.namespace,
+                    "labels": {"app.kubernetes.io/part-of": p.pattern},
+                },
+                # No API token: Pod Identity injects its own projected token; the pods never call Kubernetes.
+                "automountServiceAccountToken": False,
+            }
+            self.identity_manifests = add_bounded_manifests(
+                ic.cluster, "Identity", self._patched([sa]), scope=self, depends_on=[*ns_deps, *props.depends_on]
+            )
+            deps += [self._associate(SHARED_SERVICE_ACCOUNT, SHARED_SERVICE_ACCOUNT, shared_role)]
+            deps += self.identity_manifests
+        homes: dict[str, Construct] = {}  # model name → the scope of its manifests, when not this construct
+        home_deps: list[IDependable] = []  # what a model's manifests wait for beyond `deps`
         for md in props.models:
             w = md.workload
             if gateway and w.replicas_min == 0 and not w.cold_start_query:
                 # Behind the gateway a cold model wakes on the gateway's 503s for it (no pod, no llama metrics).
                 w = replace(w, cold_start_query=gateway_cold_start_query(p.namespace, w.name))
-            chart = LlamaServerChart(app, w.name, props=LlamaServerChartProps(model=w, policy=p))
+            chart = LlamaServerChart(
+                app,
+                w.name,
+                props=LlamaServerChartProps(
+                    model=w, policy=p, service_account=SHARED_SERVICE_ACCOUNT if md.shared_identity else None
+                ),
+            )
             self.charts[w.name] = chart
-            role = md.existing_role or self._model_role(md)
-            self.roles[w.name] = role
-            deps.append(self._associate(w.name, chart.service_account_name, role))
+            if md.shared_identity:
+                assert shared_role is not None
+                self.roles[w.name] = shared_role
+            else:
+                role = md.existing_role or self._model_role(md)
+                self.roles[w.name] = role
+                deps.append(self._associate(w.name, chart.service_account_name, role))
             if md.artifact is not None:
                 deps.append(md.artifact.resource)
+            if md.ready is not None and md.ready not in home_deps:
+                home_deps.append(md.ready)
+            if props.model_scope is not None:
+                homes[w.name] = props.model_scope(w.name)
             for obj in self._patched(chart.to_json()):
                 model_keys[_identity(obj)] = (
                     f"model/{w.name}"  # a model's objects share one manifest, whatever else changes
                 )
                 model_objs.append(obj)
+        deps += home_deps
 
         self.pool_charts: dict[str, ModelPoolChart] = {}
         pool_objs: list[dict[str, Any]] = []
@@ -349,14 +415,26 @@ class InferenceWorkloads(Construct):
                 ]
             )
 
-        self.model_manifests = add_bounded_manifests(
-            ic.cluster,
-            "Models",
-            model_objs,
-            scope=self,
-            depends_on=deps,
-            key=lambda o: model_keys.get(_identity(o)) or object_key(o),
+        model_key = lambda o: model_keys.get(_identity(o)) or object_key(o)  # noqa: E731
+        at_home: dict[int, tuple[Construct, list[dict[str, Any]]]] = {}
+        here: list[dict[str, Any]] = []
+        for obj in model_objs:
+            name = model_keys.get(_identity(obj), "").removeprefix("model/")
+            if name in homes:
+                at_home.setdefault(_identity(homes[name]), (homes[name], []))[1].append(obj)
+            else:
+                here.append(obj)
+        self.model_manifests = (
+            add_bounded_manifests(ic.cluster, "Models", here, scope=self, depends_on=deps, key=model_key)
+            if here
+            else []
         )
+        # Per home (a nested stack): its models' objects in its own bounded manifests, after the same prerequisites.
+        self.home_manifests: dict[int, list[eks.KubernetesManifest]] = {
+            key: add_bounded_manifests(ic.cluster, "Models", objs, scope=home, depends_on=deps, key=model_key)
+            for key, (home, objs) in at_home.items()
+        }
+        self.model_manifests += [m for ms in self.home_manifests.values() for m in ms]
         pool_deps = [*ns_deps, *props.depends_on, *([props.mountpoint.addon] if props.mountpoint is not None else [])]
         self.pool_manifests = (
             add_bounded_manifests(
@@ -375,7 +453,8 @@ class InferenceWorkloads(Construct):
         )
 
         self.scaled_object_manifests: list[eks.KubernetesManifest] = []
-        specs = [c.scaled_object for c in self.charts.values() if c.scaled_object is not None]
+        specs = [c.scaled_object for n, c in self.charts.items() if c.scaled_object is not None and n not in homes]
+        homed_specs = {n: c.scaled_object for n, c in self.charts.items() if c.scaled_object is not None and n in homes}
         specs += [c.scaled_object for c in self.pool_charts.values() if c.scaled_object is not None]
         if self.router_chart is not None and self.router_chart.scaled_object is not None:
             specs.append(self.router_chart.scaled_object)
@@ -393,12 +472,30 @@ class InferenceWorkloads(Construct):
                 s.to_dict() for s in specs
             ]  # as add_scaled_objects
             scaling_id, scaling_scope = self._scaling_home(props.keda, id)
+            parent_models = [m for m in self.model_manifests if cdk.Stack.of(m) is cdk.Stack.of(self)]
             self.scaled_object_manifests = props.keda.add_objects(
                 scaling_id,
                 self._patched(keda_objs),
-                depends_on=[*self.model_manifests, *self.pool_manifests, *self.router_manifests],
+                depends_on=[*parent_models, *self.pool_manifests, *self.router_manifests],
                 scope=scaling_scope,
             )
+        if homed_specs:
+            if props.keda is None:
+                raise ValueError(
+                    "InferenceWorkloadsProps: policy.keda renders ScaledObjects, which need keda (the Keda construct brings their CRDs)"
+                )
+            # A homed model's ScaledObject lives beside its Deployment (its home's manifests), after the parent's
+            # (which hold the namespace's TriggerAuthentication).
+            for key, (home, _) in at_home.items():
+                names = {n for n in homed_specs if _identity(homes[n]) == key}
+                objs = self._patched([homed_specs[n].to_dict() for n in sorted(names)])
+                if objs:
+                    self.scaled_object_manifests += props.keda.add_objects(
+                        "Scaling",
+                        objs,
+                        depends_on=[*self.home_manifests[key], *self.scaled_object_manifests],
+                        scope=home,
+                    )
 
         self.rule_groups: aps.CfnRuleGroupsNamespace | None = None
         if (
@@ -514,6 +611,23 @@ class InferenceWorkloads(Construct):
         else:
             assert md.model_bucket is not None and md.read_prefix is not None
             md.model_bucket.grant_read(role, md.read_prefix)
+        return role
+
+    def _shared_role(self, models: list[ModelDeployment]) -> iam.Role:
+        """The namespace's one role for its shared_identity models: read of each distinct (bucket, prefix) — for a
+        farm, `farm/` of its model bucket, which its pools already read through Mountpoint."""
+        role = iam.Role(
+            self,
+            "SharedModelsRole",
+            assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal(POD_IDENTITY_PRINCIPAL)),
+            description=f"Dedicated models in {self.policy.namespace} (EKS Pod Identity): read their model prefix only",
+        )
+        granted: set[tuple[int, str]] = set()
+        for md in models:
+            assert md.model_bucket is not None and md.read_prefix is not None
+            if (_identity(md.model_bucket), md.read_prefix) not in granted:
+                granted.add((_identity(md.model_bucket), md.read_prefix))
+                md.model_bucket.grant_read(role, md.read_prefix)
         return role
 
     def _associate(self, name: str, service_account: str, role: iam.IRole) -> eks.CfnPodIdentityAssociation:

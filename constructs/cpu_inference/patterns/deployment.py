@@ -3,14 +3,16 @@ workload on the cluster or an endpoint."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
+import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from constructs import Construct, IDependable
 
 from cpu_inference._internal.k8s_object import is_dns_label
-from cpu_inference.artifacts import ModelBucketProps
+from cpu_inference.artifacts import ModelBucketProps, ModelCatalog
 from cpu_inference.config.schema import FIRST_TOKEN_SLO_MS
 from cpu_inference.eks import InferenceWorkloads, InferenceWorkloadsProps
 from cpu_inference.eks.inference_workloads import KubernetesPatch, ModelDeployment
@@ -19,14 +21,73 @@ from cpu_inference.images import VLLM_IMAGE, LlamaCppImageProps
 from cpu_inference.k8s.charts.model_pool_chart import ModelPoolChartProps
 from cpu_inference.k8s.charts.router_chart import RouterChartProps
 from cpu_inference.k8s.specs.default_node_pools import MEMORY_POOL, MEMORY_TAINT
+from cpu_inference.k8s.workloads.model_workload import ModelWorkload
 from cpu_inference.k8s.workloads.serving_policy import ServingPolicy
 from cpu_inference.patterns.eks_platform import EksPlatform, EksPlatformProps
 from cpu_inference.patterns.sagemaker_endpoints import graviton_endpoint_props
 from cpu_inference.patterns.served_model import ServedModel
 from cpu_inference.patterns.serving_foundation import ROUTER_IMAGE, ServingFoundation
 from cpu_inference.sagemaker import GravitonEndpoint
+from model_download.catalog import FARM_PREFIX
 
 TARGETS = ("eks", "sagemaker")
+
+# CloudFormation's per-template quotas (CloudFormation user guide, "CloudFormation quotas": 500 resources per stack;
+# a template uploaded from S3 at most 1 MB — aws-cdk-lib core/lib/stack.js TEMPLATE_BODY_MAXIMUM_SIZE=1e6). A nested
+# stack is a stack of its own: the same quotas apply to each nested template.
+CFN_MAX_RESOURCES = 500
+CFN_MAX_TEMPLATE_BYTES = 1_000_000
+# How many nested stacks a farm's dedicated models are spread over (config.yaml farm.dedicated_stacks, default
+# config.schema.DEDICATED_STACKS). Fixed once deployed: a model's stack is a function of its name and this number only,
+# so adding or removing models never moves another model (a move is a delete + create in CloudFormation); changing
+# the number moves most of them.
+DEDICATED_STACKS_KEY = "farm.dedicated_stacks"
+
+
+def dedicated_stack_index(name: str, stacks: int) -> int:
+    """The nested stack (0..stacks-1) of the dedicated model `name`: sha256 of the name, modulo `stacks` — a stable
+    function of the name alone (never of the other models or their order)."""
+    return int(hashlib.sha256(name.encode()).hexdigest()[:16], 16) % stacks
+
+
+def dedicated_stack_id(index: int) -> str:
+    """The construct id (and so the logical id prefix) of dedicated stack `index`: part of every deployed template."""
+    return f"Dedicated{index:02d}"
+
+
+class DedicatedStacks:
+    """The nested stacks of one farm's dedicated models, created on first use under `scope` (an empty one is never
+    created: adding its first model creates it, removing its last deletes it; nothing else moves)."""
+
+    def __init__(self, scope: Construct, stacks: int, description: str) -> None:
+        self.scope = scope
+        self.count = stacks
+        self.description = description
+        self.stacks: dict[int, cdk.NestedStack] = {}
+
+    def index(self, name: str) -> int:
+        return dedicated_stack_index(name, self.count)
+
+    def stack_for(self, name: str) -> cdk.NestedStack:
+        i = self.index(name)
+        if i not in self.stacks:
+            self.stacks[i] = cdk.NestedStack(
+                self.scope, dedicated_stack_id(i), description=f"{self.description} ({i + 1} of {self.count})"
+            )
+        return self.stacks[i]
+
+
+def check_dedicated_stacks(stacks: dict[int, cdk.NestedStack], key: str = DEDICATED_STACKS_KEY) -> None:
+    """Refuse a nested stack over CloudFormation's quotas (500 resources, 1 MB template), naming `key`. Called once
+    the stacks are complete (counts the resources their constructs will render)."""
+    for i, st in sorted(stacks.items()):
+        resources = [c for c in st.node.find_all() if isinstance(c, cdk.CfnResource) and cdk.Stack.of(c) is st]
+        if len(resources) > CFN_MAX_RESOURCES:
+            raise ValueError(
+                f"{key}: dedicated stack {dedicated_stack_id(i)} would hold {len(resources)} CloudFormation resources "
+                f"(limit {CFN_MAX_RESOURCES} per stack) — raise {key} (this moves most dedicated models to another "
+                "stack: they are replaced) or serve some models from a pool"
+            )
 
 
 @dataclass(frozen=True)
@@ -124,19 +185,62 @@ def served_policy(props: DeploymentProps, *, namespace: str, pattern: str, farm:
     return policy
 
 
-def model_deployments(models: tuple[ServedModel, ...], foundation: ServingFoundation) -> tuple[ModelDeployment, ...]:
-    return tuple(
-        ModelDeployment.from_artifact(
-            foundation.artifacts[m.name],
-            image=foundation.image_for(m).image_uri,
-            spec=m.spec,
-            cpu=m.cpu,
-            replicas_min=m.replicas_min,
-            replicas_max=m.replicas_max,
-            role=m.role,
+@dataclass(frozen=True)
+class CatalogModels:
+    """Dedicated models copied by a farm's ModelCatalog (not one ModelArtifact each): `names`, read from their
+    `gguf` keys; consumers wait for `catalog.ready` (the farm's one bounded wait, model_download.catalog_wait)."""
+
+    catalog: ModelCatalog
+    names: frozenset[str]
+
+    def uri(self, name: str) -> str:
+        return f"s3://{self.catalog.bucket.bucket_name}/{self.catalog.gguf_key(name)}"
+
+    def prefix_uri(self, name: str) -> str:
+        """The GGUF's own prefix `farm/<name>/<idhash>/` (SageMaker's S3Prefix model data)."""
+        return self.uri(name).rsplit("/", 1)[0] + "/"
+
+    def file(self, name: str) -> str:
+        return self.catalog.gguf_key(name).rsplit("/", 1)[1]
+
+    @property
+    def ready(self) -> IDependable:
+        assert self.catalog.ready is not None  # ModelCatalogProps.awaited covers every dedicated entry
+        return self.catalog.ready
+
+
+def model_deployments(
+    models: tuple[ServedModel, ...], foundation: ServingFoundation, catalog: CatalogModels | None = None
+) -> tuple[ModelDeployment, ...]:
+    out = []
+    for m in models:
+        workload = dict(cpu=m.cpu, replicas_min=m.replicas_min, replicas_max=m.replicas_max, role=m.role)
+        if catalog is not None and m.name in catalog.names:
+            # The catalog's identity key (never overwritten): the pods verify the object's own sha256 metadata, or
+            # the pinned one (k8s/workloads/model_fetch.py); they read through the namespace's one identity.
+            out.append(
+                ModelDeployment(
+                    workload=ModelWorkload(
+                        name=m.name,
+                        image=foundation.image_for(m).image_uri,
+                        model_uri=catalog.uri(m.name),
+                        spec=m.spec,
+                        sha256=m.sha256,
+                        **workload,  # type: ignore[arg-type]
+                    ),
+                    model_bucket=catalog.catalog.model_bucket,
+                    read_prefix=FARM_PREFIX,
+                    shared_identity=True,
+                    ready=catalog.ready,
+                )
+            )
+            continue
+        out.append(
+            ModelDeployment.from_artifact(
+                foundation.artifacts[m.name], image=foundation.image_for(m).image_uri, spec=m.spec, **workload
+            )
         )
-        for m in models
-    )
+    return tuple(out)
 
 
 def eks_workloads(
@@ -151,13 +255,16 @@ def eks_workloads(
     pools: tuple[ModelPoolChartProps, ...] = (),
     mountpoint: MountpointS3Csi | None = None,
     extra_depends_on: tuple[IDependable, ...] = (),
+    catalog: CatalogModels | None = None,
+    home: DedicatedStacks | None = None,
 ) -> InferenceWorkloads:
     return InferenceWorkloads(
         scope,
         "Workloads",
         props=InferenceWorkloadsProps(
             cluster=platform.cluster,
-            models=model_deployments(props.models, foundation),
+            models=model_deployments(props.models, foundation, catalog),
+            model_scope=home.stack_for if home is not None else None,
             policy=policy,
             metrics=platform.metrics,
             keda=platform.keda,
@@ -172,20 +279,38 @@ def eks_workloads(
     )
 
 
-def endpoints(scope: Construct, props: DeploymentProps, foundation: ServingFoundation) -> dict[str, GravitonEndpoint]:
-    """One SageMaker endpoint per model, each reading only its own model prefix."""
+def endpoints(
+    scope: Construct,
+    props: DeploymentProps,
+    foundation: ServingFoundation,
+    *,
+    home: DedicatedStacks | None = None,
+    dashboard: bool = True,
+    catalog: CatalogModels | None = None,
+) -> dict[str, GravitonEndpoint]:
+    """One SageMaker endpoint per model, each reading only its own model prefix. `home`: the nested stacks the
+    endpoints go to (each in the stack of its name; None: all in `scope`). dashboard: one per endpoint. catalog: the
+    models read from the farm's catalog (their GGUF's prefix `farm/<name>/<idhash>/`), created only after the
+    farm's wait for their keys."""
     out: dict[str, GravitonEndpoint] = {}
     for m in props.models:
+        source: dict[str, Any] = {"model": foundation.artifacts.get(m.name)}
+        if catalog is not None and m.name in catalog.names:
+            key = catalog.catalog.model_bucket.key
+            source = {"model": catalog.prefix_uri(m.name), "model_file": catalog.file(m.name), "model_key": key}
         out[m.name] = GravitonEndpoint(
-            scope,
+            home.stack_for(m.name) if home is not None else scope,
             f"Endpoint{''.join(p.capitalize() for p in m.name.split('-'))}",
             props=graviton_endpoint_props(
                 m,
-                model=foundation.artifacts[m.name],
                 image=foundation.image_for(m),
                 latency_slo_ms=props.p95_latency_ms,
                 network_isolation=props.sagemaker.network_isolation,
                 data_capture_percent=props.sagemaker.data_capture_percent,
+                dashboard=dashboard,
+                **source,
             ),
         )
+        if catalog is not None and m.name in catalog.names:
+            out[m.name].node.add_dependency(catalog.ready)  # CreateModel only once its object exists
     return out

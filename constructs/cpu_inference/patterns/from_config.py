@@ -146,4 +146,6 @@ def model_farm_props(config: Config) -> ModelFarmProps:
         pools=farm_pools(config),
         gateway_replicas_min=config.farm.gateway.min,
         gateway_replicas_max=config.farm.gateway.max,
+        dedicated_stacks=config.farm.dedicated_stacks,
+        dedicated_copy=config.farm.dedicated_copy,
     )

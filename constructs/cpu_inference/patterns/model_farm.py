@@ -8,9 +8,11 @@ model keeps its own workload or endpoint, as in the SLM pre-filter). Per pool:
   gateway's in-flight count; the gateway routes each model to `replication` replicas (rendezvous hashing).
 - SageMaker: one multi-model endpoint (SageMaker loads, caches and unloads the models; the container runs one
   llama-server per loaded model).
-All pooled models are copied by ONE ModelCatalog job, so the template stays O(1) in the number of pooled models:
-what grows per model is a preset line in a ConfigMap and a name in the gateway's config (EKS), nothing on
-SageMaker. Pool sizes come from pool_sizing (models_max from memory, threads per loaded model)."""
+Every GGUF model of the farm, pooled or dedicated, is copied by its ONE ModelCatalog (a Step Functions fan-out the
+deploy starts and does not wait for; the deploy waits, bounded, for the dedicated models only), so the template
+stays O(1) in the number of pooled models: what grows per model is a preset line in a ConfigMap and a name in the
+gateway's config (EKS), nothing on SageMaker; a pool serves each model as soon as its copy lands. Pool sizes come
+from pool_sizing (models_max from memory, threads per loaded model)."""
 
 from __future__ import annotations
 
@@ -23,12 +25,17 @@ from constructs import Construct, IDependable
 
 from cpu_inference import sizing
 from cpu_inference.artifacts import ModelCatalog, ModelCatalogProps
+from cpu_inference.config.schema import DEDICATED_COPIES, DEDICATED_COPY, DEDICATED_STACKS
 from cpu_inference.eks.mountpoint import MountpointS3Csi, MountpointSettings
+from cpu_inference.engines import is_vllm
 from cpu_inference.k8s.charts.model_pool_chart import ModelPoolChartProps
 from cpu_inference.k8s.charts.router_chart import RouterChartProps
 from cpu_inference.monitoring import latency
 from cpu_inference.patterns.deployment import (
+    CatalogModels,
+    DedicatedStacks,
     DeploymentProps,
+    check_dedicated_stacks,
     claim_namespace,
     eks_workloads,
     endpoints,
@@ -51,17 +58,32 @@ class ModelFarmProps:
     """deployment: the farm's models (role `farm`; `pool` names the pool of each, None = dedicated) and the
     target. pools: the multi-model pools (default one pool `default`). gateway_replicas_min/max: the single
     OpenAI-compatible entry point that routes by the request's `model` (EKS). namespace (EKS): where the farm's
-    objects go — each pattern on one platform needs its own, so a second farm on an existing_platform sets one."""
+    objects go — each pattern on one platform needs its own, so a second farm on an existing_platform sets one.
+    dedicated_stacks: the nested stacks the dedicated models are spread over (deployment.DedicatedStacks: a model's
+    stack is a stable hash of its name; fixed once deployed — changing it moves, i.e. replaces, most of them).
+    dedicated_copy: `catalog` (default) — the dedicated GGUF models are copied by the farm's ModelCatalog, first, and
+    the deploy waits for their keys only (one bounded Custom::DedicatedModelsReady); `artifact` — one ModelArtifact
+    each, as farms deployed before (config.yaml farm.dedicated_copy)."""
 
     deployment: DeploymentProps
     pools: tuple[FarmPoolSettings, ...] = (FarmPoolSettings(),)
     gateway_replicas_min: int = 2
     gateway_replicas_max: int = 6
     namespace: str = NAMESPACE
+    dedicated_stacks: int = DEDICATED_STACKS
+    dedicated_copy: str = DEDICATED_COPY
 
     @property
     def dedicated(self) -> tuple[ServedModel, ...]:
         return tuple(m for m in self.deployment.models if m.pool is None)
+
+    @property
+    def dedicated_in_catalog(self) -> tuple[ServedModel, ...]:
+        """The dedicated models the farm's catalog copies (every GGUF one, with dedicated_copy `catalog`); the rest
+        (vLLM snapshots — the catalog copies single GGUF files — and every one with `artifact`) keep a ModelArtifact."""
+        if self.dedicated_copy != "catalog":
+            return ()
+        return tuple(m for m in self.dedicated if not is_vllm(m.engine))
 
     def members(self, pool: str) -> tuple[ServedModel, ...]:
         return tuple(m for m in self.deployment.models if m.pool == pool)
@@ -69,6 +91,14 @@ class ModelFarmProps:
     def validate(self) -> None:
         self.deployment.validate()
         validate_namespace(self.namespace, "ModelFarmProps.namespace")
+        if not 0 <= self.dedicated_stacks <= 64:
+            raise ValueError(
+                f"ModelFarmProps.dedicated_stacks must be 0..64 (0: no nested stacks), got {self.dedicated_stacks}"
+            )
+        if self.dedicated_copy not in DEDICATED_COPIES:
+            raise ValueError(
+                f"ModelFarmProps.dedicated_copy must be one of {DEDICATED_COPIES} (farm.dedicated_copy), got {self.dedicated_copy!r}"
+            )
         wrong = [m.name for m in self.deployment.models if m.role != "farm"]
         if wrong:
             raise ValueError(f"models {wrong} are not role farm — a model farm serves role farm only")
@@ -122,9 +152,11 @@ def plan_pool(pool: FarmPoolSettings, members: tuple[ServedModel, ...]) -> PoolP
     return plan
 
 
-def catalog_entry(m: ServedModel, plan: PoolPlan) -> CatalogEntry:
-    if m.file is None:  # ServedModel.validate: only a vLLM model has no file, and it is never pooled
-        raise ValueError(f"ServedModel {m.name}: a pooled model needs its GGUF file")
+def catalog_entry(m: ServedModel, plan: PoolPlan | None, layouts: tuple[str, ...] | None = None) -> CatalogEntry:
+    """A pooled model's entry (plan: its pool's, for the MME tarball's flags), or a dedicated one's (plan None: read
+    as one GGUF by its own workload or endpoint, which sizes itself; `layouts` ("gguf",) where the catalog's differ)."""
+    if m.file is None:  # ServedModel.validate: only a vLLM model has no file, and it is never in the catalog
+        raise ValueError(f"ServedModel {m.name}: a model of the catalog needs its GGUF file")
     return CatalogEntry(
         name=m.name,
         hf_repo=m.hf_repo,
@@ -132,7 +164,8 @@ def catalog_entry(m: ServedModel, plan: PoolPlan) -> CatalogEntry:
         revision=m.revision,
         sha256=m.sha256,
         token_secret_name=m.token_secret_name,
-        engine_args=plan.engine_args(m.name),
+        engine_args=plan.engine_args(m.name) if plan is not None else {},
+        layouts=layouts,
     )
 
 
@@ -153,11 +186,12 @@ class ModelFarm(Construct):
         self.props = props
         d = props.deployment
         dedicated = props.dedicated
+        in_catalog = props.dedicated_in_catalog
         self.foundation = ServingFoundation(
             self,
             "Serving",
             props=ServingFoundationProps(
-                models=dedicated,
+                models=tuple(m for m in dedicated if m not in in_catalog),
                 bucket=d.bucket,
                 engine_image=d.engine_image,
                 vllm_image=d.vllm_image,
@@ -167,17 +201,28 @@ class ModelFarm(Construct):
         pools = [p for p in props.pools if props.members(p.name)]
         self.plans: dict[str, PoolPlan] = {p.name: plan_pool(p, props.members(p.name)) for p in pools}
         self.catalog: ModelCatalog | None = None
-        if pools:
-            entries = tuple(catalog_entry(m, self.plans[p.name]) for p in pools for m in props.members(p.name))
+        if pools or in_catalog:
+            layouts = ("mme",) if d.target == "sagemaker" else ("gguf",)
+            # Dedicated models head the entries: the copy's Distributed Map takes its work list in order, so the
+            # models the deploy waits for are copied first. Each is read as one GGUF by its own workload/endpoint.
+            entries = tuple(
+                catalog_entry(m, None, None if "gguf" in layouts else ("gguf",)) for m in in_catalog
+            ) + tuple(catalog_entry(m, self.plans[p.name]) for p in pools for m in props.members(p.name))
             self.catalog = ModelCatalog(
                 self,
                 "Catalog",
                 props=ModelCatalogProps(
                     model_bucket=self.foundation.model_bucket,
                     entries=entries,
-                    layouts=("mme",) if d.target == "sagemaker" else ("gguf",),
+                    layouts=layouts,
+                    awaited=len(in_catalog),
                 ),
             )
+        self.catalog_models = (
+            CatalogModels(self.catalog, frozenset(m.name for m in in_catalog))
+            if self.catalog is not None and in_catalog
+            else None
+        )
         self.platform: EksPlatform | None = None
         self.mountpoint: MountpointS3Csi | None = None
         self.mountpoint_grant: iam.Grant | None = None
@@ -185,8 +230,31 @@ class ModelFarm(Construct):
         self.endpoints = {}
         self.pool_endpoints: dict[str, MultiModelEndpoint] = {}
         dedicated_props = replace(d, models=dedicated)
+        # With dedicated_stacks, dedicated endpoints live in nested stacks chosen by a stable hash of their name
+        # (deployment.DedicatedStacks): 300 of them fit CloudFormation's per-template quotas, and adding one never
+        # moves another. Without (the default), they stay in the farm's stack, as every farm deployed before.
+        self.dedicated_stacks = (
+            DedicatedStacks(self, props.dedicated_stacks, "cpu-inference: dedicated models")
+            if props.dedicated_stacks
+            else None
+        )
         if d.target == "sagemaker":
-            self.endpoints = endpoints(self, dedicated_props, self.foundation) if dedicated else {}
+            self.endpoints = (
+                # Nested: one dashboard per endpoint is a resource per model, so the farm's endpoints are read in
+                # CloudWatch's automatic SageMaker dashboard instead; each endpoint keeps its alarms.
+                endpoints(
+                    self,
+                    dedicated_props,
+                    self.foundation,
+                    home=self.dedicated_stacks,
+                    dashboard=self.dedicated_stacks is None,
+                    catalog=self.catalog_models,
+                )
+                if dedicated
+                else {}
+            )
+            if self.dedicated_stacks is not None:
+                check_dedicated_stacks(self.dedicated_stacks.stacks)
             for p in pools:
                 assert self.catalog is not None and p.instance_type is not None
                 self.pool_endpoints[p.name] = MultiModelEndpoint(
@@ -256,7 +324,11 @@ class ModelFarm(Construct):
             # The pools wait for the add-on this platform installed (a pre-installed driver: nothing to wait for).
             mountpoint=self.mountpoint if self.mountpoint is not None and self.mountpoint.addon is not None else None,
             extra_depends_on=pool_deps,
+            catalog=self.catalog_models,
+            home=self.dedicated_stacks,
         )
+        if self.dedicated_stacks is not None:
+            check_dedicated_stacks(self.dedicated_stacks.stacks)
 
     def _pool_chart_props(self, pool: FarmPoolSettings, members: tuple[ServedModel, ...]) -> ModelPoolChartProps:
         assert self.catalog is not None

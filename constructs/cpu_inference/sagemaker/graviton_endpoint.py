@@ -256,9 +256,12 @@ class GravitonEndpoint(SageMakerEndpointBase):
         ]
         location = self.props.s3_location()
         if location is not None:
+            # A bucket of this app (a token, e.g. the farm's catalog bucket) appears as its resolved reference,
+            # which cdk-nag prints as `<LogicalId>`; a literal bucket name as itself.
+            bucket = r"<[^>]+>" if cdk.Token.is_unresolved(location[0]) else re.escape(location[0])
             rules.append(
                 nag.Wildcard(
-                    rf"Resource::arn:<AWS::Partition>:s3:::{re.escape(location[0])}/{re.escape(location[1])}\*",
+                    rf"Resource::arn:<AWS::Partition>:s3:::{bucket}/{re.escape(location[1])}\*",
                     "Read of one model's prefix only: SageMaker downloads every object under it into /opt/ml/model",
                 )
             )

@@ -19,7 +19,8 @@ from cpu_inference.sagemaker.endpoint_props import (
 )
 from cpu_inference.sagemaker.engine_settings import VOLUME_MAX_GB, computed_keys, required_volume_gb
 
-_S3_PREFIX = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(?P<prefix>[^*]+/)$")
+# bucket: a name or a CDK token (a farm's catalog bucket, whose name CloudFormation generates)
+_S3_PREFIX = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]|\$\{Token\[[^\]]+\]\})/(?P<prefix>[^*]+/)$")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -257,8 +257,12 @@ def stack_from_template(name: str, template: dict[str, Any], depends_on_stacks: 
     return st
 
 
+NESTED_STACK = "AWS::CloudFormation::Stack"
+
+
 def load_assembly(path: str | Path) -> Assembly:
-    """Every CloudFormation stack of a cloud assembly directory (cdk.out), with the stack order cdk deploys in."""
+    """Every CloudFormation stack of a cloud assembly directory (cdk.out), with the stack order cdk deploys in, and
+    every nested stack (see nested_templates) as a stack named `<parent>/<logical id of its stack resource>`."""
     root = Path(path)
     manifest = root / "manifest.json"
     if not manifest.is_file():
@@ -276,7 +280,40 @@ def load_assembly(path: str | Path) -> Assembly:
         stacks[display] = stack_from_template(display, template, deps)
     for st in stacks.values():  # dependencies are artifact ids; stacks are keyed by display name
         st.depends_on_stacks = tuple(artifacts[d].get("displayName", d) for d in st.depends_on_stacks)
+    for name, template in nested_templates(root, {n: st.template for n, st in stacks.items()}).items():
+        stacks[name] = stack_from_template(name, template, (name.rsplit("/", 1)[0],))
     return Assembly(stacks)
+
+
+def nested_templates(root: str | Path, templates: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The nested stacks of `templates` (name → template) in the cloud assembly directory `root`, recursively: each
+    `AWS::CloudFormation::Stack` resource's TemplateURL ends in the S3 object key of a file asset, whose source is the
+    nested template file (the assets manifests `*.assets.json`, cdk-assets' format). Named
+    `<parent>/<logical id>`: CloudFormation updates a nested stack in place while its resource keeps its logical id
+    in the parent, and deletes it (with everything in it) when the logical id leaves."""
+    base = Path(root)
+    sources: dict[str, Path] = {}
+    for assets in base.glob("*.assets.json"):
+        for asset in json.loads(assets.read_text()).get("files", {}).values():
+            path = asset.get("source", {}).get("path")
+            for dest in asset.get("destinations", {}).values():
+                if path and dest.get("objectKey"):
+                    sources[str(dest["objectKey"])] = base / path
+    out: dict[str, dict[str, Any]] = {}
+    todo = list(templates.items())
+    while todo:
+        parent, template = todo.pop()
+        for lid, res in template.get("Resources", {}).items():
+            if res.get("Type") != NESTED_STACK:
+                continue
+            url = flatten(res.get("Properties", {}).get("TemplateURL", ""), lambda _: "")
+            source = sources.get(url.rsplit("/", 1)[-1])
+            if source is None or not source.is_file():
+                continue  # a nested stack from outside the assembly (a template URL of its own): not rehearsed
+            nested = json.loads(source.read_text())
+            out[f"{parent}/{lid}"] = nested
+            todo.append((f"{parent}/{lid}", nested))
+    return out
 
 
 def assembly_from_templates(

@@ -103,8 +103,13 @@ FETCH_MEMORY_MIB = FETCH_MEMORY_LIMIT_MIB  # init container memory limit (and re
 
 @dataclass(frozen=True)
 class LlamaServerChartProps:
+    """model / policy: the model and the namespace's settings. service_account: the name of a ServiceAccount the pods
+    run as that the chart does not render (e.g. one per namespace shared by a farm's dedicated models:
+    eks/inference_workloads.SHARED_SERVICE_ACCOUNT); None (default): the chart renders the model's own, named as it."""
+
     model: ModelWorkload
     policy: ServingPolicy = ServingPolicy()
+    service_account: str | None = None
 
     def validate(self) -> None:
         self.model.validate()
@@ -136,9 +141,13 @@ class LlamaServerChart(cdk8s.Chart):
         }
         meta = cdk8s.ApiObjectMetadata(name=m.name, labels=self.pod_labels)
 
-        self.service_account_name = m.name
+        self.service_account_name = props.service_account or m.name
         # No API token: Pod Identity injects its own projected token for the agent; the pod never calls Kubernetes.
-        self.service_account = kplus.ServiceAccount(self, "ServiceAccount", metadata=meta, automount_token=False)
+        self.service_account: kplus.IServiceAccount = (
+            kplus.ServiceAccount.from_service_account_name(self, "ServiceAccount", props.service_account)
+            if props.service_account
+            else kplus.ServiceAccount(self, "ServiceAccount", metadata=meta, automount_token=False)
+        )
 
         model_path = f"{MODEL_DIR}/{m.file_name}"  # vLLM: the checkpoint's directory
         self.engine_env = engine_env(m, s, p)
