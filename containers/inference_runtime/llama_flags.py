@@ -18,7 +18,7 @@ tests/test_one_definition_engines.py::test_every_row_is_the_pinned_llama_servers
     {"-m", "--model"} .set_env("LLAMA_ARG_MODEL")              {"-tb", "--threads-batch"} (no env)
     {"-t", "--threads"} .set_env("LLAMA_ARG_THREADS")          {"-c", "--ctx-size"} .set_env("LLAMA_ARG_CTX_SIZE")
     {"-np", "--parallel"} .set_env("LLAMA_ARG_N_PARALLEL")     {"-lm", "--load-mode"} .set_env("LLAMA_ARG_LOAD_MODE")
-    {"-cram", "--cache-ram"} .set_env("LLAMA_ARG_CACHE_RAM")
+    {"-cram", "--cache-ram"} .set_env("LLAMA_ARG_CACHE_RAM")    {"-fit", "--fit"} .set_env("LLAMA_ARG_FIT")
     {"--embedding", "--embeddings"} .set_env("LLAMA_ARG_EMBEDDINGS")
     {"--rerank", "--reranking"} .set_env("LLAMA_ARG_RERANKING")
 
@@ -77,6 +77,10 @@ PARALLEL = LlamaOption("--parallel", "LLAMA_ARG_N_PARALLEL", image_env="LLAMA_PA
 CTX_SIZE = LlamaOption("--ctx-size", "LLAMA_ARG_CTX_SIZE", short="-c")  # the total over the slots
 CACHE_RAM = LlamaOption("--cache-ram", "LLAMA_ARG_CACHE_RAM", image_env="LLAMA_CACHE_RAM_MIB", short="-cram")
 LOAD_MODE = LlamaOption("--load-mode", "LLAMA_ARG_LOAD_MODE", short="-lm")
+# on|off (default on, common/common.h): before loading, a dry run that shrinks unset arguments to fit device memory
+# (common/fit.cpp). A CPU-only child whose preset sets ctx-size has nothing it can change, yet pays the dry run on
+# every cold load: off in a pool's `[*]` (engines/pool_preset.py; benchmarks/cold_load.py measures it).
+FIT = LlamaOption("--fit", "LLAMA_ARG_FIT", short="-fit")
 # A pool replica's router (containers/llama-server/pool_mode.py: LLAMA_MODELS_PRESET / LLAMA_MODELS_MAX become these):
 #   {"--models-preset"} .set_env("LLAMA_ARG_MODELS_PRESET")    {"--models-max"} .set_env("LLAMA_ARG_MODELS_MAX")
 MODELS_PRESET = LlamaOption("--models-preset", "LLAMA_ARG_MODELS_PRESET", image_env="LLAMA_MODELS_PRESET")

@@ -1,7 +1,11 @@
 """The llama-server preset INI of a multi-model pool (tools/server/README.md "Model presets"): PoolModel,
 render_preset and pool_preset. Pure (no cdk8s): k8s/charts/model_pool_chart.py renders the pool's ConfigMap with it and
 `cpu-inference local` the preset of its local pool, without starting the jsii runtime. Why `[*]` holds
-`load-mode = none`: k8s/charts/model_pool_chart.py (Mountpoint for S3 drops a file's page cache on every open)."""
+`load-mode = none`: k8s/charts/model_pool_chart.py (Mountpoint for S3 drops a file's page cache on every open). Why
+`fit = off`: every cold load of a pooled model starts a child, and `--fit` (on by default) first runs a dry load to fit
+unset arguments to device memory — on a CPU-only build with ctx-size set per section it can change nothing
+(common/fit.cpp: no devices, n_ctx not auto), and it was a third of a cold load's cost above its floor
+(benchmarks/cold_load.py: the child's load 0.60× on SmolLM2-135M, 0.72× on Gemma-3-270M; cold p50 0.95×, 0.69×)."""
 
 from __future__ import annotations
 
@@ -10,12 +14,12 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from inference_runtime.llama_flags import LOAD_MODE, MODEL_KEY, POOLED_SIZED, pooled_model_flags
+from inference_runtime.llama_flags import FIT, LOAD_MODE, MODEL_KEY, POOLED_SIZED, pooled_model_flags
 
 MODEL_DIR = "/models"  # where a replica reads the weights: the volume's mount (k8s/workloads/engine_container.py)
 # The llama-server router's own defaults a preset can name (README "Model presets": keys are flags without dashes).
 PRESET_VERSION = "1"
-POOL_DEFAULTS = ((LOAD_MODE.key, "none"),)  # the `[*]` keys every pool replica runs with (see the docstring)
+POOL_DEFAULTS = ((LOAD_MODE.key, "none"), (FIT.key, "off"))  # the `[*]` keys of every pool replica (docstring)
 _OPTION = re.compile(r"^[a-z][a-z0-9-]{0,63}$")
 _SECTION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # no ':' (a tag separator for the router), no ']'
 
