@@ -75,7 +75,8 @@ CODEBUILD_SYNC_RULE = "StepFunctionsGetEventForCodeBuildStartBuildRule"
 class CatalogFanout(Construct):
     """The copy's state machine ("CopyStateMachine", with its log group "CopyLogs") and the resource that starts
     it ("Start"). Attributes: state_machine, log_group, map_state, start (cr.AwsCustomResource: complete once the
-    execution has STARTED), execution_arn (the started execution's ARN, a token)."""
+    execution has STARTED), execution_arn (the started execution's ARN, a token), executions (the ARN pattern of
+    its executions)."""
 
     def __init__(
         self,
@@ -184,12 +185,6 @@ class CatalogFanout(Construct):
             physical_resource_id=cr.PhysicalResourceId.from_response("executionArn"),
             output_paths=["executionArn"],
         )
-        executions = stack.format_arn(
-            service="states",
-            resource="execution",
-            resource_name=f"{self.state_machine.state_machine_name}:*",
-            arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
-        )
         self.start = cr.AwsCustomResource(
             self,
             "Start",
@@ -212,7 +207,7 @@ class CatalogFanout(Construct):
                     iam.PolicyStatement(
                         actions=["states:StartExecution"], resources=[self.state_machine.state_machine_arn]
                     ),
-                    iam.PolicyStatement(actions=["states:StopExecution"], resources=[executions]),
+                    iam.PolicyStatement(actions=["states:StopExecution"], resources=[self.executions]),
                 ]
             ),
             install_latest_aws_sdk=False,
@@ -278,7 +273,8 @@ class CatalogFanout(Construct):
             )
         )
         # Its own ARN: a separate policy (the state machine depends on the role, this policy on the state machine).
-        executions = stack.format_arn(
+        # Its executions' ARNs: the self policy below and the start resource's StopExecution both use them.
+        executions = self.executions = stack.format_arn(
             service="states",
             resource="execution",
             resource_name=f"{self.state_machine.state_machine_name}:*",
