@@ -5,14 +5,22 @@ from Debian's `prometheus` package into the cache by `make promtool` (scripts/bu
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from cpu_inference._internal.resources import cache_dir
+from cpu_inference.config.schema import FIRST_TOKEN_SLO_MS
 from cpu_inference.monitoring import farm_rules
 from cpu_inference.monitoring.alerts import rule_groups_yaml
+
+ROUTER_DIR = Path(__file__).resolve().parents[2] / "containers" / "router"
+if str(ROUTER_DIR) not in sys.path:
+    sys.path.insert(0, str(ROUTER_DIR))
+
+from slm_router.metrics import GATEWAY_LATENCY_BUCKETS  # noqa: E402 - the runtime package, from its own directory
 
 NS, GW, POOLS = "model-farm", "gateway", ("small",)
 POOLS_WITH_LARGE = ("large", "small")
@@ -118,6 +126,66 @@ def test_farm_alerts_fire_on_prometheus_rule_engine(tmp_path: Path) -> None:
                         "alertname": "FarmPoolCopyStalled",
                         "exp_alerts": [expected("FarmPoolCopyStalled", pool)],
                     },
+                ],
+            }
+        ],
+    }
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests, sort_keys=False))
+    proc = subprocess.run(
+        [promtool(), "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _latency_series(model: str, fast_s: float, slow_s: float, slow_share: float, per_min: float) -> list[dict]:
+    """gateway_request_seconds of one model as the gateway exports it (its own bucket bounds): `per_min` requests a
+    minute, `slow_share` of them taking `slow_s` to the response head and the others `fast_s`."""
+    out = []
+    for le in (*GATEWAY_LATENCY_BUCKETS, float("inf")):
+        below = (fast_s <= le) * (1 - slow_share) + (slow_s <= le) * slow_share
+        le_text = "+Inf" if le == float("inf") else repr(le)
+        out.append(
+            {
+                "series": f'gateway_request_seconds_bucket{{{G},pod="gw-0",model="{model}",le="{le_text}"}}',
+                "values": f"0+{per_min * below / 2:g}x60",
+            }
+        )
+    return out
+
+
+def test_the_p95_slo_alert_sees_every_request_slower_than_the_default_slo(tmp_path: Path) -> None:
+    """histogram_quantile interpolates inside a bucket: with the default SLO (config.schema.FIRST_TOKEN_SLO_MS) a
+    bucket bound, "p95 above the SLO" is exactly "more than 5% of the requests slower than it". `slow`: 8% of its
+    requests take 2.2 s (the SLO is 2 s), it fires; `fine`: 3% do, it stays quiet."""
+    slo = FIRST_TOKEN_SLO_MS / 1000
+    rules = rule_groups_yaml(NS, [], pools=POOLS, router_app=GW, router_mode="gateway", p95_latency_slo_seconds=slo)
+    (tmp_path / "rules.yaml").write_text(rules)
+    rule = next(
+        r
+        for g in yaml.safe_load(rules)["groups"]
+        for r in g["rules"]
+        if r.get("alert") == "InferenceLatencyP95AboveSlo"
+    )
+    series = [*_latency_series("slow", 0.2, 2.2, 0.08, 60), *_latency_series("fine", 0.2, 2.2, 0.03, 60)]
+    ann = {k: v.replace("{{ $labels.model }}", "slow") for k, v in rule["annotations"].items()}
+    tests = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "30s",
+        "tests": [
+            {
+                "interval": "30s",
+                "input_series": series,
+                "alert_rule_test": [
+                    {
+                        "eval_time": "25m",
+                        "alertname": "InferenceLatencyP95AboveSlo",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {"namespace": NS, "model": "slow", **rule["labels"]},
+                                "exp_annotations": ann,
+                            }
+                        ],
+                    }
                 ],
             }
         ],

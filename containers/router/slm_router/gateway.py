@@ -182,7 +182,7 @@ class GatewayServer(Front):
             await writer.drain()
             return ka
         pool = self.pool_of.get(model)
-        self._child(self.metrics.in_flight, model).inc()
+        self.metrics.started(model)
         if pool is not None:
             self._child(self.metrics.pool_in_flight, pool.name).inc()
         try:
@@ -190,7 +190,7 @@ class GatewayServer(Front):
                 return await self._forward_pooled(pool, model, req, writer, ka)
             return await self._forward(model, req, writer, ka)
         finally:
-            self._child(self.metrics.in_flight, model).dec()
+            self.metrics.finished(model)
             if pool is not None:
                 self._child(self.metrics.pool_in_flight, pool.name).dec()
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import Metric
 
 from inference_runtime.pool_status import COPY_FAILED, COPYING
 
@@ -21,6 +22,16 @@ MISSING_STATES = (COPYING, COPY_FAILED, STALE_PRESET)
 ANSWERED, NO_ANSWER = "answered", "no_answer"
 STATUS_LOOKUPS = (ANSWERED, NO_ANSWER)
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+# gateway_request_seconds' upper bounds (s; prometheus_client adds +Inf). Per model, so each bound is one series per
+# model with traffic (1,000 models: 1,000 series). What reads them: the p95-vs-SLO alert and the dashboard's p95
+# (monitoring/alerts.py, histogram_quantile, which interpolates linearly inside a bucket: at a bound, "p95 above
+# the SLO" is exactly "more than 5% slower than it"). So the SLOs in use are bounds: 0.5 s (an SLM, config.yaml)
+# and 2 s (config.schema.FIRST_TOKEN_SLO_MS, the default); 0.8 and 1.5 s fall in (0.5, 1] and (1, 2]. 0.1 s: a warm
+# small model's head; 5 s: a cold load of a GB-sized one; 30 s: beyond, to gateway.cold_load_timeout_s (60 s) or
+# timeouts.first_byte_s (120 s), is +Inf. The other metric families do not read buckets (farm report and farm rules:
+# _sum, _total). Trimmed from 13 bounds (issue 25): tests/runtime/router/test_gateway_series.py.
+GATEWAY_LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 30.0)
+CREATED = "_created"
 
 
 class Metrics:
@@ -111,13 +122,35 @@ class Metrics:
         return generate_latest(self.registry)
 
 
+class _WithoutCreated:
+    """The registry's metric families without their `_created` samples (prometheus-client's text exposition adds one
+    per labelled counter and histogram: the time the child was created). Nothing here reads them (rules, dashboards
+    and the farm report use _total, _sum, _count, _bucket), and a farm's gateway would export one per model and code.
+    prometheus_client.disable_created_metrics() does the same but for every registry of the process (a module
+    global read at collect time: prometheus_client/metrics.py `_use_created`), so it is filtered here instead."""
+
+    def __init__(self, registry: CollectorRegistry):
+        self.registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.registry.collect():
+            created = family.name + CREATED
+            family.samples = [s for s in family.samples if s.name != created]
+            yield family
+
+
 class GatewayMetrics:
     """Mode gateway. `model` is always a configured name (unknown names are counted without it: bounded cardinality).
     Series of dedicated models and of pools exist from the start; those of a pooled model appear with its first
-    request (a farm of 1,000 pooled models would otherwise expose ~20,000 idle series)."""
+    request (a farm of 1,000 pooled models would otherwise expose thousands of idle series), and its gateway_in_flight
+    only while it has requests in progress. A pooled model with traffic: 11 series (gateway_requests_total per code
+    returned, gateway_request_seconds' 8 buckets, _sum and _count); no `_created` series (_WithoutCreated)."""
 
     def __init__(self, models: Sequence[str], pools: Mapping[str, int] | None = None):
         r = self.registry = CollectorRegistry(auto_describe=True)
+        self._exposed = _WithoutCreated(r)
+        self._always = frozenset(models)  # in-flight from the start (dedicated models)
+        self._in_progress: dict[str, list] = {}  # model -> [requests in progress, its in-flight child]
         self.requests = Counter(
             "gateway_requests", "Requests answered, by model and HTTP status", ["model", "code"], registry=r
         )
@@ -133,7 +166,7 @@ class GatewayMetrics:
             "gateway_request_seconds",
             "Time from request to response head, by model",
             ["model"],
-            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0),
+            buckets=GATEWAY_LATENCY_BUCKETS,
             registry=r,
         )
         self.unknown_model = Counter(
@@ -196,7 +229,8 @@ class GatewayMetrics:
                 self.pool_requests.labels(pool, str(i), "200")
         for m in models:
             self.unavailable.labels(m)
-            self.in_flight.labels(m).set(0)
+            self._in_progress[m] = [0, self.in_flight.labels(m)]
+            self._in_progress[m][1].set(0)
             self.request_seconds.labels(m)
             self.stream_errors.labels(m)
             for code in ("200", "503"):
@@ -204,5 +238,22 @@ class GatewayMetrics:
         for reason in REJECTIONS:
             self.rejected.labels(reason)
 
+    def started(self, model: str) -> None:
+        entry = self._in_progress.get(model)
+        if entry is None:  # the child looked up once per appearance: labels() takes a lock and builds its key
+            entry = self._in_progress[model] = [0, self.in_flight.labels(model)]
+        entry[0] += 1
+        entry[1].inc()
+
+    def finished(self, model: str) -> None:
+        """A pooled model's gauge goes away at 0 (its series comes back with its next request)."""
+        entry = self._in_progress[model]
+        entry[0] -= 1
+        if entry[0] or model in self._always:
+            entry[1].dec()
+        else:
+            del self._in_progress[model]
+            self.in_flight.remove(model)
+
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        return generate_latest(self._exposed)
