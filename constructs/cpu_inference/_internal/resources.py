@@ -35,7 +35,8 @@ VLLM_CPU = "containers/vllm-cpu"
 INFERENCE_RUNTIME = "containers/inference_runtime"
 MODEL_DOWNLOAD = "lambda/model_download"
 IMAGE_BUILD = "lambda/image_build"
-RUNTIME_DIRS = (LLAMA_SERVER, ROUTER, VLLM_CPU, INFERENCE_RUNTIME, MODEL_DOWNLOAD, IMAGE_BUILD)
+IC_SCALING = "lambda/ic_scaling"
+RUNTIME_DIRS = (LLAMA_SERVER, ROUTER, VLLM_CPU, INFERENCE_RUNTIME, MODEL_DOWNLOAD, IMAGE_BUILD, IC_SCALING)
 BUNDLED = "_bundled"
 # Written by Python whenever the code runs or installs; never part of an image or a Lambda bundle.
 BYTECODE = ("__pycache__", "*.pyc", "*.pyo")

@@ -1,0 +1,1 @@
+"""Per-model autoscaling of SageMaker inference components: the Custom::InferenceComponentScaling handler."""
