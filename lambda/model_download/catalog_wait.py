@@ -37,7 +37,7 @@ import time
 from typing import Any
 
 from .build_job import BUILD_DEADLINE_SECONDS, client
-from .catalog import Catalog, CatalogEntry, failure_key, gguf_key
+from .catalog import Catalog, CatalogEntry, failure_key
 from .catalog_copy import load_catalog
 
 RESOURCE_TYPE = "Custom::DedicatedModelsReady"
@@ -124,11 +124,14 @@ def is_complete(event: dict[str, Any], _context: Any = None, *, s3=None, now=Non
     started = int(data.get("Started") or time.time())
     baseline = json.loads(data.get("Baseline") or "{}")
     fail_after = int(props.get("FailAfterAttempts") or 1)
-    _, entries = dedicated(props, s3)
+    catalog, entries = dedicated(props, s3)
     missing: list[CatalogEntry] = []
     landed: dict[str, str] = {}
     for entry in entries:
-        head = _head(s3, bucket, gguf_key(entry))
+        # The key the consumer reads: `gguf` (an endpoint or Deployment), else the entry's `mme` tarball (an
+        # inference component's ArtifactUrl).
+        keys = catalog.keys(entry)
+        head = _head(s3, bucket, keys.get("gguf") or keys["mme"])
         if head is None:
             missing.append(entry)
         else:

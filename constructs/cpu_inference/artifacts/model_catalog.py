@@ -91,8 +91,8 @@ class ModelCatalogProps:
     the customer-managed KMS key that encrypts those secrets, if any (kms:Decrypt through Secrets Manager only, as
     ModelArtifactProps). awaited: how many entries, from the first, the deploy waits for (a farm's dedicated
     models, which head the entries so the copy takes them first): ONE Custom::DedicatedModelsReady
-    (model_download.catalog_wait) on the stack's ModelCopyProvider, complete when their `gguf` keys are in place,
-    failing within the provider's bound; `ready` is that resource (None for 0)."""
+    (model_download.catalog_wait) on the stack's ModelCopyProvider, complete when their `gguf` keys (else their
+    `mme` keys) are in place, failing within the provider's bound; `ready` is that resource (None for 0)."""
 
     model_bucket: ModelBucket
     entries: tuple[CatalogEntry, ...]
@@ -128,12 +128,6 @@ class ModelCatalogProps:
             raise ValueError(
                 f"ModelCatalogProps.awaited must be 0..{len(self.catalog.entries)} (entries), got {self.awaited}"
             )
-        for entry in self.catalog.entries[: self.awaited]:
-            if "gguf" not in self.catalog.layouts_of(entry):
-                raise ValueError(
-                    f"ModelCatalogProps.entries[{entry.name}]: an awaited entry is read as one GGUF — give it layouts "
-                    "including 'gguf'"
-                )
         if not 1 <= self.batch_size <= MAX_BATCH_SIZE:
             raise ValueError(f"ModelCatalogProps.batch_size must be 1..{MAX_BATCH_SIZE}, got {self.batch_size}")
         if not 1 <= self.max_concurrency <= MAX_MAX_CONCURRENCY:

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cpu_inference.cli import farm_status
 from cpu_inference.cli.main import UserError
 from inference_runtime.pool_status import COLD_LOAD_SECONDS, COLD_LOADS, COPY_FAILED_MODEL, LOAD_FAILURES
 
@@ -55,7 +56,9 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}  #
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    farm = sub.add_parser("farm", help="operate a model farm: `farm report` ranks models by traffic and cost")
+    farm = sub.add_parser(
+        "farm", help="operate a model farm: `farm report` ranks models by traffic and cost; `farm status` copy progress"
+    )
     farm_sub = farm.add_subparsers(dest="farm_command", required=True, metavar="SUBCOMMAND")
     p = farm_sub.add_parser(
         "report",
@@ -85,6 +88,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--region", help="region of the price (default: AWS_REGION / profile, else us-east-1)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)
+    farm_status.register(farm_sub)
 
 
 # --- sources -------------------------------------------------------------------------------------------------------

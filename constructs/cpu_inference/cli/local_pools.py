@@ -21,7 +21,7 @@ from pathlib import Path
 
 from cpu_inference.cli.local_plan import Engine, _selected, farm_stand_in
 from cpu_inference.cli.main import UserError
-from cpu_inference.engines.pool_preset import PoolModel, pool_preset
+from cpu_inference.engines.pool_preset import PoolModel, pool_preset, with_preload
 from cpu_inference.sizing.pools import ROUTER_RSS_BYTES, PoolPlan
 
 
@@ -37,6 +37,7 @@ class LocalPool:
     port: int = 0
     status_port: int = 0  # the supervisor's side port (/status for the gateway, /metrics for `farm report`)
     proc: subprocess.Popen | None = None
+    preload: tuple[str, ...] = ()  # farm.pools[].preload: loaded when the pool starts (config validate checked it)
 
     @property
     def url(self) -> str:
@@ -46,9 +47,15 @@ class LocalPool:
     def status_url(self) -> str:
         return f"http://127.0.0.1:{self.status_port}"
 
+    def hot(self) -> list[str]:
+        """The preloaded models started here, at most models_max as capped here (more would stop the router at
+        start: pool_preset.LOAD_ON_STARTUP)."""
+        return [n for n in self.preload if n in self.keys][: self.models_max]
+
     def pool_models(self) -> list[PoolModel]:
         """The PoolModels the chart builds from the plan (PoolPlan.pool_model), threads as run here."""
-        return [self.plan.pool_model(e.name, self.keys[e.name], threads=self.threads) for e in self.members]
+        models = [self.plan.pool_model(e.name, self.keys[e.name], threads=self.threads) for e in self.members]
+        return list(with_preload(models, self.hot()))
 
 
 def deployed_key(m) -> str:
@@ -88,6 +95,7 @@ def plan_pools(config, only: list[str] | None) -> list[LocalPool]:
                 {m.name: deployed_key(m) for m in members},
                 models_max=plan.models_max,
                 threads=plan.threads_per_model,
+                preload=tuple(fp.preload),
             )
         )
     return pools
@@ -130,9 +138,10 @@ def cap_pools(
                 "it out with --models, or use --stand-ins"
             )
         if fit < pool.models_max:
+            hot = pool.hot()
             notes.append(
                 f"pool {pool.name}: models_max {pool.models_max} → {fit} here: {fit} × {largest} ({_size(need)} loaded) "
-                f"fit in this machine's {memory}"
+                f"fit in this machine's {memory}" + (f"; preloads only {hot[:fit]}" if len(hot) > fit else "")
             )
             pool.models_max = int(fit)
         room -= ROUTER_RSS_BYTES + pool.models_max * need

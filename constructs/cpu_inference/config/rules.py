@@ -10,6 +10,7 @@ from cpu_inference import sizing
 from cpu_inference.config.problems import Problem
 from cpu_inference.config.schema import Config, FarmPool, Model
 from cpu_inference.engines import DTYPE_BYTES
+from cpu_inference.engines.pool_preset import preload_problem
 from cpu_inference.engines.tasks import GENERATION_TASKS
 from cpu_inference.sizing import pools as pool_sizing
 from cpu_inference.sizing.slm_context import RouterConfig, decision, slm_context_per_slot
@@ -616,6 +617,7 @@ def _check_pools(config: Config) -> list[Problem]:
         if config.target == "eks":
             out += _pool_fits_a_node(config, k, pool)
         plan = plan_pool(config, pool)
+        out += _check_preload(config, k, pool, plan)
         if plan is None:
             if "farm" in config.model_fields_set:
                 out.append(
@@ -643,6 +645,24 @@ def _check_pools(config: Config) -> list[Problem]:
                 )
             )
     return out
+
+
+def _check_preload(config: Config, k: int, pool: FarmPool, plan: pool_sizing.PoolPlan | None) -> list[Problem]:
+    """farm.pools[k].preload: EKS only (a SageMaker multi-model endpoint loads what SageMaker decides), the pool's
+    own models, at most its models_max (more crash the engine at start: engines/pool_preset.py LOAD_ON_STARTUP)."""
+    if not pool.preload:
+        return []
+    key = f"farm.pools[{k}].preload"
+    if config.target == "sagemaker":
+        return [
+            Problem(
+                key,
+                "a SageMaker multi-model endpoint loads models on their first invocation, as SageMaker decides — remove preload (it is for target eks)",
+            )
+        ]
+    members = list(plan.per_model) if plan is not None else []
+    problem = preload_problem(pool.preload, members, plan.models_max if plan is not None else 0, pool=pool.name)
+    return [Problem(key, problem)] if problem else []
 
 
 def _pool_fits_a_node(config: Config, k: int, pool: FarmPool) -> list[Problem]:

@@ -448,6 +448,17 @@ DEDICATED_STACKS = 0
 # deploy, naming the commit to pin (model_download/catalog_wait.py).
 DEDICATED_COPIES = ("catalog", "artifact")
 DEDICATED_COPY = "catalog"
+# farm.dedicated_hosting: how a SageMaker farm hosts its dedicated models (patterns/model_farm.ModelFarmProps).
+# `endpoints` (default): one GravitonEndpoint each (14 resources a model), as farms deployed before — so upgrading
+# never replaces a deployed farm's endpoints; `inference_components`: one shared endpoint per instance type and ONE
+# AWS::SageMaker::InferenceComponent per model (sagemaker/inference_components.py). SageMaker only.
+DEDICATED_HOSTINGS = ("endpoints", "inference_components")
+DEDICATED_HOSTING = "endpoints"
+# farm.shared_endpoints' defaults (sagemaker/inference_components.InferenceComponentsProps): instances 1..16 and a
+# 64 GB ML storage volume per instance — fixed numbers, so adding a model never changes an endpoint.
+SHARED_MIN_INSTANCES = 1
+SHARED_MAX_INSTANCES = 16
+SHARED_VOLUME_SIZE_GB = 64
 
 
 class Slo(_Strict):
@@ -656,6 +667,43 @@ class FarmPool(_Strict):
             description="SageMaker instance type of this pool's multi-model endpoint, e.g. ml.r7gd.2xlarge; default sagemaker.instance_type"
         ),
     ] = None
+    preload: Annotated[
+        list[str],
+        Field(
+            description="EKS only: hot models of this pool that every replica loads when it starts, not on their first "
+            "request; each a model of this pool, at most its models_max, e.g. [chat-small]",
+        ),
+    ] = []
+
+
+class SharedEndpoints(_Strict):
+    """The endpoints farm.dedicated_hosting: inference_components shares between the dedicated models (one per
+    instance type): fixed numbers, never computed from the models, so adding a model changes no endpoint."""
+
+    instances: Annotated[
+        Replicas,
+        Field(
+            description="ManagedInstanceScaling bounds of each shared endpoint (min >= 1, the initial count); each copy of a "
+            "dedicated model takes one instance, so max must hold the sum of its instance type's models' replicas.min",
+        ),
+    ] = Replicas(min=SHARED_MIN_INSTANCES, max=SHARED_MAX_INSTANCES)
+    volume_size_gb: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=512,
+            description="ML storage volume per instance in GB, at least the largest dedicated model + 10% + 6 GiB "
+            "(ignored on instance-storage types such as ml.r7gd)",
+        ),
+    ] = SHARED_VOLUME_SIZE_GB
+
+    @model_validator(mode="after")
+    def _at_least_one(self) -> SharedEndpoints:
+        if self.instances.min < 1:
+            raise ValueError(
+                "instances.min must be >= 1: a shared endpoint keeps one instance (scale to zero is not supported here)"
+            )
+        return self
 
 
 class Farm(_Strict):
@@ -687,6 +735,19 @@ class Farm(_Strict):
             "waits (bounded) for them only; artifact: one copy resource per model, as farms deployed before"
         ),
     ] = DEDICATED_COPY  # type: ignore[assignment]
+    dedicated_hosting: Annotated[
+        Literal["endpoints", "inference_components"],
+        Field(
+            description="SageMaker only. endpoints (default): one endpoint per dedicated model (14 CloudFormation resources "
+            "each); inference_components: one shared endpoint per instance type and one inference component per dedicated "
+            "model (1 resource each; llama.cpp models copied by the catalog; needs sagemaker.network_isolation: false). "
+            "Switching a deployed farm replaces its dedicated endpoints",
+        ),
+    ] = DEDICATED_HOSTING  # type: ignore[assignment]
+    shared_endpoints: Annotated[
+        SharedEndpoints,
+        Field(description="with dedicated_hosting: inference_components, the shared endpoints (one per instance type)"),
+    ] = SharedEndpoints()
 
 
 @dataclass(frozen=True)
@@ -775,6 +836,28 @@ class Config(_Strict):
             config = config.model_copy(update={"models": models, "model_groups": []})
         config._origins = tuple(origins)
         return config
+
+    @model_validator(mode="after")
+    def _dedicated_hosting(self) -> Config:
+        """farm.dedicated_hosting inference_components is a SageMaker farm's: refused elsewhere, naming the key."""
+        if self.farm.dedicated_hosting == "inference_components":
+            if self.target != "sagemaker":
+                raise ValueError(
+                    f"farm.dedicated_hosting: inference_components is for target sagemaker (target is {self.target}) — "
+                    "remove farm.dedicated_hosting, or set target: sagemaker"
+                )
+            if self.sagemaker.network_isolation:
+                raise ValueError(
+                    "farm.dedicated_hosting: inference_components — an inference component's container has no network "
+                    "isolation (only a SageMaker Model has EnableNetworkIsolation): set sagemaker.network_isolation: false "
+                    "to accept that, or keep farm.dedicated_hosting: endpoints"
+                )
+            if self.farm.dedicated_copy != "catalog":
+                raise ValueError(
+                    "farm.dedicated_hosting: inference_components reads each dedicated model's tarball from the farm's "
+                    "catalog — remove farm.dedicated_copy: artifact"
+                )
+        return self
 
     @field_validator("models")
     @classmethod

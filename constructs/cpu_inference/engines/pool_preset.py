@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from inference_runtime.llama_flags import FIT, LOAD_MODE, MODEL_KEY, POOLED_SIZED, pooled_model_flags
 
@@ -22,6 +22,17 @@ PRESET_VERSION = "1"
 POOL_DEFAULTS = ((LOAD_MODE.key, "none"), (FIT.key, "off"))  # the `[*]` keys of every pool replica (docstring)
 _OPTION = re.compile(r"^[a-z][a-z0-9-]{0,63}$")
 _SECTION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # no ':' (a tag separator for the router), no ']'
+# A preset-only key of the pin (common/arg.cpp:4745 common_params_add_preset_options: "in server router mode, autoload
+# this model on startup"; never passed to the child: common/preset.cpp:45 to_args skips is_preset_only). The router
+# reads it only on the FIRST load of its model list (tools/server/server-models.cpp:841-856 load_models: each section
+# with a truthy value, common_arg_utils::is_truthy "true", is loaded once the server listens, server.cpp:440
+# load_startup_models) and THROWS "number of models to load on startup (%zu) exceeds models_max (%d)" when there are
+# more than --models-max: the replica would crash-loop, hence preload_problem. On a reload (server-models.cpp:955) it
+# is not honoured: a section added later (a model whose copy lands after the start: the pool supervisor gives the
+# router only the landed sections, containers/llama-server/pool_landing.py effective_preset, so such a model takes no
+# place at start) is listed unloaded and loads on its first request. The key is compared on reload like any option
+# (server-models.cpp:800 preset_options_for_compare): adding or removing it on a running model unloads that model once.
+LOAD_ON_STARTUP = "load-on-startup"
 
 
 @dataclass(frozen=True)
@@ -30,7 +41,8 @@ class PoolModel:
     farm prefix (`<name>/<idhash>/<file>.gguf`, catalog.gguf_key without `farm/`), read at /models/<path>.
     ctx_size / parallel / threads: the child llama-server's --ctx-size / --parallel / --threads (pool plan).
     options: more keys of its section (engines.tasks.task_options: `embeddings = true` for an embedding model).
-    Its section's flags: `flags()` (llama_flags.pooled_model_flags, as its engine.json on SageMaker)."""
+    preload: load it when the replica starts (`load-on-startup = true`, LOAD_ON_STARTUP), not on its first request.
+    Its section's flags: `flags()` (llama_flags.pooled_model_flags, as its engine.json on SageMaker; never preload)."""
 
     name: str
     path: str
@@ -38,6 +50,7 @@ class PoolModel:
     parallel: int = 1
     threads: int = 1
     options: Mapping[str, str] = field(default_factory=dict)
+    preload: bool = False
 
     def validate(self) -> None:
         where = f"PoolModel {self.name!r}"
@@ -58,7 +71,7 @@ class PoolModel:
         for key in ("ctx_size", "parallel", "threads"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{where}: {key} must be ≥ 1, got {getattr(self, key)}")
-        reserved = (MODEL_KEY, *(o.key for o in POOLED_SIZED))
+        reserved = (MODEL_KEY, LOAD_ON_STARTUP, *(o.key for o in POOLED_SIZED))
         for key, value in self.options.items():
             if not _OPTION.match(key) or key in reserved or any(c in str(value) for c in "\n\r"):
                 raise ValueError(
@@ -78,7 +91,7 @@ def render_preset(
     """The llama-server preset INI of a pool (tools/server/README.md "Model presets"): `[*]` holds `defaults`
     plus the most common value of each sized option (llama_flags.POOLED_SIZED); each model's section holds
     `model = <model_dir>/<path>` and only the flags (PoolModel.flags) whose value differs from `[*]` (a section
-    overrides `[*]`)."""
+    overrides `[*]`), and `load-on-startup = true` for a model with preload."""
     flags = [m.flags() for m in models]
     sized = [o.key for o in POOLED_SIZED]
     base: dict[str, str] = dict(defaults or {})
@@ -89,6 +102,8 @@ def render_preset(
     for m, own in zip(models, flags, strict=True):
         lines += [f"[{m.name}]", f"{MODEL_KEY} = {model_dir.rstrip('/')}/{m.path}"]
         lines += [f"{key} = {value}" for key, value in own.items() if key not in sized or value != base[key]]
+        if m.preload:
+            lines.append(f"{LOAD_ON_STARTUP} = true")
     return "\n".join(lines) + "\n"
 
 
@@ -96,3 +111,27 @@ def pool_preset(models: Sequence[PoolModel], *, model_dir: str = MODEL_DIR) -> s
     """The preset a pool replica runs: render_preset with the pool's `[*]` defaults (POOL_DEFAULTS). One definition
     for the chart and `cpu-inference local` (which moves `model_dir` to a local directory)."""
     return render_preset(models, model_dir=model_dir, defaults=dict(POOL_DEFAULTS))
+
+
+def preload_problem(preload: Sequence[str], members: Sequence[str], models_max: int, *, pool: str) -> str | None:
+    """Why pool `pool` cannot preload `preload` (the names of its hot models), or None: each must be one of its
+    `members`, once, and at most `models_max` of them (more crash the router at start: LOAD_ON_STARTUP)."""
+    twice = sorted(n for n, k in Counter(preload).items() if k > 1)
+    if twice:
+        return f"names {twice} more than once — list each model once"
+    known = set(members)
+    strangers = [n for n in preload if n not in known]
+    if strangers:
+        return f"{strangers} are not models of pool {pool} — list only models that pool {pool} serves"
+    if len(preload) > models_max:
+        return (
+            f"{len(preload)} models to load at start but pool {pool} holds {models_max} at once (models_max; the engine "
+            f"would refuse to start) — preload at most {models_max}, or raise models_max or memory"
+        )
+    return None
+
+
+def with_preload(models: Sequence[PoolModel], preload: Sequence[str]) -> tuple[PoolModel, ...]:
+    """`models` with preload set on the named ones (checked by the caller: preload_problem)."""
+    hot = set(preload)
+    return tuple(replace(m, preload=m.name in hot) for m in models)

@@ -16,7 +16,9 @@ class FarmPoolSettings:
     replica's size (EKS pod; SageMaker uses instance_type). replicas_min / replicas_max: replica bounds (KEDA on
     EKS, target tracking on SageMaker). replication: how many replicas each model is routed to (EKS gateway
     affinity). models_max: models loaded at once per replica (default: pool_sizing from memory).
-    instance_type: the multi-model endpoint's instance (target sagemaker)."""
+    instance_type: the multi-model endpoint's instance (target sagemaker). preload: the pool's hot models, loaded
+    on every replica when it starts instead of on their first request (EKS only: on SageMaker the multi-model endpoint
+    decides what is loaded), at most models_max of them (engines/pool_preset.py LOAD_ON_STARTUP)."""
 
     name: str = "default"
     cpu: float = 4
@@ -26,6 +28,7 @@ class FarmPoolSettings:
     replication: int = 2
     models_max: int | None = None
     instance_type: str | None = None
+    preload: tuple[str, ...] = ()
 
     def validate(self) -> None:
         if not _NAME.match(self.name):

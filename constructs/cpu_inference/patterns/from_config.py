@@ -59,6 +59,7 @@ def farm_pools(config: Config) -> tuple[FarmPoolSettings, ...]:
                 replication=p.replication,
                 models_max=p.models_max,
                 instance_type=pool_instance_of(config, p) if config.target == "sagemaker" else None,
+                preload=tuple(p.preload),
             )
         )
     return tuple(out)
@@ -148,4 +149,8 @@ def model_farm_props(config: Config) -> ModelFarmProps:
         gateway_replicas_max=config.farm.gateway.max,
         dedicated_stacks=config.farm.dedicated_stacks,
         dedicated_copy=config.farm.dedicated_copy,
+        dedicated_hosting=config.farm.dedicated_hosting,
+        shared_min_instances=config.farm.shared_endpoints.instances.min,
+        shared_max_instances=config.farm.shared_endpoints.instances.max,
+        shared_volume_size_gb=config.farm.shared_endpoints.volume_size_gb,
     )

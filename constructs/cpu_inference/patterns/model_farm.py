@@ -16,6 +16,7 @@ from pool_sizing (models_max from memory, threads per loaded model)."""
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 
@@ -25,7 +26,13 @@ from constructs import Construct, IDependable
 
 from cpu_inference import sizing
 from cpu_inference.artifacts import ModelCatalog, ModelCatalogProps
-from cpu_inference.config.schema import DEDICATED_COPIES, DEDICATED_COPY, DEDICATED_STACKS
+from cpu_inference.config.schema import (
+    DEDICATED_COPIES,
+    DEDICATED_COPY,
+    DEDICATED_HOSTING,
+    DEDICATED_HOSTINGS,
+    DEDICATED_STACKS,
+)
 from cpu_inference.eks.mountpoint import MountpointS3Csi, MountpointSettings
 from cpu_inference.engines import is_vllm
 from cpu_inference.k8s.charts.model_pool_chart import ModelPoolChartProps
@@ -47,6 +54,15 @@ from cpu_inference.patterns.farm_pool import FarmPoolSettings
 from cpu_inference.patterns.served_model import ServedModel
 from cpu_inference.patterns.serving_foundation import ServingFoundation, ServingFoundationProps
 from cpu_inference.sagemaker import MultiModelEndpoint, MultiModelEndpointProps
+from cpu_inference.sagemaker.inference_components import (
+    DEFAULT_MAX_INSTANCES,
+    DEFAULT_MIN_INSTANCES,
+    DEFAULT_VOLUME_SIZE_GB,
+    ComponentHandle,
+    ComponentModel,
+    InferenceComponents,
+    InferenceComponentsProps,
+)
 from cpu_inference.sizing.pools import PoolPlan, pool_plan
 from model_download.catalog import FARM_PREFIX, CatalogEntry
 
@@ -63,7 +79,12 @@ class ModelFarmProps:
     stack is a stable hash of its name; fixed once deployed — changing it moves, i.e. replaces, most of them).
     dedicated_copy: `catalog` (default) — the dedicated GGUF models are copied by the farm's ModelCatalog, first, and
     the deploy waits for their keys only (one bounded Custom::DedicatedModelsReady); `artifact` — one ModelArtifact
-    each, as farms deployed before (config.yaml farm.dedicated_copy)."""
+    each, as farms deployed before (config.yaml farm.dedicated_copy).
+    dedicated_hosting (SageMaker): `endpoints` (default) — one GravitonEndpoint per dedicated model;
+    `inference_components` — one shared endpoint per instance type and ONE inference component per model
+    (sagemaker/inference_components.py; the catalog copies those models as `mme` tarballs; needs dedicated_copy
+    `catalog` and deployment.sagemaker.network_isolation False). shared_min_instances / shared_max_instances /
+    shared_volume_size_gb: the shared endpoints' (config.yaml farm.shared_endpoints)."""
 
     deployment: DeploymentProps
     pools: tuple[FarmPoolSettings, ...] = (FarmPoolSettings(),)
@@ -72,6 +93,14 @@ class ModelFarmProps:
     namespace: str = NAMESPACE
     dedicated_stacks: int = DEDICATED_STACKS
     dedicated_copy: str = DEDICATED_COPY
+    dedicated_hosting: str = DEDICATED_HOSTING
+    shared_min_instances: int = DEFAULT_MIN_INSTANCES
+    shared_max_instances: int = DEFAULT_MAX_INSTANCES
+    shared_volume_size_gb: int = DEFAULT_VOLUME_SIZE_GB
+
+    @property
+    def inference_components(self) -> bool:
+        return self.dedicated_hosting == "inference_components"
 
     @property
     def dedicated(self) -> tuple[ServedModel, ...]:
@@ -99,6 +128,12 @@ class ModelFarmProps:
             raise ValueError(
                 f"ModelFarmProps.dedicated_copy must be one of {DEDICATED_COPIES} (farm.dedicated_copy), got {self.dedicated_copy!r}"
             )
+        if self.dedicated_hosting not in DEDICATED_HOSTINGS:
+            raise ValueError(
+                f"ModelFarmProps.dedicated_hosting must be one of {DEDICATED_HOSTINGS} (farm.dedicated_hosting), got {self.dedicated_hosting!r}"
+            )
+        if self.inference_components:
+            self._validate_inference_components()
         wrong = [m.name for m in self.deployment.models if m.role != "farm"]
         if wrong:
             raise ValueError(f"models {wrong} are not role farm — a model farm serves role farm only")
@@ -127,12 +162,31 @@ class ModelFarmProps:
                     raise ValueError(
                         f"pool {p.name}: replicas.min 0 — a SageMaker multi-model endpoint keeps ≥ 1 instance; set min 1"
                     )
+                if p.preload:  # a multi-model endpoint loads what SageMaker decides (pool_preset.LOAD_ON_STARTUP: EKS)
+                    raise ValueError(f"pool {p.name}: preload is for target eks — remove it on target sagemaker")
                 if self.members(p.name) and not p.instance_type:
                     raise ValueError(
                         f"pool {p.name}: target sagemaker needs the pool's instance_type (its multi-model endpoint's instances)"
                     )
         elif any(p.cpu != int(p.cpu) for p in self.pools if self.members(p.name)):
             raise ValueError("pool cpu on EKS must be a whole number of vCPUs (each loaded model gets whole threads)")
+
+    def _validate_inference_components(self) -> None:
+        key = "farm.dedicated_hosting: inference_components"
+        if self.deployment.target != "sagemaker":
+            raise ValueError(
+                f"{key} is for target sagemaker (target is {self.deployment.target}) — remove it, or set target: sagemaker"
+            )
+        if self.dedicated_copy != "catalog":
+            raise ValueError(
+                f"{key} reads each model's tarball from the farm's catalog — remove farm.dedicated_copy: artifact"
+            )
+        vllm = [m.name for m in self.dedicated if is_vllm(m.engine)]
+        if vllm:
+            raise ValueError(
+                f"{key} serves llama.cpp GGUF models from the catalog; {vllm} are vLLM — keep farm.dedicated_hosting: "
+                "endpoints for them"
+            )
 
 
 def plan_pool(pool: FarmPoolSettings, members: tuple[ServedModel, ...]) -> PoolPlan:
@@ -169,6 +223,21 @@ def catalog_entry(m: ServedModel, plan: PoolPlan | None, layouts: tuple[str, ...
     )
 
 
+def farm_catalog_entries(
+    props: ModelFarmProps, plans: dict[str, PoolPlan]
+) -> tuple[tuple[CatalogEntry, ...], tuple[str, ...]]:
+    """The farm catalog's entries and layouts (what ModelFarm copies and `cpu-inference farm status` reads).
+    Dedicated models head the entries: the copy's Distributed Map takes its work list in order, so the models the
+    deploy waits for are copied first. Each is read as one GGUF by its own workload/endpoint — or, as inference
+    components, as the catalog's `mme` tarball (their ArtifactUrl is a .tar.gz). `plans`: the pools with members."""
+    layouts = ("mme",) if props.deployment.target == "sagemaker" else ("gguf",)
+    own = None if "gguf" in layouts or props.inference_components else ("gguf",)
+    entries = tuple(catalog_entry(m, None, own) for m in props.dedicated_in_catalog) + tuple(
+        catalog_entry(m, plans[p.name]) for p in props.pools if p.name in plans for m in props.members(p.name)
+    )
+    return entries, layouts
+
+
 class ModelFarm(Construct):
     """Attributes: foundation (bucket, dedicated models' artifacts, images); catalog (the pooled models' one copy
     job, or None); plans (pool name → PoolPlan); on EKS `platform`, `mountpoint` (the platform's Mountpoint for S3
@@ -202,12 +271,7 @@ class ModelFarm(Construct):
         self.plans: dict[str, PoolPlan] = {p.name: plan_pool(p, props.members(p.name)) for p in pools}
         self.catalog: ModelCatalog | None = None
         if pools or in_catalog:
-            layouts = ("mme",) if d.target == "sagemaker" else ("gguf",)
-            # Dedicated models head the entries: the copy's Distributed Map takes its work list in order, so the
-            # models the deploy waits for are copied first. Each is read as one GGUF by its own workload/endpoint.
-            entries = tuple(
-                catalog_entry(m, None, None if "gguf" in layouts else ("gguf",)) for m in in_catalog
-            ) + tuple(catalog_entry(m, self.plans[p.name]) for p in pools for m in props.members(p.name))
+            entries, layouts = farm_catalog_entries(props, self.plans)
             self.catalog = ModelCatalog(
                 self,
                 "Catalog",
@@ -228,6 +292,8 @@ class ModelFarm(Construct):
         self.mountpoint_grant: iam.Grant | None = None
         self.workloads = None
         self.endpoints = {}
+        self.inference_components: InferenceComponents | None = None
+        self.components: dict[str, ComponentHandle] = {}
         self.pool_endpoints: dict[str, MultiModelEndpoint] = {}
         dedicated_props = replace(d, models=dedicated)
         # With dedicated_stacks, dedicated endpoints live in nested stacks chosen by a stable hash of their name
@@ -239,10 +305,13 @@ class ModelFarm(Construct):
             else None
         )
         if d.target == "sagemaker":
-            self.endpoints = (
+            if props.inference_components and dedicated:
+                self.inference_components = self._inference_components(dedicated)
+                self.components = self.inference_components.components
+            elif dedicated:
                 # Nested: one dashboard per endpoint is a resource per model, so the farm's endpoints are read in
                 # CloudWatch's automatic SageMaker dashboard instead; each endpoint keeps its alarms.
-                endpoints(
+                self.endpoints = endpoints(
                     self,
                     dedicated_props,
                     self.foundation,
@@ -250,9 +319,6 @@ class ModelFarm(Construct):
                     dashboard=self.dedicated_stacks is None,
                     catalog=self.catalog_models,
                 )
-                if dedicated
-                else {}
-            )
             if self.dedicated_stacks is not None:
                 check_dedicated_stacks(self.dedicated_stacks.stacks)
             for p in pools:
@@ -330,6 +396,50 @@ class ModelFarm(Construct):
         if self.dedicated_stacks is not None:
             check_dedicated_stacks(self.dedicated_stacks.stacks)
 
+    def _inference_components(self, dedicated: tuple[ServedModel, ...]) -> InferenceComponents:
+        """The dedicated models as inference components on shared endpoints, reading the catalog's mme tarballs."""
+        props, d = self.props, self.props.deployment
+        assert self.catalog is not None and self.catalog_models is not None
+        bucket = self.catalog.bucket.bucket_name
+        models = tuple(
+            ComponentModel(
+                name=m.name,
+                spec=m.spec,
+                instance_type=str(m.instance_type),
+                artifact_url=f"s3://{bucket}/{self.catalog.mme_key(m.name)}",
+                model_file=self.catalog.catalog.entry(m.name).basename,
+                min_copies=m.replicas_min,
+                max_copies=m.replicas_max,
+            )
+            for m in dedicated
+        )
+        return InferenceComponents(
+            self,
+            "Dedicated",
+            props=InferenceComponentsProps(
+                models=models,
+                image=self.foundation.engine_image,
+                model_bucket=self.foundation.model_bucket,
+                min_instances=props.shared_min_instances,
+                max_instances=props.shared_max_instances,
+                volume_size_gb=props.shared_volume_size_gb,
+                latency_slo_ms=d.p95_latency_ms,
+                network_isolation=d.sagemaker.network_isolation,
+                model_scope=self.dedicated_stacks.stack_for if self.dedicated_stacks is not None else None,
+                depends_on=(self.catalog_models.ready,),  # CreateInferenceComponent once its tarball exists
+            ),
+        )
+
+    def grant_invoke_dedicated(self, grantee: iam.IGrantable) -> iam.Grant:
+        """InvokeEndpoint + InvokeEndpointWithResponseStream on every dedicated model: the shared endpoints of the
+        inference components, or each GravitonEndpoint."""
+        if self.inference_components is not None:
+            return self.inference_components.grant_invoke(grantee)
+        if not self.endpoints:
+            raise ValueError("ModelFarm.grant_invoke_dedicated: this farm has no dedicated SageMaker endpoint")
+        grants = [e.grant_invoke(grantee) for e in self.endpoints.values()]
+        return functools.reduce(lambda a, b: a.combine(b), grants)
+
     def _pool_chart_props(self, pool: FarmPoolSettings, members: tuple[ServedModel, ...]) -> ModelPoolChartProps:
         assert self.catalog is not None
         return ModelPoolChartProps.from_plan(
@@ -342,4 +452,5 @@ class ModelFarm(Construct):
             replicas_min=pool.replicas_min,
             replicas_max=pool.replicas_max,
             replication=pool.replication,
+            preload=pool.preload,
         )

@@ -42,7 +42,7 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,7 +52,7 @@ from constructs import Construct
 
 from cpu_inference._internal.k8s_object import is_dns_label
 from cpu_inference._internal.tokens import is_token, stable_digest
-from cpu_inference.engines.pool_preset import MODEL_DIR, PoolModel, pool_preset
+from cpu_inference.engines.pool_preset import MODEL_DIR, PoolModel, pool_preset, preload_problem, with_preload
 from cpu_inference.k8s.charts.router_chart import gateway_pool
 from cpu_inference.k8s.specs.default_node_pools import POOL_LABEL
 from cpu_inference.k8s.specs.keda import ScaledObjectSpec, pool_in_flight_scaled_object
@@ -176,17 +176,23 @@ class ModelPoolChartProps:
         paths: Mapping[str, str],
         bucket_name: str,
         region: str,
+        preload: Sequence[str] = (),
         **kw: Any,
     ) -> ModelPoolChartProps:
         """Props from `pool_sizing.pool_plan(...)`: one PoolModel per planned model (PoolPlan.pool_model: the flags its
         engine.json carries on SageMaker), models_max, cpu and memory (request = limit = the plan's
-        memory_request_bytes). `paths`: model name -> key under the farm prefix (catalog.gguf_key minus `farm/`)."""
+        memory_request_bytes). `paths`: model name -> key under the farm prefix (catalog.gguf_key minus `farm/`).
+        `preload`: the pool's hot models, loaded when a replica starts (PoolModel.preload,
+        pool_preset.LOAD_ON_STARTUP)."""
         missing = sorted(set(plan.per_model) - set(paths))
         if missing:
             raise ValueError(
                 f"ModelPoolChartProps.from_plan {name!r}: no path for models {missing[:5]} (give paths[name] = <name>/<idhash>/<file>)"
             )
-        models = tuple(plan.pool_model(n, paths[n]) for n in plan.per_model)
+        problem = preload_problem(preload, list(plan.per_model), plan.models_max, pool=name)
+        if problem:
+            raise ValueError(f"ModelPoolChartProps.from_plan {name!r}: preload {problem}")
+        models = with_preload([plan.pool_model(n, paths[n]) for n in plan.per_model], preload)
         return cls(
             name=name,
             image=image,
@@ -228,6 +234,10 @@ class ModelPoolChartProps:
             raise ValueError(
                 f"{where}: models_max must be ≥ 1 (llama-server's 0 means unlimited: every model would load)"
             )
+        hot = [m.name for m in self.models if m.preload]
+        problem = preload_problem(hot, [m.name for m in self.models], self.models_max, pool=self.name)
+        if problem:
+            raise ValueError(f"{where}: models with preload: {problem}")
         if self.cpu < 1 or self.cpu != int(self.cpu):
             raise ValueError(f"{where}: cpu must be a whole number of vCPUs ≥ 1, got {self.cpu}")
         if self.memory_bytes < 64 * 1024 * 1024:
