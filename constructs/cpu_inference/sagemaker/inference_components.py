@@ -88,6 +88,8 @@ DEFAULT_MIN_INSTANCES = SHARED_MIN_INSTANCES  # config.yaml farm.shared_endpoint
 DEFAULT_MAX_INSTANCES = SHARED_MAX_INSTANCES
 DEFAULT_VOLUME_SIZE_GB = SHARED_VOLUME_SIZE_GB
 VOLUME_MAX_GB = 512  # botocore sagemaker ProductionVariantVolumeSizeInGB max
+# The tag on every resource of this mode, the components included wherever model_scope puts them.
+HOSTING_TAG, HOSTING_TAG_VALUE = "cpu-inference:dedicated-hosting", "inference-components"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -369,7 +371,7 @@ class InferenceComponents(Construct):
             )
             for m in scaled:  # registered once the component exists (interface: the caller adds the dependency)
                 self.scaling.resource.node.add_dependency(self.components[m.name].resource)
-        cdk.Tags.of(self).add("cpu-inference:dedicated-hosting", "inference-components")
+        cdk.Tags.of(self).add(HOSTING_TAG, HOSTING_TAG_VALUE)
         nag.acknowledge_wildcards(
             self.role,
             [
@@ -517,6 +519,8 @@ class InferenceComponents(Construct):
             ),
             runtime_config=spec.InferenceComponentRuntimeConfigProperty(copy_count=m.min_copies),
         )
+        if home is not self:  # outside this construct (a nested stack): Tags.of(self) does not reach it
+            cdk.Tags.of(resource).add(HOSTING_TAG, HOSTING_TAG_VALUE)
         resource.node.add_dependency(shared.endpoint)
         for dependency in props.depends_on:
             resource.node.add_dependency(dependency)
