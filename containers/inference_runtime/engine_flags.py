@@ -27,11 +27,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .env import EngineConfigError, env_int, env_str
-from .llama_flags import CACHE_RAM, CTX_PER_SLOT_ENV, CTX_SIZE, MODEL, PARALLEL, THREADS, THREADS_BATCH
+from .llama_flags import CACHE_RAM, CTX_PER_SLOT_ENV, CTX_SIZE, FIT, MODEL, PARALLEL, THREADS, THREADS_BATCH
 
 ENGINE_DEFAULT_CACHE_RAM_MIB = 8192  # llama-server's own default (common.h cache_ram_mib)
 CACHE_RAM_FRACTION = 0.05  # of the memory limit: the sizing leaves little slack beyond weights + KV
 FLASH_ATTN_VALUES = ("on", "off", "auto")
+FIT_VALUES = ("on", "off")  # common/arg.cpp --fit: is_truthy / is_falsey (these two are its own spelling)
 _SHARD = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
 
 # The engine's defaults: the one definition (EngineConfig, config_from_env, the multi-model adapter's ChildDefaults,
@@ -56,6 +57,7 @@ class EngineConfig:
     cache_reuse: int = DEFAULT_CACHE_REUSE
     cache_ram_mib: int | None = None  # None: the engine's default
     alias: str | None = None
+    fit: str | None = None  # --fit; None: the engine's default (on). The multi-model adapter's children set "off".
     extra_args: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -77,6 +79,8 @@ class EngineConfig:
             raise EngineConfigError(f"LLAMA_CACHE_REUSE must be >= 0, got {self.cache_reuse}")
         if self.cache_ram_mib is not None and self.cache_ram_mib < -1:
             raise EngineConfigError(f"{CACHE_RAM.image_env} must be >= -1, got {self.cache_ram_mib}")
+        if self.fit is not None and self.fit not in FIT_VALUES:
+            raise EngineConfigError(f"{FIT.flag} must be one of {', '.join(FIT_VALUES)}, got {self.fit!r}")
         if not 0 < self.port < 65536:
             raise EngineConfigError(f"port must be in 1..65535, got {self.port}")
 
@@ -99,6 +103,8 @@ def llama_server_args(cfg: EngineConfig) -> list[str]:
     ]
     if cfg.alias:
         args += ["--alias", cfg.alias]
+    if cfg.fit is not None:
+        args += FIT.args(cfg.fit)
     return args + list(cfg.extra_args)
 
 

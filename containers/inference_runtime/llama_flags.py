@@ -81,6 +81,9 @@ LOAD_MODE = LlamaOption("--load-mode", "LLAMA_ARG_LOAD_MODE", short="-lm")
 # (common/fit.cpp). A CPU-only child whose preset sets ctx-size has nothing it can change, yet pays the dry run on
 # every cold load: off in a pool's `[*]` (engines/pool_preset.py; benchmarks/cold_load.py measures it).
 FIT = LlamaOption("--fit", "LLAMA_ARG_FIT", short="-fit")
+# What a child loaded on demand runs with — a pool's router child and a SageMaker multi-model child alike (both are
+# CPU-only with ctx-size set, and each load is a cold load): one value for both.
+ON_DEMAND_CHILD_FIT = "off"
 # A pool replica's router (containers/llama-server/pool_mode.py: LLAMA_MODELS_PRESET / LLAMA_MODELS_MAX become these):
 #   {"--models-preset"} .set_env("LLAMA_ARG_MODELS_PRESET")    {"--models-max"} .set_env("LLAMA_ARG_MODELS_MAX")
 MODELS_PRESET = LlamaOption("--models-preset", "LLAMA_ARG_MODELS_PRESET", image_env="LLAMA_MODELS_PRESET")

@@ -66,7 +66,17 @@ from inference_runtime.engine_flags import (
 )
 from inference_runtime.env import EngineConfigError, env_int, env_str
 from inference_runtime.http1 import Request, encode_head, json_error
-from inference_runtime.llama_flags import CACHE_RAM, CTX_PER_SLOT_ENV, CTX_SIZE, MODEL, PARALLEL, THREADS, TRUE
+from inference_runtime.llama_flags import (
+    CACHE_RAM,
+    CTX_PER_SLOT_ENV,
+    CTX_SIZE,
+    FIT,
+    MODEL,
+    ON_DEMAND_CHILD_FIT,
+    PARALLEL,
+    THREADS,
+    TRUE,
+)
 from inference_runtime.sagemaker_adapter import (
     DEFAULT_GENERATION_BUDGET_SECONDS,
     DEFAULT_POOL_IDLE_SECONDS,
@@ -144,6 +154,15 @@ class ChildDefaults:
     # Differs: a single engine's default is 5% of the memory limit; here many models share one budget, so no
     # host-RAM prompt cache unless engine.json (or LLAMA_CACHE_RAM_MIB) asks.
     cache_ram_mib: int = 0
+    # Differs: every SageMaker load starts a child, a cold load each. --fit (on by default: common/common.h:478)
+    # first loads the model and a context a second time with no_alloc (common/common.cpp:1200 -> common/fit.cpp
+    # common_get_device_memory_data_impl) only to shrink unset arguments to device memory. A CPU-only child (no
+    # devices, nd == 0) with ctx-size set (always: llama_server_args; fit.cpp:198 n_ctx_auto false) gets nothing
+    # from it: "no changes needed" (fit.cpp:324) or "context size set by user -> no change" (fit.cpp:455) and a
+    # throw that common_fit_params catches and only logs (fit.cpp:894), every parameter as it was. Off (as in a pool's
+    # preset, engines/pool_preset.py) a load + first invoke takes 0.65-0.79x the time (benchmarks/README.md "Pool
+    # cold load"). None: the engine decides (LLAMA_ARG_FIT, or --fit in LLAMA_EXTRA_ARGS / engine.json).
+    fit: str | None = ON_DEMAND_CHILD_FIT
     queue_depth: int | None = None  # admitted beyond the slots; None: as many as slots
     extra_args: tuple[str, ...] = ()
 
@@ -152,6 +171,7 @@ def child_defaults(env: Mapping[str, str], *, binary: str, threads: int) -> Chil
     """Every child's defaults from the env contract (the single engine's variables); checked as a single engine's
     config is, with the same messages naming the variables."""
     queue = env_int(env, "LLAMA_QUEUE_DEPTH", None, minimum=0)
+    extra = tuple(shlex.split(env.get("LLAMA_EXTRA_ARGS", "")))
     children = ChildDefaults(
         binary=binary,
         threads=threads,
@@ -161,7 +181,9 @@ def child_defaults(env: Mapping[str, str], *, binary: str, threads: int) -> Chil
         cache_reuse=env_int(env, "LLAMA_CACHE_REUSE", DEFAULT_CACHE_REUSE),
         cache_ram_mib=env_int(env, CACHE_RAM.image_env, ChildDefaults.cache_ram_mib),
         queue_depth=queue,
-        extra_args=tuple(shlex.split(env.get("LLAMA_EXTRA_ARGS", ""))),
+        extra_args=extra,
+        # The operator's own --fit (llama-server reads LLAMA_ARG_FIT: common/arg.cpp .set_env) is left alone.
+        fit=None if FIT.arg_env in env or names_fit(extra) else ChildDefaults.fit,
     )
     EngineConfig(
         model="-",
@@ -171,8 +193,14 @@ def child_defaults(env: Mapping[str, str], *, binary: str, threads: int) -> Chil
         flash_attn=children.flash_attn,
         cache_reuse=children.cache_reuse,
         cache_ram_mib=children.cache_ram_mib,
+        fit=children.fit,
     ).validate()
     return children
+
+
+def names_fit(args: tuple[str, ...] | list[str]) -> bool:
+    """Whether a command line sets --fit itself (a repeated flag: common/arg.cpp parse_cli_args warns, last wins)."""
+    return any(a in (FIT.flag, FIT.short) for a in args)
 
 
 @dataclass
@@ -276,6 +304,7 @@ def child_config(name: str, model_dir: Path, defaults: ChildDefaults) -> EngineC
         cache_reuse=defaults.cache_reuse,
         cache_ram_mib=cache_ram,
         alias=name,
+        fit=None if names_fit(extra) else defaults.fit,  # engine.json's "fit" wins
         extra_args=(*defaults.extra_args, *extra),
     )
     cfg.validate()

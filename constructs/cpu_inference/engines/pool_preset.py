@@ -14,12 +14,22 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from inference_runtime.llama_flags import FIT, LOAD_MODE, MODEL_KEY, POOLED_SIZED, pooled_model_flags
+from inference_runtime.llama_flags import (
+    FIT,
+    LOAD_MODE,
+    MODEL_KEY,
+    ON_DEMAND_CHILD_FIT,
+    POOLED_SIZED,
+    pooled_model_flags,
+)
 
 MODEL_DIR = "/models"  # where a replica reads the weights: the volume's mount (k8s/workloads/engine_container.py)
 # The llama-server router's own defaults a preset can name (README "Model presets": keys are flags without dashes).
 PRESET_VERSION = "1"
-POOL_DEFAULTS = ((LOAD_MODE.key, "none"), (FIT.key, "off"))  # the `[*]` keys of every pool replica (docstring)
+POOL_DEFAULTS = (
+    (LOAD_MODE.key, "none"),
+    (FIT.key, ON_DEMAND_CHILD_FIT),
+)  # the `[*]` keys of every pool replica (docstring)
 _OPTION = re.compile(r"^[a-z][a-z0-9-]{0,63}$")
 _SECTION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # no ':' (a tag separator for the router), no ']'
 # A preset-only key of the pin (common/arg.cpp:4745 common_params_add_preset_options: "in server router mode, autoload

@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from inference_runtime.llama_flags import FIT
 from tests.runtime.engine.serving import ENGINE_DIR, chat_body, serve_env
 from tests.support.engine import free_port, process_gone, wait_healthy
 
@@ -171,6 +172,44 @@ def test_load_invoke_list_get_409_and_unload_a_model_that_arrives_after_start(
         assert httpx.delete(f"{mme.url}/models/m-0001", timeout=5).status_code == 404
         assert httpx.post(f"{mme.url}/models/m-0001/invoke", json=chat_body(), timeout=10).status_code == 404
         assert httpx.get(f"{mme.url}/models", timeout=5).json() == {"models": []}
+
+
+def test_every_child_starts_with_fit_off_unless_its_engine_json_names_fit(
+    llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path
+) -> None:
+    """Each SageMaker load is a cold load of a CPU-only child with ctx-size set: the pinned --fit dry run can change
+    nothing there (common/fit.cpp common_params_fit_impl) and costs a third of a pool's cold load, so the children run
+    with it off, as a pool's preset does (engines/pool_preset.py POOL_DEFAULTS). A model's engine.json still wins, once
+    on the command line (common/arg.cpp parse_cli_args warns on a repeated flag)."""
+    with mme_container(llama_server_bin, tmp_path, MME_MEMORY_BUDGET_BYTES=str(4096 * MIB)) as mme:
+        engine = {"ctx-size": "256", "parallel": "1", "threads": "1"}
+        for name, own in (("m-0001", {}), ("m-0002", {FIT.key: "on"})):
+            r = mme.load(name, mme.arrive(name, smollm2_gguf, {**engine, **own}))
+            assert r.status_code == 200, r.text + mme.log_text()
+            r = httpx.post(f"{mme.url}/models/{name}/invoke", json=chat_body("What is 2+2?", max_tokens=4), timeout=60)
+            assert r.status_code == 200, r.text
+            assert r.json()["model"] == name and r.json()["choices"][0]["message"]["content"]
+        args = mme.child_args()  # the real children's /proc/<pid>/cmdline
+        fits = {
+            name: [a[i + 1] for i, flag in enumerate(a) if flag in (FIT.flag, FIT.short)] for name, a in args.items()
+        }
+        assert fits == {"m-0001": ["off"], "m-0002": ["on"]}, args
+        assert "specified multiple times" not in mme.log_text()
+
+
+def test_fit_off_is_the_children_default_only(smollm2_gguf: Path) -> None:
+    """The operator's --fit (llama-server's LLAMA_ARG_FIT, or LLAMA_EXTRA_ARGS) is left to the engine, and a single
+    engine (`serve` without SAGEMAKER_MULTI_MODEL, EKS) keeps the engine's default: it loads once per process."""
+    if str(ENGINE_DIR) not in sys.path:
+        sys.path.insert(0, str(ENGINE_DIR))
+    from inference_runtime.engine_flags import config_from_env, llama_server_args
+    from mme_adapter import child_defaults
+
+    assert child_defaults({}, binary="-", threads=1).fit == "off"
+    assert child_defaults({FIT.arg_env: "on"}, binary="-", threads=1).fit is None
+    assert child_defaults({"LLAMA_EXTRA_ARGS": f"{FIT.short} on"}, binary="-", threads=1).fit is None
+    single = llama_server_args(config_from_env({"MODEL_PATH": str(smollm2_gguf)}, cpus=1, memory_limit=None))
+    assert FIT.flag not in single and FIT.short not in single, single
 
 
 def test_507_under_memory_pressure_until_sagemaker_unloads_one(
