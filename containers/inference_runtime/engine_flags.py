@@ -14,6 +14,11 @@ runs with are computed in exactly one place. Contract (see README.md):
     LLAMA_MODEL_ALIAS    model name in API responses (default: the GGUF file name without .gguf)
     LLAMA_EXTRA_ARGS     extra llama-server flags (shell-quoted), appended last
     MODEL_PATH           the GGUF file; else the single model under MODEL_DIR
+    LLAMA_LORA           LoRA adapter GGUFs over the model, comma-separated, in id order (inference_runtime/lora.py):
+                         --lora <them> --lora-init-without-apply. From the first path whose file is not there yet
+                         on, they are left out (named on stderr; ids are positions, so the list only ever grows at
+                         its end): the model serves, the gateway sees them missing from GET /lora-adapters and
+                         answers 503 for them; a restart picks them up once they have landed.
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .env import EngineConfigError, env_int, env_str
-from .llama_flags import CACHE_RAM, CTX_PER_SLOT_ENV, CTX_SIZE, FIT, MODEL, PARALLEL, THREADS, THREADS_BATCH
+from .llama_flags import CACHE_RAM, CTX_PER_SLOT_ENV, CTX_SIZE, FIT, LORA, MODEL, PARALLEL, THREADS, THREADS_BATCH
+from .lora import lora_args, path_problem, split_paths
 
 ENGINE_DEFAULT_CACHE_RAM_MIB = 8192  # llama-server's own default (common.h cache_ram_mib)
 CACHE_RAM_FRACTION = 0.05  # of the memory limit: the sizing leaves little slack beyond weights + KV
@@ -59,6 +65,8 @@ class EngineConfig:
     alias: str | None = None
     fit: str | None = None  # --fit; None: the engine's default (on). The multi-model adapter's children set "off".
     extra_args: tuple[str, ...] = field(default_factory=tuple)
+    lora: tuple[str, ...] = ()  # adapter GGUFs in id order (LLAMA_LORA): --lora ... --lora-init-without-apply
+    lora_missing: tuple[str, ...] = ()  # LLAMA_LORA paths left out: not there (yet); the entrypoint names them
 
     @property
     def ctx_size(self) -> int:
@@ -83,6 +91,10 @@ class EngineConfig:
             raise EngineConfigError(f"{FIT.flag} must be one of {', '.join(FIT_VALUES)}, got {self.fit!r}")
         if not 0 < self.port < 65536:
             raise EngineConfigError(f"port must be in 1..65535, got {self.port}")
+        for path in self.lora:
+            problem = path_problem(path)
+            if problem:
+                raise EngineConfigError(f"{LORA.image_env}: each path {problem}")
 
 
 def llama_server_args(cfg: EngineConfig) -> list[str]:
@@ -105,7 +117,7 @@ def llama_server_args(cfg: EngineConfig) -> list[str]:
         args += ["--alias", cfg.alias]
     if cfg.fit is not None:
         args += FIT.args(cfg.fit)
-    return args + list(cfg.extra_args)
+    return args + lora_args(cfg.lora) + list(cfg.extra_args)
 
 
 def serving_policy_args(flash_attn: str, cache_reuse: int, cache_ram_mib: int | None) -> list[str]:
@@ -223,6 +235,9 @@ def config_from_env(
     cache_ram = env_int(env, CACHE_RAM.image_env, None)
     if cache_ram is None:
         cache_ram = default_cache_ram_mib(memory_limit if memory_limit is not None else memory_limit_bytes())
+    adapters = split_paths(env.get(LORA.image_env, ""))
+    # The landed PREFIX: ids are positions, so a list may only grow at its end (pool_landing.landed_prefix's reason).
+    landed = next((i for i, p in enumerate(adapters) if not Path(p).is_file()), len(adapters))
     cfg = EngineConfig(
         model=str(model),
         threads=threads,
@@ -235,6 +250,8 @@ def config_from_env(
         cache_ram_mib=cache_ram,
         alias=env.get("LLAMA_MODEL_ALIAS", "").strip() or model.name.removesuffix(".gguf"),
         extra_args=tuple(shlex.split(env.get("LLAMA_EXTRA_ARGS", ""))),
+        lora=adapters[:landed],
+        lora_missing=adapters[landed:],
     )
     cfg.validate()
     return cfg

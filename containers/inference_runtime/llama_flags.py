@@ -21,6 +21,7 @@ tests/test_one_definition_engines.py::test_every_row_is_the_pinned_llama_servers
     {"-cram", "--cache-ram"} .set_env("LLAMA_ARG_CACHE_RAM")    {"-fit", "--fit"} .set_env("LLAMA_ARG_FIT")
     {"--embedding", "--embeddings"} .set_env("LLAMA_ARG_EMBEDDINGS")
     {"--rerank", "--reranking"} .set_env("LLAMA_ARG_RERANKING")
+    {"--lora"} (no env)                                        {"--lora-init-without-apply"} (no env, a switch)
 
 A pooled model (a farm pool's preset section on EKS and under `cpu-inference local`, its engine.json in a SageMaker
 multi-model tarball) runs with `pooled_model_flags`: change a pooled model's llama-server flags there."""
@@ -90,6 +91,15 @@ MODELS_PRESET = LlamaOption("--models-preset", "LLAMA_ARG_MODELS_PRESET", image_
 MODELS_MAX = LlamaOption("--models-max", "LLAMA_ARG_MODELS_MAX", image_env="LLAMA_MODELS_MAX")
 EMBEDDINGS = LlamaOption("--embeddings", "LLAMA_ARG_EMBEDDINGS", switch=True)
 RERANKING = LlamaOption("--reranking", "LLAMA_ARG_RERANKING", switch=True)
+# LoRA adapters of a base model (inference_runtime/lora.py): `--lora A.gguf,B.gguf` loads them in that order, their
+# ids are their positions (common/arg.cpp:2955 `{"--lora"}`: parse_csv_row, each pushed at scale 1.0; GET
+# /lora-adapters lists them with `id` = index, tools/server/server-task.cpp:1660); `--lora-init-without-apply`
+# (arg.cpp:3803, server only) skips applying them at load (common/common.cpp:1412). Neither has an env of its own; the
+# image's LLAMA_LORA (comma-separated paths) becomes both (engine_flags.llama_server_args). As preset keys a base's
+# section carries `lora = <paths>` and `lora-init-without-apply = true` (engines/pool_preset.py): the router passes
+# every key of a section to its child as that flag (common/preset.cpp:45 to_args).
+LORA = LlamaOption("--lora", "", image_env="LLAMA_LORA")
+LORA_INIT_WITHOUT_APPLY = LlamaOption("--lora-init-without-apply", "", switch=True)
 # The preset key that names a section's model file (tools/server/README.md "Model presets": `model = ...`).
 MODEL_KEY = MODEL.key
 

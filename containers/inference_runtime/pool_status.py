@@ -31,13 +31,22 @@ LANDED = "landed"
 STATES = (COPYING, COPY_FAILED, LANDED)
 
 # Keys of the JSON answers: {"total": N, "landed": n, "models": {name: {"state": ..., "reason": ...}}} for every
-# model, and {"model": name, "state": ..., "reason": ..., "landed": n, "total": N} for one.
+# model, and {"model": name, "state": ..., "reason": ..., "landed": n, "total": N, "adapters": [...],
+# "adapters_pending": {...}} for one.
 TOTAL = "total"
 LANDED_COUNT = "landed"
 MODELS = "models"
 MODEL = "model"
 STATE = "state"
 REASON = "reason"
+# A base model's LoRA adapters (inference_runtime/lora.py) in /status?model=<base>: ADAPTERS, the adapters its router
+# serves now, in id order (each path as its preset section names it: what the child's GET /lora-adapters echoes), and
+# ADAPTERS_PENDING, {path: {"state": copying | copy_failed, "reason": ...}} for those of its configured section not
+# served yet. A base's section lists only its landed adapters, so the ids shift while one is copying: the gateway
+# looks each adapter's path up in ADAPTERS (its id = its position there) and answers 503 "being copied" for a pending
+# one, never a request with another adapter's id.
+ADAPTERS = "adapters"
+ADAPTERS_PENDING = "adapters_pending"
 
 # How long a client should wait before asking again for a model that is being copied: a copy of a small model
 # takes tens of seconds to minutes, and the supervisor notices a landed file within its poll.

@@ -78,6 +78,12 @@ def engine_binary(env: Mapping[str, str]) -> str:
 def eks_command(env: Mapping[str, str], **probe: int | None) -> list[str]:
     """The llama-server argv for EKS mode (`probe`: cpus=, memory_limit= instead of reading cgroups)."""
     cfg = config_from_env(env, model_dir_default=EKS_MODEL_DIR, **probe)
+    if cfg.lora_missing:  # served without them: the gateway answers 503 for these adapters (engine_flags LLAMA_LORA)
+        print(
+            f"entrypoint: warning: {len(cfg.lora_missing)} adapter file(s) of LLAMA_LORA not there yet, served without "
+            f"them until a restart: {', '.join(cfg.lora_missing[:5])}{' ...' if len(cfg.lora_missing) > 5 else ''}",
+            file=sys.stderr,
+        )
     return [engine_binary(env), *llama_server_args(cfg)]
 
 

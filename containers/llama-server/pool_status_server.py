@@ -33,6 +33,8 @@ from socket import AF_INET6
 from urllib.parse import parse_qs, urlsplit
 
 from inference_runtime.pool_status import (
+    ADAPTERS,
+    ADAPTERS_PENDING,
     COLD_LOAD_BUCKETS,
     COLD_LOAD_HISTOGRAM,
     COLD_LOAD_SECONDS,
@@ -64,9 +66,12 @@ PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
 @dataclass(frozen=True)
 class Published:
-    """What the supervisor last applied: every model of the configured preset, in preset order."""
+    """What the supervisor last applied: every model of the configured preset, in preset order; each base's adapters
+    its router serves (in id order) and those of its section not served yet (pool_status.ADAPTERS*)."""
 
     models: Mapping[str, ModelStatus] = field(default_factory=dict)
+    adapters: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    adapters_pending: Mapping[str, Mapping[str, ModelStatus]] = field(default_factory=dict)
 
     @property
     def landed(self) -> int:
@@ -79,15 +84,19 @@ class Published:
             MODELS: {name: {STATE: s.state, REASON: s.reason} for name, s in self.models.items()},
         }
 
-    def one(self, name: str) -> tuple[int, dict]:
+    def one(self, name: str) -> tuple[int, dict[str, object]]:
         s = self.models.get(name)
-        body = {
+        body: dict[str, object] = {
             MODEL: name,
             STATE: s.state if s else None,
             REASON: s.reason if s else None,
             LANDED_COUNT: self.landed,
             TOTAL: len(self.models),
         }
+        if name in self.adapters or name in self.adapters_pending:
+            body[ADAPTERS] = list(self.adapters.get(name, ()))
+            pending = self.adapters_pending.get(name, {})
+            body[ADAPTERS_PENDING] = {w: {STATE: a.state, REASON: a.reason} for w, a in pending.items()}
         return (200 if s else 404), body
 
 

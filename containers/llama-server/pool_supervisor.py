@@ -60,7 +60,15 @@ from inference_runtime.pool_status import (
     STATE_DIR_ENV,
     STATUS_PORT_ENV,
 )
-from pool_landing import Landing, ModelStatus, effective_preset, write_atomically
+from pool_landing import (
+    AdapterFile,
+    Landing,
+    ModelStatus,
+    effective_preset,
+    landed_prefix,
+    preset_adapters,
+    write_atomically,
+)
 from pool_mode import PoolCommand, PresetModel, check_preset
 from pool_status_server import ColdLoads, Published, follow_router, serve_status
 
@@ -165,8 +173,11 @@ class PresetWatch:
         self.text = ""
         self.models: list[PresetModel] = []
         self.states: dict[str, ModelStatus] = {}  # the last survey
+        self.adapter_files: dict[str, tuple[AdapterFile, ...]] = {}  # base -> its section's adapters, in id order
+        self.adapter_states: dict[str, ModelStatus] = {}  # adapter file (as its section writes it) -> its survey
         self.applied: str | None = None  # the effective text the router runs with
         self.served: set[str] = set()  # the landed models of that text
+        self.served_adapters: dict[str, tuple[str, ...]] = {}  # base -> the adapters of that text, in id order
         self.refused: str | None = None  # the last configured version (or read error) refused: logged once
         self.refused_effective: str | None = None  # the last effective text the router refused
         self.rejected: dict[str, str] = {}  # landed sections the router refused, and its reason (this version)
@@ -180,10 +191,11 @@ class PresetWatch:
             raise EngineConfigError(read)
         self.digest, self.text = read
         self.models = check_preset(self.path, text=self.text)
+        self.adapter_files = preset_adapters(self.path, self.text)
         self.states = self._survey(None)
         self.applied = self._effective()
         write_atomically(self.effective, self.applied)
-        self.served = self._landed()
+        self.served, self.served_adapters = self._landed(), self._landed_adapters()
         self._publish()
         self._log_states({}, start=True)
 
@@ -192,18 +204,34 @@ class PresetWatch:
         written once and never overwritten: INTERFACE §1)."""
         known = previous or {}
         missing = [m for m in self.models if m.name not in known or known[m.name].state != LANDED]
+        files = {w: p for listed in self.adapter_files.values() for w, p in listed}
+        waiting = [w for w in files if self.adapter_states.get(w, ModelStatus(COPYING)).state != LANDED]
         fresh: dict[str, ModelStatus] = {}
-        if missing:
-            with ThreadPoolExecutor(max_workers=min(STAT_WORKERS, len(missing))) as pool:
+        fresh_adapters: dict[str, ModelStatus] = {}
+        if missing or waiting:
+            with ThreadPoolExecutor(max_workers=min(STAT_WORKERS, len(missing) + len(waiting))) as pool:
                 fresh = dict(zip((m.name for m in missing), pool.map(self.landing.status, missing), strict=True))
+                adapter_status = lambda w: self.landing.file_status(files[w], "adapter")  # noqa: E731
+                fresh_adapters = dict(zip(waiting, pool.map(adapter_status, waiting), strict=True))
+        self.adapter_states = {w: fresh_adapters.get(w) or self.adapter_states[w] for w in files}
         return {m.name: fresh[m.name] if m.name in fresh else known[m.name] for m in self.models}
 
     def _landed(self) -> set[str]:
         return {n for n, s in self.states.items() if s.state == LANDED and n not in self.rejected}
 
+    def _landed_adapters(self) -> dict[str, tuple[str, ...]]:
+        """Each landed base with adapters -> what its router gets: its landed prefix (pool_landing.landed_prefix)."""
+        landed = self._landed()
+        return {
+            name: landed_prefix(files, lambda w: self.adapter_states[w].state == LANDED)
+            for name, files in self.adapter_files.items()
+            if name in landed
+        }
+
     def _effective(self) -> str:
         landed = self._landed()
-        return effective_preset(self.text, [m.name for m in self.models if m.name not in landed])
+        drop = [m.name for m in self.models if m.name not in landed]
+        return effective_preset(self.text, drop, self._landed_adapters())
 
     def _publish(self) -> None:
         out = {}
@@ -214,7 +242,20 @@ class PresetWatch:
                 out[name] = ModelStatus(COPYING)  # on the volume, not in the router's list yet: ask again shortly
             else:
                 out[name] = s
-        self.published = Published(out)
+        pending: dict[str, dict[str, ModelStatus]] = {}
+        for name, files in self.adapter_files.items():
+            served = self.served_adapters.get(name, ())
+            waits: dict[str, ModelStatus] = {}
+            for w, _ in files:
+                if w in served:
+                    continue
+                s = self.adapter_states[w]
+                ahead = next(iter(waits), None)
+                if s.state == LANDED:  # landed, not served yet: behind one still copying, or the reload is pending
+                    s = ModelStatus(COPYING, f"waits for {ahead}, ahead of it in the list" if ahead else None)
+                waits[w] = s
+            pending[name] = waits
+        self.published = Published(out, dict(self.served_adapters), pending)
 
     def _log_states(self, before: Mapping[str, ModelStatus], start: bool = False) -> None:
         landed, total = sum(1 for s in self.states.values() if s.state == LANDED), len(self.states)
@@ -240,6 +281,7 @@ class PresetWatch:
             digest, text = read
             try:
                 models = check_preset(self.path, text=text)
+                adapter_files = preset_adapters(self.path, text)
             except EngineConfigError as e:
                 self.refused = digest
                 _log(f"error: new preset refused, the running set keeps serving: {e}")
@@ -249,6 +291,7 @@ class PresetWatch:
                 paths = {m.name: m.path for m in self.models}
                 keep = {m.name: before[m.name] for m in models if m.name in before and paths.get(m.name) == m.path}
                 self.digest, self.text, self.models, self.refused = digest, text, models, None
+                self.adapter_files = adapter_files
                 self.rejected = {}
                 self.refused_effective = None
                 self.states = self._survey(keep)
@@ -272,7 +315,7 @@ class PresetWatch:
                 return
             outcome, message = self._reload()
             if outcome == "applied":
-                self.applied, self.served = text, self._landed()
+                self.applied, self.served, self.served_adapters = text, self._landed(), self._landed_adapters()
                 _log(
                     f"preset {self.digest and self.digest[:12]} applied in place: {len(self.served)} of "
                     f"{len(self.models)} models served"
@@ -285,6 +328,7 @@ class PresetWatch:
             if name is None or name not in self._landed():
                 # Not one section's fault: logged once; the files are there, so they are reported landed.
                 self.refused_effective, self.served = text, self._landed()
+                self.served_adapters = self._landed_adapters()
                 return
             self.rejected[name] = f"the engine refused its preset section: {message}"
             _log(f"error: preset section [{name}] left out, fix it in {self.path}: {message}")

@@ -48,7 +48,17 @@ REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _FLAG = re.compile(r"^[a-z][a-z0-9-]{0,63}$")  # a llama-server flag name without its leading dashes
-_ENTRY_FIELDS = ("name", "hf_repo", "file", "revision", "sha256", "token_secret_name", "engine_args", "layouts")
+_ENTRY_FIELDS = (
+    "name",
+    "hf_repo",
+    "file",
+    "revision",
+    "sha256",
+    "token_secret_name",
+    "engine_args",
+    "layouts",
+    "base",
+)
 
 
 class CatalogError(DownloadError, ValueError):
@@ -70,7 +80,9 @@ class CatalogEntry:
     "parallel": "1", "threads": "2"}) that the MME tarball's engine.json carries. layouts: this entry's own layouts
     (None: the catalog's) — a farm's dedicated model on SageMaker is read as one GGUF (`gguf`) by its own endpoint
     while the pooled ones are `mme` tarballs. Left out of the JSON when None, so a catalog without it keeps its
-    fingerprint."""
+    fingerprint. base: for a LoRA adapter, the name of the catalog's model it is served over (None: a model); the
+    copy checks the adapter's GGUF header against that model's (gguf_meta.adapter_problem) and fails the entry on a
+    mismatch. An adapter is copied like a model (same identity hash, keys and marker); absent from the JSON if None."""
 
     name: str
     hf_repo: str
@@ -80,9 +92,18 @@ class CatalogEntry:
     token_secret_name: str | None = None
     engine_args: Mapping[str, str] = field(default_factory=dict, hash=False)
     layouts: tuple[str, ...] | None = None
+    base: str | None = None
 
     def validate(self) -> None:
         where = f"catalog entry {self.name!r}"
+        if self.base is not None and (
+            not isinstance(self.base, str) or not NAME.match(self.base) or self.base == self.name
+        ):
+            raise CatalogError(
+                f"{where}: base must be the name of another entry of the catalog (its model), got {self.base!r}"
+            )
+        if self.base is not None and not self.file.endswith(".gguf"):
+            raise CatalogError(f"{where}: an adapter (base {self.base!r}) is a .gguf file, got {self.file!r}")
         if self.layouts is not None and (
             not self.layouts or len(set(self.layouts)) != len(self.layouts) or not set(self.layouts) <= set(LAYOUTS)
         ):
@@ -131,6 +152,8 @@ class CatalogEntry:
         }
         if self.layouts is not None:  # absent otherwise: catalogs written before keep their bytes and fingerprint
             out["layouts"] = list(self.layouts)
+        if self.base is not None:  # the same: absent for a model
+            out["base"] = self.base
         return out
 
     @classmethod
@@ -152,6 +175,7 @@ class CatalogEntry:
             token_secret_name=data.get("token_secret_name") or None,
             engine_args=dict(data.get("engine_args") or {}),
             layouts=tuple(data["layouts"]) if data.get("layouts") is not None else None,
+            base=data.get("base"),
         )
         entry.validate()
         return entry
@@ -210,7 +234,8 @@ class Catalog:
     entries: tuple[CatalogEntry, ...]
     layouts: tuple[str, ...] = ("gguf",)
 
-    def validate(self) -> None:
+    def validate(self, *, whole: bool = True) -> None:
+        """whole: the adapters' bases must be entries too (False for a batch's subset, whose bases may be elsewhere)."""
         if not self.entries:
             raise CatalogError("the catalog has no entries: give at least one pooled model")
         if not self.layouts or len(set(self.layouts)) != len(self.layouts) or not set(self.layouts) <= set(LAYOUTS):
@@ -223,6 +248,13 @@ class Catalog:
             if entry.name in seen:
                 raise CatalogError(f"catalog entry {entry.name!r} appears twice: model names must be unique")
             seen.add(entry.name)
+        models = {e.name for e in self.entries if e.base is None}
+        for entry in self.entries:
+            if entry.base is not None and (entry.base in seen or whole) and entry.base not in models:
+                raise CatalogError(
+                    f"catalog entry {entry.name!r}: base {entry.base!r} is not a model of the catalog (an adapter's base "
+                    "is a model entry without a base)"
+                )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -232,8 +264,10 @@ class Catalog:
         }
 
     def to_json(self) -> str:
-        """Canonical JSON (sorted keys, no spaces): equal catalogs give equal bytes, so equal asset hashes."""
-        self.validate()
+        """Canonical JSON (sorted keys, no spaces): equal catalogs give equal bytes, so equal asset hashes. A batch's
+        subset has one too (its adapters' bases may be in another batch): the whole catalog is validated where it is
+        made (artifacts/model_catalog.py) and read (from_json)."""
+        self.validate(whole=False)
         return _canonical(self.to_dict())
 
     @classmethod

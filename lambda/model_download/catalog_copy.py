@@ -10,6 +10,11 @@ first, by the copy engine (copy.copy_model), then `mme` by tarball.write_mme_tar
 its `gguf` key in S3 when the catalog has that layout (same-region ranged GETs: each model leaves the Hub once),
 else from the Hub. A bounded number of entries run in parallel; a failed entry does not stop the others.
 
+An adapter entry (`base` set) is checked before anything of it is written, and again on every run: its GGUF header
+(from its landed key, else the Hub) must be what the engine loads over its base's (gguf_meta.adapter_problem:
+general.type adapter, adapter.type lora, the base's general.architecture, read from the base's landed key or the Hub,
+once per run and base); a mismatch fails that entry alone, with the reason in its marker.
+
 A failed entry gets `catalog.failure_key(entry)` (`farm/<name>/<idhash>/copy-failed.json`, JSON {"model",
 "reason", "attempt", "at"}; attempt = the previous marker's + 1), overwritten by each failed attempt and never
 deleted: the model's own key, once it lands, wins over it (docs/INTERFACE §1). Entries cut short by a stop
@@ -29,7 +34,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from .args import one_line
-from .catalog import Catalog, CatalogEntry, engine_json, failure_key
+from .catalog import Catalog, CatalogEntry, CatalogError, engine_json, failure_key
 from .copy import (
     _HEX64,
     COMMIT,
@@ -42,7 +47,8 @@ from .copy import (
 )
 from .credentials import read_token as _read_token
 from .errors import ChecksumMismatchError, DownloadError, ImmutableKeyError
-from .hub import FileRef, Hub, RangeSource, RetryPolicy
+from .gguf_meta import ADAPTER_KEYS, ARCHITECTURE, adapter_problem, read_keys
+from .hub import FileInfo, FileRef, Hub, RangeSource, RetryPolicy
 from .tarball import S3Object, write_mme_tarball
 
 DEFAULT_PARALLEL_MODELS = 4
@@ -170,8 +176,13 @@ class CatalogCopy:
         part_size: int | None = None,
         stop: threading.Event | None = None,
         log: Callable[[str], None] = lambda line: print(line, flush=True),
+        bases: Catalog | None = None,
     ) -> None:
-        catalog.validate()
+        """bases: the whole catalog when `catalog` is one batch of it (an adapter's base may be in another batch)."""
+        catalog.validate(whole=bases is None)
+        self.bases = bases or catalog
+        self._base_meta: dict[str, dict[str, Any]] = {}
+        self._base_lock = threading.Lock()
         if not 1 <= parallel_models <= 64:
             raise DownloadError(f"parallel models must be 1..64, got {parallel_models}")
         self.catalog, self.bucket, self.s3, self.hubs = catalog, bucket, s3, hubs
@@ -199,6 +210,8 @@ class CatalogCopy:
             )
         pinned = next((h for h in held.values() if h.commit), None)
         if len(held) == len(keys) and pinned is not None:
+            if entry.base is not None:
+                self._check_adapter(entry, None)
             size = next((h.size for h in held.values() if h.size is not None), None)
             return EntryReceipt(entry.name, pinned.commit or "", pinned.sha256, size, keys)
 
@@ -220,6 +233,8 @@ class CatalogCopy:
             raise ChecksumMismatchError(
                 f"sha256 mismatch for {info.ref}: expected {expected}, the Hub reports {info.sha256}; nothing was copied"
             )
+        if entry.base is not None:  # before anything is written: a wrong adapter never lands
+            self._check_adapter(entry, lambda: hub.open(info))
         copied: list[str] = []
         for layout, key in sorted(keys.items(), key=lambda item: item[0] != "gguf"):  # gguf first: mme reads it back
             if layout in held:
@@ -275,6 +290,52 @@ class CatalogCopy:
         ):
             return None
         return S3Object(self.s3, self.bucket, keys["gguf"], head)
+
+    def _landed(self, entry: CatalogEntry) -> S3Object | None:
+        """The entry's `gguf` object when it holds bytes the copy wrote (its header can be read in-region)."""
+        key = self.bases.keys(entry).get("gguf")
+        head = existing_object(self.s3, self.bucket, key) if key else None
+        if head is None or key is None:
+            return None
+        _held(head, entry, self.bucket, key)  # refuses an object the copy did not write
+        return S3Object(self.s3, self.bucket, key, head)
+
+    def _header(self, source: RangeSource, keys: frozenset[str]) -> dict[str, Any]:
+        return read_keys(
+            lambda start, end: source.read_range(start, end, stop=self.stop), source.size, keys, label=source.label
+        )
+
+    def _base_header(self, name: str) -> tuple[dict[str, Any], str]:
+        """The base model's general.architecture (its landed gguf key, else the Hub), read once per run."""
+        try:
+            base = self.bases.entry(name)
+        except KeyError:
+            raise CatalogError(f"base {name!r} is not a model of the catalog") from None
+        with self._base_lock:
+            if name not in self._base_meta:
+                source: RangeSource | None = self._landed(base)
+                if source is None:
+                    hub = self.hubs.for_secret(base.token_secret_name)
+                    info: FileInfo = hub.info(FileRef(base.hf_repo, base.file, base.revision))
+                    source = hub.open(info)
+                self._base_meta[name] = self._header(source, frozenset({ARCHITECTURE}))
+            return self._base_meta[name], f"{name} ({base.hf_repo}/{base.file})"
+
+    def _check_adapter(self, entry: CatalogEntry, from_hub: Callable[[], RangeSource] | None) -> None:
+        """The adapter's header against its base's (gguf_meta.adapter_problem); a mismatch fails the entry."""
+        assert entry.base is not None
+        base_meta, base_label = self._base_header(entry.base)
+        source = self._landed(entry) or (from_hub() if from_hub is not None else None)
+        if source is None:
+            raise DownloadError(f"{entry.name}: no landed object nor Hub file to read the adapter's header from")
+        problem = adapter_problem(
+            self._header(source, ADAPTER_KEYS),
+            base_meta,
+            adapter_label=f"adapter {entry.name} ({entry.hf_repo}/{entry.file})",
+            base_label=base_label,
+        )
+        if problem:
+            raise DownloadError(problem)
 
     # -- the catalog ----------------------------------------------------------------------------------
 

@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         hubs = Hubs(args.endpoint, pool_size=args.parallel_models * (args.concurrency + 2))
         job = CatalogCopy(
             batch,
+            bases=catalog,  # an adapter's base may be in another batch
             bucket=args.bucket,
             s3=s3,
             hubs=hubs,

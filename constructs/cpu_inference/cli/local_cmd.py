@@ -54,13 +54,16 @@ from cpu_inference.cli.local_plan import (
     STAND_IN_LLM_SLOTS,
     Engine,
     deployed_shape,
+    link_adapters,
     plan,
+    serve_adapters,
     serve_files,
     slots_args,
 )
 from cpu_inference.cli.local_pools import LocalPool, cap_pools, plan_pools, pool_process, write_pool_dir
 from cpu_inference.cli.main import UserError
 from inference_runtime.llama_flags import THREADS
+from inference_runtime.lora import lora_args
 
 # The command's parts, importable from here as before the split: model locators (local_models), planning
 # (local_plan), the router/gateway config (local_config); this module parses the arguments and supervises.
@@ -257,7 +260,7 @@ def run(args: argparse.Namespace) -> int:
     pools = plan_pools(config, only)
     mapping = parse_model_map(
         args.model_map,
-        known=[m.name for m in config.models],
+        known=[m.name for m in config.models] + [a.name for m in config.models for a in getattr(m, "adapters", ())],
         directories=[m.name for m in config.models if m.engine == "vllm"],
     )
     threads = args.threads or local_threads(len(engines) + len(pools))
@@ -276,6 +279,7 @@ def run(args: argparse.Namespace) -> int:
         notes = cap_pools(pools, engines, machine_memory(), stand_ins=args.stand_ins, mapping=mapping) + notes
     members = [e for p in pools for e in p.members]
     serve_files(config, engines + members, mapping, stand_ins=args.stand_ins, pooled=[e.name for e in members])
+    notes += serve_adapters(engines + members, mapping, stand_ins=args.stand_ins)
     vllm = vllm_python(args.vllm_python) if any(e.vllm_dir is not None for e in engines) else None  # before any start
 
     signals = _Signals()
@@ -324,6 +328,7 @@ def run(args: argparse.Namespace) -> int:
                 e.name,
                 "--metrics",
                 *e.args,
+                *lora_args(link_adapters(e, log_dir / "adapters")),  # none: []
             ]
             e.proc = _spawn(argv, log_dir / f"{e.name}.log")
             print(f"  {e.note}", flush=True)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from cpu_inference.cli.local_plan import Engine
 from slm_router.config import Config as RouterConfig
-from slm_router.config import Escalation, Gateway, GatewayModel, GatewayPool, Timeouts
+from slm_router.config import Escalation, Gateway, GatewayAdapter, GatewayModel, GatewayPool, Timeouts
 
 if TYPE_CHECKING:
     from cpu_inference.cli.local_pools import LocalPool
@@ -49,22 +49,40 @@ def gateway_config(
     k8s/router_chart.gateway_pool builds them (GatewayPool.of(name, replication, models, replicas); not imported:
     k8s/ starts the jsii runtime) with this machine's one replica per pool, replication 1."""
     started = {e.name: e.url for e in engines}
+    by_name = {e.name: e for e in engines}
     pooled = {e.name for p in pools for e in p.members}
     # Models not started point at a closed port: the gateway answers 503 + Retry-After, like a model at zero.
     closed = f"http://127.0.0.1:{closed_port()}"
-    models = tuple(
-        GatewayModel(name=m.name, url=started.get(m.name, closed)) for m in config.models if m.name not in pooled
-    )
-    entries = tuple(
-        GatewayPool.of(
+
+    def dedicated(m) -> GatewayModel:
+        e = by_name.get(m.name)
+        if e is None or not e.adapters:
+            return GatewayModel(name=m.name, url=started.get(m.name, closed))
+        # Its adapters as its engine was started with them (--lora <links>, local_plan.link_adapters), in id order.
+        adapters = tuple(
+            GatewayAdapter(name=name, path=path, scale=scale)
+            for (name, _, scale), path in zip(e.adapters, e.adapter_paths, strict=True)
+        )
+        return GatewayModel.of(name=m.name, url=e.url, adapters=adapters)
+
+    models = tuple(dedicated(m) for m in config.models if m.name not in pooled)
+
+    def pool_entry(p: LocalPool) -> GatewayPool:
+        adapters = tuple(
+            GatewayAdapter(name=name, path=p.adapter_path(name), scale=scale, base=e.name)
+            for e in p.members
+            for name, _, scale in e.adapters
+        )
+        return GatewayPool.of(
             name=p.name,
             replication=1,
             models=tuple(e.name for e in p.members),
             replicas=(p.url,),
             status_port=p.status_port,
+            **({"adapters": adapters} if adapters else {}),
         )
-        for p in pools
-    )
+
+    entries = tuple(pool_entry(p) for p in pools)
     # A cold model loads on the request that needs it: as long a head timeout as the engines' first byte here.
     gateway = Gateway.of(
         models=models, retry_after_s=5, **({"pools": entries, "cold_load_timeout_s": 300} if entries else {})

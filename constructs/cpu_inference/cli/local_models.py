@@ -91,6 +91,20 @@ def reranker_path() -> Path:
     return _built("reranker_gguf", "the stand-in reranker")
 
 
+# The stand-in LoRA adapter of the SmolLM2 stand-in (issue 26): trained offline by `make lora` (scripts/train_lora.py,
+# every answer exactly {"tuned": true}) and converted with the engine pin's convert_lora_to_gguf.py into the cache.
+SMOLLM2_LORA = "smollm2-json-lora.gguf"
+_LORA_HINT = "run `make lora` (scripts/build_lora.sh: trains the stand-in adapter offline and converts it)"
+
+
+def smollm2_lora_path() -> Path:
+    """The SmolLM2 stand-in's LoRA adapter GGUF: what serves a stand-in base's adapters with --stand-ins."""
+    path = cache_dir() / "models" / SMOLLM2_LORA
+    if not path.is_file():
+        raise UserError(f"the stand-in LoRA adapter is missing ({path}) — {_LORA_HINT}, or pass --model-map NAME=PATH")
+    return path
+
+
 def llama_server_binary(explicit: str | None) -> Path:
     if explicit:
         if os.path.isfile(explicit) and os.access(explicit, os.X_OK):

@@ -21,6 +21,7 @@ from cpu_inference.cli.local_models import (
     encoder_path,
     gemma_path,
     reranker_path,
+    smollm2_lora_path,
     smollm2_path,
 )
 from cpu_inference.cli.main import UserError
@@ -45,6 +46,10 @@ class Engine:
     vllm_env: dict[str, str] = field(default_factory=dict)
     note: str = ""  # which file serves which model, printed for the user
     args: list[str] = field(default_factory=list)
+    # Its LoRA adapters in id order (the config's `adapters`): (name, the local GGUF serving it, scale); and where
+    # the engine reads each (a link per adapter, so two adapters served by one file stay two: link_adapters).
+    adapters: list[tuple[str, Path, float]] = field(default_factory=list)
+    adapter_paths: list[str] = field(default_factory=list)
     port: int = 0
     proc: subprocess.Popen | None = None
 
@@ -208,3 +213,44 @@ def serve_files(
         # --embeddings / --reranking as every deployed engine gets them; the pooling is the GGUF's own (mean for the
         # encoder stand-in, rank for the reranker's with --reranking), as for the configured file.
         e.args = slots_args(e.slots, e.ctx_per_slot) + task_args(getattr(e.model, "task", None) or "")
+
+
+def serve_adapters(engines: list[Engine], mapping: dict[str, Path], *, stand_ins: bool) -> list[str]:
+    """Choose the local GGUF of each adapter of each engine's model (config `adapters`, in id order): --model-map's
+    file for its name, else with --stand-ins the SmolLM2 stand-in's adapter for a base the SmolLM2 stand-in serves
+    (local_models.smollm2_lora_path); else one line naming the adapter and the fix. Returns notes."""
+    notes = []
+    for e in engines:
+        for a in getattr(e.model, "adapters", None) or ():
+            if a.name in mapping:
+                path, how = mapping[a.name], "--model-map"
+            elif stand_ins and e.name not in mapping and e.stand_in == SMOLLM2:
+                path, how = smollm2_lora_path(), "the SmolLM2 stand-in's adapter, --stand-ins"
+            elif stand_ins and e.name not in mapping:
+                raise UserError(
+                    f"adapter {a.name} of {e.name}: its base is served by the {e.stand_in} stand-in, which has no stand-in "
+                    f"adapter — pass --model-map {a.name}=PATH (a LoRA GGUF of that stand-in)"
+                )
+            else:
+                raise UserError(
+                    f"adapter {a.name} of {e.name}: `local` does not download adapters yet — pass --model-map "
+                    f"{a.name}=PATH (a LoRA GGUF of {e.name}'s file), or --stand-ins"
+                )
+            e.adapters.append((a.name, Path(path), a.scale))
+            notes.append(f"adapter {a.name} of {e.name}: {path} ({how})")
+    return notes
+
+
+def link_adapters(e: Engine, root: Path) -> list[str]:
+    """`root/<adapter>/<file>` -> each adapter's file; sets and returns e.adapter_paths (what its --lora names and
+    the gateway's config matches against the engine's GET /lora-adapters)."""
+    paths = []
+    for name, path, _ in e.adapters:
+        link = root / name / path.name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(path.resolve())
+        paths.append(str(link))
+    e.adapter_paths = paths
+    return paths

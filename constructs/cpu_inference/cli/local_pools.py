@@ -16,7 +16,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cpu_inference.cli.local_plan import Engine, _selected, farm_stand_in
@@ -38,6 +38,8 @@ class LocalPool:
     status_port: int = 0  # the supervisor's side port (/status for the gateway, /metrics for `farm report`)
     proc: subprocess.Popen | None = None
     preload: tuple[str, ...] = ()  # farm.pools[].preload: loaded when the pool starts (config validate checked it)
+    adapter_keys: dict[str, str] = field(default_factory=dict)  # adapter -> its key under the farm prefix
+    models_dir: Path | None = None  # where the preset reads the files (write_pool_dir)
 
     @property
     def url(self) -> str:
@@ -54,8 +56,19 @@ class LocalPool:
 
     def pool_models(self) -> list[PoolModel]:
         """The PoolModels the chart builds from the plan (PoolPlan.pool_model), threads as run here."""
-        models = [self.plan.pool_model(e.name, self.keys[e.name], threads=self.threads) for e in self.members]
+        models = [
+            replace(
+                self.plan.pool_model(e.name, self.keys[e.name], threads=self.threads),
+                adapters=tuple(self.adapter_keys[name] for name, _, _ in e.adapters),
+            )
+            for e in self.members
+        ]
         return list(with_preload(models, self.hot()))
+
+    def adapter_path(self, name: str) -> str:
+        """Where the pool's preset names adapter `name` (its `lora` item; what the replica's /status lists)."""
+        assert self.models_dir is not None
+        return f"{self.models_dir}/{self.adapter_keys[name]}"
 
 
 def deployed_key(m) -> str:
@@ -66,6 +79,18 @@ def deployed_key(m) -> str:
     return gguf_key(
         CatalogEntry(name=m.name, hf_repo=s.hf_repo, file=s.file, revision=s.revision, sha256=s.sha256)
     ).removeprefix(FARM_PREFIX)
+
+
+def deployed_adapter_key(adapter, base: str) -> str:
+    """Where the deployment's pool reads `adapter` of model `base` under /models: its catalog entry's gguf_key
+    without `farm/` (an adapter is copied like a model: INTERFACE §3)."""
+    from model_download.catalog import FARM_PREFIX, CatalogEntry, gguf_key
+
+    s = adapter.source
+    entry = CatalogEntry(
+        name=adapter.name, hf_repo=s.hf_repo, file=s.file, revision=s.revision, sha256=s.sha256, base=base
+    )
+    return gguf_key(entry).removeprefix(FARM_PREFIX)
 
 
 def plan_pools(config, only: list[str] | None) -> list[LocalPool]:
@@ -96,6 +121,7 @@ def plan_pools(config, only: list[str] | None) -> list[LocalPool]:
                 models_max=plan.models_max,
                 threads=plan.threads_per_model,
                 preload=tuple(fp.preload),
+                adapter_keys={a.name: deployed_adapter_key(a, m.name) for m in members for a in m.adapters},
             )
         )
     return pools
@@ -159,6 +185,13 @@ def write_pool_dir(pool: LocalPool, root: Path) -> Path:
         if link.is_symlink() or link.exists():
             link.unlink()
         link.symlink_to(Path(e.gguf).resolve())
+        for name, path, _ in e.adapters:
+            link = models_dir / pool.adapter_keys[name]
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            link.symlink_to(path.resolve())
+    pool.models_dir = models_dir
     preset = root / "preset.ini"
     preset.write_text(pool_preset(pool.pool_models(), model_dir=str(models_dir)))
     pool.preset = preset

@@ -9,7 +9,7 @@ import math
 from cpu_inference import sizing
 from cpu_inference.config.problems import Problem
 from cpu_inference.config.schema import Config, FarmPool, Model
-from cpu_inference.engines import DTYPE_BYTES
+from cpu_inference.engines import DTYPE_BYTES, LLAMA_CPP
 from cpu_inference.engines.pool_preset import preload_problem
 from cpu_inference.engines.tasks import GENERATION_TASKS
 from cpu_inference.sizing import pools as pool_sizing
@@ -33,7 +33,13 @@ def model_spec(m: Model, config: Config | None = None) -> sizing.ModelSpec:
         min_context_per_slot=slm_context_need(config) if config is not None and _is_router_slm(config, m) else None,
         engine=m.engine,
         dtype=m.weights_dtype,
+        adapter_bytes=adapter_bytes(m),
     )
+
+
+def adapter_bytes(m: Model) -> int:
+    """The adapters' bytes counted in `m`'s memory (adapters[].size_mb)."""
+    return sum(a.size_bytes for a in m.adapters)
 
 
 def _is_router_slm(config: Config, m: Model) -> bool:
@@ -141,6 +147,7 @@ def check(config: Config) -> list[Problem]:
     problems += _check_instances(config)
     if any(p.severity == "error" for p in problems):
         return _collapse_defaults(problems)  # fit checks need valid instance types
+    problems += _check_adapters(config)
     problems += _check_serving(config)
     if any(p.severity == "error" for p in problems):
         return _collapse_defaults(problems)  # pool fit needs every pooled model in an existing pool
@@ -498,6 +505,67 @@ def _vllm_advice(config: Config, i: int, m: Model) -> list[Problem]:
                 "warning",
             )
         )
+    return out
+
+
+def _check_adapters(config: Config) -> list[Problem]:
+    """adapters: where they can be served (a model-farm on EKS, a llama.cpp base), GGUF sources only, and names unique
+    across every model and adapter (clients send either as `model`; each is a catalog key prefix farm/<name>/)."""
+    out: list[Problem] = []
+    names = {m.name: config.model_path(i) for i, m in enumerate(config.models)}
+    for i, m in enumerate(config.models):
+        if not m.adapters:
+            continue
+        where = config.key_path(i, "adapters")
+        if config.target != "eks":
+            out.append(
+                Problem(
+                    where,
+                    "adapters are served on EKS and by `cpu-inference local` only so far — remove adapters, or use target: eks",
+                )
+            )
+            continue
+        if m.engine != LLAMA_CPP:
+            out.append(
+                Problem(
+                    where,
+                    f"adapters are GGUF LoRA adapters for engine llama.cpp; {m.name} runs engine {m.engine} — remove adapters, or use engine: llama.cpp",
+                )
+            )
+            continue
+        if config.pattern != "model-farm":
+            out.append(
+                Problem(
+                    where,
+                    "adapters are served by a model-farm only so far (the slm-prefilter's router calls its models by their own names) — remove adapters, or use pattern: model-farm",
+                )
+            )
+            continue
+        if config.serving_of(m) != "pool":
+            out.append(
+                Problem(
+                    where,
+                    f"{m.name} is served dedicated: adapters are served over a pooled base only so far — serve the base from a pool (serving: pool), or remove adapters",
+                )
+            )
+            continue
+        for j, a in enumerate(m.adapters):
+            at = f"{where}[{j}]"
+            if a.source.file is None or not a.source.file.endswith(".gguf") or a.source.file.startswith("/"):
+                out.append(
+                    Problem(
+                        f"{at}.source.file",
+                        "PEFT adapters are not converted by the catalog yet — convert with the pin's convert_lora_to_gguf.py, publish the GGUF and name it here (source.file: <adapter>.gguf)",
+                    )
+                )
+            if a.name in names:
+                out.append(
+                    Problem(
+                        f"{at}.name",
+                        f"{a.name!r} is already the name of {names[a.name]} — every model and adapter name must be unique (clients send it as `model`)",
+                    )
+                )
+            names.setdefault(a.name, at)
     return out
 
 

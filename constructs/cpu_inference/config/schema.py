@@ -26,6 +26,7 @@ from pydantic_core import InitErrorDetails
 
 from cpu_inference.engines import DEFAULT_VLLM_DTYPE, LLAMA_CPP, VLLM, VLLM_TASKS
 from cpu_inference.sizing.slm_context import DEFAULT_ANSWER_MAX_TOKENS
+from inference_runtime.lora import DEFAULT_SCALE, MAX_SCALE
 from model_download.hub import DEFAULT_REVISION
 
 
@@ -135,6 +136,76 @@ class ModelShape(_Strict):
     head_dim: Annotated[int, Field(gt=0, description="dimension of one attention head")]
 
 
+# An adapter's size when its source does not say (adapters[].size_mb), counted in its base's memory: a conservative
+# figure for the 1-3B bases adapters are made for. LoRA adds r x (d_in + d_out) weights per adapted matrix; rank 16 on
+# every attention and MLP projection of Qwen2.5-1.5B (huggingface.co/Qwen/Qwen2.5-1.5B config.json: hidden_size 1536,
+# intermediate_size 8960, 28 layers, 2 KV heads of 128) is 16 x 41,216 x 28 = 18.5 M weights, 37 MB in F16.
+ADAPTER_SIZE_MB = 50
+
+
+class AdapterSource(_Strict):
+    hf_repo: Annotated[
+        str, Field(pattern=_HF_REPO, description="the Hugging Face repo holding the adapter, as owner/name")
+    ]
+    file: Annotated[
+        str | None,
+        Field(
+            description="the adapter's GGUF file in the repo (ends in .gguf), made by the engine pin's convert_lora_to_gguf.py; "
+            "a PEFT adapter (adapter_config.json + safetensors) is not converted by the catalog yet"
+        ),
+    ] = None
+    revision: Annotated[
+        str, Field(min_length=1, description="a commit sha (reproducible) or a branch/tag such as main")
+    ] = DEFAULT_REVISION
+    sha256: Annotated[
+        str | None,
+        Field(
+            pattern=r"^[0-9a-f]{64}$",
+            description="expected sha256 of the file (64 hex chars); default: the one the Hub reports",
+        ),
+    ] = None
+    token_secret_name: Annotated[
+        str | None,
+        Field(min_length=1, description="Secrets Manager secret holding a Hugging Face token, for gated repos"),
+    ] = None
+
+
+class Adapter(_Strict):
+    """A LoRA adapter served over its model (the base): clients send its name as `model`, the base's replicas
+    apply it to that request only."""
+
+    name: Annotated[
+        str,
+        Field(
+            pattern=_NAME,
+            description="the `model` clients send for this adapter, DNS-safe and unique among every model and adapter name, e.g. support-json",
+        ),
+    ]
+    source: Annotated[
+        AdapterSource, Field(description="where the adapter's GGUF comes from: {hf_repo, file, revision, sha256}")
+    ]
+    scale: Annotated[
+        float,
+        Field(
+            gt=0,
+            le=MAX_SCALE,  # inference_runtime.lora: the engine's scale bounds, one definition
+            description="how strongly the adapter applies (its delta times scale), in (0, 4]; default 1.0 as trained",
+        ),
+    ] = DEFAULT_SCALE
+    size_mb: Annotated[
+        float,
+        Field(
+            gt=0,
+            description=f"the adapter's GGUF size in MB, counted in its base's memory (every adapter stays loaded); default {ADAPTER_SIZE_MB}",
+        ),
+    ] = ADAPTER_SIZE_MB
+
+    @property
+    def size_bytes(self) -> int:
+        """size_mb in bytes (MB of 10^6 bytes), what sizing counts in the base's memory."""
+        return int(self.size_mb * 1e6)
+
+
 class Replicas(_Strict):
     min: Annotated[int, Field(ge=0, description="minimum replicas (0 allows scale to zero on EKS)")] = 1
     max: Annotated[int, Field(ge=1, description="maximum replicas / instances")] = 4
@@ -223,6 +294,12 @@ class Model(_Strict):
             description="name of the farm.pools entry that serves this model (serving: pool); default the first pool",
         ),
     ] = None
+    adapters: Annotated[
+        list[Adapter],
+        Field(
+            description="LoRA adapters served over this model (a pooled llama.cpp model of a model-farm on EKS): each a name clients send, a GGUF source and a scale; ids follow this order"
+        ),
+    ] = []
 
     @model_validator(mode="after")
     def _slot_context(self) -> Model:

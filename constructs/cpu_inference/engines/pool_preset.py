@@ -17,11 +17,14 @@ from dataclasses import dataclass, field, replace
 from inference_runtime.llama_flags import (
     FIT,
     LOAD_MODE,
+    LORA,
+    LORA_INIT_WITHOUT_APPLY,
     MODEL_KEY,
     ON_DEMAND_CHILD_FIT,
     POOLED_SIZED,
     pooled_model_flags,
 )
+from inference_runtime.lora import lora_preset, path_problem
 
 MODEL_DIR = "/models"  # where a replica reads the weights: the volume's mount (k8s/workloads/engine_container.py)
 # The llama-server router's own defaults a preset can name (README "Model presets": keys are flags without dashes).
@@ -52,7 +55,11 @@ class PoolModel:
     ctx_size / parallel / threads: the child llama-server's --ctx-size / --parallel / --threads (pool plan).
     options: more keys of its section (engines.tasks.task_options: `embeddings = true` for an embedding model).
     preload: load it when the replica starts (`load-on-startup = true`, LOAD_ON_STARTUP), not on its first request.
-    Its section's flags: `flags()` (llama_flags.pooled_model_flags, as its engine.json on SageMaker; never preload)."""
+    adapters: its LoRA adapters' keys under the farm prefix (like `path`), in id order: its section gets
+    `lora = /models/<a>,/models/<b>` and `lora-init-without-apply = true` (inference_runtime/lora.py); the replica's
+    supervisor keeps only the adapters whose file has landed (containers/llama-server/pool_landing.py).
+    Its section's flags: `flags()` (llama_flags.pooled_model_flags, as its engine.json on SageMaker; never preload,
+    never adapters: SageMaker does not serve them)."""
 
     name: str
     path: str
@@ -61,6 +68,7 @@ class PoolModel:
     threads: int = 1
     options: Mapping[str, str] = field(default_factory=dict)
     preload: bool = False
+    adapters: tuple[str, ...] = ()
 
     def validate(self) -> None:
         where = f"PoolModel {self.name!r}"
@@ -69,19 +77,22 @@ class PoolModel:
                 f"{where}: name must be 1-128 of letters, digits, '.', '_', '-' starting with a letter or digit "
                 "(it is a preset INI section and the request's `model`)"
             )
-        if (
-            self.path.startswith("/")
-            or ".." in self.path.split("/")
-            or not self.path.endswith(".gguf")
-            or any(c in self.path for c in "\n\r;#")
-        ):
+        if _bad_key(self.path):
             raise ValueError(
                 f"{where}: path must be a relative key under the farm prefix ending in .gguf (e.g. {self.name}/<idhash>/model.gguf), got {self.path!r}"
             )
+        for key in self.adapters:
+            if _bad_key(key) or path_problem(key):
+                raise ValueError(
+                    f"{where}: adapters must be relative keys under the farm prefix ending in .gguf, without ',' "
+                    f"(e.g. my-adapter/<idhash>/adapter.gguf), got {key!r}"
+                )
+        if len(set(self.adapters)) != len(self.adapters):
+            raise ValueError(f"{where}: adapters lists a file twice: {list(self.adapters)}")
         for key in ("ctx_size", "parallel", "threads"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{where}: {key} must be ≥ 1, got {getattr(self, key)}")
-        reserved = (MODEL_KEY, LOAD_ON_STARTUP, *(o.key for o in POOLED_SIZED))
+        reserved = (MODEL_KEY, LOAD_ON_STARTUP, LORA.key, LORA_INIT_WITHOUT_APPLY.key, *(o.key for o in POOLED_SIZED))
         for key, value in self.options.items():
             if not _OPTION.match(key) or key in reserved or any(c in str(value) for c in "\n\r"):
                 raise ValueError(
@@ -95,13 +106,17 @@ class PoolModel:
         )
 
 
+def _bad_key(key: str) -> bool:
+    return key.startswith("/") or ".." in key.split("/") or not key.endswith(".gguf") or any(c in key for c in "\n\r;#")
+
+
 def render_preset(
     models: Sequence[PoolModel], *, model_dir: str = MODEL_DIR, defaults: Mapping[str, str] | None = None
 ) -> str:
     """The llama-server preset INI of a pool (tools/server/README.md "Model presets"): `[*]` holds `defaults`
     plus the most common value of each sized option (llama_flags.POOLED_SIZED); each model's section holds
     `model = <model_dir>/<path>` and only the flags (PoolModel.flags) whose value differs from `[*]` (a section
-    overrides `[*]`), and `load-on-startup = true` for a model with preload."""
+    overrides `[*]`), `load-on-startup = true` for a model with preload, and its adapters' `lora` keys."""
     flags = [m.flags() for m in models]
     sized = [o.key for o in POOLED_SIZED]
     base: dict[str, str] = dict(defaults or {})
@@ -114,6 +129,8 @@ def render_preset(
         lines += [f"{key} = {value}" for key, value in own.items() if key not in sized or value != base[key]]
         if m.preload:
             lines.append(f"{LOAD_ON_STARTUP} = true")
+        root = model_dir.rstrip("/")
+        lines += [f"{key} = {value}" for key, value in lora_preset([f"{root}/{a}" for a in m.adapters]).items()]
     return "\n".join(lines) + "\n"
 
 

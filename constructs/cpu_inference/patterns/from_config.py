@@ -16,7 +16,7 @@ from cpu_inference.patterns.escalation import EscalationTarget
 from cpu_inference.patterns.farm_pool import FarmPoolSettings
 from cpu_inference.patterns.model_farm import ModelFarmProps
 from cpu_inference.patterns.router_settings import RouterSettings
-from cpu_inference.patterns.served_model import ServedModel
+from cpu_inference.patterns.served_model import ServedAdapter, ServedModel
 from cpu_inference.patterns.slm_prefilter import SlmPrefilterProps
 
 
@@ -38,6 +38,19 @@ def served_models(config: Config) -> tuple[ServedModel, ...]:
             else None,
             cpu=m.cpu,
             pool=pool.name if pool is not None else None,
+            adapters=tuple(
+                ServedAdapter(
+                    name=a.name,
+                    hf_repo=a.source.hf_repo,
+                    file=a.source.file or "",  # a PEFT source (no file) is refused by config.rules
+                    revision=a.source.revision,
+                    sha256=a.source.sha256,
+                    token_secret_name=a.source.token_secret_name,
+                    scale=a.scale,
+                    size_bytes=a.size_bytes,
+                )
+                for a in m.adapters
+            ),
         )
         for m in config.models
         for pool in (config.pool_of(m),)

@@ -64,6 +64,7 @@ from cpu_inference.sagemaker.inference_components import (
     InferenceComponentsProps,
 )
 from cpu_inference.sizing.pools import PoolPlan, pool_plan
+from inference_runtime.lora import Adapter
 from model_download.catalog import FARM_PREFIX, CatalogEntry
 
 NAMESPACE = "model-farm"  # ModelFarmProps.namespace's default
@@ -134,6 +135,7 @@ class ModelFarmProps:
             )
         if self.inference_components:
             self._validate_inference_components()
+        self._validate_adapters()
         wrong = [m.name for m in self.deployment.models if m.role != "farm"]
         if wrong:
             raise ValueError(f"models {wrong} are not role farm — a model farm serves role farm only")
@@ -170,6 +172,29 @@ class ModelFarmProps:
                     )
         elif any(p.cpu != int(p.cpu) for p in self.pools if self.members(p.name)):
             raise ValueError("pool cpu on EKS must be a whole number of vCPUs (each loaded model gets whole threads)")
+
+    def _validate_adapters(self) -> None:
+        """LoRA adapters (ServedModel.adapters): over a pooled model on EKS, names unique among models and adapters."""
+        bases = [m for m in self.deployment.models if m.adapters]
+        if not bases:
+            return
+        if self.deployment.target != "eks":
+            raise ValueError(
+                f"models {[m.name for m in bases]} have adapters: adapters are served on EKS and by `cpu-inference local` "
+                "only so far — remove them, or use target eks"
+            )
+        dedicated = [m.name for m in bases if m.pool is None]
+        if dedicated:
+            raise ValueError(
+                f"models {dedicated} have adapters but are served dedicated: adapters are served over a pooled base only "
+                "so far — serve the base from a pool (serving: pool), or remove its adapters"
+            )
+        for m in bases:
+            m.validate()
+        names = [m.name for m in self.deployment.models] + [a.name for m in bases for a in m.adapters]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"names {twice} are used more than once: every model and adapter name must be unique")
 
     def _validate_inference_components(self) -> None:
         key = "farm.dedicated_hosting: inference_components"
@@ -223,19 +248,39 @@ def catalog_entry(m: ServedModel, plan: PoolPlan | None, layouts: tuple[str, ...
     )
 
 
+def adapter_entries(models: tuple[ServedModel, ...]) -> tuple[CatalogEntry, ...]:
+    """The catalog entries of `models`' LoRA adapters, in model then adapter order: each records its base, so the copy
+    checks its GGUF header against the base's (model_download.gguf_meta) before it lands at farm/<name>/<idhash>/."""
+    return tuple(
+        CatalogEntry(
+            name=a.name,
+            hf_repo=a.hf_repo,
+            file=a.file,
+            revision=a.revision,
+            sha256=a.sha256,
+            token_secret_name=a.token_secret_name,
+            base=m.name,
+        )
+        for m in models
+        for a in m.adapters
+    )
+
+
 def farm_catalog_entries(
     props: ModelFarmProps, plans: dict[str, PoolPlan]
 ) -> tuple[tuple[CatalogEntry, ...], tuple[str, ...]]:
     """The farm catalog's entries and layouts (what ModelFarm copies and `cpu-inference farm status` reads).
     Dedicated models head the entries: the copy's Distributed Map takes its work list in order, so the models the
     deploy waits for are copied first. Each is read as one GGUF by its own workload/endpoint — or, as inference
-    components, as the catalog's `mme` tarball (their ArtifactUrl is a .tar.gz). `plans`: the pools with members."""
+    components, as the catalog's `mme` tarball (their ArtifactUrl is a .tar.gz). `plans`: the pools with members.
+    The models' LoRA adapters come last (adapter_entries, after every base): a pool serves each once it lands."""
     layouts = ("mme",) if props.deployment.target == "sagemaker" else ("gguf",)
     own = None if "gguf" in layouts or props.inference_components else ("gguf",)
+    pooled = tuple(m for p in props.pools if p.name in plans for m in props.members(p.name))
     entries = tuple(catalog_entry(m, None, own) for m in props.dedicated_in_catalog) + tuple(
-        catalog_entry(m, plans[p.name]) for p in props.pools if p.name in plans for m in props.members(p.name)
+        catalog_entry(m, plans[str(m.pool)]) for m in pooled
     )
-    return entries, layouts
+    return entries + adapter_entries(pooled), layouts
 
 
 class ModelFarm(Construct):
@@ -453,4 +498,14 @@ class ModelFarm(Construct):
             replicas_max=pool.replicas_max,
             replication=pool.replication,
             preload=pool.preload,
+            adapters=tuple(
+                Adapter(
+                    name=a.name,
+                    base=m.name,
+                    path=self.catalog.gguf_key(a.name).removeprefix(FARM_PREFIX),
+                    scale=a.scale,
+                )
+                for m in members
+                for a in m.adapters
+            ),
         )

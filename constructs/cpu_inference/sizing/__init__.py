@@ -254,14 +254,18 @@ class ModelSpec:
     min_context_per_slot: int | None = None
     engine: str = LLAMA_CPP  # llama.cpp (GGUF, `quantization`) | vllm (safetensors in `dtype`): cpu_inference.engines
     dtype: str = "bfloat16"  # vLLM's --dtype (ignored by llama.cpp, whose weights are the GGUF's quantization)
+    # The LoRA adapters served over this model (config adapters[].size_mb summed): the engine loads every one with
+    # the model (--lora at start, tools/server/README.md), so they are weights of its process.
+    adapter_bytes: int = 0
 
 
 def weights_bytes(m: ModelSpec) -> int:
+    """The bytes the model's process holds as weights: its file (or an estimate) plus its adapters'."""
     if m.file_size_bytes:
-        return m.file_size_bytes
+        return m.file_size_bytes + m.adapter_bytes
     if m.engine == VLLM:
-        return int(m.parameters_billions * 1e9 * DTYPE_BYTES[m.dtype])
-    return int(m.parameters_billions * 1e9 * BITS_PER_WEIGHT[m.quantization] / 8)
+        return int(m.parameters_billions * 1e9 * DTYPE_BYTES[m.dtype]) + m.adapter_bytes
+    return int(m.parameters_billions * 1e9 * BITS_PER_WEIGHT[m.quantization] / 8) + m.adapter_bytes
 
 
 def vllm_kv_cache_space_gib(m: ModelSpec, slots: int, ctx_per_slot: int) -> int:

@@ -22,6 +22,7 @@ from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 from inference_runtime.env import EngineConfigError, env_float, env_int
+from inference_runtime.lora import DEFAULT_SCALE, name_problem, path_problem, scale_problem
 from inference_runtime.pool_status import DEFAULT_STATUS_PORT
 
 DEFAULT_CONFIG_PATH = "/etc/router/config.json"
@@ -152,9 +153,22 @@ class Breaker(Document):
 
 
 @dataclass(frozen=True)
+class GatewayAdapter(Document):
+    """A LoRA adapter of a base model (inference_runtime/lora.py), listed in the base's id order. Clients send its
+    `name` as `model`; the gateway sends the base's name with `lora` = [{id, scale}], the id being the position of
+    `path` in the backend's own adapter list (never this config's order: backends roll out separately)."""
+
+    name: str  # the `model` clients send: a DNS label, unique across every model and adapter
+    path: str  # the adapter GGUF as the base's engine names it (its --lora / preset `lora` item)
+    scale: float = DEFAULT_SCALE  # (0, 4]
+    base: str = ""  # in a pool: the pool's model it adapts (required there); a dedicated model's: empty or its name
+
+
+@dataclass(frozen=True)
 class GatewayModel(Document):
     name: str  # the `model` clients send
     url: str  # the backend's root, e.g. http://bge-small.models.svc:8080 (a llama-server or any OpenAI-compatible server)
+    adapters: tuple[GatewayAdapter, ...] = ()  # its LoRA adapters (a llama-server started with their --lora)
 
 
 @dataclass(frozen=True)
@@ -170,6 +184,7 @@ class GatewayPool(Document):
     # Each replica's supervisor side port (inference_runtime/pool_status.py; 0 = none): asked what a model the
     # replica's router does not know is (copying, copy failed, landed) to answer the client clearly.
     status_port: int = DEFAULT_STATUS_PORT
+    adapters: tuple[GatewayAdapter, ...] = ()  # LoRA adapters of the pool's models (each names its `base`)
 
 
 @dataclass(frozen=True)
@@ -308,10 +323,15 @@ def _validate_gateway(g: Gateway) -> None:
             raise ConfigError(f"gateway.models[{i}].url: must be an http(s) URL, got {m.url!r}")
     if g.retry_after_s < 1:
         raise ConfigError(f"gateway.retry_after_s: must be >= 1, got {g.retry_after_s}")
+    names = set(seen) | {m for p in g.pools for m in p.models}
+    for i, m in enumerate(g.models):
+        _validate_adapters(m.adapters, f"gateway.models[{i}]", (m.name,), names, implied=m.name)
     for key in ("cold_load_timeout_s", "health_interval_s"):
         if getattr(g, key) <= 0:
             raise ConfigError(f"gateway.{key}: must be > 0, got {getattr(g, key)}")
     _validate_pools(g.pools, seen)
+    for i, p in enumerate(g.pools):
+        _validate_adapters(p.adapters, f"gateway.pools[{i}]", p.models, names)
 
 
 def _validate_pools(pools: tuple[GatewayPool, ...], dedicated: set[str]) -> None:
@@ -360,6 +380,40 @@ def _validate_pools(pools: tuple[GatewayPool, ...], dedicated: set[str]) -> None
                 where = "twice in this pool" if pool_of[m] == p.name else f"also in pool {pool_of[m]!r}"
                 raise ConfigError(f"{key}.models[{j}]: {m!r} is {where}; a model belongs to exactly one pool")
             pool_of[m] = p.name
+        if p.adapters and not p.status_port:
+            raise ConfigError(
+                f"{key}.adapters: a pool's adapters need its replicas' status_port (their adapter lists are read "
+                "there before a request is sent); set status_port"
+            )
+
+
+def _validate_adapters(
+    adapters: tuple[GatewayAdapter, ...], key: str, bases: tuple[str, ...], names: set[str], implied: str = ""
+) -> None:
+    """Adapters of `bases` (a dedicated model's: `implied` is its name); `names`: every name taken so far (updated)."""
+    paths: set[tuple[str, str]] = set()
+    for j, a in enumerate(adapters):
+        at = f"{key}.adapters[{j}]"
+        problem = name_problem(a.name)
+        if problem:
+            raise ConfigError(f"{at}.name: {problem}")
+        if a.name in names:
+            raise ConfigError(f"{at}.name: {a.name!r} is already a model's or an adapter's name; names are unique")
+        names.add(a.name)
+        base = a.base or implied
+        if implied and a.base not in ("", implied):
+            raise ConfigError(f"{at}.base: an adapter of dedicated model {implied!r} has base {implied!r} or none")
+        if base not in bases:
+            raise ConfigError(f"{at}.base: must be one of the pool's models {list(bases)}, got {a.base!r}")
+        problem = scale_problem(a.scale)
+        if problem:
+            raise ConfigError(f"{at}.scale: {problem}")
+        problem = path_problem(a.path)
+        if problem:
+            raise ConfigError(f"{at}.path: {problem}")
+        if (base, a.path) in paths:
+            raise ConfigError(f"{at}.path: {a.path!r} is another adapter's of {base!r} too")
+        paths.add((base, a.path))
 
 
 def _port(url: str) -> int | None:
@@ -450,6 +504,7 @@ def _typed(value: Any, annotation: Any, key: str) -> Any:
         return tuple(value)
     for cls, shape in (
         (FewShot, "{text, label}"),
+        (GatewayAdapter, "{name, path, scale, base}"),
         (GatewayModel, "{name, url}"),
         (GatewayPool, "{name, replication, models, replicas}"),
     ):

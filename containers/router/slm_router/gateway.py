@@ -16,25 +16,44 @@ landed yet is 503 + Retry-After "model X is being copied (n of N landed)", one w
 model_copy_failed naming the failure, and otherwise (landed, or no answer) the replica's preset is stale — a model
 just added reaches this config before the replicas' presets (the kubelet refreshes their ConfigMap volume later) —
 so 503 + Retry-After too.
+
+A LoRA adapter (gateway.models[].adapters, gateway.pools[].adapters; inference_runtime/lora.py) is a name clients
+send as `model`: its request goes where its base's would (the base's backend, or its base's replica by affinity, so
+an adapter lands where its base is warm), with the body's `model` set to the base and `lora` = [{id, scale}] (a
+client's own `lora` with an adapter's name is a 400: the adapter is the name). The id is the position of the
+adapter's file in the backend's OWN list — a dedicated llama-server's GET /lora-adapters, a pool replica's
+supervisor /status?model=<base> — read before sending and reused ADAPTER_LIST_CACHE_S per backend and base, never
+this config's order (the gateway and the engines roll out separately): an adapter the backend does not list is a 503
++ Retry-After naming it and why (being copied, or its base's adapters being rolled out), never another adapter's
+answer. A request to a base that has adapters carries lora.base_lora() (every adapter at scale 0) unless the client
+sent its own `lora`: the pinned engine would otherwise apply all of them (lora.py); and every request to such a base
+(its own and its adapters') goes with cache_prompt false (lora.isolated: llama.cpp#26207 reuses prompt KV across
+adapters). Metrics count an adapter's
+requests under its own name (bounded by the config), and its base's backend unavailable under the base's (the
+base's scale-from-zero signal).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from inference_runtime import pool_status as ps
 from inference_runtime.http1 import HttpError, Request
+from inference_runtime.lora import LORA_FIELD, base_lora, engine_adapter_paths, isolated, request_lora
 
 from .backends import Answer
 from .client import HttpClient, Response, UpstreamError
-from .config import Config
+from .config import Config, GatewayAdapter
 from .metrics import STALE_PRESET, GatewayMetrics
-from .pools import NO_REPLICA, Pool
+from .pools import NO_REPLICA, Pool, status_url
 from .server import Front, error_response, json_response
 
 log = logging.getLogger("router.gateway")
@@ -48,6 +67,41 @@ POOL_ATTEMPTS = 3  # replicas tried for one pooled request when connections are 
 # Sends of one pooled request to the same replica when its router lost the model's process under the request before
 # answering (lost_child): once more, since the router reloads the model for it; then 503 + Retry-After.
 LOST_CHILD_SENDS = 2
+# A backend's adapter list is reused this long (per backend and base): a thousand requests for adapters of one base
+# cost its backend one small GET every few seconds. Safe to reuse because a backend's list only grows at its end
+# while adapters land (pool_landing / engine_flags serve the landed PREFIX of the configured list), so a cached id
+# stays that adapter's; a list reordered by a new config reaches the gateway within this much of the backend.
+ADAPTER_LIST_CACHE_S = 5.0
+ADAPTER_LIST_TIMEOUT_S = 5.0  # GET /lora-adapters is a task of the engine's queue: it waits for the current batch
+ENGINE_ADAPTERS_PATH = "/lora-adapters"  # tools/server/server.cpp: GET /lora-adapters -> [{id, path, scale}, ...]
+
+
+@dataclass(frozen=True)
+class AdapterRoute:
+    """An adapter name as the gateway routes it."""
+
+    name: str
+    base: str
+    path: str
+    scale: float
+    pool: Pool | None  # its base's pool; None: its base is a dedicated model
+
+
+@dataclass(frozen=True)
+class AdapterList:
+    """A backend's adapters of one base: `served` in id order; `pending` (pools): path -> (state, reason) of those
+    configured but not served yet; `base_state` (pools): the base's own copy state and reason."""
+
+    served: tuple[str, ...]
+    pending: dict[str, tuple[str, str]]
+    base_state: tuple[str, str] = (ps.LANDED, "")
+
+
+class _Refused(Exception):
+    """An adapter request answered here without reaching a backend (the response is ready)."""
+
+    def __init__(self, response: bytes) -> None:
+        self.response = response
 
 
 def missing_from_preset(status: int, raw: bytes, model: str) -> bool:
@@ -115,6 +169,20 @@ class GatewayServer(Front):
         self.pools = [Pool(p, cfg, metrics) for p in cfg.gateway.pools]
         self.pool_of = {m: pool for pool in self.pools for m in pool.spec.models}
         self.names = [m.name for m in cfg.gateway.models] + list(self.pool_of)
+        self.adapters: dict[str, AdapterRoute] = {}
+        pool_by_name = {p.name: p for p in self.pools}
+        listed: list[tuple[str, tuple[GatewayAdapter, ...], Pool | None]] = [
+            (m.name, m.adapters, None) for m in cfg.gateway.models
+        ] + [("", p.adapters, pool_by_name[p.name]) for p in cfg.gateway.pools]
+        for base, adapters, pool in listed:
+            for a in adapters:
+                self.adapters[a.name] = AdapterRoute(a.name, a.base or base, a.path, a.scale, pool)
+        self.with_adapters = {r.base for r in self.adapters.values()}
+        self.names += list(self.adapters)
+        # (backend key, base) -> (expiry on the monotonic clock, the list or None); one question in flight per key.
+        self._lists: dict[tuple[str, str], tuple[float, AdapterList | None]] = {}
+        self._asking: dict[tuple[str, str], asyncio.Task] = {}
+        self._status_clients: dict[tuple[str, int], HttpClient] = {}
         self._children: dict[tuple[object, tuple[str, ...]], Any] = {}
         self.retry_after = str(cfg.gateway.retry_after_s)
         self._created = int(time.time())
@@ -132,6 +200,8 @@ class GatewayServer(Front):
             client.close()
         for pool in self.pools:
             pool.close()
+        for c in self._status_clients.values():
+            c.close()
 
     async def ready(self) -> tuple[int, dict]:
         # Backends scaled to zero are normal for a farm: the gateway is ready as soon as it routes.
@@ -145,6 +215,11 @@ class GatewayServer(Front):
                 entry = {"id": n, "object": "model", "created": self._created, "owned_by": "cpu-inference"}
                 if n in self.pool_of:
                     entry["pool"] = self.pool_of[n].name
+                if n in self.adapters:  # vLLM's spelling for a LoRA module over a base (its /v1/models "parent")
+                    route = self.adapters[n]
+                    entry["parent"] = route.base
+                    if route.pool is not None:
+                        entry["pool"] = route.pool.name
                 data.append(entry)
             return 200, {"object": "list", "data": data}
         return None
@@ -168,7 +243,15 @@ class GatewayServer(Front):
             await writer.drain()
             return ka
         model = body.get("model")
-        if not isinstance(model, str) or (model not in self.backends and model not in self.pool_of):
+        route = self.adapters.get(model) if isinstance(model, str) else None
+        if route is not None and LORA_FIELD in body:
+            self.metrics.requests.labels(model, "400").inc()
+            message = f"lora: {model!r} is a LoRA adapter of {route.base!r}; send no `lora` with an adapter's name"
+            writer.write(error_response(400, message, keep_alive=ka, extra={"param": LORA_FIELD}))
+            await writer.drain()
+            return ka
+        base = route.base if route is not None else model
+        if not isinstance(model, str) or (model not in self.backends and model not in self.pool_of and route is None):
             known = ", ".join(self.names[:KNOWN_IN_MESSAGE])
             if len(self.names) > KNOWN_IN_MESSAGE:
                 known += f", … ({len(self.names) - KNOWN_IN_MESSAGE} more: GET /v1/models)"
@@ -181,21 +264,28 @@ class GatewayServer(Front):
             writer.write(error_response(status, message, keep_alive=ka, extra=extra))
             await writer.drain()
             return ka
-        pool = self.pool_of.get(model)
+        assert isinstance(base, str)
+        pool = self.pool_of.get(base)
         self.metrics.started(model)
         if pool is not None:
             self._child(self.metrics.pool_in_flight, pool.name).inc()
         try:
             if pool is not None:
-                return await self._forward_pooled(pool, model, req, writer, ka)
-            return await self._forward(model, req, writer, ka)
+                return await self._forward_pooled(pool, model, req, writer, ka, route=route, body=body)
+            return await self._forward(model, req, writer, ka, route=route, body=body)
+        except _Refused as refused:
+            writer.write(refused.response)
+            await writer.drain()
+            return ka
         finally:
             self.metrics.finished(model)
             if pool is not None:
                 self._child(self.metrics.pool_in_flight, pool.name).dec()
 
     def _unavailable(self, model: str, detail: str, ka: bool, retry_after: str = "") -> bytes:
-        self.metrics.unavailable.labels(model).inc()
+        route = self.adapters.get(model)
+        # The backend's unavailability is its base's scale-from-zero signal, whichever name the client sent.
+        self.metrics.unavailable.labels(route.base if route is not None else model).inc()
         self.metrics.requests.labels(model, "503").inc()
         log.warning("model %s unavailable: %s", model, detail)
         return error_response(
@@ -205,15 +295,175 @@ class GatewayServer(Front):
             headers=[("Retry-After", retry_after or self.retry_after)],
         )
 
+    async def _body(
+        self,
+        req: Request,
+        body: dict[str, Any] | None,
+        base: str,
+        route: AdapterRoute | None,
+        backend: str,
+        fetch: Callable[[], Awaitable[AdapterList | None]],
+    ) -> bytes:
+        """The body to send: as received, with base_lora() for a base that has adapters, or for an adapter its base's
+        name and `lora` with the adapter's id in `backend`'s list (`fetch` reads that list). Raises _Refused with the
+        answer when the backend does not serve the adapter now."""
+        if route is None:
+            if base in self.with_adapters and body is not None:
+                return json.dumps(isolated({LORA_FIELD: base_lora(), **body})).encode()
+            return req.body
+        listed = await self._adapter_list((backend, base), fetch)
+        name = route.name
+        if listed is None:
+            raise _Refused(
+                self._refuse(name, 503, f"adapter {name}: the adapter list of its base {base!r} could not be read", [])
+            )
+        state, reason = listed.base_state
+        if state == ps.COPYING:
+            raise _Refused(
+                self._refuse(name, 503, f"adapter {name}: its base {base} is being copied", [], copying=True)
+            )
+        if state == ps.COPY_FAILED:
+            raise _Refused(
+                self._refuse(
+                    name, 500, f"adapter {name}: its base {base} failed to copy: {reason or 'no reason given'}"
+                )
+            )
+        if route.path in listed.served:
+            adapter_id = listed.served.index(route.path)
+            return json.dumps(
+                isolated({**(body or {}), "model": base, LORA_FIELD: request_lora(adapter_id, route.scale)})
+            ).encode()
+        state, reason = listed.pending.get(route.path, ("", ""))
+        if state == ps.COPYING:
+            detail = f" ({reason})" if reason else ""
+            raise _Refused(self._refuse(name, 503, f"adapter {name} is being copied{detail}", [], copying=True))
+        if state == ps.COPY_FAILED:
+            raise _Refused(self._refuse(name, 500, f"adapter {name} failed to copy: {reason or 'no reason given'}"))
+        log.info("adapter %s: %s of %s lists %s, not %s", name, backend, base, listed.served, route.path)
+        raise _Refused(
+            self._refuse(
+                name,
+                503,
+                f"adapters of {base} are being rolled out: its backend does not serve adapter {name} "
+                f"({route.path}) yet",
+                [],
+            )
+        )
+
+    def _refuse(
+        self, name: str, code: int, message: str, headers: list[tuple[str, str]] | None = None, *, copying: bool = False
+    ) -> bytes:
+        """An adapter's request answered here: 503 + Retry-After (`headers` not None) or 500, counted under its name."""
+        self._child(self.metrics.requests, name, str(code)).inc()
+        extra: dict[str, object] = {"param": "model"}
+        if headers is not None:
+            retry = str(ps.COPYING_RETRY_AFTER_SECONDS) if copying else self.retry_after
+            headers = [*headers, ("Retry-After", retry)]
+            extra["retry_after_seconds"] = int(retry)
+        else:
+            extra["type"] = "model_copy_failed"
+        log.warning("%s", message)
+        return error_response(code, message, headers=headers or [], extra=extra)
+
+    async def _adapter_list(
+        self, key: tuple[str, str], fetch: Callable[[], Awaitable[AdapterList | None]]
+    ) -> AdapterList | None:
+        """`fetch()`'s answer, reused ADAPTER_LIST_CACHE_S, asked once however many requests wait for it. An
+        UpstreamError (a backend that cannot be reached) is raised to every waiter and not kept."""
+        cached = self._lists.get(key)
+        if cached is not None and cached[0] > time.monotonic():
+            return cached[1]
+        task = self._asking.get(key)
+        if task is None:
+            task = self._asking[key] = asyncio.create_task(self._ask_list(key, fetch))
+        return await asyncio.shield(task)  # a client that goes away cancels its wait, not the others' question
+
+    async def _ask_list(
+        self, key: tuple[str, str], fetch: Callable[[], Awaitable[AdapterList | None]]
+    ) -> AdapterList | None:
+        try:
+            listed = await fetch()
+        finally:
+            self._asking.pop(key, None)
+        self._lists[key] = (time.monotonic() + ADAPTER_LIST_CACHE_S, listed)
+        return listed
+
+    async def _engine_list(self, client: HttpClient, req: Request) -> AdapterList | None:
+        """A dedicated llama-server's adapters (GET /lora-adapters). UpstreamError when it cannot be reached."""
+        auth = req.head.header("authorization")
+        resp = await client.request(
+            "GET",
+            ENGINE_ADAPTERS_PATH,
+            b"",
+            [("Authorization", auth)] if auth else [],
+            head_timeout=ADAPTER_LIST_TIMEOUT_S,
+        )
+        try:
+            raw = await resp.read(ADAPTER_LIST_TIMEOUT_S)
+        except (TimeoutError, HttpError, asyncio.IncompleteReadError, ConnectionError) as e:
+            raise UpstreamError(
+                "protocol", f"GET {ENGINE_ADAPTERS_PATH}: body not complete ({type(e).__name__})"
+            ) from None
+        finally:
+            resp.close()
+        try:
+            paths = engine_adapter_paths(json.loads(raw)) if resp.status == 200 else None
+        except ValueError:
+            paths = None
+        if paths is None:
+            log.warning("GET %s%s answered %d: not an adapter list", client.base_url, ENGINE_ADAPTERS_PATH, resp.status)
+            return None
+        return AdapterList(paths, {})
+
+    async def _pool_list(self, pool: Pool, replica: int, base: str) -> AdapterList | None:
+        """A pool replica's adapters of `base`, from its supervisor (pool_status.ADAPTERS); None without an answer."""
+        key = (pool.name, replica)
+        client = self._status_clients.get(key)
+        if client is None:
+            url = status_url(pool.spec.replicas[replica], pool.spec.status_port)
+            client = self._status_clients[key] = HttpClient(url, connect_timeout=ADAPTER_LIST_TIMEOUT_S, max_idle=2)
+        try:
+            status, doc = await client.get_json(
+                f"{ps.STATUS_PATH}?{ps.MODEL}={quote(base, safe='')}", timeout=ADAPTER_LIST_TIMEOUT_S
+            )
+        except (UpstreamError, TimeoutError, HttpError, OSError, asyncio.IncompleteReadError) as e:
+            log.warning("pool %s replica %d: no adapter list for %s: %s", pool.name, replica, base, e)
+            return None
+        if status != 200 or not isinstance(doc, dict) or doc.get(ps.STATE) not in ps.STATES:
+            log.warning("pool %s replica %d: /status?model=%s answered %d", pool.name, replica, base, status)
+            return None
+        served = doc.get(ps.ADAPTERS, [])
+        pending = doc.get(ps.ADAPTERS_PENDING, {})
+        if not isinstance(served, list) or not all(isinstance(p, str) for p in served) or not isinstance(pending, dict):
+            return None
+        waiting = {
+            str(p): (str(v.get(ps.STATE, "")), str(v.get(ps.REASON) or ""))
+            for p, v in pending.items()
+            if isinstance(v, dict)
+        }
+        return AdapterList(tuple(served), waiting, (doc[ps.STATE], str(doc.get(ps.REASON) or "")))
+
     def _headers(self, req: Request) -> list[tuple[str, str]]:
         headers = [("Content-Type", "application/json")]
         return headers + [(name.title(), req.head.header(name)) for name in FORWARDED_HEADERS if req.head.header(name)]
 
-    async def _forward(self, model: str, req: Request, writer: asyncio.StreamWriter, ka: bool) -> bool:
+    async def _forward(
+        self,
+        model: str,
+        req: Request,
+        writer: asyncio.StreamWriter,
+        ka: bool,
+        *,
+        route: AdapterRoute | None = None,
+        body: dict[str, Any] | None = None,
+    ) -> bool:
         start = time.perf_counter()
+        base = route.base if route is not None else model
+        client = self.backends[base]
         try:
-            resp = await self.backends[model].request(
-                "POST", req.path, req.body, self._headers(req), head_timeout=self.cfg.timeouts.first_byte_s
+            raw = await self._body(req, body, base, route, "dedicated", lambda: self._engine_list(client, req))
+            resp = await client.request(
+                "POST", req.path, raw, self._headers(req), head_timeout=self.cfg.timeouts.first_byte_s
             )
         except UpstreamError as e:
             writer.write(self._unavailable(model, f"{e.reason}: {e}", ka))
@@ -223,20 +473,37 @@ class GatewayServer(Front):
         return await self._relay(model, resp, writer, ka)
 
     async def _forward_pooled(
-        self, pool: Pool, model: str, req: Request, writer: asyncio.StreamWriter, ka: bool
+        self,
+        pool: Pool,
+        model: str,
+        req: Request,
+        writer: asyncio.StreamWriter,
+        ka: bool,
+        *,
+        route: AdapterRoute | None = None,
+        body: dict[str, Any] | None = None,
     ) -> bool:
         start = time.perf_counter()
-        candidates = pool.affinity.candidates(model)[:POOL_ATTEMPTS]
+        base = route.base if route is not None else model
+        candidates = pool.affinity.candidates(base)[:POOL_ATTEMPTS]  # an adapter goes where its base is warm
         if not candidates:  # counted under replica "none": the pool's scale-from-zero signal (its in-flight stays 0)
             pool.metrics.pool_requests.labels(pool.name, NO_REPLICA, "503").inc()
             writer.write(self._unavailable(model, f"no live replica in pool {pool.name!r}", ka))
             await writer.drain()
             return ka
         for n, replica in enumerate(candidates):
-            pool.affinity.started(model, replica)
+            pool.affinity.started(base, replica)
             try:
                 try:
-                    resp = await self._send_pooled(pool, replica, model, req)
+                    raw = await self._body(
+                        req,
+                        body,
+                        base,
+                        route,
+                        f"{pool.name}/{replica}",
+                        functools.partial(self._pool_list, pool, replica, base),
+                    )
+                    resp = await self._send_pooled(pool, replica, model, req, raw)
                 except UpstreamError as e:
                     if e.reason == "connect":  # nothing was sent: the replica is gone, try the model's next one
                         pool.set_live(replica, False, str(e))
@@ -253,16 +520,17 @@ class GatewayServer(Front):
                     await writer.drain()
                     return ka
                 self._child(self.metrics.request_seconds, model).observe(time.perf_counter() - start)
-                return await self._relay(model, resp, writer, ka, pool.counter(replica), pool, replica)
+                return await self._relay(model, resp, writer, ka, pool.counter(replica), pool, replica, base)
             finally:
-                pool.affinity.finished(model, replica)
+                pool.affinity.finished(base, replica)
         raise AssertionError("unreachable: the last candidate always answers or returns")
 
-    async def _send_pooled(self, pool: Pool, replica: int, model: str, req: Request) -> Response | _Read:
-        """The replica's answer; a lost_child 500 is sent again (LOST_CHILD_SENDS), its last one is relayed as 503."""
+    async def _send_pooled(self, pool: Pool, replica: int, model: str, req: Request, body: bytes) -> Response | _Read:
+        """The replica's answer to `body` (the request body to send, the same on every send); a lost_child 500 is sent
+        again (LOST_CHILD_SENDS), its last one is relayed as 503."""
         for send in range(LOST_CHILD_SENDS):
             resp = await pool.clients[replica].request(
-                "POST", req.path, req.body, self._headers(req), head_timeout=pool.head_timeout
+                "POST", req.path, body, self._headers(req), head_timeout=pool.head_timeout
             )
             if resp.status != 500:
                 return resp
@@ -292,10 +560,12 @@ class GatewayServer(Front):
         count: Callable[[str], None] = lambda code: None,
         pool: Pool | None = None,
         replica: int = 0,
+        base: str = "",
     ) -> bool:
         """Send the backend's answer to the client: SSE piece by piece, JSON whole; 502/503/504 become our 503, and a
-        `pool` replica's "model not found" for this listed model is answered by what its supervisor says (copying,
-        copy failed, or a preset update that has not arrived yet)."""
+        `pool` replica's "model not found" for this listed model (`base`: the model it was sent as, an adapter's
+        base) is answered by what its supervisor says (copying, copy failed, or a preset update not arrived yet)."""
+        base = base or model
         t = self.cfg.timeouts
         content_type = resp.header("content-type", "application/json")
         out = [("x-gateway-model", model)]
@@ -312,8 +582,8 @@ class GatewayServer(Front):
             writer.write(self._unavailable(model, f"body not complete ({type(e).__name__})", ka))
             await writer.drain()
             return ka
-        if pool is not None and missing_from_preset(resp.status, raw, model):
-            writer.write(await self._missing(pool, replica, model, ka, count))
+        if pool is not None and missing_from_preset(resp.status, raw, base):
+            writer.write(await self._missing(pool, replica, base, ka, count, model))
             await writer.drain()
             return ka
         if pool is not None and lost_child(resp.status, raw):  # lost twice (_send_pooled): the client retries later
@@ -336,16 +606,20 @@ class GatewayServer(Front):
         await writer.drain()
         return ka
 
-    async def _missing(self, pool: Pool, replica: int, model: str, ka: bool, count: Callable[[str], None]) -> bytes:
-        """The answer for a listed model that `replica`'s router does not know, from what its supervisor says."""
+    async def _missing(
+        self, pool: Pool, replica: int, model: str, ka: bool, count: Callable[[str], None], label: str = ""
+    ) -> bytes:
+        """The answer for a listed model that `replica`'s router does not know, from what its supervisor says
+        (`label`: the name the client sent, an adapter's for its base `model`)."""
+        label = label or model
         status = await pool.model_status(replica, model)
         state = status.state if status is not None and status.state != ps.LANDED else STALE_PRESET
         self._child(self.metrics.pool_missing_model, pool.name, state).inc()
         if status is None or state == STALE_PRESET:
             count("503")
             return self._unavailable(
-                model,
-                f"a replica of pool {pool.name!r} has not loaded its preset with this model yet "
+                label,
+                f"a replica of pool {pool.name!r} has not loaded its preset with model {model!r} yet "
                 "(just added: replicas apply a new preset within about a minute)",
                 ka,
             )
@@ -360,7 +634,7 @@ class GatewayServer(Front):
             code, headers = 500, []
             message = f"model {model} failed to copy: {status.reason or 'no reason given'}"
             extra = {"type": "model_copy_failed"}
-        self._child(self.metrics.requests, model, str(code)).inc()
+        self._child(self.metrics.requests, label, str(code)).inc()
         count(str(code))
         return error_response(code, message, keep_alive=ka, headers=headers, extra=extra)
 

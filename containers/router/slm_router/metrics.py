@@ -144,7 +144,10 @@ class GatewayMetrics:
     Series of dedicated models and of pools exist from the start; those of a pooled model appear with its first
     request (a farm of 1,000 pooled models would otherwise expose thousands of idle series), and its gateway_in_flight
     only while it has requests in progress. A pooled model with traffic: 11 series (gateway_requests_total per code
-    returned, gateway_request_seconds' 8 buckets, _sum and _count); no `_created` series (_WithoutCreated)."""
+    returned, gateway_request_seconds' 8 buckets, _sum and _count); no `_created` series (_WithoutCreated). A LoRA
+    adapter's requests are counted under the adapter's name (a configured name: bounded by the config), like a pooled
+    model's (series from its first request); gateway_backend_unavailable_total under its BASE's name (slm_router/
+    gateway.py: the base's backend is what scales from zero)."""
 
     def __init__(self, models: Sequence[str], pools: Mapping[str, int] | None = None):
         r = self.registry = CollectorRegistry(auto_describe=True)

@@ -43,7 +43,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import cdk8s
@@ -83,11 +83,13 @@ from cpu_inference.k8s.workloads.workload_defaults import (
 )
 from cpu_inference.sizing.pools import PoolPlan, replica_memory_bytes
 from inference_runtime.llama_flags import MODELS_MAX, MODELS_PRESET, THREADS
+from inference_runtime.lora import Adapter, adapters_problem
 from inference_runtime.pool_status import DEFAULT_STATUS_PORT, METRICS_PATH
 from model_download.catalog import (  # where the catalog copies pooled models, and its failure marker
     COPY_FAILED_NAME,
     FARM_PREFIX,
 )
+from slm_router.config import GatewayAdapter
 
 POOL_PREFIX = "pool-"
 STATUS_PORT = DEFAULT_STATUS_PORT  # the supervisor's side port (/status for the gateway, /metrics for scrapers)
@@ -122,6 +124,14 @@ _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
 
 
+def gateway_adapter(adapter: Adapter, model_dir: str = MODEL_DIR) -> GatewayAdapter:
+    """The gateway's view of a pooled adapter: its path as the base's preset section names it (pool_preset renders
+    `lora = <model_dir>/<key>`), which the replica's /status lists in id order."""
+    return GatewayAdapter(
+        name=adapter.name, path=f"{model_dir.rstrip('/')}/{adapter.path}", scale=adapter.scale, base=adapter.base
+    )
+
+
 def pool_object_name(name: str) -> str:
     return f"{POOL_PREFIX}{name}"
 
@@ -145,7 +155,11 @@ class ModelPoolChartProps:
     in_flight_per_replica: KEDA target (requests in progress per replica; default models_max x the usual parallel).
     cache_gib: Mountpoint's local data cache per node (emptyDir of its pod; 0 = none): a model evicted by LRU
     reloads from the node's disk instead of S3. drain_seconds: SIGTERM grace for generations in flight.
-    extra_env: more engine variables (LLAMA_FLASH_ATTN, LLAMA_EXTRA_ARGS, ...)."""
+    extra_env: more engine variables (LLAMA_FLASH_ATTN, LLAMA_EXTRA_ARGS, ...).
+    adapters: the LoRA adapters of the pool's models (inference_runtime.lora.Adapter; `path` the adapter GGUF's key
+    under the farm prefix, as PoolModel.path), in each base's id order: the base's PoolModel.adapters lists their
+    keys (its preset section's `lora`) and the gateway's pool entry their names, scales and paths as the engine sees
+    them (/models/<key>)."""
 
     name: str
     image: str
@@ -165,6 +179,7 @@ class ModelPoolChartProps:
     cache_gib: int = 20
     drain_seconds: int = DRAIN_SECONDS
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    adapters: tuple[Adapter, ...] = ()
 
     @classmethod
     def from_plan(
@@ -177,13 +192,15 @@ class ModelPoolChartProps:
         bucket_name: str,
         region: str,
         preload: Sequence[str] = (),
+        adapters: Sequence[Adapter] = (),
         **kw: Any,
     ) -> ModelPoolChartProps:
         """Props from `pool_sizing.pool_plan(...)`: one PoolModel per planned model (PoolPlan.pool_model: the flags its
         engine.json carries on SageMaker), models_max, cpu and memory (request = limit = the plan's
         memory_request_bytes). `paths`: model name -> key under the farm prefix (catalog.gguf_key minus `farm/`).
         `preload`: the pool's hot models, loaded when a replica starts (PoolModel.preload,
-        pool_preset.LOAD_ON_STARTUP)."""
+        pool_preset.LOAD_ON_STARTUP). `adapters`: the models' LoRA adapters (each `path` a key under the farm
+        prefix)."""
         missing = sorted(set(plan.per_model) - set(paths))
         if missing:
             raise ValueError(
@@ -193,7 +210,9 @@ class ModelPoolChartProps:
         if problem:
             raise ValueError(f"ModelPoolChartProps.from_plan {name!r}: preload {problem}")
         models = with_preload([plan.pool_model(n, paths[n]) for n in plan.per_model], preload)
+        models = tuple(replace(m, adapters=tuple(a.path for a in adapters if a.base == m.name)) for m in models)
         return cls(
+            adapters=tuple(adapters),
             name=name,
             image=image,
             models=models,
@@ -234,6 +253,15 @@ class ModelPoolChartProps:
             raise ValueError(
                 f"{where}: models_max must be ≥ 1 (llama-server's 0 means unlimited: every model would load)"
             )
+        problem = adapters_problem(self.adapters, [m.name for m in self.models])
+        if problem:
+            raise ValueError(f"{where}: {problem}")
+        for m in self.models:
+            if m.adapters != tuple(a.path for a in self.adapters if a.base == m.name):
+                raise ValueError(
+                    f"{where}: model {m.name!r} lists adapters {list(m.adapters)}, not the paths of its adapters in "
+                    "`adapters` (ModelPoolChartProps.from_plan sets both)"
+                )
         hot = [m.name for m in self.models if m.preload]
         problem = preload_problem(hot, [m.name for m in self.models], self.models_max, pool=self.name)
         if problem:
@@ -317,7 +345,11 @@ class ModelPoolChart(cdk8s.Chart):
         usual_parallel = Counter(m.parallel for m in props.models).most_common(1)[0][0]
         self.slots_per_replica = props.models_max * usual_parallel
         self.gateway_pool = gateway_pool(
-            props.name, props.replication, [m.name for m in props.models], self.replica_urls
+            props.name,
+            props.replication,
+            [m.name for m in props.models],
+            self.replica_urls,
+            [gateway_adapter(a) for a in props.adapters],
         )
 
         self.service_account = kplus.ServiceAccount(self, "ServiceAccount", metadata=meta, automount_token=False)

@@ -44,7 +44,7 @@ from cpu_inference.k8s.workloads.workload_defaults import (
     unmanaged_replicas,
 )
 from slm_router.config import Config as RouterConfig
-from slm_router.config import ConfigError, GatewayModel, GatewayPool, config_of
+from slm_router.config import ConfigError, GatewayAdapter, GatewayModel, GatewayPool, config_of
 
 ROUTER_PORT = 8000
 CONFIG_DIR = "/etc/router"
@@ -64,11 +64,19 @@ def gateway_models(urls: Mapping[str, str]) -> tuple[GatewayModel, ...]:
     return tuple(GatewayModel(name=name, url=url) for name, url in urls.items())
 
 
-def gateway_pool(name: str, replication: int, models: Sequence[str], replicas: Sequence[str]) -> GatewayPool:
+def gateway_pool(
+    name: str,
+    replication: int,
+    models: Sequence[str],
+    replicas: Sequence[str],
+    adapters: Sequence[GatewayAdapter] = (),
+) -> GatewayPool:
     """One entry of `gateway.pools` (slm_router.config.GatewayPool): the pool's models, the root URL of every
     replica it can have (StatefulSet ordinal order; k8s/model_pool_chart.pool_replica_urls) and how many of
-    them keep a model warm (rendezvous hashing)."""
-    return GatewayPool.of(name=name, replication=replication, models=tuple(models), replicas=tuple(replicas))
+    them keep a model warm (rendezvous hashing); `adapters`: its models' LoRA adapters (each naming its base), in
+    each base's id order — the key is left out without any, so a pool without adapters renders as before."""
+    more = {"adapters": tuple(adapters)} if adapters else {}
+    return GatewayPool.of(name=name, replication=replication, models=tuple(models), replicas=tuple(replicas), **more)
 
 
 def gateway_cold_start_query(namespace: str, model: str, window: str = "2m") -> str:
