@@ -12,6 +12,7 @@ from functools import cache
 from pathlib import Path
 
 from cpu_inference._internal.resources import cache_dir
+from cpu_inference.cli.local_models import SMOLLM2_LORA
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,7 +25,7 @@ def lora_files() -> dict[str, Path]:
     models = cache_dir() / "models"
     return {
         "peft_dir": models / "smollm2-json-lora",  # adapter_config.json + adapter_model.safetensors
-        "adapter_gguf": models / "smollm2-json-lora.gguf",  # by the pin's convert_lora_to_gguf.py
+        "adapter_gguf": models / SMOLLM2_LORA,  # by the pin's convert_lora_to_gguf.py (the name: local_models)
         "merged_gguf": models / "smollm2-json-merged.gguf",  # merged, at the stand-in base GGUF's quantization
     }
 

@@ -96,15 +96,11 @@ class Project(_Strict):
     tags: Annotated[dict[str, str], Field(description="Tags applied to every resource, e.g. {team: ml-platform}")] = {}
 
 
-class ModelSource(_Strict):
+class _HubSource(_Strict):
+    """A file on the Hugging Face Hub: repo, revision, checksum and token — what a model's and an adapter's source
+    share (each adds its `file`)."""
+
     hf_repo: Annotated[str, Field(pattern=_HF_REPO, description="the Hugging Face repo, as owner/name")]
-    file: Annotated[
-        str | None,
-        Field(
-            pattern=r"^[^/].*\.gguf$",
-            description="the GGUF file name inside the repo (ends in .gguf); engine llama.cpp only — engine vllm copies the repo's safetensors checkpoint",
-        ),
-    ] = None
     revision: Annotated[
         str, Field(min_length=1, description="a commit sha (reproducible) or a branch/tag such as main")
     ] = DEFAULT_REVISION
@@ -117,7 +113,17 @@ class ModelSource(_Strict):
     ] = None
     token_secret_name: Annotated[
         str | None,
-        Field(min_length=1, description="Secrets Manager secret holding a Hugging Face token, for gated models"),
+        Field(min_length=1, description="Secrets Manager secret holding a Hugging Face token, for gated repos"),
+    ] = None
+
+
+class ModelSource(_HubSource):
+    file: Annotated[
+        str | None,
+        Field(
+            pattern=r"^[^/].*\.gguf$",
+            description="the GGUF file name inside the repo (ends in .gguf); engine llama.cpp only — engine vllm copies the repo's safetensors checkpoint",
+        ),
     ] = None
     size_bytes: Annotated[
         int | None,
@@ -143,30 +149,13 @@ class ModelShape(_Strict):
 ADAPTER_SIZE_MB = 50
 
 
-class AdapterSource(_Strict):
-    hf_repo: Annotated[
-        str, Field(pattern=_HF_REPO, description="the Hugging Face repo holding the adapter, as owner/name")
-    ]
+class AdapterSource(_HubSource):
     file: Annotated[
         str | None,
         Field(
             description="the adapter's GGUF file in the repo (ends in .gguf), made by the engine pin's convert_lora_to_gguf.py; "
             "a PEFT adapter (adapter_config.json + safetensors) is not converted by the catalog yet"
         ),
-    ] = None
-    revision: Annotated[
-        str, Field(min_length=1, description="a commit sha (reproducible) or a branch/tag such as main")
-    ] = DEFAULT_REVISION
-    sha256: Annotated[
-        str | None,
-        Field(
-            pattern=r"^[0-9a-f]{64}$",
-            description="expected sha256 of the file (64 hex chars); default: the one the Hub reports",
-        ),
-    ] = None
-    token_secret_name: Annotated[
-        str | None,
-        Field(min_length=1, description="Secrets Manager secret holding a Hugging Face token, for gated repos"),
     ] = None
 
 

@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cw
-from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
@@ -65,7 +64,7 @@ from cpu_inference.sagemaker.engine_settings import (
     startup_health_check_timeout_seconds,
 )
 from cpu_inference.sagemaker.ic_scaling import ComponentScaling, InferenceComponentScaling
-from cpu_inference.sagemaker.monitoring import INSTANCE
+from cpu_inference.sagemaker.monitoring import INSTANCE, notify
 
 # AWS::SageMaker::InferenceComponent Container.Environment: "maxProperties": 16 (CloudFormation registry schema, as
 # cfn-lint ships it: data/schemas/resources AWS_SageMaker_InferenceComponent EnvironmentMap; botocore's
@@ -479,11 +478,7 @@ class InferenceComponents(Construct):
                 treat_missing_data=cw.TreatMissingData.MISSING,
             ),
         }
-        if p.alarm_topic is not None:
-            action = cw_actions.SnsAction(p.alarm_topic)
-            for alarm in alarms.values():
-                alarm.add_alarm_action(action)
-                alarm.add_ok_action(action)
+        notify(alarms.values(), p.alarm_topic)
         return alarms
 
     def _component(self, m: ComponentModel) -> ComponentHandle:

@@ -14,6 +14,7 @@ which every normal chat answer would exceed. The rule is monitoring/latency.py's
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import aws_cdk as cdk
@@ -62,6 +63,16 @@ def check_statistic(metric: str, statistic: str) -> None:
 
 ONE_MINUTE = cdk.Duration.minutes(1)
 FIVE_MINUTES = cdk.Duration.minutes(5)
+
+
+def notify(alarms: Iterable[cw.Alarm], topic: sns.ITopic | None) -> None:
+    """Send `alarms`' ALARM and OK transitions to `topic` (nothing without one): every endpoint's alarms alike."""
+    if topic is None:
+        return
+    action = cw_actions.SnsAction(topic)
+    for alarm in alarms:
+        alarm.add_alarm_action(action)
+        alarm.add_ok_action(action)
 
 
 @dataclass(frozen=True)
@@ -153,11 +164,7 @@ class EndpointMonitoring(Construct):
                 treat_missing_data=cw.TreatMissingData.MISSING,
             ),
         }
-        if s.alarm_topic is not None:
-            action = cw_actions.SnsAction(s.alarm_topic)
-            for alarm in self.alarms.values():
-                alarm.add_alarm_action(action)
-                alarm.add_ok_action(action)
+        notify(self.alarms.values(), s.alarm_topic)
         self.dashboard: cw.Dashboard | None = self._dashboard() if s.dashboard else None
 
     # -- metrics ----------------------------------------------------------------------------------

@@ -44,13 +44,13 @@ from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cw
-from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct, IDependable
 
 from cpu_inference.sagemaker.endpoint_base import Descriptions, SageMakerEndpointBase
 from cpu_inference.sagemaker.engine_settings import GENERATION_BUDGET_ENV
+from cpu_inference.sagemaker.monitoring import notify
 from cpu_inference.sagemaker.multi_model_props import (
     MEMORY_BUDGET_ENV,
     MultiModelEndpointProps,
@@ -168,11 +168,7 @@ class MultiModelEndpoint(SageMakerEndpointBase):
                 treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
             ),
         }
-        if p.alarm_topic is not None:
-            action = cw_actions.SnsAction(p.alarm_topic)
-            for alarm in alarms.values():
-                alarm.add_alarm_action(action)
-                alarm.add_ok_action(action)
+        notify(alarms.values(), p.alarm_topic)
         return alarms
 
     def _add_widgets(self, dashboard: cw.Dashboard) -> None:
