@@ -22,7 +22,8 @@ send as `model`: its request goes where its base's would (the base's backend, or
 an adapter lands where its base is warm), with the body's `model` set to the base and `lora` = [{id, scale}] (a
 client's own `lora` with an adapter's name is a 400: the adapter is the name). The id is the position of the
 adapter's file in the backend's OWN list — a dedicated llama-server's GET /lora-adapters, a pool replica's
-supervisor /status?model=<base> — read before sending and reused ADAPTER_LIST_CACHE_S per backend and base, never
+supervisor /status?model=<base> (the pool's own status lookup: pools.Pool.model_status) — read before sending and
+reused a few seconds per backend and base (ADAPTER_LIST_CACHE_S; a pool's STATUS_CACHE_S), never
 this config's order (the gateway and the engines roll out separately): an adapter the backend does not list is a 503
 + Retry-After naming it and why (being copied, or its base's adapters being rolled out), never another adapter's
 answer. A request to a base that has adapters carries lora.base_lora() (every adapter at scale 0) unless the client
@@ -43,7 +44,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 from inference_runtime import pool_status as ps
 from inference_runtime.http1 import HttpError, Request
@@ -53,7 +53,7 @@ from .backends import Answer
 from .client import HttpClient, Response, UpstreamError
 from .config import Config, GatewayAdapter
 from .metrics import STALE_PRESET, GatewayMetrics
-from .pools import NO_REPLICA, Pool, status_url
+from .pools import NO_REPLICA, Pool
 from .server import Front, error_response, json_response
 
 log = logging.getLogger("router.gateway")
@@ -67,7 +67,8 @@ POOL_ATTEMPTS = 3  # replicas tried for one pooled request when connections are 
 # Sends of one pooled request to the same replica when its router lost the model's process under the request before
 # answering (lost_child): once more, since the router reloads the model for it; then 503 + Retry-After.
 LOST_CHILD_SENDS = 2
-# A backend's adapter list is reused this long (per backend and base): a thousand requests for adapters of one base
+# A dedicated backend's adapter list is reused this long (per base; a pool replica's is its status answer, reused
+# pools.STATUS_CACHE_S): a thousand requests for adapters of one base
 # cost its backend one small GET every few seconds. Safe to reuse because a backend's list only grows at its end
 # while adapters land (pool_landing / engine_flags serve the landed PREFIX of the configured list), so a cached id
 # stays that adapter's; a list reordered by a new config reaches the gateway within this much of the backend.
@@ -182,7 +183,6 @@ class GatewayServer(Front):
         # (backend key, base) -> (expiry on the monotonic clock, the list or None); one question in flight per key.
         self._lists: dict[tuple[str, str], tuple[float, AdapterList | None]] = {}
         self._asking: dict[tuple[str, str], asyncio.Task] = {}
-        self._status_clients: dict[tuple[str, int], HttpClient] = {}
         self._children: dict[tuple[object, tuple[str, ...]], Any] = {}
         self.retry_after = str(cfg.gateway.retry_after_s)
         self._created = int(time.time())
@@ -200,8 +200,6 @@ class GatewayServer(Front):
             client.close()
         for pool in self.pools:
             pool.close()
-        for c in self._status_clients.values():
-            c.close()
 
     async def ready(self) -> tuple[int, dict]:
         # Backends scaled to zero are normal for a farm: the gateway is ready as soon as it routes.
@@ -302,16 +300,16 @@ class GatewayServer(Front):
         base: str,
         route: AdapterRoute | None,
         backend: str,
-        fetch: Callable[[], Awaitable[AdapterList | None]],
+        lookup: Callable[[], Awaitable[AdapterList | None]],
     ) -> bytes:
         """The body to send: as received, with base_lora() for a base that has adapters, or for an adapter its base's
-        name and `lora` with the adapter's id in `backend`'s list (`fetch` reads that list). Raises _Refused with the
-        answer when the backend does not serve the adapter now."""
+        name and `lora` with the adapter's id in `backend`'s list (`lookup` answers that list, cached). Raises _Refused
+        with the answer when the backend does not serve the adapter now."""
         if route is None:
             if base in self.with_adapters and body is not None:
                 return json.dumps(isolated({LORA_FIELD: base_lora(), **body})).encode()
             return req.body
-        listed = await self._adapter_list((backend, base), fetch)
+        listed = await lookup()
         name = route.name
         if listed is None:
             raise _Refused(
@@ -416,32 +414,13 @@ class GatewayServer(Front):
         return AdapterList(paths, {})
 
     async def _pool_list(self, pool: Pool, replica: int, base: str) -> AdapterList | None:
-        """A pool replica's adapters of `base`, from its supervisor (pool_status.ADAPTERS); None without an answer."""
-        key = (pool.name, replica)
-        client = self._status_clients.get(key)
-        if client is None:
-            url = status_url(pool.spec.replicas[replica], pool.spec.status_port)
-            client = self._status_clients[key] = HttpClient(url, connect_timeout=ADAPTER_LIST_TIMEOUT_S, max_idle=2)
-        try:
-            status, doc = await client.get_json(
-                f"{ps.STATUS_PATH}?{ps.MODEL}={quote(base, safe='')}", timeout=ADAPTER_LIST_TIMEOUT_S
-            )
-        except (UpstreamError, TimeoutError, HttpError, OSError, asyncio.IncompleteReadError) as e:
-            log.warning("pool %s replica %d: no adapter list for %s: %s", pool.name, replica, base, e)
+        """A pool replica's adapters of `base`: what its supervisor says of the base (pool_status.ADAPTERS), asked
+        through the pool's own side-port client, cache and single question in flight (Pool.model_status); None
+        without an answer."""
+        status = await pool.model_status(replica, base)
+        if status is None:
             return None
-        if status != 200 or not isinstance(doc, dict) or doc.get(ps.STATE) not in ps.STATES:
-            log.warning("pool %s replica %d: /status?model=%s answered %d", pool.name, replica, base, status)
-            return None
-        served = doc.get(ps.ADAPTERS, [])
-        pending = doc.get(ps.ADAPTERS_PENDING, {})
-        if not isinstance(served, list) or not all(isinstance(p, str) for p in served) or not isinstance(pending, dict):
-            return None
-        waiting = {
-            str(p): (str(v.get(ps.STATE, "")), str(v.get(ps.REASON) or ""))
-            for p, v in pending.items()
-            if isinstance(v, dict)
-        }
-        return AdapterList(tuple(served), waiting, (doc[ps.STATE], str(doc.get(ps.REASON) or "")))
+        return AdapterList(status.adapters, dict(status.adapters_pending), (status.state, status.reason))
 
     def _headers(self, req: Request) -> list[tuple[str, str]]:
         headers = [("Content-Type", "application/json")]
@@ -461,7 +440,14 @@ class GatewayServer(Front):
         base = route.base if route is not None else model
         client = self.backends[base]
         try:
-            raw = await self._body(req, body, base, route, "dedicated", lambda: self._engine_list(client, req))
+            raw = await self._body(
+                req,
+                body,
+                base,
+                route,
+                "dedicated",
+                lambda: self._adapter_list(("dedicated", base), lambda: self._engine_list(client, req)),
+            )
             resp = await client.request(
                 "POST", req.path, raw, self._headers(req), head_timeout=self.cfg.timeouts.first_byte_s
             )

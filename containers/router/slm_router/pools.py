@@ -18,8 +18,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -50,6 +50,10 @@ class ModelStatus:
     reason: str  # the copy's failure, for COPY_FAILED
     landed: int  # models of the replica's preset whose copy landed
     total: int  # models of the replica's preset
+    # A base's LoRA adapters (pool_status.ADAPTERS / ADAPTERS_PENDING): the paths its router serves, in id order, and
+    # path -> (state, reason) of those configured but not served yet.
+    adapters: tuple[str, ...] = ()
+    adapters_pending: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def status_url(replica_url: str, port: int) -> str:
@@ -64,11 +68,20 @@ def parse_status(doc: Any) -> ModelStatus | None:
         return None
     landed, total = doc.get(ps.LANDED_COUNT), doc.get(ps.TOTAL)
     reason = doc.get(ps.REASON)
+    served, pending = doc.get(ps.ADAPTERS, []), doc.get(ps.ADAPTERS_PENDING, {})
+    if not isinstance(served, list) or not all(isinstance(p, str) for p in served) or not isinstance(pending, dict):
+        return None
     return ModelStatus(
         state=doc[ps.STATE],
         reason=reason if isinstance(reason, str) else "",
         landed=landed if isinstance(landed, int) else 0,
         total=total if isinstance(total, int) else 0,
+        adapters=tuple(served),
+        adapters_pending={
+            str(path): (str(v.get(ps.STATE, "")), str(v.get(ps.REASON) or ""))
+            for path, v in pending.items()
+            if isinstance(v, dict)
+        },
     )
 
 
