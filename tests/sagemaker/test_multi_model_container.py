@@ -21,7 +21,7 @@ from aws_cdk import aws_ecr as ecr
 from cpu_inference.artifacts import ModelBucket
 from cpu_inference.sagemaker import EngineImage, MultiModelEndpoint, MultiModelEndpointProps
 from tests.support.cdk import template_json
-from tests.support.engine import free_port, wait_healthy
+from tests.support.engine import child_pids, free_port, wait_healthy
 
 pytestmark = pytest.mark.engine
 
@@ -140,7 +140,7 @@ def test_the_synthesized_environment_serves_a_farm_artifact(
 
         r = httpx.post(f"{url}/models", json={"model_name": "a1b2c3", "url": str(model_dir)}, timeout=120)
         assert r.status_code == 200, r.text + log.read_text()
-        (child,) = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        (child,) = child_pids(proc.pid)
         args = Path(f"/proc/{child}/cmdline").read_bytes().decode().split("\0")
         assert args[args.index("--threads") + 1] == "1"
         assert "memory budget 3072 MiB" in log.read_text()

@@ -42,6 +42,25 @@ def process_gone(pid: int) -> bool:
         return True
 
 
+def child_pids(pid: int) -> list[int]:
+    """The live processes whose parent is `pid`, found by each one's PPid in /proc/*/stat.
+
+    Not /proc/PID/task/TID/children: the kernel documents it as unreliable unless the children are stopped or
+    frozen (Documentation/filesystems/proc.rst), and a child spawned by a thread that has since exited moves to
+    another thread's list, so a reader walking the threads can miss it (a CI failure in test_pool_landing).
+    """
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # exited while we looked
+            continue
+        # pid (comm) state ppid ...: comm may hold spaces or parentheses, so split after its last ')'.
+        if int(text[text.rindex(")") + 2 :].split()[1]) == pid:
+            found.append(int(stat.parent.name))
+    return sorted(found)
+
+
 def stop_process(proc: subprocess.Popen, timeout: float = 15) -> None:
     """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds; always reaped."""
     proc.terminate()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.runtime.engine.serving import ENGINE_DIR
-from tests.support.engine import free_port, stop_process, wait_healthy
+from tests.support.engine import child_pids, free_port, stop_process, wait_healthy
 
 ENTRYPOINT = ENGINE_DIR / "entrypoint.py"
 POLL = 0.5  # LLAMA_PRESET_POLL_SECONDS in these tests (default 5)
@@ -77,16 +77,20 @@ def router_models(base: str) -> dict[str, str]:
     return {m["id"]: m["status"]["value"] for m in body["data"]}
 
 
-def children(pid: int) -> list[int]:
-    try:
-        return [int(p) for task in Path(f"/proc/{pid}/task").iterdir() for p in (task / "children").read_text().split()]
-    except FileNotFoundError:
-        return []
-
-
 def child_serving(router: int, model_file: Path) -> int:
-    (pid,) = [p for p in children(router) if str(model_file) in Path(f"/proc/{p}/cmdline").read_bytes().decode()]
+    (pid,) = [p for p in child_pids(router) if str(model_file) in Path(f"/proc/{p}/cmdline").read_bytes().decode()]
     return pid
+
+
+def follow_events(base: str, into: list[dict]) -> None:
+    """Every event of the router's /models/sse stream (server-models.cpp notify_sse), until it closes."""
+    try:
+        with urllib.request.urlopen(base + "/models/sse", timeout=600) as stream:
+            for line in stream:
+                if line.startswith(b"data: "):
+                    into.append(json.loads(line[6:]))
+    except OSError:
+        pass
 
 
 def until(what: Callable[[], Any], timeout: float = 60) -> Any:
@@ -108,7 +112,7 @@ class Pool:
 
     @property
     def router(self) -> int:
-        (pid,) = children(self.proc.pid)
+        (pid,) = child_pids(self.proc.pid)
         return pid
 
     def text(self) -> str:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.engine import free_port
+from tests.support.engine import child_pids, free_port
 
 ENGINE_DIR = Path(__file__).resolve().parents[3] / "containers" / "llama-server"
 
@@ -60,7 +60,7 @@ class Endpoint:
 
     def engine_pid(self) -> int:
         """The llama-server process id (the entrypoint's only child)."""
-        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
+        children = child_pids(self.proc.pid)
         if len(children) != 1:
             raise RuntimeError(f"expected one llama-server child of {self.proc.pid}, found {children}")
         return int(children[0])

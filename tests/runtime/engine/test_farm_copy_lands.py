@@ -18,7 +18,7 @@ import pytest
 from cpu_inference.engines.pool_preset import MODEL_DIR, PoolModel
 from cpu_inference.k8s.charts.model_pool_chart import PRESET_FILE, ModelPoolChart, ModelPoolChartProps
 from model_download.catalog import COPY_FAILED_NAME, FARM_PREFIX, CatalogEntry, failure_key, gguf_key
-from tests.runtime.engine.pool_support import POLL, children, land, run_pool, until
+from tests.runtime.engine.pool_support import POLL, child_pids, land, run_pool, until
 from tests.runtime.router.harness import running_router
 from tests.support.engine import free_port
 
@@ -102,7 +102,7 @@ def test_a_copy_landing_while_the_farm_serves_goes_from_503_to_200_without_a_res
     with run_pool(env, tmp_path) as pool, running_router(gateway, tmp_path / "gateway") as gw:
         router_pid = pool.router
         assert _ask(gw.url, "alpha").status_code == 200
-        (alpha_child,) = children(router_pid)
+        (alpha_child,) = child_pids(router_pid)
 
         before = _ask(gw.url, "beta")
         assert before.status_code == 503 and int(before.headers["retry-after"]) > 0, before.text
@@ -118,5 +118,5 @@ def test_a_copy_landing_while_the_farm_serves_goes_from_503_to_200_without_a_res
         assert after.json()["choices"], after.text
         # Nothing restarted: the same router, and alpha's child is still the one that served it.
         assert pool.proc.poll() is None and pool.router == router_pid
-        assert alpha_child in children(router_pid)
+        assert alpha_child in child_pids(router_pid)
         assert httpx.get(f"{pool.status}/status?model=beta", timeout=5).json()["landed"] == 2

@@ -26,7 +26,7 @@ import pytest
 
 from inference_runtime.llama_flags import FIT
 from tests.runtime.engine.serving import ENGINE_DIR, chat_body, serve_env
-from tests.support.engine import free_port, process_gone, wait_healthy
+from tests.support.engine import child_pids, free_port, process_gone, wait_healthy
 
 pytestmark = pytest.mark.engine
 
@@ -45,7 +45,7 @@ class Mme:
         return self.log.read_text(errors="replace")
 
     def children(self) -> list[int]:
-        return [int(p) for p in Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()]
+        return child_pids(self.proc.pid)
 
     def child_args(self) -> dict[str, list[str]]:
         """llama-server children by their --alias (the model_name)."""

@@ -26,6 +26,7 @@ from tests.runtime.engine.pool_support import (
     call,
     chat,
     child_serving,
+    follow_events,
     land,
     pool_env,
     router_models,
@@ -34,19 +35,6 @@ from tests.runtime.engine.pool_support import (
     write_preset,
 )
 from tests.support.engine import free_port, stop_process, wait_healthy
-
-
-def _events(base: str, into: list[dict]) -> None:
-    """Every event of the router's /models/sse stream (server-models.cpp notify_sse), until it closes."""
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(base + "/models/sse", timeout=600) as stream:
-            for line in stream:
-                if line.startswith(b"data: "):
-                    into.append(json.loads(line[6:]))
-    except OSError:
-        pass
 
 
 @pytest.mark.engine
@@ -107,7 +95,7 @@ def test_a_model_that_lands_while_the_pool_serves_is_served_without_a_restart(
         router = pool.router
         a_pid = child_serving(router, files["a"])
         events: list[dict] = []
-        threading.Thread(target=_events, args=(pool.base, events), daemon=True).start()
+        threading.Thread(target=follow_events, args=(pool.base, events), daemon=True).start()
         time.sleep(0.3)
 
         landed_at = time.monotonic()

@@ -25,28 +25,18 @@ import pytest
 
 from cpu_inference.engines.pool_preset import PoolModel, render_preset
 from cpu_inference.k8s.charts.model_pool_chart import PRESET_FILE
-from tests.runtime.engine.serving import ENGINE_DIR
-from tests.support.engine import free_port, stop_process, wait_healthy
-
-ENTRYPOINT = ENGINE_DIR / "entrypoint.py"
-POLL = "0.5"  # LLAMA_PRESET_POLL_SECONDS (default 5)
-
-
-def _env(binary: Path, preset: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "MODEL_", "SAGEMAKER_"))}
-    env |= (
-        dict(
-            LLAMA_SERVER_BIN=str(binary),
-            LLAMA_MODELS_PRESET=str(preset),
-            LLAMA_MODELS_MAX="2",
-            LLAMA_HOST="127.0.0.1",
-            LLAMA_PORT=str(free_port()),
-            LLAMA_PRESET_POLL_SECONDS=POLL,
-            LLAMA_POOL_STATUS_PORT=str(free_port()),
-        )
-        | extra
-    )
-    return env
+from tests.runtime.engine.pool_support import (
+    ENTRYPOINT,
+    POLL,
+    chat,
+    child_pids,
+    child_serving,
+    follow_events,
+    pool_env,
+    router_models,
+    until,
+)
+from tests.support.engine import process_gone, stop_process, wait_healthy
 
 
 class ConfigMapVolume:
@@ -73,70 +63,6 @@ class ConfigMapVolume:
             self.preset.symlink_to(f"..data/{PRESET_FILE}")
 
 
-def _call(base: str, path: str, body: dict | None = None) -> tuple[int, dict]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(base + path, data=data, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}")
-
-
-def _chat(base: str, model: str) -> tuple[int, dict]:
-    return _call(
-        base,
-        "/v1/chat/completions",
-        {"model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "ignore_eos": True},
-    )
-
-
-def _statuses(base: str) -> dict[str, str]:
-    status, body = _call(base, "/models")
-    assert status == 200, body
-    return {m["id"]: m["status"]["value"] for m in body["data"]}
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(p) for task in Path(f"/proc/{pid}/task").iterdir() for p in (task / "children").read_text().split()]
-    except FileNotFoundError:
-        return []
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def _child_serving(router: int, model_file: Path) -> int:
-    (pid,) = [p for p in _children(router) if str(model_file) in Path(f"/proc/{p}/cmdline").read_bytes().decode()]
-    return pid
-
-
-def _events(base: str, into: list[dict]) -> None:
-    """Every event of the router's /models/sse stream (server-models.cpp notify_sse), until it closes."""
-    try:
-        with urllib.request.urlopen(base + "/models/sse", timeout=600) as stream:
-            for line in stream:
-                if line.startswith(b"data: "):
-                    into.append(json.loads(line[6:]))
-    except OSError:
-        pass
-
-
-def _until(what, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = what()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"not within {timeout}s: {what.__doc__ or what}")
-
-
 @pytest.mark.engine
 def test_a_changed_preset_is_applied_in_place_and_loaded_models_stay_warm(
     llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path
@@ -155,7 +81,7 @@ def test_a_changed_preset_is_applied_in_place_and_loaded_models_stay_warm(
 
     volume = ConfigMapVolume(tmp_path / "preset")
     volume.publish(preset("a", "b"))
-    env = _env(llama_server_bin, volume.preset)
+    env = pool_env(llama_server_bin, volume.preset)
     base = f"http://127.0.0.1:{env['LLAMA_PORT']}"
     log = tmp_path / "pool.log"
     with open(log, "wb") as out:
@@ -164,14 +90,14 @@ def test_a_changed_preset_is_applied_in_place_and_loaded_models_stay_warm(
         )
     try:
         wait_healthy(base, proc, timeout=60)
-        (router,) = _children(proc.pid)  # the entrypoint supervises one router
+        (router,) = child_pids(proc.pid)  # the entrypoint supervises one router
         assert Path(f"/proc/{router}/exe").resolve().name == "llama-server"
         events: list[dict] = []
-        threading.Thread(target=_events, args=(base, events), daemon=True).start()
+        threading.Thread(target=follow_events, args=(base, events), daemon=True).start()
 
-        assert _chat(base, "a")[0] == 200
-        assert _statuses(base) == {"a": "loaded", "b": "unloaded"}
-        a_pid = _child_serving(router, farm / models["a"].path)
+        assert chat(base, "a")[0] == 200
+        assert router_models(base) == {"a": "loaded", "b": "unloaded"}
+        a_pid = child_serving(router, farm / models["a"].path)
         seen = len(events)
 
         # B out, C in, A's section unchanged.
@@ -179,19 +105,19 @@ def test_a_changed_preset_is_applied_in_place_and_loaded_models_stay_warm(
 
         def applied() -> bool:
             """the router lists a and c only"""
-            return set(_statuses(base)) == {"a", "c"}
+            return set(router_models(base)) == {"a", "c"}
 
-        _until(applied, timeout=30)
-        status, body = _chat(base, "c")
+        until(applied, timeout=30)
+        status, body = chat(base, "c")
         assert status == 200 and body["model"] == "c", body
-        assert _statuses(base) == {"a": "loaded", "c": "loaded"}
-        assert _chat(base, "b")[0] in (400, 404)  # gone from the router, not merely unloaded
+        assert router_models(base) == {"a": "loaded", "c": "loaded"}
+        assert chat(base, "b")[0] in (400, 404)  # gone from the router, not merely unloaded
         # A never left `loaded`: the same child process, and no status change for it on the router's event stream.
-        assert _child_serving(router, farm / models["a"].path) == a_pid and _alive(a_pid)
+        assert child_serving(router, farm / models["a"].path) == a_pid and not process_gone(a_pid)
         reloads = [e for e in events[seen:] if e["event"] == "models_reload"]
         assert reloads, events[seen:]
         assert not [e for e in events[seen:] if e["model"] == "a"], events[seen:]
-        assert _children(proc.pid) == [router]  # not restarted
+        assert child_pids(proc.pid) == [router]  # not restarted
 
         # A section whose settings change restarts that model only (the RELOAD branch compares each preset).
         models["c"] = PoolModel("c", models["c"].path, ctx_size=512, parallel=1, threads=1)
@@ -200,11 +126,11 @@ def test_a_changed_preset_is_applied_in_place_and_loaded_models_stay_warm(
 
         def c_stopped() -> bool:
             """the router stops c, whose preset changed"""
-            return _statuses(base)["c"] == "unloaded"
+            return router_models(base)["c"] == "unloaded"
 
-        _until(c_stopped, timeout=30)
+        until(c_stopped, timeout=30)
         assert not [e for e in events[seen:] if e["model"] == "a"], events[seen:]
-        assert _child_serving(router, farm / models["a"].path) == a_pid
+        assert child_serving(router, farm / models["a"].path) == a_pid
 
         # A new preset naming a file that is not there yet is taken in: d is "copying" (its copy lands later,
         # test_pool_landing.py), and the router's preset does not change, so the router is not even reloaded.
@@ -221,8 +147,8 @@ def test_a_changed_preset_is_applied_in_place_and_loaded_models_stay_warm(
             except urllib.error.HTTPError:
                 return False
 
-        _until(copying, timeout=30)
-        assert _statuses(base) == {"a": "loaded", "c": "unloaded"}
+        until(copying, timeout=30)
+        assert router_models(base) == {"a": "loaded", "c": "unloaded"}
         assert not [e for e in events[seen:] if e["event"] in ("models_reload", "status_change")], events[seen:]
 
         # A preset the router could never serve is refused with its section; the running set keeps serving.
@@ -232,24 +158,24 @@ def test_a_changed_preset_is_applied_in_place_and_loaded_models_stay_warm(
             """the entrypoint logs the refused preset"""
             return "new preset refused" in log.read_text()
 
-        _until(refused, timeout=30)
+        until(refused, timeout=30)
         line = next(x for x in log.read_text().splitlines() if "new preset refused" in x)
         assert "section [e] has no `model = <path of the .gguf>`" in line, line
-        time.sleep(2 * float(POLL))
-        assert _statuses(base) == {"a": "loaded", "c": "unloaded"}
-        status, body = _chat(base, "a")
+        time.sleep(2 * POLL)
+        assert router_models(base) == {"a": "loaded", "c": "unloaded"}
+        status, body = chat(base, "a")
         assert status == 200 and body["model"] == "a"
-        assert _child_serving(router, farm / models["a"].path) == a_pid
+        assert child_serving(router, farm / models["a"].path) == a_pid
         assert not [e for e in events[seen:] if e["event"] in ("models_reload", "status_change")], events[seen:]
         assert log.read_text().count("new preset refused") == 1  # logged once, not every poll
 
         # SIGTERM: the router and its model children stop, the entrypoint exits with the router's status.
-        children = _children(router)
+        children = child_pids(router)
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=30)
         text = log.read_text()
         assert f"llama-server exited with {code}" in text and code == 0, text[-2000:]
-        assert not any(_alive(p) for p in (router, *children))
+        assert all(process_gone(p) for p in (router, *children))
     finally:
         stop_process(proc, timeout=30)
 
@@ -264,7 +190,11 @@ def test_the_entrypoint_exits_with_the_routers_status(tmp_path: Path) -> None:
     fake.write_text("#!/bin/sh\nexit 3\n")
     fake.chmod(0o755)
     out = subprocess.run(
-        [sys.executable, str(ENTRYPOINT), "pool"], env=_env(fake, preset), capture_output=True, text=True, timeout=60
+        [sys.executable, str(ENTRYPOINT), "pool"],
+        env=pool_env(fake, preset),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert out.returncode == 3, out.stderr
     assert "llama-server exited with 3" in out.stderr
@@ -278,7 +208,7 @@ def test_a_bad_poll_interval_fails_fast_naming_the_variable(tmp_path: Path, valu
     preset.write_text(f"[a]\nmodel = {model}\nthreads = 1\n")
     out = subprocess.run(
         [sys.executable, str(ENTRYPOINT), "pool"],
-        env=_env(Path("/bin/true"), preset, LLAMA_PRESET_POLL_SECONDS=value),
+        env=pool_env(Path("/bin/true"), preset, LLAMA_PRESET_POLL_SECONDS=value),
         capture_output=True,
         text=True,
         timeout=60,
