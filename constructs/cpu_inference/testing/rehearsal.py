@@ -14,6 +14,10 @@ What it models, and from which source:
   deleted, resources it updated get another Update with the old properties (custom resources included:
   aws/aws-cdk#17040, #29581). A change to a createOnly property (the resource provider schema's
   `createOnlyProperties`, bundled with cfn-lint) replaces the resource: new physical resource, old one deleted.
+  The replacement's new physical id and attributes reach every Ref / Fn::GetAtt / Fn::Sub of it: a referrer whose
+  referencing property is createOnly is replaced in turn (e.g. Model → EndpointConfig), any other is updated in
+  place (→ Endpoint), even with an unchanged template text (_cascade). A replaced resource the template names
+  collides with itself: the replacement is created first (cfn_fixed_name).
 - The kubectl handler (aws-cdk-lib 2.275 custom-resource-handlers/dist/aws-eks-v2/kubectl-handler/apply/__init__.py):
   Create → `kubectl apply -f` (Overwrite) or `create`; Update → `kubectl apply -f <new> --prune -l <PruneLabel>`;
   Delete → `kubectl delete -f <old manifest>` (by name, no label filter). It retries only `i/o timeout`; any other
@@ -554,10 +558,10 @@ def _at(obj: Any, path: str) -> Any:
 CreateOnly = Callable[[str], tuple[str, ...]]
 
 
-@functools.cache  # a plan asks once per resource; the schema lookup costs ~1.5 ms
-def cfn_create_only(resource_type: str) -> tuple[str, ...]:
-    """The createOnlyProperties (top-level names) of a resource type, from the CloudFormation resource provider
-    schemas cfn-lint bundles (the registry's own schemas)."""
+@functools.cache
+def _provider_schema(resource_type: str) -> dict[str, Any] | None:
+    """The CloudFormation resource provider schema cfn-lint bundles (the registry's own) for a type; None for a custom
+    resource or a type cfn-lint does not know (third-party, brand-new): no replacement facts."""
     try:
         from cfnlint.schema import PROVIDER_SCHEMA_MANAGER, ResourceNotFoundError
     except ImportError as exc:  # pragma: no cover - the dev/plan extra provides it
@@ -565,14 +569,45 @@ def cfn_create_only(resource_type: str) -> tuple[str, ...]:
             "the update check needs cfn-lint's CloudFormation resource schemas: pip install 'cdk-cpu-inference[plan]'"
         ) from exc
     if resource_type.startswith("Custom::") or resource_type == "AWS::CloudFormation::CustomResource":
-        return ()
+        return None
     try:
-        schema = PROVIDER_SCHEMA_MANAGER.get_resource_schema("us-east-1", resource_type).schema
-    except (
-        ResourceNotFoundError
-    ):  # a type cfn-lint's schemas do not know (third-party, brand-new): no replacement facts
+        return dict(PROVIDER_SCHEMA_MANAGER.get_resource_schema("us-east-1", resource_type).schema)
+    except ResourceNotFoundError:
+        return None
+
+
+def _top(paths: Iterable[str]) -> tuple[str, ...]:
+    return tuple(p.split("/")[2] for p in paths if p.startswith("/properties/"))
+
+
+@functools.cache  # a plan asks once per resource; the schema lookup costs ~1.5 ms
+def cfn_create_only(resource_type: str) -> tuple[str, ...]:
+    """The createOnlyProperties (top-level names) of a resource type, from the CloudFormation resource provider
+    schemas cfn-lint bundles (the registry's own schemas)."""
+    schema = _provider_schema(resource_type)
+    return _top(schema.get("createOnlyProperties", [])) if schema else ()
+
+
+@functools.cache
+def cfn_fixed_name(resource_type: str) -> tuple[str, ...]:
+    """The properties that, when the template sets them, name a resource of this type: its replacement under the same
+    values fails ("You can't perform an update that causes a custom-named resource to be replaced. If you must
+    replace the resource, specify a new name." — CloudFormation template reference, "resource custom naming",
+    https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-properties-name.html), because
+    CloudFormation creates the replacement before it deletes the old one (user guide, "Update behaviors of stack
+    resources"). From the registry schema: the primaryIdentifier when the template writes it (BucketName;
+    EKS add-on ClusterName + AddonName), else the createOnly `<Type>Name` (SageMaker ModelName, EndpointConfigName:
+    their identifier is the generated ARN). () for a type whose schema says replacementStrategy delete_then_create
+    (the old one goes first: cloudformation-cli resource type schema, replacementStrategy)."""
+    schema = _provider_schema(resource_type)
+    if not schema or schema.get("replacementStrategy") == "delete_then_create":
         return ()
-    return tuple(p.split("/")[2] for p in schema.get("createOnlyProperties", []) if p.startswith("/properties/"))
+    create_only = set(schema.get("createOnlyProperties", []))
+    ident = schema.get("primaryIdentifier", [])
+    if ident and all(p in create_only and p not in schema.get("readOnlyProperties", []) for p in ident):
+        return _top(ident)
+    name = f"/properties/{resource_type.rsplit('::', 1)[-1]}Name"
+    return _top([name]) if name in create_only else ()
 
 
 # A custom resource type → how to tell whether its rollback Update (new → old properties) is a no-op. Returns None
@@ -645,11 +680,102 @@ ROLLBACK_PROBES: Mapping[str, RollbackProbe] = {
 }
 
 
+def _stateful_replaced(where: str, res: dict[str, Any], why: str) -> list[Finding]:
+    t = str(res.get("Type", ""))
+    if t not in STATEFUL_TYPES:
+        return []
+    kept = res.get("UpdateReplacePolicy") in {"Retain", "Snapshot"}
+    return [
+        Finding(
+            "stateful-replaced",
+            where,
+            f"{t} is replaced ({why}): a new empty resource; the old one is "
+            + ("retained, orphaned" if kept else "deleted with its data"),
+        )
+    ]
+
+
+def _ref_set(value: Any) -> set[str]:
+    out: set[str] = set()
+    _refs(value, out)
+    return out
+
+
+@dataclass
+class _Cascade:
+    """What the replacement of resources does to what references them: `replaced` and `updated` (where → why), and
+    per stack the names whose value changes (replaced logical ids, nested-stack parameters set from them)."""
+
+    replaced: dict[str, str]
+    updated: dict[str, str]
+    changing: dict[str, set[str]]
+
+
+def _cascade(before: Assembly, after: Assembly, seeds: Mapping[str, set[str]], create_only: CreateOnly) -> _Cascade:
+    """CloudFormation re-resolves every Ref / Fn::GetAtt / Fn::Sub of a replaced resource to the replacement's values
+    ("Replacement … generates a new physical ID … changes references from other dependent resources to point to the
+    replacement resource" — user guide, "Update behaviors of stack resources",
+    https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/using-cfn-updating-stacks-update-behaviors.html).
+    Any Ref or attribute of a replaced resource counts as changed: the few that would not (a fixed name Ref'd on a
+    type that takes one) collide anyway (cfn_fixed_name). A referrer whose referencing property is createOnly is
+    replaced in turn, and so on along the chain; one whose referencing properties are all mutable is updated in
+    place (its own physical id, hence its Ref, keeps: the chain stops there), even when its template text did not
+    change. A nested stack's parameter set from a changing value changes inside the nested stack."""
+    changing = {name: set(ids) for name, ids in seeds.items()}
+    replaced: dict[str, str] = {}
+    updated: dict[str, str] = {}
+
+    def describe(stack: str, ident: str) -> str:
+        res = after.stacks[stack].resources.get(ident)
+        if res is None:
+            return f"parameter {stack}/{ident}, which the parent stack sets from a replaced resource"
+        return f"{stack}/{ident} ({res.get('Type')}), which is replaced"
+
+    grew = True
+    while grew:
+        grew = False
+        for name, st in after.stacks.items():
+            old_st = before.stacks.get(name)
+            if old_st is None:
+                continue
+            ids = changing.setdefault(name, set())
+            parent, _, stack_lid = name.rpartition("/")
+            if parent in after.stacks and parent in before.stacks:  # a nested stack: its parameters
+                holder = after.stacks[parent].resources.get(stack_lid, {})
+                for param, value in holder.get("Properties", {}).get("Parameters", {}).items():
+                    if param not in ids and _ref_set(value) & changing.get(parent, set()):
+                        ids.add(param)
+                        grew = True
+            if not ids:
+                continue
+            for lid, res in st.resources.items():
+                old = old_st.resources.get(lid)
+                if lid in ids or old is None or old.get("Type") != res.get("Type"):
+                    continue  # replaced already, new (created with the new values), or a type change (replaced)
+                hits = {k: sorted(_ref_set(v) & ids) for k, v in res.get("Properties", {}).items()}
+                hits = {k: v for k, v in hits.items() if v}
+                if not hits:
+                    continue
+                key = f"{name}/{lid}"
+                create_only_hits = [k for k in create_only(str(res.get("Type", ""))) if k in hits]
+                prop = (create_only_hits or sorted(hits))[0]
+                why = f"{prop} references {describe(name, hits[prop][0])}"
+                if create_only_hits:
+                    replaced[key] = why
+                    updated.pop(key, None)
+                    ids.add(lid)
+                    grew = True
+                else:
+                    updated[key] = why
+    return _Cascade(replaced, updated, changing)
+
+
 def plan(
     before: Assembly,
     after: Assembly,
     *,
     create_only: CreateOnly = cfn_create_only,
+    fixed_name: CreateOnly = cfn_fixed_name,
     rollback_probes: Mapping[str, RollbackProbe] = ROLLBACK_PROBES,
     assume: Iterable[Need] = (),
 ) -> Plan:
@@ -658,6 +784,7 @@ def plan(
     replaced: list[str] = []
     leftovers: list[dict[str, Any]] = []
     updated: list[str] = []
+    seeds: dict[str, set[str]] = {}  # per stack: the logical ids replaced by their own change (or a type change)
     old_objs, new_objs = _declared(before), _declared(after)
 
     changes: list[ObjectChange] = []
@@ -678,6 +805,8 @@ def plan(
             t = res.get("Type", "")
             nr = new_res.get(lid)
             if nr is None or nr.get("Type") != t:
+                if nr is not None:  # the same logical id, another type: a new resource under it
+                    seeds.setdefault(name, set()).add(lid)
                 retained = res.get("DeletionPolicy") in {"Retain", "RetainExceptOnCreate"}
                 replaced.append(f"{where} ({t}): removed" + (" (retained, orphaned)" if retained else ""))
                 # Removing what the user removed is the point of the update; a stateful resource that leaves while
@@ -703,17 +832,8 @@ def plan(
                     updated.append(f"{where} ({t})")
                 if changed:
                     replaced.append(f"{where} ({t}): replaced ({', '.join(changed)} changed)")
-                    if t in STATEFUL_TYPES:
-                        kept = res.get("UpdateReplacePolicy") in {"Retain", "Snapshot"}
-                        hazards.append(
-                            Finding(
-                                "stateful-replaced",
-                                where,
-                                f"{t} is replaced ({', '.join(changed)} changed): "
-                                "a new empty resource; the old one is "
-                                + ("retained, orphaned" if kept else "deleted with its data"),
-                            )
-                        )
+                    seeds.setdefault(name, set()).add(lid)
+                    hazards += _stateful_replaced(where, res, f"{', '.join(changed)} changed")
                 if t in rollback_probes and old_props != new_props:
                     why = rollback_probes[t](new_props, old_props)
                     if why:
@@ -801,6 +921,47 @@ def plan(
                             "the rollback deletes this new resource and its `kubectl delete -f` deletes the object",
                         )
                     )
+
+    # What references a replaced resource: replaced in turn through a createOnly property, else updated in place.
+    cascade = _cascade(before, after, seeds, create_only)
+    for where, why in cascade.replaced.items():
+        stack, lid = where.rsplit("/", 1)
+        res = after.stacks[stack].resources[lid]
+        entry = f"{where} ({res.get('Type')})"
+        updated = [u for u in updated if u != entry]
+        replaced.append(f"{entry}: replaced ({why})")
+        hazards += _stateful_replaced(where, before.stacks[stack].resources[lid], why)
+    for where, why in cascade.updated.items():
+        stack, lid = where.rsplit("/", 1)
+        entry = f"{where} ({after.stacks[stack].resources[lid].get('Type')})"
+        updated = [u for u in updated if u != entry] + [f"{entry}: updated in place ({why})"]
+    # A replaced resource the template names: its replacement is created under the same name before the old one
+    # is deleted, and the create fails (cfn_fixed_name). A name built from a changing value is a new name.
+    for stack, ids in cascade.changing.items():
+        old_res, now_res = before.stacks[stack].resources, after.stacks[stack].resources
+        for lid in sorted(ids):
+            old, new = old_res.get(lid), now_res.get(lid)
+            if old is None or new is None or old.get("Type") != new.get("Type"):
+                continue  # a parameter, or a type change (another kind of resource, another namespace of names)
+            t = str(new.get("Type", ""))
+            old_props, new_props = old.get("Properties", {}), new.get("Properties", {})
+            keys = fixed_name(t)
+            if keys and all(
+                new_props.get(k) is not None
+                and new_props.get(k) == old_props.get(k)
+                and not _ref_set(new_props[k]) & ids
+                for k in keys
+            ):
+                named = ", ".join(f"{k} {new_props[k]!r}" for k in keys)
+                hazards.append(
+                    Finding(
+                        "identity-collision",
+                        f"{stack}/{lid}",
+                        f"{t} is replaced under the same {named}: CloudFormation creates the replacement before it "
+                        "deletes the old one, so the create fails — give it a new name with this change, or drop the "
+                        "name and let CloudFormation generate one",
+                    )
+                )
 
     # Immutable fields on objects that keep their identity.
     for k, (m, o) in new_objs.items():
