@@ -80,8 +80,12 @@ def test_queue_gauges_for_keda(vllm_eks):
     labels = {"model_name": vllm_eks.model}
     assert metric(vllm_eks.url, running, **labels) == 0
     seen: list[float] = []
+    # Long enough (ignore_eos: the whole budget) that a generation outlasts one /metrics scrape on a loaded machine: a
+    # warm run with helpers' engines beside it saw the only sample taken after the generation ended.
     worker = threading.Thread(
-        target=chat, args=(vllm_eks.url, "Write a long story about a dragon."), kwargs={"max_tokens": 120}
+        target=chat,
+        args=(vllm_eks.url, "Write a long story about a dragon."),
+        kwargs={"max_tokens": 400, "ignore_eos": True},
     )
     worker.start()
     try:
