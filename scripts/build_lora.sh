@@ -76,8 +76,10 @@ if ! adapter_ready; then
   PYTHONPATH="$work/deps" "$vllm_python" "$here/scripts/train_lora.py" train "$base_dir" "$work/peft" "$reply" \
     >>"$log" 2>&1 || fail "scripts/train_lora.py train failed"
   grep -h "steps in" "$log" >&2 || true
-  # F16 adapter tensors: half of F32's size; llama.cpp applies them to the quantized base as they are.
-  "$vllm_python" "$work/$vendor/convert_lora_to_gguf.py" "$work/peft" --base "$base_dir" --outtype f16 \
+  # The catalog copy's converter flags (one owner: model_download.peft_convert.CONVERT_ARGS, --outtype f16).
+  mapfile -t convert_args < <(cd "$here" && "$dev_python" -c 'from model_download.peft_convert import CONVERT_ARGS
+print("\n".join(CONVERT_ARGS))')
+  "$vllm_python" "$work/$vendor/convert_lora_to_gguf.py" "$work/peft" --base "$base_dir" "${convert_args[@]}" \
     --outfile "$work/adapter.gguf" >>"$log" 2>&1 || fail "convert_lora_to_gguf.py failed"
   echo "build_lora: adapter $(du -h "$work/adapter.gguf" | cut -f1)" >&2
   rm -f "$merged_stamp"  # the merged model was made from the adapter being replaced

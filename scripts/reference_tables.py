@@ -293,6 +293,10 @@ GRAVITON_ROWS = (
         "S3-URI models: the GGUF's path under the prefix (`MODEL_PATH`; refused for vLLM, which serves the directory), the bucket's KMS key",
     ),
     Row(
+        ("lora_manifest",),
+        "S3-URI llama.cpp models served with LoRA adapters: the manifest's path under the prefix (a farm catalog's `lora` bundle: `lora.json`; `LLAMA_LORA_MANIFEST`). Clients pick an adapter by its name in the body's `model`; `spec.adapter_bytes` counts in memory, volume and timeouts",
+    ),
+    Row(
         ("model_download_timeout", "startup_health_check_timeout"),
         "60..3600 s (below)",
         together="sized to the model file (vLLM: + its compile warm-up)",

@@ -19,6 +19,10 @@ runs with are computed in exactly one place. Contract (see README.md):
                          on, they are left out (named on stderr; ids are positions, so the list only ever grows at
                          its end): the model serves, the gateway sees them missing from GET /lora-adapters and
                          answers 503 for them; a restart picks them up once they have landed.
+    LLAMA_LORA_MANIFEST  a bundle's manifest (SageMaker: /opt/ml/model/lora.json, the catalog's `lora` layout;
+                         inference_runtime/lora.py read_manifest): the base GGUF it names is the model (MODEL_PATH, if
+                         set, must be that file) and its adapters, in its order, are --lora <them>
+                         --lora-init-without-apply; every file must be there. Not with LLAMA_LORA.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from pathlib import Path
 
 from .env import EngineConfigError, env_int, env_str
 from .llama_flags import CACHE_RAM, CTX_PER_SLOT_ENV, CTX_SIZE, FIT, LORA, MODEL, PARALLEL, THREADS, THREADS_BATCH
-from .lora import lora_args, path_problem, split_paths
+from .lora import MANIFEST_ENV, LoraBundle, lora_args, manifest_from_env, path_problem, split_paths
 
 ENGINE_DEFAULT_CACHE_RAM_MIB = 8192  # llama-server's own default (common.h cache_ram_mib)
 CACHE_RAM_FRACTION = 0.05  # of the memory limit: the sizing leaves little slack beyond weights + KV
@@ -67,6 +71,7 @@ class EngineConfig:
     extra_args: tuple[str, ...] = field(default_factory=tuple)
     lora: tuple[str, ...] = ()  # adapter GGUFs in id order (LLAMA_LORA): --lora ... --lora-init-without-apply
     lora_missing: tuple[str, ...] = ()  # LLAMA_LORA paths left out: not there (yet); the entrypoint names them
+    bundle: LoraBundle | None = None  # LLAMA_LORA_MANIFEST read: its adapters are `lora` (names: the SageMaker adapter)
 
     @property
     def ctx_size(self) -> int:
@@ -228,14 +233,18 @@ def config_from_env(
     memory_limit: int | None = None,
 ) -> EngineConfig:
     """EKS-mode config from the env contract. `cpus` / `memory_limit` default to what this process is given."""
-    model = find_model(env.get("MODEL_PATH"), env.get("MODEL_DIR") or model_dir_default)
+    bundle = manifest_from_env(env)
+    if bundle is not None:
+        model = _bundle_model(env, bundle)
+    else:
+        model = find_model(env.get("MODEL_PATH"), env.get("MODEL_DIR") or model_dir_default)
     threads = env_int(env, THREADS.image_env, None)
     if threads is None:
         threads = cpus if cpus is not None else available_cpus()
     cache_ram = env_int(env, CACHE_RAM.image_env, None)
     if cache_ram is None:
         cache_ram = default_cache_ram_mib(memory_limit if memory_limit is not None else memory_limit_bytes())
-    adapters = split_paths(env.get(LORA.image_env, ""))
+    adapters = bundle.paths if bundle is not None else split_paths(env.get(LORA.image_env, ""))
     # The landed PREFIX: ids are positions, so a list may only grow at its end (pool_landing.landed_prefix's reason).
     landed = next((i for i, p in enumerate(adapters) if not Path(p).is_file()), len(adapters))
     cfg = EngineConfig(
@@ -252,9 +261,26 @@ def config_from_env(
         extra_args=tuple(shlex.split(env.get("LLAMA_EXTRA_ARGS", ""))),
         lora=adapters[:landed],
         lora_missing=adapters[landed:],
+        bundle=bundle,
     )
     cfg.validate()
     return cfg
+
+
+def _bundle_model(env: Mapping[str, str], bundle: LoraBundle) -> Path:
+    """The model of a LLAMA_LORA_MANIFEST bundle: the file its manifest names (MODEL_PATH, when set, must be it)."""
+    if env.get(LORA.image_env, "").strip():
+        raise EngineConfigError(
+            f"set {MANIFEST_ENV} or {LORA.image_env}, not both: the manifest lists the adapters of its bundle"
+        )
+    model = Path(bundle.model)
+    explicit = env.get("MODEL_PATH", "").strip()
+    if explicit and Path(explicit).resolve() != model.resolve():
+        raise EngineConfigError(
+            f"MODEL_PATH {explicit} is not the model {model.name} of {MANIFEST_ENV} {bundle.manifest}: "
+            "unset MODEL_PATH, or point it at that file"
+        )
+    return Path(explicit) if explicit else model
 
 
 def on_loopback(cfg: EngineConfig, port: int) -> EngineConfig:

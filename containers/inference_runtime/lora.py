@@ -21,15 +21,25 @@ llama-cpp-python 0.3.36 sdist's vendor/llama.cpp):
 Ids are positions, so whoever sends `lora` must know the backend's order: the gateway never trusts its config's
 order but looks the adapter's path up in the backend's own list (a dedicated llama-server's GET /lora-adapters, a
 pool replica's supervisor /status), so a backend rolled out with another list answers 503, never a wrong adapter.
+
+A SageMaker single-model endpoint gets a base and its adapters as one bundle (the catalog's `lora` layout,
+lambda/model_download/catalog.py, which SageMaker downloads whole into /opt/ml/model): LLAMA_LORA_MANIFEST names its
+manifest (read_manifest: the base GGUF and the adapters in id order, files relative to the manifest's folder); the
+same process starts llama-server with those paths and maps `model` = an adapter's name to its id
+(sagemaker_adapter.py), so the ids cannot disagree.
 """
 
 from __future__ import annotations
 
+import json
+import posixpath
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
+from .env import EngineConfigError
 from .llama_flags import LORA, LORA_INIT_WITHOUT_APPLY
 
 DEFAULT_SCALE = 1.0
@@ -167,3 +177,101 @@ def adapters_problem(adapters: Sequence[Adapter], models: Collection[str]) -> st
             return f"adapter {a.name!r}: path {a.path!r} is another adapter's of {a.base!r} too"
         paths.add((a.base, a.path))
     return None
+
+
+# --- a bundle's manifest (SageMaker: the catalog's `lora` layout) ----------------------------------------------------
+
+MANIFEST_ENV = "LLAMA_LORA_MANIFEST"  # the manifest's path (the construct sets /opt/ml/model/lora.json)
+MANIFEST_FORMAT = 1  # the catalog's LORA_FORMAT (a test round-trips the catalog's writer through read_manifest)
+
+
+class BundledAdapter(NamedTuple):
+    """One adapter of a bundle, at its id (its position in the manifest): name (what clients send as `model`), path (the
+    GGUF as llama-server loads it: the manifest's folder / its `file`), scale."""
+
+    name: str
+    path: str
+    scale: float
+
+
+@dataclass(frozen=True)
+class LoraBundle:
+    """A manifest read: model (the base GGUF's path), adapters in id order."""
+
+    manifest: str
+    model: str
+    adapters: tuple[BundledAdapter, ...]
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return tuple(a.path for a in self.adapters)
+
+    def ids(self) -> dict[str, int]:
+        return {a.name: i for i, a in enumerate(self.adapters)}
+
+
+def _member(root: Path, value: Any, where: str) -> Path:
+    """A manifest's relative file name → its path under `root` (never outside it), which must be a file."""
+    if not isinstance(value, str) or not value or value.startswith("/") or "\\" in value:
+        raise EngineConfigError(f"{where} must be a file name relative to the manifest's folder, got {value!r}")
+    parts = value.split("/")
+    if ".." in parts or "" in parts or "." in parts or posixpath.normpath(value) != value:
+        raise EngineConfigError(f"{where} must be a file name relative to the manifest's folder, got {value!r}")
+    path = root / value
+    if not path.is_file():
+        raise EngineConfigError(f"{where} {value!r}: no such file {path} (the bundle is incomplete)")
+    return path
+
+
+def read_manifest(path: str | Path) -> LoraBundle:
+    """A bundle's manifest: {"format": 1, "model": "<base GGUF>", "adapters": [{"name", "file", "scale"}, ...]} (the
+    catalog's lora_manifest), every file relative to the manifest's folder and present. Each problem is one
+    EngineConfigError naming LLAMA_LORA_MANIFEST, the field and what it got."""
+    where = f"{MANIFEST_ENV} {path}"
+    manifest = Path(path)
+    try:
+        doc = json.loads(manifest.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise EngineConfigError(f"{where}: no such file (the model data has no adapter manifest)") from None
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise EngineConfigError(f"{where}: not a JSON manifest ({e})") from None
+    if not isinstance(doc, dict):
+        raise EngineConfigError(f"{where}: must be a JSON object, got {type(doc).__name__}")
+    if doc.get("format") != MANIFEST_FORMAT:
+        raise EngineConfigError(f"{where}: format must be {MANIFEST_FORMAT}, got {doc.get('format')!r}")
+    root = manifest.parent
+    model = _member(root, doc.get("model"), f"{where}: model")
+    items = doc.get("adapters")
+    if not isinstance(items, list) or not items:
+        raise EngineConfigError(f"{where}: adapters must be a non-empty list, got {items!r}"[:300])
+    adapters: list[BundledAdapter] = []
+    seen: set[str] = set()
+    for i, item in enumerate(items):
+        at = f"{where}: adapters[{i}]"
+        if not isinstance(item, dict):
+            raise EngineConfigError(f"{at} must be an object with name, file, scale")
+        name = item.get("name")
+        if not isinstance(name, str):
+            raise EngineConfigError(f"{at}.name must be a string, got {name!r}")
+        problem = name_problem(name)
+        if problem:
+            raise EngineConfigError(f"{at}.name {problem}")
+        if name in seen:
+            raise EngineConfigError(f"{at}.name {name!r} is another adapter's too: names are unique")
+        seen.add(name)
+        scale = item.get("scale", DEFAULT_SCALE)
+        problem = scale_problem(scale)  # NaN and inf fail its range too
+        if problem:
+            raise EngineConfigError(f"{at}.scale {problem}")
+        file = _member(root, item.get("file"), f"{at}.file")
+        problem = path_problem(str(file))
+        if problem:
+            raise EngineConfigError(f"{at}.file: the path {problem}")
+        adapters.append(BundledAdapter(name, str(file), float(scale)))
+    return LoraBundle(str(manifest), str(model), tuple(adapters))
+
+
+def manifest_from_env(env: Mapping[str, str]) -> LoraBundle | None:
+    """The bundle LLAMA_LORA_MANIFEST names (read_manifest), or None when it is unset or blank."""
+    path = env.get(MANIFEST_ENV, "").strip()
+    return read_manifest(path) if path else None

@@ -23,6 +23,14 @@ polls `is_connection_closed` every HTTP_POLLING_SECONDS = 1 s and the response r
 cancels the task: server-context.cpp, server-queue.cpp). Streamed requests
 (InvokeEndpointWithResponseStream) have no budget: that is the way to long answers. Embeddings and rerank
 requests keep the budget (they are never streamed) but get no `t_max_predict_ms`: they generate no token.
+
+LoRA adapters (a base served with its adapters: LLAMA_LORA_MANIFEST, lora.py): the body's `model` picks what answers
+— an adapter's name sends the request with `lora` = that adapter's id and scale (lora.request_lora) and `model` = the
+base's name; the base's name or no `model` sends lora.base_lora() (the pinned engine would apply every adapter to a
+request without `lora`: llama.cpp#28674). Every request goes with cache_prompt false (lora.isolated: llama.cpp#26207
+reuses prompt KV across adapters). A client's own `lora` is a 400 (the adapter is chosen by name, its id is this
+endpoint's business), and so is a `model` that is neither the base nor an adapter, naming what is served. Without
+adapters `model` is not looked at (llama-server answers under its alias whatever was asked).
 """
 
 from __future__ import annotations
@@ -34,9 +42,9 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from .env import EngineConfigError, env_float, env_int, env_str
 from .http1 import (
@@ -54,6 +62,7 @@ from .http1 import (
     json_error,
     read_head,
 )
+from .lora import LORA_FIELD, BundledAdapter, base_lora, isolated, request_lora
 
 log = logging.getLogger("sagemaker-adapter")
 
@@ -71,6 +80,7 @@ SOFT_LIMIT_FRACTION = 0.6
 WATCH_SECONDS = 0.1  # how often a request waiting for the engine checks its client, budget and shutdown
 ABORT_SECONDS = 1.0  # on shutdown, time for requests still running to send their clean 503 / last SSE event
 RELAYED_HEADERS = ("content-type", "cache-control")
+NAMES_IN_ERROR = 10  # a 400 for an unknown `model` names this many of the served names (then how many more)
 
 
 @dataclass(frozen=True)
@@ -208,6 +218,8 @@ class SageMakerAdapter(HttpFront):
         generation_budget: float = DEFAULT_GENERATION_BUDGET_SECONDS,  # non-streamed requests: answer by then
         max_body_bytes: int = 6 * 1024 * 1024,  # SageMaker's real-time payload limit
         client_idle_timeout: float = 75.0,  # longer than SageMaker's front end keeps idle connections
+        adapters: Sequence[BundledAdapter] = (),  # LoRA adapters the engine loaded, in id order (module docstring)
+        base: str | None = None,  # the base's name (the engine's alias): required with adapters
     ):
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
@@ -215,7 +227,12 @@ class SageMakerAdapter(HttpFront):
             raise ValueError(
                 f"generation_budget must be in (0, {INVOKE_ENDPOINT_TIMEOUT_SECONDS:.0f}] s, got {generation_budget}"
             )
+        if adapters and not base:
+            raise ValueError("base (the model's name) is required with adapters")
         super().__init__(max_body_bytes=max_body_bytes, client_idle_timeout=client_idle_timeout)
+        self.adapters = tuple(adapters)
+        self.base = base
+        self._adapter_ids = {a.name: i for i, a in enumerate(self.adapters)}
         self.generation_budget = generation_budget
         self.engine = (engine_host, engine_port)
         self.max_in_flight = max_in_flight
@@ -332,9 +349,19 @@ class SageMakerAdapter(HttpFront):
         route = route_for(payload)
         if isinstance(route, str):
             return await self._send(writer, json_error(400, route, keep_alive=ka), ka)
+        assert isinstance(payload, dict)  # route_for found a shape
+        if self.adapters:
+            selected = self.select_adapter(payload)
+            if isinstance(selected, str):
+                return await self._send(writer, json_error(400, selected, keep_alive=ka), ka)
+            payload = selected
         streamed = route.generates and payload.get("stream") is True
-        # Only a generation gets the engine's own time limit; every other body reaches the engine as sent.
-        body = self._within_budget(payload) if route.generates and not streamed else req.body
+        # Only a generation gets the engine's own time limit; every other body reaches the engine as sent (with
+        # adapters: as selected).
+        if route.generates and not streamed:
+            body = self._within_budget(payload)
+        else:
+            body = json.dumps(payload).encode() if self.adapters else req.body
         deadline = None if streamed else received + self.generation_budget
         self.in_flight += 1
         self.stats.accepted += 1
@@ -374,6 +401,25 @@ class SageMakerAdapter(HttpFront):
             return await self._relay(conn, head, writer, ka)
         finally:
             self.in_flight -= 1
+
+    def select_adapter(self, payload: dict[str, Any]) -> dict[str, Any] | str:
+        """The body for the engine of a base with adapters (module docstring), or the 400's message."""
+        if LORA_FIELD in payload:
+            return f"`{LORA_FIELD}` is set by this endpoint: name the adapter in `model` instead ({self._served()})"
+        model = payload.get("model")
+        if model is None or model == self.base:
+            return isolated({**payload, LORA_FIELD: base_lora()})
+        adapter_id = self._adapter_ids.get(model) if isinstance(model, str) else None
+        if adapter_id is None:
+            return f"model {model!r} is not served by this endpoint: send {self._served()}"
+        scale = self.adapters[adapter_id].scale
+        return isolated({**payload, "model": self.base, LORA_FIELD: request_lora(adapter_id, scale)})
+
+    def _served(self) -> str:
+        names = [a.name for a in self.adapters]
+        shown = ", ".join(repr(n) for n in names[:NAMES_IN_ERROR])
+        more = f" and {len(names) - NAMES_IN_ERROR} more" if len(names) > NAMES_IN_ERROR else ""
+        return f"model {self.base!r} (the base, also when model is left out) or an adapter: {shown}{more}"
 
     def _within_budget(self, payload: dict) -> bytes:
         """The body with the engine's own time limit set below the budget, so a long answer comes back cut
@@ -667,6 +713,8 @@ class SageMakerPlan(Generic[E]):
     adapter: AdapterSettings
     max_in_flight: int  # the engine's slots (llama-server) or sequences (vLLM) + the queue depth
     env: dict[str, str] | None = None  # the engine's environment; None: this process's
+    adapters: tuple[BundledAdapter, ...] = ()  # LoRA adapters the command loads, in id order (llama-server)
+    model_name: str | None = None  # the base's name clients may send as `model` (with adapters)
 
     @property
     def shutdown_seconds(self) -> float:
@@ -681,6 +729,8 @@ class SageMakerPlan(Generic[E]):
             retry_after=a.retry_after,
             pool_idle_seconds=a.pool_idle_seconds,
             generation_budget=a.generation_budget,
+            adapters=self.adapters,
+            base=self.model_name,
         )
 
     async def serve(self, adapter: SageMakerAdapter, *, engine: str) -> int:

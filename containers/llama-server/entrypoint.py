@@ -104,6 +104,9 @@ def sagemaker_plan(env: Mapping[str, str], **probe: int | None) -> SageMakerPlan
         command=[engine_binary(env), *llama_server_args(engine)],
         adapter=adapter,
         max_in_flight=cfg.parallel + queue_depth,
+        # LLAMA_LORA_MANIFEST: the adapters the command loads (engine_flags), selected by name at /invocations.
+        adapters=cfg.bundle.adapters if cfg.bundle is not None else (),
+        model_name=cfg.alias,
     )
 
 

@@ -11,9 +11,13 @@ job writes `NAME='value'` lines and the same command entry sources them (`set -a
 
 from __future__ import annotations
 
+import copy
 import shlex
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
+from .catalog import CatalogEntry
 from .copy import COMMIT, CopyResult
 from .errors import DownloadError
 
@@ -95,6 +99,32 @@ CATALOG_BUILD_SPEC = {
         },
     },
 }
+
+# Where a catalog with PEFT adapters sets up the pin's converter (peft_convert.setup: ~1.1 GB, torch included).
+PEFT_CONVERT_DIR = "/tmp/peft-convert"
+
+
+def catalog_build_spec(entries: Iterable[CatalogEntry]) -> dict[str, Any]:
+    """The catalog project's buildspec: CATALOG_BUILD_SPEC itself unless an entry is a PEFT adapter (CatalogEntry.peft)
+    or has one in its `lora` bundle (CatalogAdapter.peft); then the install phase also selects the python the
+    converter's lock is for (buildspec `runtime-versions`,
+    https://docs.aws.amazon.com/codebuild/latest/userguide/build-spec-ref.html#build-spec.phases.install.runtime-versions)
+    and sets up the converter (peft_convert.setup), whose directory the build finds in PEFT_CONVERT_ENV. Every batch
+    of such a catalog pays the setup (a few minutes), so catalogs without PEFT adapters never do."""
+    from .peft_convert import ENV_DIR_ENV, PYTHON_VERSION
+
+    if not any(e.peft or any(a.peft for a in e.adapters or ()) for e in entries):
+        return CATALOG_BUILD_SPEC
+    spec: dict[str, Any] = copy.deepcopy(CATALOG_BUILD_SPEC)
+    spec["env"]["variables"] = {ENV_DIR_ENV: PEFT_CONVERT_DIR}
+    spec["phases"]["install"] = {
+        "runtime-versions": {"python": PYTHON_VERSION},
+        "commands": [
+            *INSTALL["commands"],
+            f'python3 -m model_download.peft_convert setup "${ENV_DIR_ENV}"',
+        ],
+    }
+    return spec
 
 
 # -- snapshot mode: a vLLM model's safetensors repo (ModelArtifactProps(snapshot=True)) ----------------------

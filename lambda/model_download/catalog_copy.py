@@ -12,8 +12,16 @@ else from the Hub. A bounded number of entries run in parallel; a failed entry d
 
 An adapter entry (`base` set) is checked before anything of it is written, and again on every run: its GGUF header
 (from its landed key, else the Hub) must be what the engine loads over its base's (gguf_meta.adapter_problem:
-general.type adapter, adapter.type lora, the base's general.architecture, read from the base's landed key or the Hub,
-once per run and base); a mismatch fails that entry alone, with the reason in its marker.
+general.type adapter, adapter.type lora, the base's general.architecture, and every lora_a/lora_b pair naming a base
+tensor of the shape the engine requires — the base's header and tensor infos read from its landed key or the Hub, once
+per run and base); a mismatch fails that entry alone, with the reason in its marker.
+
+An entry with `adapters` is one `lora` bundle (catalog.lora_prefix): the base GGUF, each adapter as
+`lora/<name>.gguf`, and lora.json LAST — the seal the deploy's waiter HEADs. Every member is resolved (a PEFT adapter,
+CatalogAdapter.peft, converted to GGUF by peft_convert.convert_peft, the code a PEFT adapter entry is converted by) and
+every adapter header-checked against the base before anything of the bundle is written; a failing member fails the
+entry (its marker names the adapter). A sealed bundle is kept without a Hub request; an unsealed one (an interrupted
+run) keeps the members in place and copies the rest before sealing it.
 
 A failed entry gets `catalog.failure_key(entry)` (`farm/<name>/<idhash>/copy-failed.json`, JSON {"model",
 "reason", "attempt", "at"}; attempt = the previous marker's + 1), overwritten by each failed attempt and never
@@ -23,18 +31,31 @@ reports every failed model; the job exits non-zero so the batch counts as failed
 
 from __future__ import annotations
 
+import hashlib
 import json
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
 from .args import one_line
-from .catalog import Catalog, CatalogEntry, CatalogError, engine_json, failure_key
+from .catalog import (
+    Catalog,
+    CatalogAdapter,
+    CatalogEntry,
+    CatalogError,
+    engine_json,
+    failure_key,
+    lora_manifest,
+    lora_manifest_key,
+    lora_member_keys,
+)
 from .copy import (
     _HEX64,
     COMMIT,
@@ -43,12 +64,14 @@ from .copy import (
     copy_model,
     existing_object,
     hf_source,
+    put_if_absent,
     require_object,
 )
 from .credentials import read_token as _read_token
 from .errors import ChecksumMismatchError, DownloadError, ImmutableKeyError
-from .gguf_meta import ADAPTER_KEYS, ARCHITECTURE, adapter_problem, read_keys
+from .gguf_meta import ADAPTER_KEYS, ARCHITECTURE, GgufHeader, adapter_problem, read_header
 from .hub import FileInfo, FileRef, Hub, RangeSource, RetryPolicy
+from .peft_convert import ConvertedPeft, LocalFile, convert_peft, land_peft
 from .tarball import S3Object, write_mme_tarball
 
 DEFAULT_PARALLEL_MODELS = 4
@@ -148,7 +171,8 @@ def _held(head: dict[str, Any], entry: CatalogEntry, bucket: str, key: str) -> _
             f"s3://{bucket}/{key} exists but was not written by the copy job (no sha256 metadata); nothing was "
             "overwritten — delete that object or rename the model"
         )
-    if entry.sha256 and sha != entry.sha256:
+    # A converted PEFT adapter's pin is its source's (peft_convert.SOURCE_SHA256_META), not the landed GGUF's.
+    if entry.sha256 and (meta.get("source-sha256") if entry.peft else sha) != entry.sha256:
         raise ImmutableKeyError(
             f"s3://{bucket}/{key} holds sha256 {sha}, not the pinned {entry.sha256}; model keys are immutable and "
             "nothing was overwritten — delete that object first"
@@ -159,6 +183,49 @@ def _held(head: dict[str, Any], entry: CatalogEntry, bucket: str, key: str) -> _
     return _Held(
         sha, commit if commit and COMMIT.match(commit) else None, int(size) if size and size.isdigit() else None
     )
+
+
+def _require_commit(hub: Hub, info: FileInfo) -> str:
+    """The commit the Hub names (X-Repo-Commit), which a copy is pinned to; without one the copy is refused."""
+    if not (info.commit and COMMIT.match(info.commit)):
+        raise DownloadError(f"{info.ref}: {hub.endpoint} reported no commit (X-Repo-Commit) to pin the copy to")
+    return info.commit
+
+
+def expected_sha256(info: FileInfo, pinned_sha256: str | None) -> str:
+    """The sha256 a Hub file's bytes must hash to: the pinned one, else the Hub's; refused when there is none, when
+    the Hub reports an empty file, or when the Hub's differs from the pinned one (before anything is written)."""
+    expected = pinned_sha256 or info.sha256
+    if not expected:
+        raise DownloadError(f"{info.ref}: the Hub reports no sha256 (not an LFS file); pin its sha256")
+    if info.size == 0:
+        raise DownloadError(f"{info.ref}: the Hub reports an empty file")
+    if info.sha256 and info.sha256 != expected:
+        raise ChecksumMismatchError(
+            f"sha256 mismatch for {info.ref}: expected {expected}, the Hub reports {info.sha256}; nothing was copied"
+        )
+    return expected
+
+
+def _resolve(hub: Hub, ref: FileRef, pinned_sha256: str | None) -> tuple[FileInfo, str]:
+    """One Hub resolution of a bundle member: what the Hub says of it (commit, size, sha256) and the sha256 its
+    bytes must hash to (expected_sha256)."""
+    info = hub.info(ref)
+    _require_commit(hub, info)
+    return info, expected_sha256(info, pinned_sha256)
+
+
+@dataclass(frozen=True)
+class _ConvertedMember:
+    """A bundle's PEFT adapter converted to a local GGUF, to be written at `key` (as `adapter`, its bundle entry)."""
+
+    adapter: CatalogEntry
+    converted: ConvertedPeft
+    key: str
+
+
+# A bundle member to write: copied from the Hub (hub, info, sha256, key), or a converted PEFT adapter.
+_Planned = tuple[Hub, FileInfo, str, str] | _ConvertedMember
 
 
 class CatalogCopy:
@@ -181,7 +248,7 @@ class CatalogCopy:
         """bases: the whole catalog when `catalog` is one batch of it (an adapter's base may be in another batch)."""
         catalog.validate(whole=bases is None)
         self.bases = bases or catalog
-        self._base_meta: dict[str, dict[str, Any]] = {}
+        self._base_meta: dict[str, GgufHeader] = {}
         self._base_lock = threading.Lock()
         if not 1 <= parallel_models <= 64:
             raise DownloadError(f"parallel models must be 1..64, got {parallel_models}")
@@ -197,6 +264,8 @@ class CatalogCopy:
             raise DownloadError("the job was told to stop (CodeBuild timeout or StopBuild) before this copy finished")
 
     def copy_entry(self, entry: CatalogEntry) -> EntryReceipt:
+        if entry.adapters is not None:  # the `lora` layout: a bundle of the base and its adapters
+            return self._copy_bundle(entry)
         keys = self.catalog.keys(entry)
         held: dict[str, _Held] = {}
         for layout, key in keys.items():
@@ -222,17 +291,10 @@ class CatalogCopy:
         info = hub.info(
             FileRef(entry.hf_repo, entry.file, pinned.commit if pinned and pinned.commit else entry.revision)
         )
-        if not (info.commit and COMMIT.match(info.commit)):
-            raise DownloadError(f"{info.ref}: {hub.endpoint} reported no commit (X-Repo-Commit) to pin the copy to")
-        expected = entry.sha256 or (pinned.sha256 if pinned else None) or info.sha256
-        if not expected:
-            raise DownloadError(f"{info.ref}: the Hub reports no sha256 (not an LFS file); pin the entry's sha256")
-        if info.size == 0:
-            raise DownloadError(f"{info.ref}: the Hub reports an empty file")
-        if info.sha256 and info.sha256 != expected:
-            raise ChecksumMismatchError(
-                f"sha256 mismatch for {info.ref}: expected {expected}, the Hub reports {info.sha256}; nothing was copied"
-            )
+        commit = _require_commit(hub, info)
+        if entry.peft:  # its bytes are made, not copied: the pin's converter, then the same landing and header check
+            return land_peft(self, entry, keys, hub, info)
+        expected = expected_sha256(info, entry.sha256 or (pinned.sha256 if pinned else None))
         if entry.base is not None:  # before anything is written: a wrong adapter never lands
             self._check_adapter(entry, lambda: hub.open(info))
         copied: list[str] = []
@@ -243,7 +305,7 @@ class CatalogCopy:
                 request = CopyRequest(
                     repo=entry.hf_repo,
                     file=entry.file,
-                    revision=info.commit,
+                    revision=commit,
                     bucket=self.bucket,
                     key_prefix="",
                     sha256=expected,
@@ -257,7 +319,7 @@ class CatalogCopy:
             else:
                 source: RangeSource = self._gguf_in_s3(keys, entry, expected, info.size) or hub.open(
                     info
-                )  # pinned to info.commit
+                )  # pinned to that commit
                 written = write_mme_tarball(
                     self.s3,
                     bucket=self.bucket,
@@ -266,7 +328,7 @@ class CatalogCopy:
                     member=entry.basename,
                     engine_json=engine_json(entry),
                     expected_sha256=expected,
-                    hf_source=hf_source(entry.hf_repo, entry.file, info.commit),
+                    hf_source=hf_source(entry.hf_repo, entry.file, commit),
                     concurrency=self.concurrency,
                     part_size=self.part_size,
                     stop=self.stop,
@@ -275,7 +337,7 @@ class CatalogCopy:
                     require_object(self.s3, self.bucket, key, expected, None, source=f"hf://{info.ref}")
                 else:
                     copied.append(layout)
-        return EntryReceipt(entry.name, info.commit, expected, info.size, keys, tuple(copied))
+        return EntryReceipt(entry.name, commit, expected, info.size, keys, tuple(copied))
 
     def _gguf_in_s3(self, keys: dict[str, str], entry: CatalogEntry, expected: str, size: int) -> S3Object | None:
         """The entry's `gguf` object when the catalog writes that layout and it holds these bytes (just copied, or
@@ -300,13 +362,15 @@ class CatalogCopy:
         _held(head, entry, self.bucket, key)  # refuses an object the copy did not write
         return S3Object(self.s3, self.bucket, key, head)
 
-    def _header(self, source: RangeSource, keys: frozenset[str]) -> dict[str, Any]:
-        return read_keys(
+    def _header(self, source: RangeSource, keys: frozenset[str]) -> GgufHeader:
+        """The keys and every tensor's shape (gguf_meta.read_header: the header and tensor infos, no tensor data)."""
+        return read_header(
             lambda start, end: source.read_range(start, end, stop=self.stop), source.size, keys, label=source.label
         )
 
-    def _base_header(self, name: str) -> tuple[dict[str, Any], str]:
-        """The base model's general.architecture (its landed gguf key, else the Hub), read once per run."""
+    def _base_header(self, name: str) -> tuple[GgufHeader, str]:
+        """The base model's general.architecture and tensor shapes (its landed gguf key, else the Hub), read once per
+        run and base."""
         try:
             base = self.bases.entry(name)
         except KeyError:
@@ -336,6 +400,152 @@ class CatalogCopy:
         )
         if problem:
             raise DownloadError(problem)
+
+    # -- a `lora` bundle (catalog.lora_prefix) -------------------------------------------------------
+
+    def _copy_bundle(self, entry: CatalogEntry) -> EntryReceipt:
+        """The base GGUF and its adapters under lora_prefix(entry), then lora.json LAST (the seal). A sealed bundle is
+        kept as it is (its manifest must be this catalog's; no Hub request). Otherwise every member is resolved and
+        every adapter's header checked against the base's BEFORE a byte is written (a wrong adapter fails the entry
+        and nothing of the bundle lands), members already in place (an interrupted run) are kept, the missing ones
+        copied, and the manifest written if absent (If-None-Match). A PEFT adapter is converted while the bundle is
+        planned (into a local directory kept until its member is written), so its converted GGUF is checked too."""
+        manifest_key, manifest = lora_manifest_key(entry), lora_manifest(entry)
+        keys = {"lora": manifest_key}
+        members = lora_member_keys(entry)
+        if existing_object(self.s3, self.bucket, manifest_key) is not None:
+            self._require_manifest(manifest_key, manifest)
+            sealed = self._member(entry, members[""])
+            if sealed is None:
+                raise ImmutableKeyError(
+                    f"s3://{self.bucket}/{manifest_key} seals a bundle without its base GGUF {members['']}; nothing "
+                    "was overwritten — delete the manifest to copy the bundle again"
+                )
+            held = sealed[0]
+            return EntryReceipt(entry.name, held.commit or "", held.sha256, held.size, keys)
+        if self.stop.is_set():
+            raise DownloadError("not started: the job was told to stop (CodeBuild timeout or StopBuild)")
+
+        with tempfile.TemporaryDirectory(prefix="lora-bundle-") as work:
+            return self._fill_bundle(entry, members, manifest_key, manifest, Path(work))
+
+    def _fill_bundle(
+        self, entry: CatalogEntry, members: dict[str, str], manifest_key: str, manifest: bytes, work: Path
+    ) -> EntryReceipt:
+        """_copy_bundle's copy of an unsealed bundle; `work`: where PEFT adapters are converted."""
+        keys = {"lora": manifest_key}
+        base = self._member(entry, members[""])
+        todo: list[_Planned] = []  # each member to write, the base first
+        if base is not None and base[0].commit:  # an interrupted run landed it: its header is read in-region
+            commit, expected, size = base[0].commit, base[0].sha256, base[0].size
+            base_source: RangeSource = S3Object(self.s3, self.bucket, members[""], base[1])
+        else:
+            hub = self.hubs.for_secret(entry.token_secret_name)
+            info, expected = _resolve(hub, FileRef(entry.hf_repo, entry.file, entry.revision), entry.sha256)
+            commit, size, base_source = info.commit or "", info.size, hub.open(info)
+            todo.append((hub, info, expected, members[""]))
+        base_meta = self._header(base_source, frozenset({ARCHITECTURE}))
+        for adapter in entry.adapters or ():
+            try:
+                planned = self._plan_adapter(entry, adapter, members[adapter.name], base_meta, work)
+            except DownloadError as exc:
+                raise DownloadError(f"adapter {adapter.name} of the lora bundle: {exc}") from exc
+            if planned is not None:
+                todo.append(planned)
+
+        for planned in todo:  # the base first, then the adapters in order
+            if isinstance(planned, _ConvertedMember):
+                self._put_converted(planned)
+                continue
+            hub, info, sha, key = planned
+            request = CopyRequest(
+                repo=info.ref.repo,
+                file=info.ref.file,
+                revision=info.commit or info.ref.revision,
+                bucket=self.bucket,
+                key_prefix="",
+                sha256=sha,
+                concurrency=self.concurrency,
+                part_size=self.part_size,
+                dest_key=key,
+            )
+            copy_model(request, hub=hub, s3=self.s3, progress=self._stop_check, info=info)
+        if self.stop.is_set():  # every member is in place, but a stopped run does not seal the bundle
+            raise DownloadError(
+                "the job was told to stop (CodeBuild timeout or StopBuild) before the bundle was sealed"
+            )
+        written = put_if_absent(
+            self.s3,
+            bucket=self.bucket,
+            key=manifest_key,
+            Body=manifest,
+            ContentType="application/json",
+            Metadata={"sha256": hashlib.sha256(manifest).hexdigest()},
+        )
+        if not written:  # another run sealed it meanwhile: it must be this manifest
+            self._require_manifest(manifest_key, manifest)
+        return EntryReceipt(entry.name, commit, expected, size, keys, ("lora",) if todo or written else ())
+
+    def _member(self, entry: CatalogEntry, key: str) -> tuple[_Held, dict[str, Any]] | None:
+        """What a bundle member's key holds (refusing an object the copy did not write, or other pinned bytes)."""
+        head = existing_object(self.s3, self.bucket, key)
+        return None if head is None else (_held(head, entry, self.bucket, key), head)
+
+    def _plan_adapter(
+        self, entry: CatalogEntry, adapter: CatalogAdapter, key: str, base_meta: GgufHeader, work: Path
+    ) -> _Planned | None:
+        """Check one adapter's header against the base's (its landed member, else the Hub file — a PEFT adapter's: its
+        GGUF converted into `work`); what to write, or None when it is in place already."""
+        as_entry = CatalogEntry(
+            name=adapter.name,
+            hf_repo=adapter.hf_repo,
+            file=adapter.file,
+            revision=adapter.revision,
+            sha256=adapter.sha256,
+            token_secret_name=adapter.token_secret_name,
+            base=entry.name,
+        )
+        held = self._member(as_entry, key)
+        planned: _Planned | None = None
+        if held is not None:
+            source: RangeSource = S3Object(self.s3, self.bucket, key, held[1])
+        else:
+            hub = self.hubs.for_secret(adapter.token_secret_name)
+            info, sha = _resolve(hub, FileRef(adapter.hf_repo, adapter.file, adapter.revision), adapter.sha256)
+            if adapter.peft:  # made, not copied: the same conversion as a PEFT adapter entry's (land_peft)
+                label = f"adapter {adapter.name} ({adapter.hf_repo}/{adapter.file}@{info.commit})"
+                converted = convert_peft(hub, info, sha, work / adapter.name, label=label, stop=self.stop)
+                source, planned = LocalFile(converted.path), _ConvertedMember(as_entry, converted, key)
+            else:
+                source, planned = hub.open(info), (hub, info, sha, key)
+        problem = adapter_problem(
+            self._header(source, ADAPTER_KEYS),
+            base_meta,
+            adapter_label=f"adapter {adapter.name} ({adapter.hf_repo}/{adapter.file})",
+            base_label=f"{entry.name} ({entry.hf_repo}/{entry.file})",
+        )
+        if problem:
+            raise DownloadError(problem)
+        return planned
+
+    def _put_converted(self, member: _ConvertedMember) -> None:
+        """Land a converted PEFT member (If-None-Match); a key another run landed meanwhile must hold the copy's
+        object of this source (_held: its SOURCE_SHA256_META against a pinned sha256), never replaced."""
+        if member.converted.put(self.s3, self.bucket, member.key):
+            return
+        if self._member(member.adapter, member.key) is None:
+            raise DownloadError(
+                f"s3://{self.bucket}/{member.key} was being written by another run at the same time; run again"
+            )
+
+    def _require_manifest(self, key: str, manifest: bytes) -> None:
+        """A bundle's lora.json must be the one this catalog writes (its prefix names the adapters and scales)."""
+        body = self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        if body != manifest:
+            raise ImmutableKeyError(
+                f"s3://{self.bucket}/{key} holds another lora.json than this catalog's ({body[:120]!r}); nothing was "
+                "overwritten — delete that bundle's objects to copy it again"
+            )
 
     # -- the catalog ----------------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """Custom::DedicatedModelsReady — the ONE bounded wait of a farm's deploy: until every dedicated model's key of the
-catalog is in place (catalog.gguf_key), so no SageMaker endpoint is created and no dedicated Deployment rolls
-before its model exists. The pooled models are not waited for (they become servable as their keys land).
+catalog is in place (awaited_key: catalog.gguf_key, or a `lora` bundle's manifest — written last, the seal of a base
+and its adapters), so no SageMaker endpoint is created and no dedicated Deployment rolls before its model exists.
+The pooled models are not waited for (they become servable as their keys land).
 
 The catalog copy is started by its own state machine, not awaited (catalog_fanout); the dedicated models head the
 catalog's entries, so its Distributed Map copies them first. This resource reads the catalog (the construct's S3
@@ -37,7 +38,7 @@ import time
 from typing import Any
 
 from .build_job import BUILD_DEADLINE_SECONDS, client
-from .catalog import Catalog, CatalogEntry, failure_key
+from .catalog import Catalog, CatalogEntry, failure_key, lora_member_keys
 from .catalog_copy import load_catalog
 
 RESOURCE_TYPE = "Custom::DedicatedModelsReady"
@@ -92,6 +93,13 @@ def on_event(event: dict[str, Any], _context: Any = None, *, s3=None) -> dict[st
     }
 
 
+def awaited_key(catalog: Catalog, entry: CatalogEntry) -> str:
+    """The key the consumer reads: a `lora` bundle's manifest (written last: its seal), else `gguf` (an endpoint or
+    Deployment), else the entry's `mme` tarball (an inference component's ArtifactUrl)."""
+    keys = catalog.keys(entry)
+    return keys.get("lora") or keys.get("gguf") or keys["mme"]
+
+
 def _pinned(entry: CatalogEntry) -> bool:
     return entry.sha256 is not None or bool(_COMMIT.match(entry.revision))
 
@@ -128,10 +136,7 @@ def is_complete(event: dict[str, Any], _context: Any = None, *, s3=None, now=Non
     missing: list[CatalogEntry] = []
     landed: dict[str, str] = {}
     for entry in entries:
-        # The key the consumer reads: `gguf` (an endpoint or Deployment), else the entry's `mme` tarball (an
-        # inference component's ArtifactUrl).
-        keys = catalog.keys(entry)
-        head = _head(s3, bucket, keys.get("gguf") or keys["mme"])
+        head = _head(s3, bucket, awaited_key(catalog, entry))
         if head is None:
             missing.append(entry)
         else:
@@ -163,7 +168,10 @@ def is_complete(event: dict[str, Any], _context: Any = None, *, s3=None, now=Non
     for entry in entries:
         if _pinned(entry):
             continue
-        commit = legacy_mismatch(s3, props, entry, landed[entry.name])
+        sha256 = landed[entry.name]
+        if entry.adapters is not None:  # the manifest's sha256 is its own: the model's is its bundle's base GGUF's
+            sha256 = ((_head(s3, bucket, lora_member_keys(entry)[""]) or {}).get("Metadata") or {}).get("sha256", "")
+        commit = legacy_mismatch(s3, props, entry, sha256)
         if commit is not None:
             raise RuntimeError(
                 f"dedicated model {entry.name}: the catalog's copy of {entry.hf_repo}/{entry.file}@{entry.revision} "

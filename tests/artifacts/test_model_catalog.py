@@ -16,7 +16,7 @@ from aws_cdk import aws_iam as iam
 
 from cpu_inference.artifacts import ModelArtifact, ModelArtifactProps, ModelBucket, ModelCatalog, ModelCatalogProps
 from model_download.buildspec import CATALOG_NAMES_ENV
-from model_download.catalog import Catalog, CatalogEntry, gguf_key, mme_target_model
+from model_download.catalog import Catalog, CatalogAdapter, CatalogEntry, gguf_key, mme_target_model
 from tests.support.cdk import apply_nag, cfn_lint_errors, nag_errors, synth, template_json
 
 pytestmark = pytest.mark.synth
@@ -252,3 +252,34 @@ def test_a_key_of_a_layout_that_is_not_copied_is_refused() -> None:
     assert catalog.gguf_key("m-0001").startswith("farm/m-0001/")
     with pytest.raises(ValueError, match="no 'mme' layout is copied; add 'mme' to ModelCatalogProps.layouts"):
         catalog.mme_target_model("m-0001")
+
+
+def test_a_bundled_adapters_token_secret_is_granted_to_the_copy_job() -> None:
+    """The copy opens each bundled adapter's Hub with the adapter's own secret (catalog_copy: hubs.for_secret(
+    adapter.token_secret_name)), so the job's role must read it — a gated adapter repo over a public base."""
+    app = cdk.App()
+    stack = cdk.Stack(app, "Bundle", env=ENV)
+    base = CatalogEntry(
+        name="base",
+        hf_repo="acme/base-GGUF",
+        file="base.gguf",
+        layouts=("lora",),
+        adapters=(
+            CatalogAdapter(name="tuned", hf_repo="acme/tuned-lora", file="tuned.gguf", token_secret_name="hf/gated"),
+        ),
+    )
+    catalog = ModelCatalog(
+        stack,
+        "Farm",
+        props=ModelCatalogProps(model_bucket=ModelBucket(stack, "ModelBucket"), entries=(base,), layouts=("gguf",)),
+    )
+    assert catalog.catalog.token_secrets() == {"hf/gated": "base.adapters[tuned]"}
+    template = template_json(stack)
+    granted = [
+        _flat(st["Resource"])
+        for res in template["Resources"].values()
+        if res["Type"] == "AWS::IAM::Policy"
+        for st in res["Properties"]["PolicyDocument"]["Statement"]
+        if any(str(a).startswith("secretsmanager:") for a in _as_list(st["Action"]))
+    ]
+    assert granted == ["arn:<AWS::Partition>:secretsmanager:us-east-1:123456789012:secret:hf/gated-??????"]

@@ -14,6 +14,7 @@ from cpu_inference import sizing
 from cpu_inference.config import ConfigError, parse
 from cpu_inference.config.rules import model_spec
 from cpu_inference.config.schema import ADAPTER_SIZE_MB
+from cpu_inference.engines.adapter_hosting import adapter_hosting_problem
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -56,11 +57,13 @@ def test_sizing_counts_the_adapters_in_the_base_memory() -> None:
     assert grown == int((8 + ADAPTER_SIZE_MB) * 1e6)
 
 
-def test_a_peft_source_is_refused_naming_the_file_key() -> None:
-    peft = {"name": "peft", "source": {"hf_repo": "acme/peft-lora", "revision": COMMIT}}
-    assert _errors(_doc(_base(adapters=[_adapter("ok"), peft]))) == [
-        "config.yaml: models[0].adapters[1].source.file: PEFT adapters are not converted by the catalog yet — convert "
-        "with the pin's convert_lora_to_gguf.py, publish the GGUF and name it here (source.file: <adapter>.gguf)"
+def test_a_file_neither_gguf_nor_peft_is_refused_naming_the_file_key() -> None:
+    # A PEFT source (no file) is converted by the catalog copy: tests/config/test_adapter_peft.py.
+    bad = {"name": "bad", "source": {"hf_repo": "acme/lora", "file": "adapter.bin", "revision": COMMIT}}
+    assert _errors(_doc(_base(adapters=[_adapter("ok"), bad]))) == [
+        "config.yaml: models[0].adapters[1].source.file: 'adapter.bin' is neither a GGUF adapter (<adapter>.gguf) nor "
+        "a PEFT adapter's adapter_model.safetensors — name the .gguf, or leave source.file out for a PEFT repo "
+        "(adapter_config.json + adapter_model.safetensors, converted by the catalog copy)"
     ]
 
 
@@ -115,38 +118,51 @@ def test_a_group_default_adapter_is_named_at_the_defaults() -> None:
                 "defaults": {
                     "source": {"hf_repo": "acme/base-GGUF"},
                     "parameters_billions": 0.135,
-                    "adapters": [{"name": "shared", "source": {"hf_repo": "acme/peft"}}],
+                    "adapters": [{"name": "shared", "source": {"hf_repo": "acme/lora", "file": "adapter.bin"}}],
                 },
                 "models": [{"name": "m1", "source": {"file": "m1.gguf"}}],
             }
         ],
     }
     assert _errors(doc) == [
-        "config.yaml: model_groups[0].defaults.adapters[0].source.file: PEFT adapters are not converted by the catalog "
-        "yet — convert with the pin's convert_lora_to_gguf.py, publish the GGUF and name it here (source.file: "
-        "<adapter>.gguf)"
+        "config.yaml: model_groups[0].defaults.adapters[0].source.file: 'adapter.bin' is neither a GGUF adapter "
+        "(<adapter>.gguf) nor a PEFT adapter's adapter_model.safetensors — name the .gguf, or leave source.file out "
+        "for a PEFT repo (adapter_config.json + adapter_model.safetensors, converted by the catalog copy)"
     ]
 
 
-def test_target_sagemaker_is_refused_by_validate_in_one_line(tmp_path: Path) -> None:
-    doc = _doc(_base(), target="sagemaker")
-    doc["farm"] = {"pools": [{"name": "default", "instance_type": "ml.c7g.2xlarge"}]}
+def _validate(tmp_path: Path, doc: dict) -> tuple[subprocess.CompletedProcess, Path]:
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     run = subprocess.run(
         [sys.executable, "-m", "cpu_inference.cli.main", "validate", str(path)], capture_output=True, text=True
     )
-    assert run.returncode != 0
     assert "Traceback" not in run.stderr
+    return run, path
+
+
+def test_target_sagemaker_refuses_a_pooled_base_by_validate_in_one_line(tmp_path: Path) -> None:
+    doc = _doc(_base(), target="sagemaker")
+    doc["farm"] = {"pools": [{"name": "default", "instance_type": "ml.c7g.2xlarge"}]}
+    run, path = _validate(tmp_path, doc)
+    assert run.returncode != 0
     lines = [x for x in (run.stdout + run.stderr).splitlines() if "adapters" in x]
-    assert lines == [
-        f"{path}: models[0].adapters: adapters are served on EKS and by `cpu-inference local` only so far — remove "
-        "adapters, or use target: eks"
-    ]
+    problem = adapter_hosting_problem("sagemaker", pooled=True, hosting="endpoints", copy="catalog")
+    assert lines == [f"{path}: models[0].adapters: base: {problem}"]
 
 
-def test_a_dedicated_base_is_refused_until_its_pods_read_adapters() -> None:
-    assert _errors(_doc(_base(serving="dedicated"))) == [
-        "config.yaml: models[0].adapters: base is served dedicated: adapters are served over a pooled base only so far "
-        "— serve the base from a pool (serving: pool), or remove adapters"
-    ]
+def test_target_sagemaker_accepts_a_dedicated_base_by_validate(tmp_path: Path) -> None:
+    """A dedicated base is served by its own endpoint, its adapters selected by `model` (the catalog's `lora` bundle:
+    tests/patterns/test_adapter_farm_sagemaker.py, tests/runtime/engine/test_sagemaker_lora.py)."""
+    doc = _doc(_base(serving="dedicated", instance_type="ml.c7g.2xlarge"), target="sagemaker")
+    run, _ = _validate(tmp_path, doc)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_a_dedicated_base_on_eks_is_accepted_with_its_adapters_in_order() -> None:
+    """Its pods fetch the adapters and load them in config order (tests/patterns/test_dedicated_adapter_farm.py,
+    tests/runtime/router/test_gateway_dedicated_adapters.py)."""
+    config = parse(yaml.safe_dump(_doc(_base(serving="dedicated"))))
+    (m,) = config.models
+    assert config.serving_of(m) == "dedicated"
+    assert [a.name for a in m.adapters] == ["support-json", "legal-tone"]

@@ -21,6 +21,7 @@ import yaml
 from cpu_inference.app import build_app
 from cpu_inference.config import ConfigError, load
 from cpu_inference.eks.manifests import DEFAULT_MAX_BYTES, object_size
+from cpu_inference.engines.adapter_hosting import adapter_hosting_problem
 from cpu_inference.k8s.charts.model_pool_chart import PRESET_FILE
 from cpu_inference.k8s.charts.router_chart import CONFIG_FILE
 from cpu_inference.patterns.deployment import CFN_MAX_RESOURCES, CFN_MAX_TEMPLATE_BYTES
@@ -216,10 +217,10 @@ def test_adding_10_adapters_and_removing_10_changes_only_configmaps_and_the_cata
     )
 
 
-def test_target_sagemaker_refuses_adapters_in_one_line(tmp_path: Path) -> None:
+def test_target_sagemaker_refuses_adapters_over_a_pooled_base_in_one_line(tmp_path: Path) -> None:
+    """A pooled base on sagemaker is a multi-model endpoint's: refused with engines.adapter_hosting's line (a dedicated
+    base is served: tests/patterns/test_adapter_farm_sagemaker.py)."""
     with pytest.raises(ConfigError) as err:
         load(_config(tmp_path / "sm.yaml", range(3), target="sagemaker"))
-    assert str(err.value).splitlines() == [
-        f"{tmp_path / 'sm.yaml'}: models[0].adapters: adapters are served on EKS and by `cpu-inference local` only so "
-        "far — remove adapters, or use target: eks"
-    ]
+    problem = adapter_hosting_problem("sagemaker", pooled=True, hosting="endpoints", copy="catalog")
+    assert str(err.value).splitlines() == [f"{tmp_path / 'sm.yaml'}: models[0].adapters: {BASE}: {problem}"]

@@ -53,7 +53,7 @@ from cpu_inference.artifacts.model_artifact import (
 )
 from cpu_inference.artifacts.model_bucket import MODELS_PREFIX, ModelBucket
 from model_download.build_job import SERVICE_TIMEOUT_SECONDS
-from model_download.buildspec import CATALOG_BUILD_SPEC, catalog_environment
+from model_download.buildspec import catalog_build_spec, catalog_environment
 from model_download.catalog import (
     FARM_PREFIX,
     Catalog,
@@ -120,9 +120,9 @@ class ModelCatalogProps:
             raise ValueError(f"ModelCatalogProps: {exc}") from None
         if not self.hf_endpoint.startswith(("https://", "http://")):
             raise ValueError(f"ModelCatalogProps.hf_endpoint must be an http(s) URL, got {self.hf_endpoint!r}")
-        for entry in self.catalog.entries:
-            check_token_secret(f"ModelCatalogProps.entries[{entry.name}].token_secret_name", entry.token_secret_name)
-        if self.token_secret_key is not None and not any(e.token_secret_name for e in self.catalog.entries):
+        for secret, where in self.catalog.token_secrets().items():
+            check_token_secret(f"ModelCatalogProps.entries[{where}].token_secret_name", secret)
+        if self.token_secret_key is not None and not self.catalog.token_secrets():
             raise ValueError("ModelCatalogProps.token_secret_key applies only when an entry names a token_secret_name")
         if not 0 <= self.awaited <= len(self.catalog.entries):
             raise ValueError(
@@ -193,8 +193,8 @@ class ModelCatalog(Construct):
             )
         )
         self.token_secrets: dict[str, secretsmanager.ISecret] = {}
-        names = sorted({e.token_secret_name for e in self.catalog.entries if e.token_secret_name})
-        for index, name in enumerate(names):
+        # Every secret the copy opens a Hub with: the entries' and their bundled adapters' (a gated adapter repo).
+        for index, name in enumerate(self.catalog.token_secrets()):
             secret = import_token_secret(self, f"TokenSecret{index}", name)
             grant_token_secret(secret, props.token_secret_key, self.role)
             self.token_secrets[name] = secret
@@ -207,7 +207,7 @@ class ModelCatalog(Construct):
                 # No model count: the template is byte-for-byte the same size whatever the catalog's.
                 f"Copies a batch of the catalog's pooled models into {FARM_PREFIX} of the model bucket"
             ),
-            build_spec=CATALOG_BUILD_SPEC,
+            build_spec=catalog_build_spec(self.catalog.entries),  # the PEFT converter's setup only when needed
             # Alone (`aws codebuild start-build`), a build copies the whole catalog of the last deploy.
             environment=catalog_environment(
                 bucket=self.bucket.bucket_name,

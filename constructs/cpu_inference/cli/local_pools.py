@@ -88,7 +88,7 @@ def deployed_adapter_key(adapter, base: str) -> str:
 
     s = adapter.source
     entry = CatalogEntry(
-        name=adapter.name, hf_repo=s.hf_repo, file=s.file, revision=s.revision, sha256=s.sha256, base=base
+        name=adapter.name, hf_repo=s.hf_repo, file=s.catalog_file, revision=s.revision, sha256=s.sha256, base=base
     )
     return gguf_key(entry).removeprefix(FARM_PREFIX)
 

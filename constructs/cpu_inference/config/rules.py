@@ -10,10 +10,12 @@ from cpu_inference import sizing
 from cpu_inference.config.problems import Problem
 from cpu_inference.config.schema import Config, FarmPool, Model
 from cpu_inference.engines import DTYPE_BYTES, LLAMA_CPP
+from cpu_inference.engines.adapter_hosting import adapter_hosting_problem, adapter_task_problem
 from cpu_inference.engines.pool_preset import preload_problem
 from cpu_inference.engines.tasks import GENERATION_TASKS
 from cpu_inference.sizing import pools as pool_sizing
 from cpu_inference.sizing.slm_context import RouterConfig, decision, slm_context_per_slot
+from model_download.catalog import PEFT_WEIGHTS
 
 
 def model_spec(m: Model, config: Config | None = None) -> sizing.ModelSpec:
@@ -509,22 +511,15 @@ def _vllm_advice(config: Config, i: int, m: Model) -> list[Problem]:
 
 
 def _check_adapters(config: Config) -> list[Problem]:
-    """adapters: where they can be served (a model-farm on EKS, a llama.cpp base), GGUF sources only, and names unique
-    across every model and adapter (clients send either as `model`; each is a catalog key prefix farm/<name>/)."""
+    """adapters: where they can be served (a model-farm, a llama.cpp base, engines.adapter_hosting), GGUF or PEFT
+    sources, and names unique across every model and adapter (clients send either as `model`; each is a catalog key
+    prefix farm/<name>/)."""
     out: list[Problem] = []
     names = {m.name: config.model_path(i) for i, m in enumerate(config.models)}
     for i, m in enumerate(config.models):
         if not m.adapters:
             continue
         where = config.key_path(i, "adapters")
-        if config.target != "eks":
-            out.append(
-                Problem(
-                    where,
-                    "adapters are served on EKS and by `cpu-inference local` only so far — remove adapters, or use target: eks",
-                )
-            )
-            continue
         if m.engine != LLAMA_CPP:
             out.append(
                 Problem(
@@ -532,6 +527,9 @@ def _check_adapters(config: Config) -> list[Problem]:
                     f"adapters are GGUF LoRA adapters for engine llama.cpp; {m.name} runs engine {m.engine} — remove adapters, or use engine: llama.cpp",
                 )
             )
+            continue
+        if problem := adapter_task_problem(m.task):
+            out.append(Problem(where, f"{m.name}: {problem}"))
             continue
         if config.pattern != "model-farm":
             out.append(
@@ -541,21 +539,26 @@ def _check_adapters(config: Config) -> list[Problem]:
                 )
             )
             continue
-        if config.serving_of(m) != "pool":
-            out.append(
-                Problem(
-                    where,
-                    f"{m.name} is served dedicated: adapters are served over a pooled base only so far — serve the base from a pool (serving: pool), or remove adapters",
-                )
-            )
+        problem = adapter_hosting_problem(
+            config.target,
+            pooled=config.serving_of(m) == "pool",
+            hosting=config.farm.dedicated_hosting,
+            copy=config.farm.dedicated_copy,
+        )
+        if problem:
+            out.append(Problem(where, f"{m.name}: {problem}"))
             continue
         for j, a in enumerate(m.adapters):
             at = f"{where}[{j}]"
-            if a.source.file is None or not a.source.file.endswith(".gguf") or a.source.file.startswith("/"):
+            if a.source.file is not None and a.source.file.startswith("/"):
+                out.append(Problem(f"{at}.source.file", "must be a path inside the repo, without a leading '/'"))
+            # A PEFT source is converted by the catalog copy on both targets: an adapter entry (EKS) or a member of
+            # the base's `lora` bundle (SageMaker), by model_download.peft_convert.convert_peft.
+            elif not a.source.peft and not a.source.catalog_file.endswith(".gguf"):
                 out.append(
                     Problem(
                         f"{at}.source.file",
-                        "PEFT adapters are not converted by the catalog yet — convert with the pin's convert_lora_to_gguf.py, publish the GGUF and name it here (source.file: <adapter>.gguf)",
+                        f"{a.source.file!r} is neither a GGUF adapter (<adapter>.gguf) nor a PEFT adapter's {PEFT_WEIGHTS} — name the .gguf, or leave source.file out for a PEFT repo (adapter_config.json + {PEFT_WEIGHTS}, converted by the catalog copy)",
                     )
                 )
             if a.name in names:

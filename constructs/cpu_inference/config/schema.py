@@ -27,6 +27,7 @@ from pydantic_core import InitErrorDetails
 from cpu_inference.engines import DEFAULT_VLLM_DTYPE, LLAMA_CPP, VLLM, VLLM_TASKS
 from cpu_inference.sizing.slm_context import DEFAULT_ANSWER_MAX_TOKENS
 from inference_runtime.lora import DEFAULT_SCALE, MAX_SCALE
+from model_download.catalog import PEFT_CONFIG, PEFT_WEIGHTS
 from model_download.hub import DEFAULT_REVISION
 
 
@@ -153,10 +154,21 @@ class AdapterSource(_HubSource):
     file: Annotated[
         str | None,
         Field(
-            description="the adapter's GGUF file in the repo (ends in .gguf), made by the engine pin's convert_lora_to_gguf.py; "
-            "a PEFT adapter (adapter_config.json + safetensors) is not converted by the catalog yet"
+            description="the adapter's GGUF file in the repo (ends in .gguf); leave it out for a PEFT adapter "
+            f"({PEFT_CONFIG} + {PEFT_WEIGHTS}), which the catalog copy converts with the engine pin's "
+            "convert_lora_to_gguf.py (on EKS and SageMaker); sha256 then pins the safetensors"
         ),
     ] = None
+
+    @property
+    def catalog_file(self) -> str:
+        """The file the catalog copies: `file`, or a PEFT adapter's weights (model_download.catalog.PEFT_WEIGHTS)."""
+        return self.file or PEFT_WEIGHTS
+
+    @property
+    def peft(self) -> bool:
+        """A PEFT adapter (no file, or the PEFT weights named): converted to GGUF by the catalog copy."""
+        return self.catalog_file.rsplit("/", 1)[-1] == PEFT_WEIGHTS
 
 
 class Adapter(_Strict):
@@ -286,7 +298,7 @@ class Model(_Strict):
     adapters: Annotated[
         list[Adapter],
         Field(
-            description="LoRA adapters served over this model (a pooled llama.cpp model of a model-farm on EKS): each a name clients send, a GGUF source and a scale; ids follow this order"
+            description="LoRA adapters served over this model (a llama.cpp model of a model-farm: pooled or dedicated on EKS, dedicated on SageMaker): each a name clients send, a source (a GGUF file, or a PEFT repo the catalog converts) and a scale; ids follow this order"
         ),
     ] = []
 

@@ -43,9 +43,11 @@ from cpu_inference.k8s.charts.router_chart import (
     gateway_cold_start_query,
     gateway_models,
 )
+from cpu_inference.k8s.workloads.model_fetch import adapter_path
 from cpu_inference.k8s.workloads.model_workload import ModelWorkload
 from cpu_inference.k8s.workloads.serving_policy import KedaSource, ServingPolicy
 from cpu_inference.monitoring.alerts import ModelAlertSpec, dashboard, rule_groups_yaml
+from slm_router.config import GatewayAdapter
 
 POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
 # The ServiceAccount every shared_identity model of a namespace runs as (one per namespace; ModelDeployment).
@@ -584,7 +586,15 @@ class InferenceWorkloads(Construct):
         config = r.router_config()  # slm_router.config.Config: the gateway's config, typed
         gw = config.gateway
         if r.mode == "gateway" and not gw.models and model_urls:
-            gw = gw.updated(models=gateway_models(model_urls))
+            # A dedicated base's adapters: their pod paths (the engine's LLAMA_LORA, echoed by GET /lora-adapters).
+            adapters = {
+                name: tuple(
+                    GatewayAdapter(name=a.name, path=adapter_path(a.name), scale=a.scale)
+                    for a in chart.props.model.adapters
+                )
+                for name, chart in self.charts.items()
+            }
+            gw = gw.updated(models=gateway_models(model_urls, adapters))
         if r.mode == "gateway" and self.pool_charts and not gw.pools:
             gw = gw.updated(pools=tuple(c.gateway_pool for c in self.pool_charts.values()))
             unset = {"cold_load_timeout_s": COLD_LOAD_TIMEOUT_S, "health_interval_s": HEALTH_INTERVAL_S}

@@ -21,14 +21,14 @@ from cpu_inference.images import VLLM_IMAGE, LlamaCppImageProps
 from cpu_inference.k8s.charts.model_pool_chart import ModelPoolChartProps
 from cpu_inference.k8s.charts.router_chart import RouterChartProps
 from cpu_inference.k8s.specs.default_node_pools import MEMORY_POOL, MEMORY_TAINT
-from cpu_inference.k8s.workloads.model_workload import ModelWorkload
+from cpu_inference.k8s.workloads.model_workload import ModelWorkload, WorkloadAdapter
 from cpu_inference.k8s.workloads.serving_policy import ServingPolicy
 from cpu_inference.patterns.eks_platform import EksPlatform, EksPlatformProps
 from cpu_inference.patterns.sagemaker_endpoints import graviton_endpoint_props
 from cpu_inference.patterns.served_model import ServedModel
 from cpu_inference.patterns.serving_foundation import ROUTER_IMAGE, ServingFoundation
 from cpu_inference.sagemaker import GravitonEndpoint
-from model_download.catalog import FARM_PREFIX
+from model_download.catalog import FARM_PREFIX, LORA_MANIFEST, CatalogEntry, lora_prefix
 
 TARGETS = ("eks", "sagemaker")
 
@@ -196,12 +196,28 @@ class CatalogModels:
     def uri(self, name: str) -> str:
         return f"s3://{self.catalog.bucket.bucket_name}/{self.catalog.gguf_key(name)}"
 
+    def _bundle(self, name: str) -> CatalogEntry | None:
+        """The entry when it is a base with adapters in the catalog's `lora` bundle (SageMaker), else None."""
+        entry = self.catalog.catalog.entry(name)
+        return entry if "lora" in self.catalog.catalog.layouts_of(entry) else None
+
     def prefix_uri(self, name: str) -> str:
-        """The GGUF's own prefix `farm/<name>/<idhash>/` (SageMaker's S3Prefix model data)."""
+        """SageMaker's S3Prefix model data: the GGUF's own prefix `farm/<name>/<idhash>/`, or a base with adapters'
+        bundle prefix (catalog.lora_prefix: the base, lora/<adapter>.gguf and the manifest, all of it downloaded)."""
+        bundle = self._bundle(name)
+        if bundle is not None:
+            return f"s3://{self.catalog.bucket.bucket_name}/{lora_prefix(bundle)}"
         return self.uri(name).rsplit("/", 1)[0] + "/"
 
     def file(self, name: str) -> str:
+        bundle = self._bundle(name)
+        if bundle is not None:
+            return bundle.basename  # the bundle's base member (catalog.lora_member_keys)
         return self.catalog.gguf_key(name).rsplit("/", 1)[1]
+
+    def lora_manifest(self, name: str) -> str | None:
+        """The bundle's manifest relative to its prefix (catalog.LORA_MANIFEST), None for a model without adapters."""
+        return LORA_MANIFEST if self._bundle(name) is not None else None
 
     @property
     def ready(self) -> IDependable:
@@ -226,6 +242,12 @@ def model_deployments(
                         model_uri=catalog.uri(m.name),
                         spec=m.spec,
                         sha256=m.sha256,
+                        # Its LoRA adapters: their catalog keys (farm/<adapter>/<idhash>/<file>, under the same read
+                        # of farm/ as the model's), fetched by the pod's adapter-fetch init container.
+                        adapters=tuple(
+                            WorkloadAdapter(name=a.name, uri=catalog.uri(a.name), scale=a.scale, sha256=a.sha256)
+                            for a in m.adapters
+                        ),
                         **workload,  # type: ignore[arg-type]
                     ),
                     model_bucket=catalog.catalog.model_bucket,
@@ -235,6 +257,8 @@ def model_deployments(
                 )
             )
             continue
+        if m.adapters:  # ModelFarmProps refuses this first, naming farm.dedicated_copy
+            raise ValueError(f"ServedModel {m.name}: a dedicated model's adapters are read from its farm's catalog")
         out.append(
             ModelDeployment.from_artifact(
                 foundation.artifacts[m.name], image=foundation.image_for(m).image_uri, spec=m.spec, **workload
@@ -297,7 +321,12 @@ def endpoints(
         source: dict[str, Any] = {"model": foundation.artifacts.get(m.name)}
         if catalog is not None and m.name in catalog.names:
             key = catalog.catalog.model_bucket.key
-            source = {"model": catalog.prefix_uri(m.name), "model_file": catalog.file(m.name), "model_key": key}
+            source = {
+                "model": catalog.prefix_uri(m.name),
+                "model_file": catalog.file(m.name),
+                "model_key": key,
+                "lora_manifest": catalog.lora_manifest(m.name),
+            }
         out[m.name] = GravitonEndpoint(
             home.stack_for(m.name) if home is not None else scope,
             f"Endpoint{''.join(p.capitalize() for p in m.name.split('-'))}",

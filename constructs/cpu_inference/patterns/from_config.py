@@ -42,7 +42,7 @@ def served_models(config: Config) -> tuple[ServedModel, ...]:
                 ServedAdapter(
                     name=a.name,
                     hf_repo=a.source.hf_repo,
-                    file=a.source.file or "",  # a PEFT source (no file) is refused by config.rules
+                    file=a.source.catalog_file,  # a PEFT source: its weights (converted by the catalog copy)
                     revision=a.source.revision,
                     sha256=a.source.sha256,
                     token_secret_name=a.source.token_secret_name,

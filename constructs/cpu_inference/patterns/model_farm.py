@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
@@ -35,6 +36,7 @@ from cpu_inference.config.schema import (
 )
 from cpu_inference.eks.mountpoint import MountpointS3Csi, MountpointSettings
 from cpu_inference.engines import is_vllm
+from cpu_inference.engines.adapter_hosting import adapter_hosting_problem
 from cpu_inference.k8s.charts.model_pool_chart import ModelPoolChartProps
 from cpu_inference.k8s.charts.router_chart import RouterChartProps
 from cpu_inference.monitoring import latency
@@ -51,7 +53,7 @@ from cpu_inference.patterns.deployment import (
 )
 from cpu_inference.patterns.eks_platform import EksPlatform
 from cpu_inference.patterns.farm_pool import FarmPoolSettings
-from cpu_inference.patterns.served_model import ServedModel
+from cpu_inference.patterns.served_model import ServedAdapter, ServedModel
 from cpu_inference.patterns.serving_foundation import ServingFoundation, ServingFoundationProps
 from cpu_inference.sagemaker import MultiModelEndpoint, MultiModelEndpointProps
 from cpu_inference.sagemaker.inference_components import (
@@ -65,7 +67,7 @@ from cpu_inference.sagemaker.inference_components import (
 )
 from cpu_inference.sizing.pools import PoolPlan, pool_plan
 from inference_runtime.lora import Adapter
-from model_download.catalog import FARM_PREFIX, CatalogEntry
+from model_download.catalog import FARM_PREFIX, CatalogAdapter, CatalogEntry
 
 NAMESPACE = "model-farm"  # ModelFarmProps.namespace's default
 
@@ -174,21 +176,20 @@ class ModelFarmProps:
             raise ValueError("pool cpu on EKS must be a whole number of vCPUs (each loaded model gets whole threads)")
 
     def _validate_adapters(self) -> None:
-        """LoRA adapters (ServedModel.adapters): over a pooled model on EKS, names unique among models and adapters."""
+        """LoRA adapters (ServedModel.adapters): where engines.adapter_hosting serves them, names unique among models
+        and adapters."""
         bases = [m for m in self.deployment.models if m.adapters]
         if not bases:
             return
-        if self.deployment.target != "eks":
-            raise ValueError(
-                f"models {[m.name for m in bases]} have adapters: adapters are served on EKS and by `cpu-inference local` "
-                "only so far — remove them, or use target eks"
+        for m in bases:
+            problem = adapter_hosting_problem(
+                self.deployment.target,
+                pooled=m.pool is not None,
+                hosting=self.dedicated_hosting,
+                copy=self.dedicated_copy,
             )
-        dedicated = [m.name for m in bases if m.pool is None]
-        if dedicated:
-            raise ValueError(
-                f"models {dedicated} have adapters but are served dedicated: adapters are served over a pooled base only "
-                "so far — serve the base from a pool (serving: pool), or remove its adapters"
-            )
+            if problem:
+                raise ValueError(f"model {m.name} has adapters: {problem}")
         for m in bases:
             m.validate()
         names = [m.name for m in self.deployment.models] + [a.name for m in bases for a in m.adapters]
@@ -231,39 +232,40 @@ def plan_pool(pool: FarmPoolSettings, members: tuple[ServedModel, ...]) -> PoolP
     return plan
 
 
-def catalog_entry(m: ServedModel, plan: PoolPlan | None, layouts: tuple[str, ...] | None = None) -> CatalogEntry:
+# What a catalog entry or bundled adapter copies from the Hub: the same fields on a ServedModel and a ServedAdapter.
+_HUB_FIELDS = ("hf_repo", "file", "revision", "sha256", "token_secret_name")
+
+
+def _hub_source(source: ServedModel | ServedAdapter) -> dict[str, Any]:
+    return {f: getattr(source, f) for f in _HUB_FIELDS}
+
+
+def catalog_entry(
+    m: ServedModel, plan: PoolPlan | None, layouts: tuple[str, ...] | None = None, *, bundle: bool = False
+) -> CatalogEntry:
     """A pooled model's entry (plan: its pool's, for the MME tarball's flags), or a dedicated one's (plan None: read
-    as one GGUF by its own workload or endpoint, which sizes itself; `layouts` ("gguf",) where the catalog's differ)."""
+    as one GGUF by its own workload or endpoint, which sizes itself; `layouts` ("gguf",) where the catalog's differ).
+    bundle: a dedicated SageMaker base with adapters is ONE entry in the catalog's `lora` layout (its GGUF, its
+    adapters' GGUFs and the manifest under one prefix, which its endpoint's ModelDataSource downloads whole)."""
     if m.file is None:  # ServedModel.validate: only a vLLM model has no file, and it is never in the catalog
         raise ValueError(f"ServedModel {m.name}: a model of the catalog needs its GGUF file")
+    if bundle and m.adapters:
+        layouts = ("lora",)
     return CatalogEntry(
         name=m.name,
-        hf_repo=m.hf_repo,
-        file=m.file,
-        revision=m.revision,
-        sha256=m.sha256,
-        token_secret_name=m.token_secret_name,
+        **_hub_source(m),
         engine_args=plan.engine_args(m.name) if plan is not None else {},
         layouts=layouts,
+        adapters=tuple(CatalogAdapter(name=a.name, **_hub_source(a), scale=a.scale) for a in m.adapters)
+        if bundle and m.adapters
+        else None,
     )
 
 
 def adapter_entries(models: tuple[ServedModel, ...]) -> tuple[CatalogEntry, ...]:
     """The catalog entries of `models`' LoRA adapters, in model then adapter order: each records its base, so the copy
     checks its GGUF header against the base's (model_download.gguf_meta) before it lands at farm/<name>/<idhash>/."""
-    return tuple(
-        CatalogEntry(
-            name=a.name,
-            hf_repo=a.hf_repo,
-            file=a.file,
-            revision=a.revision,
-            sha256=a.sha256,
-            token_secret_name=a.token_secret_name,
-            base=m.name,
-        )
-        for m in models
-        for a in m.adapters
-    )
+    return tuple(CatalogEntry(name=a.name, **_hub_source(a), base=m.name) for m in models for a in m.adapters)
 
 
 def farm_catalog_entries(
@@ -277,10 +279,14 @@ def farm_catalog_entries(
     layouts = ("mme",) if props.deployment.target == "sagemaker" else ("gguf",)
     own = None if "gguf" in layouts or props.inference_components else ("gguf",)
     pooled = tuple(m for p in props.pools if p.name in plans for m in props.members(p.name))
-    entries = tuple(catalog_entry(m, None, own) for m in props.dedicated_in_catalog) + tuple(
+    sagemaker = props.deployment.target == "sagemaker"  # a dedicated base's adapters: in its own `lora` bundle
+    entries = tuple(catalog_entry(m, None, own, bundle=sagemaker) for m in props.dedicated_in_catalog) + tuple(
         catalog_entry(m, plans[str(m.pool)]) for m in pooled
     )
-    return entries + adapter_entries(pooled), layouts
+    # EKS: a dedicated base's adapters are catalog entries as a pooled base's are (its pod fetches their gguf keys,
+    # k8s/workloads/model_fetch.py ADAPTERS_SCRIPT), first among the adapters: the Map copies in order.
+    eks_dedicated = props.dedicated_in_catalog if props.deployment.target == "eks" else ()
+    return entries + adapter_entries(eks_dedicated + pooled), layouts
 
 
 class ModelFarm(Construct):

@@ -8,8 +8,9 @@ from dataclasses import dataclass, replace
 from cpu_inference import sizing
 from cpu_inference.config.schema import ADAPTER_SIZE_MB
 from cpu_inference.engines import is_vllm
+from cpu_inference.engines.adapter_hosting import adapter_task_problem
 from inference_runtime.lora import DEFAULT_SCALE, scale_problem
-from model_download.catalog import NAME
+from model_download.catalog import NAME, PEFT_WEIGHTS
 from model_download.hub import DEFAULT_REVISION
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -38,10 +39,11 @@ class ServedAdapter:
         where = f"ServedModel {base}: adapter {self.name!r}"
         if not NAME.match(self.name):
             raise ValueError(f"{where}: name must be a DNS label (lowercase letters, digits, '-'; at most 63)")
-        if not self.file.endswith(".gguf") or self.file.startswith("/"):
+        peft = self.file.rsplit("/", 1)[-1] == PEFT_WEIGHTS  # converted to GGUF by the catalog copy
+        if not (self.file.endswith(".gguf") or peft) or self.file.startswith("/"):
             raise ValueError(
-                f"{where}: file must be the adapter's .gguf in the repo (convert a PEFT adapter with the engine pin's "
-                f"convert_lora_to_gguf.py), got {self.file!r}"
+                f"{where}: file must be the adapter's .gguf in the repo, or a PEFT adapter's {PEFT_WEIGHTS} (the "
+                f"catalog copy converts it with the engine pin's convert_lora_to_gguf.py), got {self.file!r}"
             )
         problem = scale_problem(self.scale)
         if problem:
@@ -119,6 +121,8 @@ class ServedModel:
             raise ValueError(
                 f"ServedModel {self.name}: adapters are GGUF LoRA adapters for engine llama.cpp — remove them or serve the base with llama.cpp"
             )
+        if self.adapters and (problem := adapter_task_problem(self.spec.task)):
+            raise ValueError(f"ServedModel {self.name}: {problem}")
         names = [a.name for a in self.adapters]
         if len(set(names)) != len(names) or self.name in names:
             raise ValueError(

@@ -17,6 +17,7 @@ from cpu_inference import sizing
 from cpu_inference.engines import LLAMA_CPP, VLLM
 from inference_runtime.engine_flags import ENGINE_DEFAULT_CACHE_RAM_MIB
 from inference_runtime.llama_flags import CACHE_RAM, CTX_PER_SLOT_ENV, PARALLEL, THREADS
+from inference_runtime.lora import MANIFEST_ENV
 
 SAGEMAKER_MODEL_DIR = "/opt/ml/model"  # where SageMaker puts ModelDataSource files (entrypoint's default)
 
@@ -44,6 +45,7 @@ COMPUTED_KEYS = frozenset(
         "LLAMA_HOST",
         "LLAMA_PORT",
         "LLAMA_SERVER_BIN",
+        MANIFEST_ENV,  # a base with adapters: their bundle's manifest (GravitonEndpointProps.lora_manifest)
     }
 )
 # The same for a vLLM model (containers/vllm-cpu/entrypoint.py serve mode): sizing's vLLM env
@@ -175,6 +177,7 @@ class EngineSettings:
     cache_ram_mib: int
     model_path: str | None
     alias: str
+    lora_manifest: str | None = None  # LLAMA_LORA_MANIFEST: the adapters' manifest under /opt/ml/model
 
     @property
     def engine(self) -> str:
@@ -194,6 +197,8 @@ class EngineSettings:
         env["LLAMA_MODEL_ALIAS"] = self.alias
         if self.model_path:
             env["MODEL_PATH"] = self.model_path
+        if self.lora_manifest:
+            env[MANIFEST_ENV] = self.lora_manifest
         return env
 
     def _vllm_environment(self) -> dict[str, str]:
@@ -215,13 +220,16 @@ def engine_settings(
     alias: str,
     model_file: str | None = None,
     queue_depth: int | None = None,
+    lora_manifest: str | None = None,
 ) -> EngineSettings:
     """Size `spec` on SageMaker `instance_type` (threads = vCPUs) and derive the container settings.
 
     model_file: the GGUF's path relative to the model prefix (MODEL_PATH=/opt/ml/model/<file>); None lets the
     entrypoint find the single .gguf (or the first shard) under /opt/ml/model. A vLLM model is the whole prefix
     (MODEL_PATH=/opt/ml/model, the checkpoint directory): no model_file.
-    queue_depth: requests admitted beyond the slots (default: as many as slots)."""
+    queue_depth: requests admitted beyond the slots (default: as many as slots).
+    lora_manifest: a base with LoRA adapters: their manifest's path relative to the model prefix (the catalog's `lora`
+    bundle: LLAMA_LORA_MANIFEST=/opt/ml/model/lora.json; the container loads them and selects one by `model`)."""
     s = sizing.size(spec, sizing.instance(instance_type), target="sagemaker")
     if s.engine == VLLM and model_file:
         raise ValueError(
@@ -233,4 +241,5 @@ def engine_settings(
         cache_ram_mib=prompt_cache_mib(s) if s.engine == LLAMA_CPP else 0,
         model_path=f"{SAGEMAKER_MODEL_DIR}/{model_file.lstrip('/')}" if model_file else None,
         alias=alias,
+        lora_manifest=f"{SAGEMAKER_MODEL_DIR}/{lora_manifest.lstrip('/')}" if lora_manifest else None,
     )

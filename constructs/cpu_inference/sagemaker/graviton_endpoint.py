@@ -65,6 +65,7 @@ class GravitonEndpoint(SageMakerEndpointBase):
             alias=props.name,
             model_file=artifact_file if self._artifact is not None else props.model_file,
             queue_depth=props.queue_depth,
+            lora_manifest=props.lora_manifest,
         )
         self.sizing = self.settings.sizing
         self.model_data_uri = self._artifact.s3_prefix_uri if self._artifact is not None else str(props.model)

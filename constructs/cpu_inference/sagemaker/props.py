@@ -45,6 +45,10 @@ class GravitonEndpointProps(EngineEndpointPropsBase):
         single .gguf). Ignored for a ModelArtifact (its file is known); refused for vLLM, which serves the
         whole directory (MODEL_PATH=/opt/ml/model). model_key: the KMS key of an
         S3-URI model's bucket, if SSE-KMS (the role gets kms:Decrypt on it).
+    lora_manifest: a llama.cpp base served WITH its LoRA adapters: the path, relative to an S3-URI model prefix, of
+        the manifest listing them (a farm's catalog `lora` bundle: "lora.json"; sets LLAMA_LORA_MANIFEST). Clients
+        pick an adapter by sending its name as `model` (containers/inference_runtime/sagemaker_adapter.py). Their
+        bytes count in the model's (spec.adapter_bytes: memory, volume, timeouts).
     queue_depth: requests admitted per instance beyond the slots before 429 (default: = slots).
     environment: extra engine settings (e.g. LLAMA_FLASH_ATTN; vLLM: SERVE_EXTRA_ARGS); may not set the computed
         keys (engine_settings.COMPUTED_KEYS / VLLM_COMPUTED_KEYS).
@@ -67,6 +71,7 @@ class GravitonEndpointProps(EngineEndpointPropsBase):
     instance_type: str = "ml.c7g.2xlarge"
     model_file: str | None = None
     model_key: kms.IKey | None = None
+    lora_manifest: str | None = None
     queue_depth: int | None = None
     model_download_timeout: cdk.Duration | None = None
     data_capture_percent: int = 0
@@ -167,9 +172,10 @@ class GravitonEndpointProps(EngineEndpointPropsBase):
                 "*.safetensors → /opt/ml/model) — drop model_file"
             )
         if isinstance(self.model, ModelArtifact):
-            if self.model_file is not None or self.model_key is not None:
+            if self.model_file is not None or self.model_key is not None or self.lora_manifest is not None:
                 raise ValueError(
-                    f"{p}.model_file and model_key apply to an S3 URI model; a ModelArtifact knows its file and key"
+                    f"{p}.model_file, model_key and lora_manifest apply to an S3 URI model; a ModelArtifact knows its "
+                    "file and key and copies no adapters"
                 )
             if self.is_vllm and not self.model.is_snapshot:
                 raise ValueError(
@@ -202,6 +208,16 @@ class GravitonEndpointProps(EngineEndpointPropsBase):
         if not _S3_PREFIX.match(self.model):
             raise ValueError(
                 f"{p}.model must be an S3 prefix URI ending in '/' (s3://bucket/models/x/), got {self.model!r}"
+            )
+        if self.lora_manifest is not None and (
+            self.is_vllm
+            or self.lora_manifest.startswith("/")
+            or ".." in self.lora_manifest.split("/")
+            or not self.lora_manifest.endswith(".json")
+        ):
+            raise ValueError(
+                f"{p}.lora_manifest must be the adapters' .json manifest relative to the model prefix, for a llama.cpp "
+                f"model, got {self.lora_manifest!r}"
             )
         if self.model_file is not None and (
             self.model_file.startswith("/")

@@ -65,8 +65,16 @@ from cpu_inference.k8s.workloads.metrics_proxy import (
     SIDECAR_MEMORY_BYTES,
     metrics_proxy_container,
 )
+from cpu_inference.k8s.workloads.model_fetch import (
+    ADAPTER_WAIT_SECONDS,
+    ADAPTERS_COMMAND,
+    CRT_MEMORY_LIMIT_GIB,
+    FETCH_MEMORY_LIMIT_MIB,
+    LORA_DIR,
+    adapter_lines,
+    adapter_path,
+)
 from cpu_inference.k8s.workloads.model_fetch import COMMAND as FETCH_COMMAND
-from cpu_inference.k8s.workloads.model_fetch import CRT_MEMORY_LIMIT_GIB, FETCH_MEMORY_LIMIT_MIB
 from cpu_inference.k8s.workloads.model_fetch import PREFIX_COMMAND as FETCH_PREFIX_COMMAND
 from cpu_inference.k8s.workloads.model_placement import plan
 from cpu_inference.k8s.workloads.model_scaling import (
@@ -94,10 +102,20 @@ from cpu_inference.k8s.workloads.workload_defaults import (
     tolerate,
     unmanaged_replicas,
 )
+from inference_runtime.llama_flags import LORA
+from inference_runtime.lora import join_paths
 
-__all__ = ["FETCH_CONTAINER", "FETCH_MEMORY_MIB", "LlamaServerChart", "LlamaServerChartProps", "rendered_engine_env"]
+__all__ = [
+    "ADAPTER_FETCH_CONTAINER",
+    "FETCH_CONTAINER",
+    "FETCH_MEMORY_MIB",
+    "LlamaServerChart",
+    "LlamaServerChartProps",
+    "rendered_engine_env",
+]
 
 FETCH_CONTAINER = "model-fetch"
+ADAPTER_FETCH_CONTAINER = "adapter-fetch"  # one for all of a model's LoRA adapters, after model-fetch
 FETCH_MEMORY_MIB = FETCH_MEMORY_LIMIT_MIB  # init container memory limit (and request cap): model_fetch.py says why
 
 
@@ -227,10 +245,18 @@ class LlamaServerChart(cdk8s.Chart):
                 kplus.VolumeMount(path="/tmp", volume=tmp_volume),
             ],
         )
+        init_containers = [fetch]
+        if m.adapters:
+            init_containers.append(
+                self._adapter_fetch(m, p, cpu_millis=cpu_millis, memory_mib=fetch_mem_mib, volumes=fetch.volume_mounts)
+            )
         # Engine + metrics sidecar (init container requests ≤ these).
         self.pod_requests = (s.cpu_request + SIDECAR_CPU, self.memory_limit_bytes + SIDECAR_MEMORY_BYTES)
 
-        budget = download_budget_seconds(weights) + self.startup_probe_seconds
+        # With adapters the pod may wait for copies still landing (model_fetch.ADAPTER_WAIT_SECONDS) before it starts.
+        budget = (
+            download_budget_seconds(weights) + self.startup_probe_seconds + (ADAPTER_WAIT_SECONDS if m.adapters else 0)
+        )
         self.deployment = kplus.Deployment(
             self,
             "Deployment",
@@ -240,7 +266,7 @@ class LlamaServerChart(cdk8s.Chart):
             spread=False,
             replicas=max(m.replicas_min, 1),
             containers=[engine, metrics_proxy_container(m.image, ENGINE_PORT, tmp_volume)],
-            init_containers=[fetch],
+            init_containers=init_containers,
             volumes=volumes,
             service_account=self.service_account,
             automount_service_account_token=False,
@@ -253,7 +279,7 @@ class LlamaServerChart(cdk8s.Chart):
             ),
         )
         self.deployment.select(kplus.LabelSelector.of(labels=self.selector))
-        restrict(self.deployment, containers=2, init_containers=1)
+        restrict(self.deployment, containers=2, init_containers=len(init_containers))
         require_architectures(self.deployment, p.architectures)
         prefer_pools(self.deployment, POOL_LABEL, p.preferred_pools)
         tolerate(self.deployment, p.tolerations)
@@ -284,6 +310,42 @@ class LlamaServerChart(cdk8s.Chart):
         )
         self.scaled_object = model_scaled_object(m, p, slots=s.slots, ready_budget_seconds=budget)
 
+    def _adapter_fetch(
+        self,
+        m: ModelWorkload,
+        p: ServingPolicy,
+        *,
+        cpu_millis: int,
+        memory_mib: int,
+        volumes: list[kplus.VolumeMount] | None,
+    ) -> kplus.ContainerProps:
+        """The one init container that fetches every adapter of `m` into LORA_DIR (model_fetch.ADAPTERS_SCRIPT): the
+        list is one env value of `<name> <key> <sha256|->` lines, keys in the adapters' one bucket."""
+        env = {
+            "LORA_BUCKET": m.adapters[0].bucket,
+            "LORA_ADAPTERS": adapter_lines([(a.name, a.key, a.sha256) for a in m.adapters]),
+            "LORA_DIR": LORA_DIR,
+            "AWS_CONFIG_FILE": "/tmp/aws/adapters-config",
+            "HOME": "/tmp",
+        }
+        if p.aws_region:
+            env["AWS_REGION"] = p.aws_region
+        return kplus.ContainerProps(
+            name=ADAPTER_FETCH_CONTAINER,
+            image=p.downloader_image,
+            image_pull_policy=kplus.ImagePullPolicy.IF_NOT_PRESENT,
+            command=list(ADAPTERS_COMMAND),
+            env_variables={k: kplus.EnvValue.from_value(v) for k, v in sorted(env.items())},
+            resources=kplus.ContainerResources(
+                cpu=kplus.CpuResources(request=kplus.Cpu.millis(cpu_millis)),
+                memory=kplus.MemoryResources(
+                    request=cdk8s.Size.mebibytes(memory_mib), limit=cdk8s.Size.mebibytes(FETCH_MEMORY_MIB)
+                ),
+            ),
+            security_context=container_security_context(),
+            volume_mounts=volumes,
+        )
+
 
 def engine_env(m: ModelWorkload, s: sizing.Sizing, p: ServingPolicy) -> dict[str, str]:
     """The engine container's environment: the sized variables (`Sizing.engine_env`), where the model is, the served
@@ -299,12 +361,14 @@ def engine_env(m: ModelWorkload, s: sizing.Sizing, p: ServingPolicy) -> dict[str
             **VLLM_RUNTIME_ENV,
             **dict(m.extra_env),
         }
+    lora = {LORA.image_env: join_paths([adapter_path(a.name) for a in m.adapters])} if m.adapters else {}
     return {
         **s.engine_env(),
         "MODEL_PATH": f"{MODEL_DIR}/{m.file_name}",
         "LLAMA_MODEL_ALIAS": m.name,
         "LLAMA_HOST": "0.0.0.0",
         "LLAMA_PORT": str(ENGINE_PORT),
+        **lora,  # the adapters' pod paths in id order (inference_runtime/engine_flags.py LLAMA_LORA)
         **dict(m.extra_env),
     }
 

@@ -59,9 +59,14 @@ LATENCY_HISTOGRAMS = {"router": "router_request_seconds", "gateway": "gateway_re
 GATEWAY_UNAVAILABLE = "gateway_backend_unavailable_total"
 
 
-def gateway_models(urls: Mapping[str, str]) -> tuple[GatewayModel, ...]:
-    """`gateway.models` of the router config: the `model` clients send -> the backend's root URL."""
-    return tuple(GatewayModel(name=name, url=url) for name, url in urls.items())
+def gateway_models(
+    urls: Mapping[str, str], adapters: Mapping[str, Sequence[GatewayAdapter]] | None = None
+) -> tuple[GatewayModel, ...]:
+    """`gateway.models` of the router config: the `model` clients send -> the backend's root URL; `adapters`: a
+    dedicated model's LoRA adapters in its id order (the key is left out without any, so such a model renders as
+    before)."""
+    adapters = adapters or {}
+    return tuple(GatewayModel(name=name, url=url, adapters=tuple(adapters.get(name, ()))) for name, url in urls.items())
 
 
 def gateway_pool(

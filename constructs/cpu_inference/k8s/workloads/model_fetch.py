@@ -26,6 +26,10 @@ local S3 (moto) with the same environment the manifest carries.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from cpu_inference._internal.k8s_object import DNS_LABEL
+from model_download.catalog import COPY_FAILED_NAME  # the catalog copy's failure marker: one definition
 from model_download.snapshot import MANIFEST_NAME  # the copy job's seal of a snapshot prefix: one definition
 
 # The CRT client's buffer pool: without a limit it sizes itself from the throughput target — 2 GiB at the
@@ -133,3 +137,144 @@ echo "model-fetch: $uri -> $dest ($count files, $total bytes, manifest sha256 $g
 """.replace("__MANIFEST__", MANIFEST_NAME)
 
 PREFIX_COMMAND = ("/bin/sh", "-c", PREFIX_SCRIPT)
+
+# --- LoRA adapters of a dedicated base (issue 26) --------------------------------------------------------------------
+# One init container (`adapter-fetch`, after model-fetch) puts every adapter GGUF of the base at
+# LORA_DIR/<adapter name>.gguf, verified like the model (size + the object's `sha256` metadata, or the pinned sha256),
+# restart-safe (a file already there is re-verified, not downloaded again). Ids are positions of LLAMA_LORA, and the
+# entrypoint serves the landed FRONT of that list (inference_runtime/engine_flags.py config_from_env: from the first
+# missing file on they are left out), so a file is only ever put in place whole and verified.
+#
+# An adapter whose catalog copy has not landed yet (its key answers 404) is waited for, polling, up to
+# ADAPTER_WAIT_SECONDS counted from the pod's FIRST attempt (a `.since` stamp on the emptyDir survives a restart of
+# this container), so neither a slow copy nor a failed one makes the pod crash-loop: past the wait, or at once when
+# the catalog's failure marker (catalog.failure_key: <key's directory>/copy-failed.json) is there, or when its bytes
+# do not verify, the base starts without it (and without those after it); the gateway answers 503 for those
+# (they are missing from GET /lora-adapters) and a restart of the Deployment picks them up once landed. Only a
+# failure to READ (no permission, a malformed list) fails the container: that is a deployment error, as for the model.
+#
+# The list travels as one env value, one `<name> <key> <sha256|->` line per adapter, keys relative to one bucket:
+# ~100 bytes an adapter, so 500 adapters stay far below the manifest bound (eks/manifests.DEFAULT_MAX_BYTES).
+# Each adapter is one plain GetObject (`aws s3api get-object`: no transfer manager; adapters are 5-50 MB), at most
+# ADAPTER_FETCH_CONCURRENCY CLI processes at once: each is a Python process of ~100 MB, so 4 stay inside the
+# container's FETCH_MEMORY_LIMIT_MIB.
+LORA_DIR = "/models/lora"  # under the model emptyDir (engines.pool_preset.MODEL_DIR), read-only for the engine
+ADAPTER_WAIT_SECONDS = 600
+ADAPTER_POLL_SECONDS = 15
+ADAPTER_FETCH_CONCURRENCY = 4
+
+
+def adapter_path(name: str, lora_dir: str = LORA_DIR) -> str:
+    """Where the adapter `name` lands in the pod: an item of the engine's LLAMA_LORA and the gateway's path for it."""
+    return f"{lora_dir.rstrip('/')}/{name}.gguf"
+
+
+def adapter_lines(adapters: Sequence[tuple[str, str, str | None]]) -> str:
+    """LORA_ADAPTERS: `<name> <key> <sha256 or ->` per (name, key, pinned sha256) in id order."""
+    return "".join(f"{name} {key} {sha or '-'}\n" for name, key, sha in adapters)
+
+
+ADAPTERS_SCRIPT = (
+    r"""set -eu
+fail() { echo "adapter-fetch: error: $*" >&2; exit 1; }
+bucket="${LORA_BUCKET:-}"; dir="${LORA_DIR%/}"
+wait_s=${LORA_WAIT_SECONDS:-__WAIT__}; poll=${LORA_POLL_SECONDS:-__POLL__}; jobs=${LORA_FETCH_CONCURRENCY:-__JOBS__}
+[ -n "$bucket" ] || fail "LORA_BUCKET is empty"
+for n in "$wait_s" "$poll" "$jobs"; do printf '%s' "$n" | grep -Eq '^[0-9]+$' || fail "LORA_WAIT_SECONDS, LORA_POLL_SECONDS and LORA_FETCH_CONCURRENCY must be whole numbers, got '$n'"; done
+[ "$jobs" -ge 1 ] || jobs=1
+mkdir -p "$dir" "$(dirname "$AWS_CONFIG_FILE")"
+: > "$AWS_CONFIG_FILE"
+list="$dir/.adapters"; printf '%s\n' "${LORA_ADAPTERS:-}" | grep -v '^[[:space:]]*$' > "$list" || true
+while IFS=' ' read -r name key pin extra; do
+  printf '%s' "$name" | grep -Eq '^__LABEL__$' || fail "adapter name '$name' is not a DNS label (LORA_ADAPTERS line '$name $key $pin')"
+  printf '%s' "$key" | grep -Eq '^[A-Za-z0-9._][A-Za-z0-9._/-]*$' || fail "adapter $name: key '$key' has characters a catalog key does not"
+  case "/$key/" in */../*|*/./*|//*) fail "adapter $name: key '$key' must not hold '.' or '..' segments" ;; esac
+  [ "$pin" = "-" ] || printf '%s' "$pin" | grep -Eq '^[0-9a-f]{64}$' || fail "adapter $name: sha256 must be 64 lowercase hex characters or '-', got '$pin'"
+  [ -z "$extra" ] || fail "LORA_ADAPTERS line for $name has more than '<name> <key> <sha256|->'"
+done < "$list"
+count=$(wc -l < "$list" | tr -d ' ')
+[ -f "$dir/.since" ] || date +%s > "$dir/.since"  # the wait's clock: the pod's first attempt, kept across restarts
+since=$(cat "$dir/.since")
+state="$dir/.state"; rm -rf "$state"; mkdir -p "$state"
+
+verified() {  # file $1 has size $2 and sha256 $3
+  [ "$(stat -c %s "$1")" = "$2" ] && printf '%s  %s\n' "$3" "$1" | sha256sum -c --status -
+}
+absent() { grep -Eq '\((404|NoSuchKey)\)|Not Found' "$1"; }  # the CLI's error for a key that is not there
+fetch_one() {  # $1 name, $2 key, $3 pinned sha256 or '-': writes its outcome to $state/$1
+  name=$1; key=$2; pin=$3; dest="$dir/$name.gguf"; err="$state/$name.err"
+  if [ -f "$dest" ]; then
+    if head=$(aws s3api head-object --bucket "$bucket" --key "$key" --query '[ContentLength, Metadata.sha256]' --output text 2> "$err"); then
+      size=$(printf '%s' "$head" | cut -f1); sha=$(printf '%s' "$head" | cut -f2); [ "$pin" = "-" ] || sha=$pin
+      if verified "$dest" "$size" "$sha"; then echo "landed already present and verified" > "$state/$name"; return 0; fi
+    fi
+    rm -f "$dest"
+  fi
+  rm -f "$dest.part"
+  if ! got=$(aws s3api get-object --bucket "$bucket" --key "$key" --query '[ContentLength, Metadata.sha256]' --output text "$dest.part" 2> "$err"); then
+    rm -f "$dest.part"
+    if ! absent "$err"; then echo "error cannot read s3://$bucket/$key (does the pod's Pod Identity role allow s3:GetObject on it?): $(tr '\n' ' ' < "$err")" > "$state/$name"; return 0; fi
+    if aws s3api head-object --bucket "$bucket" --key "${key%/*}/__FAILED__" > /dev/null 2>&1; then
+      echo "failed its catalog copy failed (s3://$bucket/${key%/*}/__FAILED__)" > "$state/$name"
+    else
+      echo "missing not copied yet (s3://$bucket/$key)" > "$state/$name"
+    fi
+    return 0
+  fi
+  size=$(printf '%s' "$got" | cut -f1); sha=$(printf '%s' "$got" | cut -f2); [ "$pin" = "-" ] || sha=$pin
+  if ! printf '%s' "$sha" | grep -Eq '^[0-9a-f]{64}$'; then
+    rm -f "$dest.part"; echo "unverified s3://$bucket/$key has no sha256 metadata to verify against" > "$state/$name"; return 0
+  fi
+  got_size=$(stat -c %s "$dest.part")
+  if [ "$got_size" != "$size" ]; then rm -f "$dest.part"; echo "mismatch size mismatch for s3://$bucket/$key: got $got_size bytes, expected $size" > "$state/$name"; return 0; fi
+  got_sha=$(sha256sum "$dest.part" | cut -d' ' -f1)
+  if [ "$got_sha" != "$sha" ]; then rm -f "$dest.part"; echo "mismatch sha256 mismatch for s3://$bucket/$key: got $got_sha, expected $sha" > "$state/$name"; return 0; fi
+  mv "$dest.part" "$dest"
+  echo "landed $got_size bytes, sha256 $got_sha" > "$state/$name"
+}
+outcome() { [ -f "$state/$1" ] && cut -d' ' -f1 "$state/$1" || echo error; }
+
+start=$(date +%s)
+while :; do
+  n=0
+  while IFS=' ' read -r name key pin extra; do
+    case "$(outcome "$name")" in landed|failed|mismatch|unverified) continue ;; esac
+    rm -f "$state/$name"
+    fetch_one "$name" "$key" "$pin" &
+    n=$((n + 1)); if [ "$n" -ge "$jobs" ]; then wait; n=0; fi
+  done < "$list"
+  wait
+  waiting=""
+  while IFS=' ' read -r name key pin extra; do
+    case "$(outcome "$name")" in
+      error) fail "adapter $name: $(cut -d' ' -f2- "$state/$name" 2>/dev/null || echo 'its fetch stopped without an outcome')" ;;
+      missing) waiting="$waiting $name" ;;
+    esac
+  done < "$list"
+  [ -n "$waiting" ] || break
+  left=$((since + wait_s - $(date +%s)))
+  [ "$left" -gt 0 ] || break
+  echo "adapter-fetch: waiting for adapters still being copied (${left}s left):$waiting"
+  sleep "$(( poll < left ? poll : left ))"
+done
+landed=0; served=0; gap=""
+while IFS=' ' read -r name key pin extra; do
+  what=$(cut -d' ' -f2- "$state/$name")
+  if [ "$(outcome "$name")" = landed ]; then
+    landed=$((landed + 1)); [ -n "$gap" ] || served=$((served + 1))
+    echo "adapter-fetch: $name: $what"
+  else
+    [ -n "$gap" ] || gap=$name
+    echo "adapter-fetch: warning: $name is not served: $what" >&2
+  fi
+done < "$list"
+[ -z "$gap" ] || echo "adapter-fetch: warning: the engine serves the first $served adapter(s) of $count, up to $gap (ids are positions); the rest answer 503 at the gateway until a restart of the pod finds them landed" >&2
+echo "adapter-fetch: $landed of $count adapter(s) in $dir in $(( $(date +%s) - start ))s"
+""".replace("__WAIT__", str(ADAPTER_WAIT_SECONDS))
+    .replace("__POLL__", str(ADAPTER_POLL_SECONDS))
+    .replace("__JOBS__", str(ADAPTER_FETCH_CONCURRENCY))
+    .replace("__FAILED__", COPY_FAILED_NAME)
+    .replace("__LABEL__", DNS_LABEL.pattern)  # the one label pattern (an ERE as written)
+)
+
+ADAPTERS_COMMAND = ("/bin/sh", "-c", ADAPTERS_SCRIPT)

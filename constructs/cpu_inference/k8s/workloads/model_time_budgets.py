@@ -43,7 +43,7 @@ def stored_bytes(spec: sizing.ModelSpec, size_bytes: int | None = None) -> int:
     cast to its `dtype` at load (vLLM's --dtype), so its files can be twice the BF16 weights: counted at 4 bytes a
     parameter, so the emptyDir never evicts the pod mid-download."""
     if size_bytes:
-        return size_bytes
+        return size_bytes + spec.adapter_bytes  # the model's file and its LoRA adapters' (sizing counts both)
     if engines.is_vllm(spec.engine) and not spec.file_size_bytes:
         return max(sizing.weights_bytes(spec), int(spec.parameters_billions * 1e9 * engines.DTYPE_BYTES["float32"]))
     return sizing.weights_bytes(spec)

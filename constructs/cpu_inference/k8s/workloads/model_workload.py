@@ -12,8 +12,31 @@ from dataclasses import dataclass, field
 
 from cpu_inference import engines, sizing
 from cpu_inference._internal.k8s_object import is_dns_label
+from inference_runtime.llama_flags import LORA
+from inference_runtime.lora import name_problem, scale_problem
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class WorkloadAdapter:
+    """A LoRA adapter the model's pod loads (inference_runtime/lora.py): clients send `name` as `model`, the gateway
+    applies it per request with `scale`. uri: `s3://<bucket>/<key>` of its GGUF (a farm's catalog key
+    farm/<name>/<idhash>/<file>; every adapter of a model in one bucket; the bucket may be a CDK token); sha256: its
+    pinned digest, else the object's `sha256` metadata is verified (k8s/workloads/model_fetch.py ADAPTERS_SCRIPT)."""
+
+    name: str
+    uri: str
+    scale: float = 1.0
+    sha256: str | None = None
+
+    @property
+    def bucket(self) -> str:
+        return self.uri.removeprefix("s3://").split("/", 1)[0]
+
+    @property
+    def key(self) -> str:
+        return self.uri.removeprefix("s3://").split("/", 1)[1]
 
 
 @dataclass(frozen=True)
@@ -42,6 +65,8 @@ class ModelWorkload:
     drain_seconds: how long SIGTERM waits for generations in flight (terminationGracePeriod - preStop).
     extra_env: more engine variables (LLAMA_FLASH_ATTN, LLAMA_EXTRA_ARGS; vLLM: SERVE_EXTRA_ARGS, ...), never the
     sized ones nor the ones the chart sets (model location, served name, address, caches).
+    adapters: LoRA adapters over the model (llama.cpp only), in id order: a second init container fetches them and
+    the engine gets LLAMA_LORA (their pod paths, this order); their bytes belong in `spec.adapter_bytes` (sizing).
     """
 
     name: str
@@ -60,6 +85,7 @@ class ModelWorkload:
     cold_start_query: str | None = None
     drain_seconds: int = 60
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    adapters: tuple[WorkloadAdapter, ...] = ()
 
     @property
     def pod_cpu(self) -> float:
@@ -115,10 +141,34 @@ class ModelWorkload:
                 raise ValueError(f"{where}: {label} must be > 0")
         if self.drain_seconds < 0:
             raise ValueError(f"{where}: drain_seconds must be ≥ 0")
+        self._validate_adapters(where)
         sized = set(sizing.size(self.spec, sizing.instance("m7g.large"), target="eks", cpu=1).engine_env())
         clash = sorted(sized & set(self.extra_env) | (set(chart_set_env(self.engine)) & set(self.extra_env)))
         if clash:
             raise ValueError(f"{where}: extra_env must not set {clash}: they come from sizing and the model location")
+
+    def _validate_adapters(self, where: str) -> None:
+        if not self.adapters:
+            return
+        if engines.is_vllm(self.engine):
+            raise ValueError(f"{where}: adapters are GGUF LoRA adapters for engine llama.cpp — remove them")
+        names = [a.name for a in self.adapters]
+        if len(set(names)) != len(names) or self.name in names:
+            raise ValueError(f"{where}: adapter names must be unique and differ from the model's, got {names}")
+        buckets = {a.bucket for a in self.adapters}
+        for a in self.adapters:
+            at = f"{where}: adapter {a.name!r}"
+            problem = name_problem(a.name) or (f"scale {scale_problem(a.scale)}" if scale_problem(a.scale) else None)
+            if problem:
+                raise ValueError(f"{at}: {problem}")
+            if not a.uri.startswith("s3://") or a.uri.count("/") < 3 or not a.uri.endswith(".gguf"):
+                raise ValueError(f"{at}: uri must be s3://<bucket>/<key>.gguf, got {a.uri!r}")
+            if a.sha256 is not None and not _SHA256.match(a.sha256):
+                raise ValueError(f"{at}: sha256 must be 64 lowercase hex characters")
+        if len(buckets) != 1:
+            raise ValueError(
+                f"{where}: every adapter must be in one bucket (the fetch reads one), got {sorted(buckets)}"
+            )
 
     def _validate_model_uri(self, where: str) -> None:
         uri = self.model_uri
@@ -149,7 +199,7 @@ class ModelWorkload:
 
 
 # What the chart itself sets in the engine container (besides the sized variables): extra_env may not override them.
-_LLAMA_CHART_ENV = ("MODEL_PATH", "MODEL_DIR")
+_LLAMA_CHART_ENV = ("MODEL_PATH", "MODEL_DIR", LORA.image_env)  # LLAMA_LORA: the adapters' pod paths
 _VLLM_CHART_ENV = (
     "MODEL_PATH",
     "MODEL_DIR",
