@@ -10,7 +10,15 @@
 Only what differs on a test machine is swapped, and nothing else: the image paths (entrypoint, engine binary) for the
 repository's files and the built engine; cluster DNS names for loopback ports; /models, /opt/ml/model and
 /opt/ml/models for local directories holding the stand-in files; the thread counts for 1 (2 shared cores); the user
-(the tests' own instead of 65532). Every swap is listed in SWAPPED_ENV / the code below."""
+(the tests' own instead of 65532). Every swap is listed in SWAPPED_ENV / the code below.
+
+LoRA adapters (issue 26) sit where each stack puts them, as links to the stand-in adapter (`adapter_files`; by
+default tests/support/lora.py's, trained on the generator stand-in): a dedicated pod's LLAMA_LORA paths
+(/models/lora/<name>.gguf), a pool preset section's `lora` paths (the catalog's adapter keys under /models), a
+single-model endpoint's `lora` bundle (the catalog entry's members under its lora_prefix plus lora.json from the
+catalog's own writer: what SageMaker downloads from the S3Prefix into /opt/ml/model). The gateway config's adapter
+paths name the same local files (it matches them against the engine's own list: GET /lora-adapters, the pool's
+/status) — the /models swap again, nothing else."""
 
 from __future__ import annotations
 
@@ -31,6 +39,7 @@ from typing import Any
 import aws_cdk as cdk
 
 from cpu_inference.testing.crd_validation import flatten
+from inference_runtime.lora import join_paths, split_paths
 from tests.support.engine import free_port, stop_process, wait_healthy
 from tests.support.k8s import objects
 
@@ -55,7 +64,29 @@ SWAPPED_ENV = (
     "LLAMA_RUN_AS",
     "SM_MODEL_DIR",
     "LLAMA_ENGINE_PORT",
+    "LLAMA_LORA",
+    "LLAMA_LORA_MANIFEST",
 )
+IMAGE_MODEL_DIR = "/models"  # the pod's model volume (a dedicated pod's emptyDir, a pool's Mountpoint volume)
+
+
+def stand_in_adapter(name: str) -> Path:
+    """The GGUF serving any config adapter: the SmolLM2 stand-in's real LoRA adapter (`make lora`)."""
+    from tests.support.lora import lora_adapter_path
+
+    return lora_adapter_path()
+
+
+def _local_model_path(pod_path: str, local_dir: Path) -> Path:
+    """A path under the pod's /models as the same path under `local_dir`."""
+    assert pod_path.startswith(IMAGE_MODEL_DIR + "/"), pod_path
+    return local_dir / pod_path[len(IMAGE_MODEL_DIR) + 1 :]
+
+
+def _link(local: Path, target: Path) -> None:
+    local.parent.mkdir(parents=True, exist_ok=True)
+    if not local.exists():
+        local.symlink_to(target)
 
 
 @dataclass
@@ -178,16 +209,18 @@ def eks_stack(
     binary: Path,
     workdir: Path,
     vllm: Callable[[str, dict[str, str], Path], tuple[str, Callable[[], None]]] | None = None,
+    adapter_files: Callable[[str], Path] = stand_in_adapter,
 ) -> Iterator[Started]:
     """The EKS path: dedicated engines, pool replicas and the gateway, from the rendered objects. `files(model)` is
-    the stand-in file of a config model; `vllm(name, rendered_env, log)` starts a vLLM container (returns its URL and
-    a stopper) for vLLM Deployments."""
+    the stand-in file of a config model, `adapter_files(adapter)` of a config adapter; `vllm(name, rendered_env,
+    log)` starts a vLLM container (returns its URL and a stopper) for vLLM Deployments."""
     from tests.runtime.router.harness import start_router, stop_router
 
     objs = objects(syn.template)
     started = Started()
     stoppers: list[Callable[[], None]] = []
     service_url: dict[str, str] = {}
+    adapter_paths: dict[str, str] = {}  # an adapter's path in the pod -> the local link at the same place
     try:
         for name, c in eks_dedicated_llama(objs).items():
             port = _port()
@@ -195,6 +228,10 @@ def eks_stack(
             env.update(
                 MODEL_PATH=str(files(name)), LLAMA_SERVER_BIN=str(binary), LLAMA_HOST="127.0.0.1", LLAMA_PORT=str(port)
             )
+            if "LLAMA_LORA" in env:  # its adapters, fetched by the init container to /models/lora/<name>.gguf
+                local = _adapter_links(env["LLAMA_LORA"], workdir / f"{name}-models", adapter_files)
+                adapter_paths.update(local)
+                env["LLAMA_LORA"] = join_paths(list(local.values()))
             started.spawn(_local_entrypoint(c["command"]), env, workdir / f"{name}.log")
             service_url[name] = f"http://127.0.0.1:{port}"
         for name, c in eks_dedicated_vllm(objs).items():
@@ -206,9 +243,12 @@ def eks_stack(
         for m in cfg["gateway"]["models"]:
             m["url"] = service_url[m["name"]]
         for pool in cfg["gateway"].get("pools", []):
-            replicas = _pool_replicas(objs, pool, files, binary, workdir, started)
+            replicas = _pool_replicas(objs, pool, files, adapter_files, binary, workdir, started, adapter_paths)
             assert len(replicas) == len(pool["replicas"])
             pool["replicas"] = replicas
+        for entry in (*cfg["gateway"]["models"], *cfg["gateway"].get("pools", [])):
+            for adapter in entry.get("adapters", []):
+                adapter["path"] = adapter_paths[adapter["path"]]
         for url in service_url.values():
             wait_healthy(url, None, timeout=420)
         cfg.update(listen_host="127.0.0.1", listen_port=_port())
@@ -227,16 +267,33 @@ def eks_stack(
             stop()
 
 
+def _adapter_links(value: str, local_dir: Path, adapter_files: Callable[[str], Path]) -> dict[str, str]:
+    """A `lora` / LLAMA_LORA value's pod paths -> local links at the same places under `local_dir`, each to the
+    stand-in of its adapter. The adapter's name is in its path: /models/lora/<name>.gguf (a dedicated pod,
+    k8s/workloads/model_fetch.adapter_path) or /models/<name>/<idhash>/<file> (a pool, the catalog's key)."""
+    out = {}
+    for pod_path in split_paths(value):
+        rel = pod_path[len(IMAGE_MODEL_DIR) + 1 :]
+        adapter = rel.split("/", 1)[1].removesuffix(".gguf") if rel.startswith("lora/") else rel.split("/", 1)[0]
+        local = _local_model_path(pod_path, local_dir)
+        _link(local, adapter_files(adapter))
+        out[pod_path] = str(local)
+    return out
+
+
 def _pool_replicas(
     objs: list[dict[str, Any]],
     pool: dict[str, Any],
     files: Callable[[str], Path],
+    adapter_files: Callable[[str], Path],
     binary: Path,
     workdir: Path,
     started: Started,
+    adapter_paths: dict[str, str],
 ) -> list[str]:
     """Every replica of the pool's StatefulSet (its rendered `replicas` URLs), each the container's command over the
-    ConfigMap's preset with /models mapped to a local directory of stand-in files at the preset's paths."""
+    ConfigMap's preset with /models mapped to a local directory of stand-in files at the preset's paths (a section's
+    `lora` adapters too: their local paths are added to `adapter_paths`)."""
     sts = next(o for o in objs if o["kind"] == "StatefulSet" and o["metadata"]["name"] == f"pool-{pool['name']}")
     c = _container(sts, "llama-server")
     assert c is not None
@@ -255,10 +312,12 @@ def _pool_replicas(
             section = m.group(1)
         elif m := re.fullmatch(r"model = /models/(.+)", line):
             local = models_dir / m.group(1)
-            local.parent.mkdir(parents=True, exist_ok=True)
-            if not local.exists():
-                local.symlink_to(files(section or ""))
+            _link(local, files(section or ""))
             line = f"model = {local}"
+        elif m := re.fullmatch(r"lora = (/models/.+)", line):
+            links = _adapter_links(m.group(1), models_dir, adapter_files)
+            adapter_paths.update(links)
+            line = f"lora = {join_paths(list(links.values()))}"
         elif re.fullmatch(r"threads = \d+", line):
             line = "threads = 1"  # 2 shared cores
         lines.append(line)
@@ -368,8 +427,10 @@ def sagemaker_stack(
     binary: Path,
     workdir: Path,
     vllm: Callable[[str, dict[str, str], Path], tuple[str, Callable[[], None]]] | None = None,
+    adapter_files: Callable[[str], Path] = stand_in_adapter,
 ) -> Iterator[SageMakerPaths]:
-    """Every endpoint of the template as SageMaker runs it, each behind its own SageMaker Runtime emulator."""
+    """Every endpoint of the template as SageMaker runs it, each behind its own SageMaker Runtime emulator; a base
+    with adapters reads the catalog's `lora` bundle of its entry (`lora_bundle`)."""
     from tests.evaluation.sagemaker_emulator import MultiModelStore, SageMakerRuntimeEmulator
 
     started = Started()
@@ -414,7 +475,12 @@ def sagemaker_stack(
                 rendered = sm.environment["MODEL_PATH"]
                 assert rendered.startswith("/opt/ml/model/"), rendered
                 local = model_dir / rendered[len("/opt/ml/model/") :]
-                local.symlink_to(files(name))
+                if "LLAMA_LORA_MANIFEST" in sm.environment:
+                    manifest = lora_bundle(syn, name, files, adapter_files, model_dir)
+                    assert sm.environment["LLAMA_LORA_MANIFEST"] == f"/opt/ml/model/{manifest.name}"
+                    env["LLAMA_LORA_MANIFEST"] = str(manifest)
+                else:
+                    local.symlink_to(files(name))
                 env.update(MODEL_PATH=str(local), SM_MODEL_DIR=str(model_dir))
             started.spawn(
                 [sys.executable, str(LLAMA_DIR / "entrypoint.py"), "serve"], env, workdir / f"{sm.endpoint_name}.log"
@@ -433,6 +499,28 @@ def sagemaker_stack(
                 for model, (target, _) in mme_artifacts_index(store).items():
                     paths.clients[model] = (runtime, sm.endpoint_name, target)
         yield paths
+
+
+def lora_bundle(
+    syn: Synthesized,
+    model: str,
+    files: Callable[[str], Path],
+    adapter_files: Callable[[str], Path],
+    model_dir: Path,
+) -> Path:
+    """`model`'s catalog `lora` bundle in `model_dir` as SageMaker downloads its S3Prefix into /opt/ml/model: every
+    member at its key under catalog.lora_prefix(entry) (lora_member_keys: the base, then lora/<adapter>.gguf) as a
+    link to its stand-in, then lora.json from the catalog's own writer (lora_manifest). Returns the manifest."""
+    entries = catalog(syn).entries  # first: it puts lambda/ on sys.path
+    from model_download.catalog import LORA_MANIFEST, lora_manifest, lora_member_keys, lora_prefix
+
+    (entry,) = [e for e in entries if e.name == model and "lora" in (e.layouts or ())]
+    prefix = lora_prefix(entry)
+    for adapter, key in lora_member_keys(entry).items():
+        _link(model_dir / key[len(prefix) :], adapter_files(adapter) if adapter else files(model))
+    manifest = model_dir / LORA_MANIFEST
+    manifest.write_bytes(lora_manifest(entry))
+    return manifest
 
 
 def _remove_artifacts(workdir: Path) -> None:
@@ -471,8 +559,10 @@ def deployed(
     binary: Path,
     workdir: Path,
     vllm: Callable[[str, dict[str, str], Path], tuple[str, Callable[[], None]]] | None = None,
+    adapter_files: Callable[[str], Path] = stand_in_adapter,
 ) -> Iterator[Any]:
     """`config_text` synthesized, then its `target` path started (eks_stack or sagemaker_stack)."""
     start = {"eks": eks_stack, "sagemaker": sagemaker_stack}[target]
-    with start(synthesize(config_text, workdir), files, binary, workdir, vllm=vllm) as running:
+    syn = synthesize(config_text, workdir)
+    with start(syn, files, binary, workdir, vllm=vllm, adapter_files=adapter_files) as running:
         yield running

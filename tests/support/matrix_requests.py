@@ -3,6 +3,10 @@ REQUESTS): through an OpenAI-compatible URL with the official `openai` SDK (EKS 
 or through SageMaker Runtime with boto3 `invoke_endpoint` (single-model and multi-model endpoints, behind
 tests/evaluation/sagemaker_emulator.py) with the bodies the SageMaker README shows.
 
+Through a LoRA adapter (the task matrix's adapter cells) the same requests name the adapter as `model` and pass the
+same checks; a chat's reply must also be the adapter's lesson (tests/support/lora.py is_tuned) while the same
+request to its base's name is not — the base serves with the adapter loaded at scale 0 (inference_runtime/lora.py).
+
 Embeddings and rerank scores are checked against the same weights run by `transformers` (tests/support/
 encoder_reference.py: computed once per session for the fixed texts below)."""
 
@@ -103,6 +107,14 @@ def check_chat(answer: Mapping[str, Any]) -> str:
     return text
 
 
+def check_tuned(adapter_text: str, base_text: str) -> None:
+    """An adapter's chat reply is its lesson, its base's reply to the same request is not."""
+    from tests.support.lora import is_tuned
+
+    assert is_tuned(adapter_text), f"the adapter's reply is not tuned: {adapter_text!r}"
+    assert not is_tuned(base_text), f"the base's reply is tuned (the adapter applied to it): {base_text!r}"
+
+
 def check_completion(answer: Mapping[str, Any]) -> None:
     text = answer["choices"][0]["text"]
     assert isinstance(text, str) and text.strip(), answer
@@ -137,18 +149,27 @@ def check_rerank(answer: Mapping[str, Any], ref: Reference) -> None:
 # --- transport 1: an OpenAI-compatible base URL, the official SDK ---------------------------------------------------
 
 
-def via_openai(base_url: str, model: str, kind: str, ref: Reference) -> None:
-    """Send `kind` to `model` at `base_url` (…/v1) with the openai SDK (httpx for /v1/rerank, which the SDK lacks)."""
+def via_openai(base_url: str, model: str, kind: str, ref: Reference, *, base: str | None = None) -> None:
+    """Send `kind` to `model` at `base_url` (…/v1) with the openai SDK (httpx for /v1/rerank, which the SDK lacks).
+    `base`: `model` is a LoRA adapter over it (a chat is checked tuned, the base's answer not)."""
     from openai import OpenAI
 
     client = OpenAI(base_url=base_url, api_key="unused", timeout=180, max_retries=0)
+
+    def chat(name: str) -> str:
+        return check_chat(client.chat.completions.create(model=name, **chat_body()).model_dump())
+
     if kind == "chat":
-        check_chat(client.chat.completions.create(model=model, **chat_body()).model_dump())
+        text = chat(model)
+        if base is not None:
+            check_tuned(text, chat(base))
     elif kind == "chat-stream":
-        plain = check_chat(client.chat.completions.create(model=model, **chat_body()).model_dump())
+        plain = chat(model)
         chunks = list(client.chat.completions.create(model=model, stream=True, **chat_body()))
         text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
         assert len(chunks) >= 2 and text == plain, (text, plain)
+        if base is not None:
+            check_tuned(text, chat(base))
     elif kind == "completion":
         check_completion(client.completions.create(model=model, **completion_body()).model_dump())
     elif kind == "classify":
@@ -203,9 +224,20 @@ def stream_text(runtime: Any, endpoint: str, body: Mapping[str, Any]) -> str:
     return "".join(out)
 
 
-def via_sagemaker(runtime: Any, endpoint: str, kind: str, ref: Reference, *, target_model: str | None = None) -> None:
-    """Send `kind` with boto3 InvokeEndpoint (TargetModel for a multi-model endpoint)."""
-    body = sagemaker_body(kind)
+def via_sagemaker(
+    runtime: Any,
+    endpoint: str,
+    kind: str,
+    ref: Reference,
+    *,
+    target_model: str | None = None,
+    model: str | None = None,
+    base: str | None = None,
+) -> None:
+    """Send `kind` with boto3 InvokeEndpoint (TargetModel for a multi-model endpoint). `model`: the body's `model`
+    (a LoRA adapter's name on a single-model endpoint; the SageMaker README); `base`: the model it is over (a chat is
+    checked tuned, the same body to the base's name not)."""
+    body = {**sagemaker_body(kind), **({"model": model} if model else {})}
     extra = {"TargetModel": target_model} if target_model else {}
 
     def invoke(b: Mapping[str, Any]) -> dict[str, Any]:
@@ -214,14 +246,22 @@ def via_sagemaker(runtime: Any, endpoint: str, kind: str, ref: Reference, *, tar
         )
         return json.loads(response["Body"].read())
 
+    def base_chat() -> str:
+        return check_chat(invoke({**body, "model": base}))
+
     if kind == "chat-stream":
         assert target_model is None, "InvokeEndpointWithResponseStream has no TargetModel"
         plain = check_chat(invoke(body))
-        assert stream_text(runtime, endpoint, body) == plain
+        text = stream_text(runtime, endpoint, body)
+        assert text == plain, (text, plain)
+        if base is not None:
+            check_tuned(text, base_chat())
         return
     answer = invoke(body)
     if kind == "chat":
-        check_chat(answer)
+        text = check_chat(answer)
+        if base is not None:
+            check_tuned(text, base_chat())
     elif kind == "completion":
         check_completion(answer)
     elif kind == "classify":

@@ -4,7 +4,9 @@ tests (tests/matrix/ for llama.cpp, tests/runtime/vllm/test_task_matrix.py for v
 Axes, each read from the product itself so a new value cannot arrive without its row:
 - tasks: the config schema's `Task` enum;
 - paths: every (target, serving) the schema accepts, plus `cpu-inference local`;
-- engines: the schema's `engine` literal.
+- engines: the schema's `engine` literal;
+- via: the client names the model itself, or one of its LoRA adapters (issue 26: "every task the base serves is
+  served through its adapters") — the same requests with the adapter's name as `model`.
 A cell either SERVES (its requests, `REQUESTS[task]`, are sent through the path's deployed stack and checked) or is
 REFUSED at `validate` with the one line `refusal()` names. `test_matrix.py` checks the table covers the product,
 that every refused cell is refused by the real validator, and every serving cell is accepted and run by one test.
@@ -16,7 +18,7 @@ import typing
 from dataclasses import dataclass
 from itertools import product
 
-from cpu_inference.config.schema import Model, Target, Task
+from cpu_inference.config.schema import DEDICATED_COPY, DEDICATED_HOSTING, Model, Target, Task
 
 TASKS: tuple[str, ...] = tuple(t.value for t in Task)
 ENGINES: tuple[str, ...] = typing.get_args(Model.model_fields["engine"].annotation)
@@ -31,6 +33,8 @@ DEPLOYED = {
     ("sagemaker", "pool"): "sagemaker-mme",
 }
 PATHS: tuple[str, ...] = (*(DEPLOYED[k] for k in product(TARGETS, SERVINGS)), LOCAL)
+# Who the client names as `model`: the config's model, or a LoRA adapter over it (config models[].adapters).
+VIAS: tuple[str, ...] = ("model", "adapter")
 
 # What a client sends for each task (the requests a test makes on every path that serves it):
 #   chat / chat-stream / completion: OpenAI chat (plain and streamed) and completion
@@ -63,6 +67,7 @@ class Cell:
     task: str
     path: str
     engine: str
+    via: str = "model"
 
     @property
     def serving(self) -> str | None:
@@ -76,20 +81,45 @@ class Cell:
         return tuple(r for r in REQUESTS[self.task] if (self.path, r) not in NOT_CARRIED)
 
     @property
+    def adapter(self) -> bool:
+        return self.via == "adapter"
+
+    @property
+    def base(self) -> Cell:
+        """The same task, path and engine with the model named itself."""
+        return Cell(self.task, self.path, self.engine)
+
+    @property
     def id(self) -> str:
-        return f"{self.task}-{self.path}-{self.engine}"
+        return f"{self.task}-{self.path}-{self.engine}" + ("-adapter" if self.adapter else "")
 
 
 def refusal(cell: Cell) -> str | None:
-    """The `validate` line (a fragment of it) that refuses `cell`, or None when the library serves it."""
+    """The `validate` line (a fragment of it) that refuses `cell`, or None when the library serves it. An adapter
+    cell is refused when its base cell is, else by the adapter rules (config/rules.py _check_adapters, in its order)."""
     if cell.engine == "vllm" and cell.task in ("embedding", "rerank"):
         return f"task {cell.task} stays on engine llama.cpp here"
     if cell.engine == "vllm" and cell.serving == "pool":
         return "engine vllm serves one model per process, so it cannot share a farm pool"
-    return None
+    return adapter_refusal(cell) if cell.adapter else None
 
 
-CELLS: tuple[Cell, ...] = tuple(Cell(t, p, e) for t, p, e in product(TASKS, PATHS, ENGINES))
+def adapter_refusal(cell: Cell) -> str | None:
+    """Why the base of a served cell cannot serve `cell`'s task through an adapter on its path (None: it does)."""
+    from cpu_inference.engines.adapter_hosting import adapter_hosting_problem, adapter_task_problem
+
+    if cell.engine == "vllm":
+        return "adapters are GGUF LoRA adapters for engine llama.cpp"
+    if problem := adapter_task_problem(cell.task):
+        return problem
+    if cell.target is None:  # `local` serves a pooled and a dedicated base's adapters (cli/local_plan.serve_adapters)
+        return None
+    return adapter_hosting_problem(
+        cell.target, pooled=cell.serving == "pool", hosting=DEDICATED_HOSTING, copy=DEDICATED_COPY
+    )
+
+
+CELLS: tuple[Cell, ...] = tuple(Cell(t, p, e, v) for t, p, e, v in product(TASKS, PATHS, ENGINES, VIAS))
 SERVED: tuple[Cell, ...] = tuple(c for c in CELLS if refusal(c) is None)
 REFUSED: tuple[Cell, ...] = tuple(c for c in CELLS if refusal(c) is not None)
 
@@ -121,6 +151,13 @@ LLAMA_SOURCES = {
     "rerank": "{hf_repo: cross-encoder/minilm-rerank, file: minilm-rerank.gguf}, parameters_billions: 0.023, quantization: F16, "
     "context_window: 512",
 }
+# The LoRA adapter every generator of a generated config serves (where its adapter cells are served): its bytes are
+# the SmolLM2 stand-in's real adapter (tests/support/lora.py, `make lora`; the stand-in generator is SmolLM2); the
+# Hub source is a placeholder the catalog would copy (as tests/cli/test_local_adapters.py's).
+ADAPTER_SOURCE = (
+    "{hf_repo: example/smollm2-json-lora-GGUF, file: smollm2-json-lora.gguf, "
+    "revision: 0123456789abcdef0123456789abcdef01234567}"
+)
 GENERATOR_SOURCE = (
     "{hf_repo: HuggingFaceTB/SmolLM2-135M-Instruct-GGUF, file: smollm2-135m-instruct-q4_1.gguf}, "
     "parameters_billions: 0.135, quantization: Q4_1, context_window: 2048"
@@ -140,7 +177,13 @@ def model_name(task: str, engine: str, serving: str) -> str:
     return f"{task}-{'vllm' if engine == 'vllm' else 'llama'}-{'hot' if serving == 'dedicated' else 'pooled'}"
 
 
-def model_line(target: str, task: str, engine: str, serving: str) -> str:
+def adapter_name(task: str, engine: str, serving: str) -> str:
+    """The name clients send for the adapter over `model_name(task, engine, serving)`."""
+    return f"{model_name(task, engine, serving)}-tuned"
+
+
+def model_line(target: str, task: str, engine: str, serving: str, *, adapter: bool = False) -> str:
+    """One config model; with `adapter`, carrying one LoRA adapter (adapter_name) over it."""
     name = model_name(task, engine, serving)
     if engine == "vllm":
         # cpu 3: fits a 4-vCPU node's allocatable; vLLM keeps one for its scheduler (validate's advice). Context 512,
@@ -150,14 +193,25 @@ def model_line(target: str, task: str, engine: str, serving: str) -> str:
         source += ", shape: {layers: 30, kv_heads: 3, head_dim: 64}" + (", cpu: 3" if target == "eks" else "")
     else:
         source = LLAMA_SOURCES.get(task, GENERATOR_SOURCE)
-    return f"- {{name: {name}, serving: {serving}, task: {task}, source: {source}}}"
+    adapters = (
+        f", adapters: [{{name: {adapter_name(task, engine, serving)}, source: {ADAPTER_SOURCE}}}]" if adapter else ""
+    )
+    return f"- {{name: {name}, serving: {serving}, task: {task}, source: {source}{adapters}}}"
+
+
+def carries_adapter(target: str, task: str, engine: str, serving: str) -> bool:
+    """Whether a generated config's model carries its adapter: when the adapter cell of its (target, serving) path is
+    served, so one start of a path serves its model cells and its adapter cells."""
+    return Cell(task, DEPLOYED[(target, serving)], engine, "adapter") in SERVED
 
 
 def config_yaml(target: str, engine: str, tasks: tuple[str, ...] = TASKS) -> str:
     """A model-farm config for `target` with one model per served (task, serving) of `engine` (and a pool only when
-    `engine` has pooled models)."""
+    `engine` has pooled models), each carrying its adapter where that path serves adapter cells."""
     cells = [
-        c for c in SERVED if c.target == target and c.engine == engine and c.task in tasks and c.serving is not None
+        c
+        for c in SERVED
+        if c.target == target and c.engine == engine and c.task in tasks and c.serving is not None and not c.adapter
     ]
     pools = ["farm:", "  pools:", f"  - {POOLS[target]}"] if any(c.serving == "pool" for c in cells) else []
     return "\n".join(
@@ -167,7 +221,16 @@ def config_yaml(target: str, engine: str, tasks: tuple[str, ...] = TASKS) -> str
             "pattern: model-farm",
             *pools,
             "models:",
-            *(model_line(target, c.task, c.engine, c.serving or "") for c in cells),
+            *(
+                model_line(
+                    target,
+                    c.task,
+                    c.engine,
+                    c.serving or "",
+                    adapter=carries_adapter(target, c.task, c.engine, c.serving or ""),
+                )
+                for c in cells
+            ),
             "",
         ]
     )
