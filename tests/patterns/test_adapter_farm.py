@@ -10,25 +10,21 @@ Synthesized through the app as `cdk synth` builds it (cpu_inference.app.build_ap
 from __future__ import annotations
 
 import json
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
-import aws_cdk as cdk
 import pytest
 import yaml
 
-from cpu_inference.app import build_app
 from cpu_inference.config import ConfigError, load
 from cpu_inference.eks.manifests import DEFAULT_MAX_BYTES, object_size
 from cpu_inference.engines.adapter_hosting import adapter_hosting_problem
 from cpu_inference.k8s.charts.model_pool_chart import PRESET_FILE
 from cpu_inference.k8s.charts.router_chart import CONFIG_FILE
 from cpu_inference.patterns.deployment import CFN_MAX_RESOURCES, CFN_MAX_TEMPLATE_BYTES
-from cpu_inference.patterns.model_farm import ModelFarm
 from cpu_inference.testing.rehearsal import load_assembly, plan
 from inference_runtime.lora import split_paths
 from model_download.catalog import Catalog
+from tests.support.synthesized_farm import SynthesizedFarm, synth_farm
 
 pytestmark = pytest.mark.synth
 
@@ -89,40 +85,12 @@ def _config(path: Path, adapters: range, target: str = "eks") -> Path:
     return path
 
 
-@dataclass
-class Farm:
-    out: Path
-    parent: str
-    seconds: float
-    farm: ModelFarm
-
-    def templates(self) -> dict[str, dict]:
-        return {f.name: json.loads(f.read_text()) for f in sorted(self.out.glob("*.json")) if "template" in f.name}
-
-    def measure(self) -> dict[str, tuple[int, int]]:
-        """File name → (resources, bytes)."""
-        return {n: (len(t["Resources"]), (self.out / n).stat().st_size) for n, t in self.templates().items()}
-
-    def objects(self) -> list[dict]:
-        return [o for st in load_assembly(self.out).stacks.values() for m in st.manifests.values() for o in m.objects]
-
-    def config_map(self, name: str) -> dict:
-        (cm,) = [o for o in self.objects() if o.get("kind") == "ConfigMap" and o["metadata"]["name"] == name]
-        return cm
-
-
-def _synth(tmp: Path, label: str, adapters: range) -> Farm:
-    config = load(_config(tmp / f"{label}.yaml", adapters))
-    began = time.monotonic()
-    app, stack = build_app(config, app=cdk.App(outdir=str(tmp / f"out-{label}")))
-    app.synth()
-    farm = stack.node.find_child("ModelFarm")
-    assert isinstance(farm, ModelFarm)
-    return Farm(tmp / f"out-{label}", f"{stack.artifact_id}.template.json", time.monotonic() - began, farm)
+def _synth(tmp: Path, label: str, adapters: range) -> SynthesizedFarm:
+    return synth_farm(_config(tmp / f"{label}.yaml", adapters), tmp / f"out-{label}")
 
 
 @pytest.fixture(scope="module")
-def farms(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Farm]:
+def farms(tmp_path_factory: pytest.TempPathFactory) -> dict[str, SynthesizedFarm]:
     tmp = tmp_path_factory.mktemp("adapter-farm")
     return {
         "none": _synth(tmp, "none", range(0)),
@@ -131,7 +99,9 @@ def farms(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Farm]:
     }
 
 
-def test_500_adapters_fit_cloudformation_with_the_resources_of_the_farm_without_them(farms: dict[str, Farm]) -> None:
+def test_500_adapters_fit_cloudformation_with_the_resources_of_the_farm_without_them(
+    farms: dict[str, SynthesizedFarm],
+) -> None:
     farm, bare = farms["before"], farms["none"]
     sizes, bare_sizes = farm.measure(), bare.measure()
     table = (
@@ -151,18 +121,18 @@ def test_500_adapters_fit_cloudformation_with_the_resources_of_the_farm_without_
     assert grown <= TEMPLATE_BYTES_PER_ADAPTER * ADAPTERS, table
 
 
-def test_a_farm_without_adapters_renders_as_before(farms: dict[str, Farm]) -> None:
+def test_a_farm_without_adapters_renders_as_before(farms: dict[str, SynthesizedFarm]) -> None:
     """No `adapters` key in the gateway's config and no `lora` key in the preset: the objects of farms deployed before
     keep their bytes (and the gateway its config checksum)."""
     bare = farms["none"]
-    gateway = json.loads(bare.config_map("gateway")["data"][CONFIG_FILE])
+    gateway = json.loads(bare.one("ConfigMap", "gateway")["data"][CONFIG_FILE])
     assert all("adapters" not in pool for pool in gateway["gateway"]["pools"])
-    assert "lora" not in bare.config_map("pool-tuned")["data"][PRESET_FILE]
+    assert "lora" not in bare.one("ConfigMap", "pool-tuned")["data"][PRESET_FILE]
     assert bare.farm.catalog is not None
     assert all("base" not in e.to_dict() for e in bare.farm.catalog.catalog.entries)
 
 
-def test_the_catalog_lists_every_adapter_after_its_base(farms: dict[str, Farm]) -> None:
+def test_the_catalog_lists_every_adapter_after_its_base(farms: dict[str, SynthesizedFarm]) -> None:
     farm = farms["before"].farm
     assert farm.catalog is not None
     catalog: Catalog = farm.catalog.catalog
@@ -174,12 +144,12 @@ def test_the_catalog_lists_every_adapter_after_its_base(farms: dict[str, Farm]) 
     assert all(e.layouts is None and e.engine_args == {} for e in adapters)  # a plain gguf copy, no flags
 
 
-def test_the_preset_and_the_gateway_config_carry_the_adapters_under_1_mib(farms: dict[str, Farm]) -> None:
+def test_the_preset_and_the_gateway_config_carry_the_adapters_under_1_mib(farms: dict[str, SynthesizedFarm]) -> None:
     farm = farms["before"]
     catalog = farm.farm.catalog
     assert catalog is not None
-    preset_cm = farm.config_map("pool-tuned")
-    gateway_cm = farm.config_map("gateway")
+    preset_cm = farm.one("ConfigMap", "pool-tuned")
+    gateway_cm = farm.one("ConfigMap", "gateway")
     sizes = {"preset": object_size(preset_cm), "gateway": object_size(gateway_cm)}
     print(f"ConfigMaps with {ADAPTERS} adapters: {sizes} bytes (manifest bound {DEFAULT_MAX_BYTES:,})")
     assert all(size <= DEFAULT_MAX_BYTES < CONFIGMAP_MAX_BYTES for size in sizes.values()), sizes
@@ -199,7 +169,9 @@ def test_the_preset_and_the_gateway_config_carry_the_adapters_under_1_mib(farms:
     assert all(a.get("scale", 1.0) == 1.0 for a in pool["adapters"])
 
 
-def test_adding_10_adapters_and_removing_10_changes_only_configmaps_and_the_catalog(farms: dict[str, Farm]) -> None:
+def test_adding_10_adapters_and_removing_10_changes_only_configmaps_and_the_catalog(
+    farms: dict[str, SynthesizedFarm],
+) -> None:
     p = plan(load_assembly(farms["before"].out), load_assembly(farms["after"].out))
     print(p.text())
     assert p.hazards == [] and p.replaced == [], p.text()

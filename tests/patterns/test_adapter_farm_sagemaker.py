@@ -15,8 +15,6 @@ Synthesized through the app as `cdk synth` builds it (cpu_inference.app.build_ap
 from __future__ import annotations
 
 import json
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +41,7 @@ from model_download.buildspec import PEFT_CONVERT_DIR
 from model_download.catalog import LORA_MANIFEST, PEFT_WEIGHTS, Catalog, lora_prefix
 from model_download.peft_convert import ENV_DIR_ENV
 from tests.support.cdk import cfn_lint_errors
+from tests.support.synthesized_farm import SynthesizedFarm, synth_farm
 
 pytestmark = pytest.mark.synth
 
@@ -103,49 +102,22 @@ def _config(path: Path, adapters: range, *, serving: str = "dedicated", farm: di
     return path
 
 
-@dataclass
-class Farm:
-    out: Path
-    parent: str
-    seconds: float
-    farm: ModelFarm
-
-    def templates(self) -> dict[str, dict]:
-        return {f.name: json.loads(f.read_text()) for f in sorted(self.out.glob("*.json")) if "template" in f.name}
-
-    def measure(self) -> dict[str, tuple[int, int]]:
-        """File name → (resources, bytes)."""
-        return {n: (len(t["Resources"]), (self.out / n).stat().st_size) for n, t in self.templates().items()}
-
-    def resources(self, kind: str) -> dict[str, dict]:
-        return {
-            f"{n}/{lid}": r
-            for n, t in self.templates().items()
-            for lid, r in t["Resources"].items()
-            if r["Type"] == kind
-        }
-
-    def base_model(self) -> dict:
-        (model,) = [
-            r
-            for r in self.resources("AWS::SageMaker::Model").values()
-            if r["Properties"].get("PrimaryContainer", {}).get("Mode") == "SingleModel"
-        ]
-        return model["Properties"]
+def base_model(farm: SynthesizedFarm) -> dict:
+    """The base's single-model SageMaker Model's properties."""
+    (model,) = [
+        r
+        for r in farm.resources("AWS::SageMaker::Model").values()
+        if r["Properties"].get("PrimaryContainer", {}).get("Mode") == "SingleModel"
+    ]
+    return model["Properties"]
 
 
-def _synth(tmp: Path, label: str, adapters: range) -> Farm:
-    config = load(_config(tmp / f"{label}.yaml", adapters))
-    began = time.monotonic()
-    app, stack = build_app(config, app=cdk.App(outdir=str(tmp / f"out-{label}")))
-    app.synth()
-    farm = stack.node.find_child("ModelFarm")
-    assert isinstance(farm, ModelFarm)
-    return Farm(tmp / f"out-{label}", f"{stack.artifact_id}.template.json", time.monotonic() - began, farm)
+def _synth(tmp: Path, label: str, adapters: range) -> SynthesizedFarm:
+    return synth_farm(_config(tmp / f"{label}.yaml", adapters), tmp / f"out-{label}")
 
 
 @pytest.fixture(scope="module")
-def farms(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Farm]:
+def farms(tmp_path_factory: pytest.TempPathFactory) -> dict[str, SynthesizedFarm]:
     tmp = tmp_path_factory.mktemp("adapter-farm-sm")
     return {
         "none": _synth(tmp, "none", range(0)),
@@ -164,7 +136,9 @@ def _joined(value: Any) -> str:
     return "<token>"
 
 
-def test_500_adapters_fit_cloudformation_with_the_resources_of_the_farm_without_them(farms: dict[str, Farm]) -> None:
+def test_500_adapters_fit_cloudformation_with_the_resources_of_the_farm_without_them(
+    farms: dict[str, SynthesizedFarm],
+) -> None:
     farm, bare = farms["before"], farms["none"]
     sizes, bare_sizes = farm.measure(), bare.measure()
     table = "\n".join(f"{n}: {r} resources, {b:,} bytes" for n, (r, b) in sizes.items())
@@ -177,21 +151,23 @@ def test_500_adapters_fit_cloudformation_with_the_resources_of_the_farm_without_
     assert all("task-0001" not in (farm.out / n).read_text() for n in sizes)
 
 
-def test_the_model_environment_is_within_botocores_container_definition_limits(farms: dict[str, Farm]) -> None:
+def test_the_model_environment_is_within_botocores_container_definition_limits(
+    farms: dict[str, SynthesizedFarm],
+) -> None:
     shape = botocore.session.get_session().get_service_model("sagemaker").shape_for("ContainerDefinition")
     env_shape = shape.members["Environment"]
     key_max = env_shape.key.metadata["max"]
     value_max = env_shape.value.metadata["max"]
     entries_max = env_shape.metadata["max"]
-    env = farms["before"].base_model()["PrimaryContainer"]["Environment"]
+    env = base_model(farms["before"])["PrimaryContainer"]["Environment"]
     assert env[MANIFEST_ENV] == f"{SAGEMAKER_MODEL_DIR}/{LORA_MANIFEST}"
     assert len(env) <= entries_max, (len(env), entries_max)
     assert all(len(k) <= key_max and len(str(v)) <= value_max for k, v in env.items())
     # The farm without adapters carries no manifest (its endpoint serves the GGUF alone, as before).
-    assert MANIFEST_ENV not in farms["none"].base_model()["PrimaryContainer"]["Environment"]
+    assert MANIFEST_ENV not in base_model(farms["none"])["PrimaryContainer"]["Environment"]
 
 
-def test_the_endpoint_reads_the_bundle_prefix_and_only_it(farms: dict[str, Farm]) -> None:
+def test_the_endpoint_reads_the_bundle_prefix_and_only_it(farms: dict[str, SynthesizedFarm]) -> None:
     farm = farms["before"]
     catalog = farm.farm.catalog
     assert catalog is not None
@@ -202,7 +178,7 @@ def test_the_endpoint_reads_the_bundle_prefix_and_only_it(farms: dict[str, Farm]
     assert [a.name for a in entry.adapters or ()] == [f"task-{i:04d}" for i in range(ADAPTERS)]
     assert all(e.base is None for e in entries.entries)
     prefix = lora_prefix(entry)
-    container = farm.base_model()["PrimaryContainer"]
+    container = base_model(farm)["PrimaryContainer"]
     s3 = container["ModelDataSource"]["S3DataSource"]
     assert (s3["S3DataType"], s3["CompressionType"]) == ("S3Prefix", "None")
     assert _joined(s3["S3Uri"]) == f"s3://<token>/{prefix}"
@@ -215,7 +191,7 @@ def test_the_endpoint_reads_the_bundle_prefix_and_only_it(farms: dict[str, Farm]
     assert catalog.catalog.keys(entry) == {"lora": prefix + LORA_MANIFEST}
 
 
-def test_sizing_counts_the_adapters_bytes(farms: dict[str, Farm]) -> None:
+def test_sizing_counts_the_adapters_bytes(farms: dict[str, SynthesizedFarm]) -> None:
     """Volume, download and start-up timeouts grow by the adapters' bytes (spec.adapter_bytes, in weights_bytes)."""
     endpoint = farms["before"].farm.endpoints[BASE]
     bare = farms["none"].farm.endpoints[BASE]
@@ -242,13 +218,13 @@ def test_sizing_counts_the_adapters_bytes(farms: dict[str, Farm]) -> None:
     )
 
 
-def test_cfn_lint_is_clean(farms: dict[str, Farm]) -> None:
+def test_cfn_lint_is_clean(farms: dict[str, SynthesizedFarm]) -> None:
     for name, template in farms["before"].templates().items():
         assert cfn_lint_errors(template) == [], name
 
 
 def test_adding_10_adapters_and_removing_10_replaces_the_model_and_endpoint_config_only(
-    farms: dict[str, Farm],
+    farms: dict[str, SynthesizedFarm],
 ) -> None:
     before, after = load_assembly(farms["before"].out), load_assembly(farms["after"].out)
     p = plan(before, after)
@@ -313,7 +289,7 @@ def test_a_dedicated_base_copied_as_a_model_artifact_is_refused_naming_dedicated
     assert f"{path}: models[0].adapters: {BASE}: {problem}" in str(err.value).splitlines()
 
 
-def _catalog_build_specs(farm: Farm) -> list[str]:
+def _catalog_build_specs(farm: SynthesizedFarm) -> list[str]:
     return [
         json.dumps(r["Properties"]["Source"]["BuildSpec"])
         for r in farm.resources("AWS::CodeBuild::Project").values()
@@ -322,7 +298,7 @@ def _catalog_build_specs(farm: Farm) -> list[str]:
 
 
 def test_a_peft_adapter_source_is_a_bundle_member_and_the_copy_job_sets_up_the_converter(
-    farms: dict[str, Farm], tmp_path: Path
+    farms: dict[str, SynthesizedFarm], tmp_path: Path
 ) -> None:
     """A PEFT source (no source.file) on SageMaker: its file in the bundle entry is the PEFT weights, which the copy
     converts (model_download.peft_convert; tests/runtime/model_download/test_catalog_lora_bundle_peft.py), so the
@@ -340,7 +316,7 @@ def test_a_peft_adapter_source_is_a_bundle_member_and_the_copy_job_sets_up_the_c
     assert isinstance(farm, ModelFarm) and farm.catalog is not None
     entry = farm.catalog.catalog.entry(BASE)
     assert [(a.name, a.file, a.peft) for a in entry.adapters or ()][-1] == ("triage", PEFT_WEIGHTS, True)
-    (spec,) = _catalog_build_specs(Farm(tmp_path / "out", "", 0, farm))
+    (spec,) = _catalog_build_specs(SynthesizedFarm(tmp_path / "out", "", 0, farm))
     assert "python3 -m model_download.peft_convert setup" in spec and ENV_DIR_ENV in spec
     assert PEFT_CONVERT_DIR in spec
     for gguf_only in (farms["before"], farms["none"]):

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,6 @@ import aws_cdk as cdk
 import pytest
 import yaml
 
-from cpu_inference.app import build_app
 from cpu_inference.config import ConfigError, load
 from cpu_inference.eks.inference_workloads import SHARED_SERVICE_ACCOUNT
 from cpu_inference.eks.manifests import DEFAULT_MAX_BYTES, object_size
@@ -31,11 +28,11 @@ from cpu_inference.k8s.charts.llama_server_chart import ADAPTER_FETCH_CONTAINER,
 from cpu_inference.k8s.charts.router_chart import CONFIG_FILE
 from cpu_inference.k8s.workloads.model_fetch import ADAPTERS_COMMAND, adapter_path
 from cpu_inference.patterns.deployment import CFN_MAX_RESOURCES, CFN_MAX_TEMPLATE_BYTES
-from cpu_inference.patterns.model_farm import ModelFarm
 from cpu_inference.testing.pod_security import restricted_violations
 from cpu_inference.testing.rehearsal import load_assembly, plan
 from inference_runtime.lora import split_paths
 from tests.support.k8s import validate_core
+from tests.support.synthesized_farm import SynthesizedFarm, synth_farm
 
 pytestmark = pytest.mark.synth
 
@@ -92,39 +89,12 @@ def _config(path: Path, adapters: range) -> Path:
     return path
 
 
-@dataclass
-class Farm:
-    out: Path
-    parent: str
-    seconds: float
-    farm: ModelFarm
-
-    def templates(self) -> dict[str, dict]:
-        return {f.name: json.loads(f.read_text()) for f in sorted(self.out.glob("*.json")) if "template" in f.name}
-
-    def measure(self) -> dict[str, tuple[int, int]]:
-        return {n: (len(t["Resources"]), (self.out / n).stat().st_size) for n, t in self.templates().items()}
-
-    def objects(self) -> list[dict]:
-        return [o for st in load_assembly(self.out).stacks.values() for m in st.manifests.values() for o in m.objects]
-
-    def one(self, kind: str, name: str) -> dict:
-        (obj,) = [o for o in self.objects() if o.get("kind") == kind and o["metadata"]["name"] == name]
-        return obj
-
-
-def _synth(tmp: Path, label: str, adapters: range) -> Farm:
-    config = load(_config(tmp / f"{label}.yaml", adapters))
-    began = time.monotonic()
-    app, stack = build_app(config, app=cdk.App(outdir=str(tmp / f"out-{label}")))
-    app.synth()
-    farm = stack.node.find_child("ModelFarm")
-    assert isinstance(farm, ModelFarm)
-    return Farm(tmp / f"out-{label}", f"{stack.artifact_id}.template.json", time.monotonic() - began, farm)
+def _synth(tmp: Path, label: str, adapters: range) -> SynthesizedFarm:
+    return synth_farm(_config(tmp / f"{label}.yaml", adapters), tmp / f"out-{label}")
 
 
 @pytest.fixture(scope="module")
-def farms(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Farm]:
+def farms(tmp_path_factory: pytest.TempPathFactory) -> dict[str, SynthesizedFarm]:
     tmp = tmp_path_factory.mktemp("dedicated-adapters")
     return {
         "none": _synth(tmp, "none", range(0)),
@@ -142,7 +112,7 @@ def _env(container: dict) -> dict[str, str]:
     return {e["name"]: e["value"] for e in container.get("env", [])}
 
 
-def test_the_catalog_lists_a_dedicated_bases_adapters_after_every_model(farms: dict[str, Farm]) -> None:
+def test_the_catalog_lists_a_dedicated_bases_adapters_after_every_model(farms: dict[str, SynthesizedFarm]) -> None:
     catalog = farms["three"].farm.catalog
     assert catalog is not None
     entries = catalog.catalog.entries
@@ -155,7 +125,7 @@ def test_the_catalog_lists_a_dedicated_bases_adapters_after_every_model(farms: d
 
 
 def test_the_bases_pod_fetches_its_adapters_in_one_init_container_and_loads_them_in_config_order(
-    farms: dict[str, Farm],
+    farms: dict[str, SynthesizedFarm],
 ) -> None:
     farm = farms["three"]
     catalog = farm.farm.catalog
@@ -183,7 +153,7 @@ def test_the_bases_pod_fetches_its_adapters_in_one_init_container_and_loads_them
 
 
 def test_the_gateway_maps_each_adapter_to_the_dedicated_backend_with_its_pod_path_and_scale(
-    farms: dict[str, Farm],
+    farms: dict[str, SynthesizedFarm],
 ) -> None:
     farm = farms["three"]
     config = json.loads(farm.one("ConfigMap", "gateway")["data"][CONFIG_FILE])
@@ -215,7 +185,7 @@ def _allows(statements: list[dict], action: str, arn_suffix: str) -> bool:
     return False
 
 
-def test_the_namespaces_one_identity_reads_the_adapter_keys_under_farm_only(farms: dict[str, Farm]) -> None:
+def test_the_namespaces_one_identity_reads_the_adapter_keys_under_farm_only(farms: dict[str, SynthesizedFarm]) -> None:
     farm = farms["three"]
     catalog = farm.farm.catalog
     assert catalog is not None and farm.farm.workloads is not None
@@ -236,7 +206,9 @@ def test_the_namespaces_one_identity_reads_the_adapter_keys_under_farm_only(farm
     assert not _allows(statements, "s3:PutObject", "/" + catalog.gguf_key("task-0000"))
 
 
-def test_1_dedicated_base_and_500_adapters_fit_cloudformation_and_the_manifest_bound(farms: dict[str, Farm]) -> None:
+def test_1_dedicated_base_and_500_adapters_fit_cloudformation_and_the_manifest_bound(
+    farms: dict[str, SynthesizedFarm],
+) -> None:
     farm, bare = farms["before"], farms["none"]
     sizes, bare_sizes = farm.measure(), bare.measure()
     table = "\n".join(f"{n}: {r} resources, {b:,} bytes" for n, (r, b) in sizes.items())
@@ -262,7 +234,7 @@ def test_1_dedicated_base_and_500_adapters_fit_cloudformation_and_the_manifest_b
 
 
 def test_adding_10_adapters_and_removing_10_changes_the_bases_deployment_the_gateway_and_the_catalog(
-    farms: dict[str, Farm],
+    farms: dict[str, SynthesizedFarm],
 ) -> None:
     p = plan(load_assembly(farms["before"].out), load_assembly(farms["after"].out))
     print(p.text())
