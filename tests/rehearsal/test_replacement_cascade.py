@@ -103,6 +103,31 @@ def test_an_in_place_update_does_not_cascade() -> None:
     assert p.replaced == [] and where(p.updated) == ["S/Model"], p.text()
 
 
+def test_a_custom_resource_updated_in_place_moves_what_reads_its_attributes() -> None:
+    """A custom resource's attributes are its handler's Data: an image build updated in place may return a new
+    digest, so a Model whose PrimaryContainer.Image reads it (createOnly) is replaced, its EndpointConfig too, and
+    the Endpoint moves in place. A plain Ref of the custom resource (its physical id) does not move anything."""
+
+    def stack(tag: str, image: Any) -> dict[str, dict[str, Any]]:
+        build = {"Type": "Custom::ContainerImageBuild", "Properties": {"ServiceToken": "arn:x", "Tag": tag}}
+        m = model()
+        m["Properties"]["PrimaryContainer"]["Image"] = image
+        return {"Build": build, **farm("s3://b/m/"), "Model": m}
+
+    digest = {"Fn::Join": ["", ["repo@", {"Fn::GetAtt": ["Build", "Digest-arm64"]}]]}
+    p = plan(asm(**stack("a", digest)), asm(**stack("b", digest)))
+    assert where(p.replaced) == ["S/Model", "S/Config"], p.text()
+    assert where(p.updated) == ["S/Build", "S/Endpoint"], p.text()
+    (model_line,) = [r for r in p.replaced if r.startswith("S/Model")]
+    assert "an attribute of S/Build (Custom::ContainerImageBuild), which is updated" in model_line
+    # Through Fn::Sub's `${Build.Digest}` the same; through a Ref nothing moves.
+    sub = {"Fn::Sub": "repo@${Build.Digest}"}
+    assert where(plan(asm(**stack("a", sub)), asm(**stack("b", sub))).replaced) == ["S/Model", "S/Config"]
+    ref = {"Fn::Join": ["", ["repo:", {"Ref": "Build"}]]}
+    q = plan(asm(**stack("a", ref)), asm(**stack("b", ref)))
+    assert q.replaced == [] and where(q.updated) == ["S/Build"], q.text()
+
+
 def test_a_resource_whose_own_mutable_text_changed_and_that_references_a_replaced_one_is_listed_once() -> None:
     before = farm("s3://b/m/")
     after = farm("s3://b/m2/")

@@ -16,8 +16,10 @@ What it models, and from which source:
   `createOnlyProperties`, bundled with cfn-lint) replaces the resource: new physical resource, old one deleted.
   The replacement's new physical id and attributes reach every Ref / Fn::GetAtt / Fn::Sub of it: a referrer whose
   referencing property is createOnly is replaced in turn (e.g. Model → EndpointConfig), any other is updated in
-  place (→ Endpoint), even with an unchanged template text (_cascade). A replaced resource the template names
-  collides with itself: the replacement is created first (cfn_fixed_name).
+  place (→ Endpoint), even with an unchanged template text (_cascade). A custom resource updated in place may
+  return new attributes (its handler's Data: an image build's digest), so what reads them by Fn::GetAtt moves the
+  same way. A replaced resource the template names collides with itself: the replacement is created first
+  (cfn_fixed_name).
 - The kubectl handler (aws-cdk-lib 2.275 custom-resource-handlers/dist/aws-eks-v2/kubectl-handler/apply/__init__.py):
   Create → `kubectl apply -f` (Overwrite) or `create`; Update → `kubectl apply -f <new> --prune -l <PruneLabel>`;
   Delete → `kubectl delete -f <old manifest>` (by name, no label filter). It retries only `i/o timeout`; any other
@@ -701,6 +703,34 @@ def _ref_set(value: Any) -> set[str]:
     return out
 
 
+def _attr_set(value: Any) -> set[str]:
+    """Logical ids whose ATTRIBUTES a property value reads (Fn::GetAtt, `${X.Attr}` in Fn::Sub) — not a plain Ref."""
+    out: set[str] = set()
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k == "Fn::GetAtt":
+                out.add(v.split(".", 1)[0] if isinstance(v, str) else v[0])
+            elif k == "Fn::Sub":
+                text, variables = (v, {}) if isinstance(v, str) else (v[0], v[1])
+                out |= {
+                    n.split(".", 1)[0] for n in _TOKEN.findall(text) if "." in n and n.split(".", 1)[0] not in variables
+                }
+                out |= _attr_set(variables)
+            else:
+                out |= _attr_set(v)
+    elif isinstance(value, list):
+        for v in value:
+            out |= _attr_set(v)
+    return out
+
+
+# A custom resource's attributes are whatever its handler returns as Data, so an update in place may change every
+# Fn::GetAtt of it (e.g. an image build's digest): CloudFormation then updates what reads them, replacing it where
+# the property is createOnly ("Custom resources", user guide: Data "can be accessed by Fn::GetAtt").
+def _is_custom(resource_type: str) -> bool:
+    return resource_type.startswith("Custom::") or resource_type == "AWS::CloudFormation::CustomResource"
+
+
 @dataclass
 class _Cascade:
     """What the replacement of resources does to what references them: `replaced` and `updated` (where → why), and
@@ -711,7 +741,13 @@ class _Cascade:
     changing: dict[str, set[str]]
 
 
-def _cascade(before: Assembly, after: Assembly, seeds: Mapping[str, set[str]], create_only: CreateOnly) -> _Cascade:
+def _cascade(
+    before: Assembly,
+    after: Assembly,
+    seeds: Mapping[str, set[str]],
+    create_only: CreateOnly,
+    outputs: Mapping[str, set[str]] | None = None,
+) -> _Cascade:
     """CloudFormation re-resolves every Ref / Fn::GetAtt / Fn::Sub of a replaced resource to the replacement's values
     ("Replacement … generates a new physical ID … changes references from other dependent resources to point to the
     replacement resource" — user guide, "Update behaviors of stack resources",
@@ -720,8 +756,10 @@ def _cascade(before: Assembly, after: Assembly, seeds: Mapping[str, set[str]], c
     type that takes one) collide anyway (cfn_fixed_name). A referrer whose referencing property is createOnly is
     replaced in turn, and so on along the chain; one whose referencing properties are all mutable is updated in
     place (its own physical id, hence its Ref, keeps: the chain stops there), even when its template text did not
-    change. A nested stack's parameter set from a changing value changes inside the nested stack."""
+    change. A nested stack's parameter set from a changing value changes inside the nested stack. `outputs`: per
+    stack the custom resources updated in place (_is_custom), whose Fn::GetAtt values may change (not their Ref)."""
     changing = {name: set(ids) for name, ids in seeds.items()}
+    new_data = {name: set(ids) for name, ids in (outputs or {}).items()}
     replaced: dict[str, str] = {}
     updated: dict[str, str] = {}
 
@@ -729,6 +767,8 @@ def _cascade(before: Assembly, after: Assembly, seeds: Mapping[str, set[str]], c
         res = after.stacks[stack].resources.get(ident)
         if res is None:
             return f"parameter {stack}/{ident}, which the parent stack sets from a replaced resource"
+        if ident not in changing.get(stack, set()):
+            return f"an attribute of {stack}/{ident} ({res.get('Type')}), which is updated and may return new values"
         return f"{stack}/{ident} ({res.get('Type')}), which is replaced"
 
     grew = True
@@ -746,13 +786,17 @@ def _cascade(before: Assembly, after: Assembly, seeds: Mapping[str, set[str]], c
                     if param not in ids and _ref_set(value) & changing.get(parent, set()):
                         ids.add(param)
                         grew = True
-            if not ids:
+            attrs = new_data.get(name, set()) - ids
+            if not ids and not attrs:
                 continue
             for lid, res in st.resources.items():
                 old = old_st.resources.get(lid)
                 if lid in ids or old is None or old.get("Type") != res.get("Type"):
                     continue  # replaced already, new (created with the new values), or a type change (replaced)
-                hits = {k: sorted(_ref_set(v) & ids) for k, v in res.get("Properties", {}).items()}
+                hits = {
+                    k: sorted(_ref_set(v) & ids) + sorted(_attr_set(v) & attrs)
+                    for k, v in res.get("Properties", {}).items()
+                }
                 hits = {k: v for k, v in hits.items() if v}
                 if not hits:
                     continue
@@ -785,6 +829,7 @@ def plan(
     leftovers: list[dict[str, Any]] = []
     updated: list[str] = []
     seeds: dict[str, set[str]] = {}  # per stack: the logical ids replaced by their own change (or a type change)
+    outputs: dict[str, set[str]] = {}  # per stack: custom resources updated in place (their attributes may change)
     old_objs, new_objs = _declared(before), _declared(after)
 
     changes: list[ObjectChange] = []
@@ -830,6 +875,8 @@ def plan(
                 changed = [p for p in create_only(t) if old_props.get(p) != new_props.get(p)]
                 if not changed and old_props != new_props:
                     updated.append(f"{where} ({t})")
+                    if _is_custom(t):
+                        outputs.setdefault(name, set()).add(lid)
                 if changed:
                     replaced.append(f"{where} ({t}): replaced ({', '.join(changed)} changed)")
                     seeds.setdefault(name, set()).add(lid)
@@ -923,7 +970,7 @@ def plan(
                     )
 
     # What references a replaced resource: replaced in turn through a createOnly property, else updated in place.
-    cascade = _cascade(before, after, seeds, create_only)
+    cascade = _cascade(before, after, seeds, create_only, outputs)
     for where, why in cascade.replaced.items():
         stack, lid = where.rsplit("/", 1)
         res = after.stacks[stack].resources[lid]
