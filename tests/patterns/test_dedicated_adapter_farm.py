@@ -269,3 +269,20 @@ def test_a_dedicated_base_copied_as_a_model_artifact_is_refused_naming_dedicated
     problem = adapter_hosting_problem("eks", pooled=False, hosting="endpoints", copy="artifact")
     assert problem is not None and "set farm.dedicated_copy: catalog (it is 'artifact')" in problem
     assert f"{path}: models[0].adapters: {BASE}: {problem}" in str(err.value).splitlines()
+
+
+def test_a_peft_adapter_is_verified_against_its_converted_gguf_not_its_pinned_source(tmp_path: Path) -> None:
+    """A PEFT source's sha256 pins the safetensors the copy converts; what lands is a GGUF whose own digest is the
+    object's `sha256` metadata (model_download.peft_convert), so the fetch line carries '-' for it, never the pin."""
+    path = _config(tmp_path / "peft.yaml", range(2))
+    doc = yaml.safe_load(path.read_text())
+    source = {"hf_repo": "acme-tuned/triage-lora", "revision": COMMIT, "sha256": "cd" * 32}  # no file: PEFT
+    doc["models"][0]["adapters"].append({"name": "triage", "source": source})
+    path.write_text(yaml.safe_dump(doc, sort_keys=False, width=200))
+    farm = synth_farm(path, tmp_path / "out")
+    catalog = farm.farm.catalog
+    assert catalog is not None and catalog.catalog.entry("triage").peft
+    fetch = _pod(farm.one("Deployment", BASE))["initContainers"][1]
+    lines = [line.split(" ") for line in _env(fetch)["LORA_ADAPTERS"].splitlines()]
+    assert lines[1][2] == PINNED  # a GGUF source's pin is its landed bytes' digest
+    assert lines[2] == ["triage", catalog.gguf_key("triage"), "-"] and lines[2][1].endswith("/adapter_model.gguf")

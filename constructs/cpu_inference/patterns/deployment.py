@@ -215,6 +215,12 @@ class CatalogModels:
             return bundle.basename  # the bundle's base member (catalog.lora_member_keys)
         return self.catalog.gguf_key(name).rsplit("/", 1)[1]
 
+    def landed_sha256(self, name: str) -> str | None:
+        """The pinned digest of what lands at the entry's key, or None (then the object's `sha256` metadata is what a
+        reader verifies). A PEFT adapter's sha256 pins its source weights, not the GGUF the copy converts them to."""
+        entry = self.catalog.catalog.entry(name)
+        return None if entry.peft else entry.sha256
+
     def lora_manifest(self, name: str) -> str | None:
         """The bundle's manifest relative to its prefix (catalog.LORA_MANIFEST), None for a model without adapters."""
         return LORA_MANIFEST if self._bundle(name) is not None else None
@@ -245,7 +251,12 @@ def model_deployments(
                         # Its LoRA adapters: their catalog keys (farm/<adapter>/<idhash>/<file>, under the same read
                         # of farm/ as the model's), fetched by the pod's adapter-fetch init container.
                         adapters=tuple(
-                            WorkloadAdapter(name=a.name, uri=catalog.uri(a.name), scale=a.scale, sha256=a.sha256)
+                            WorkloadAdapter(
+                                name=a.name,
+                                uri=catalog.uri(a.name),
+                                scale=a.scale,
+                                sha256=catalog.landed_sha256(a.name),
+                            )
                             for a in m.adapters
                         ),
                         **workload,  # type: ignore[arg-type]
