@@ -195,6 +195,18 @@ class CatalogAdapter:
         """Its file inside the bundle, relative to the prefix (and to the manifest): `lora/<name>.gguf`."""
         return f"{LORA_DIR}{self.name}.gguf"
 
+    def as_entry(self, base: str) -> CatalogEntry:
+        """The same source as an adapter entry over `base` (what the copy's checks and landed-key reads take)."""
+        return CatalogEntry(
+            name=self.name,
+            hf_repo=self.hf_repo,
+            file=self.file,
+            revision=self.revision,
+            sha256=self.sha256,
+            token_secret_name=self.token_secret_name,
+            base=base,
+        )
+
 
 @dataclass(frozen=True)
 class CatalogEntry:

@@ -60,6 +60,7 @@ from .copy import (
     _HEX64,
     COMMIT,
     CopyRequest,
+    CopyResult,
     _client_error_code,
     copy_model,
     existing_object,
@@ -302,18 +303,7 @@ class CatalogCopy:
             if layout in held:
                 continue
             if layout == "gguf":
-                request = CopyRequest(
-                    repo=entry.hf_repo,
-                    file=entry.file,
-                    revision=commit,
-                    bucket=self.bucket,
-                    key_prefix="",
-                    sha256=expected,
-                    concurrency=self.concurrency,
-                    part_size=self.part_size,
-                    dest_key=key,
-                )
-                result = copy_model(request, hub=hub, s3=self.s3, progress=self._stop_check, info=info)
+                result = self._copy_file(hub, info, commit, expected, key)
                 if result.copied:
                     copied.append(layout)
             else:
@@ -458,18 +448,7 @@ class CatalogCopy:
                 self._put_converted(planned)
                 continue
             hub, info, sha, key = planned
-            request = CopyRequest(
-                repo=info.ref.repo,
-                file=info.ref.file,
-                revision=info.commit or info.ref.revision,
-                bucket=self.bucket,
-                key_prefix="",
-                sha256=sha,
-                concurrency=self.concurrency,
-                part_size=self.part_size,
-                dest_key=key,
-            )
-            copy_model(request, hub=hub, s3=self.s3, progress=self._stop_check, info=info)
+            self._copy_file(hub, info, info.commit or info.ref.revision, sha, key)
         if self.stop.is_set():  # every member is in place, but a stopped run does not seal the bundle
             raise DownloadError(
                 "the job was told to stop (CodeBuild timeout or StopBuild) before the bundle was sealed"
@@ -486,6 +465,21 @@ class CatalogCopy:
             self._require_manifest(manifest_key, manifest)
         return EntryReceipt(entry.name, commit, expected, size, keys, ("lora",) if todo or written else ())
 
+    def _copy_file(self, hub: Hub, info: FileInfo, revision: str, sha256: str, key: str) -> CopyResult:
+        """One Hub file (resolved as `info`, pinned to `revision`) to `key`, never overwritten, verified by sha256."""
+        request = CopyRequest(
+            repo=info.ref.repo,
+            file=info.ref.file,
+            revision=revision,
+            bucket=self.bucket,
+            key_prefix="",
+            sha256=sha256,
+            concurrency=self.concurrency,
+            part_size=self.part_size,
+            dest_key=key,
+        )
+        return copy_model(request, hub=hub, s3=self.s3, progress=self._stop_check, info=info)
+
     def _member(self, entry: CatalogEntry, key: str) -> tuple[_Held, dict[str, Any]] | None:
         """What a bundle member's key holds (refusing an object the copy did not write, or other pinned bytes)."""
         head = existing_object(self.s3, self.bucket, key)
@@ -496,15 +490,7 @@ class CatalogCopy:
     ) -> _Planned | None:
         """Check one adapter's header against the base's (its landed member, else the Hub file — a PEFT adapter's: its
         GGUF converted into `work`); what to write, or None when it is in place already."""
-        as_entry = CatalogEntry(
-            name=adapter.name,
-            hf_repo=adapter.hf_repo,
-            file=adapter.file,
-            revision=adapter.revision,
-            sha256=adapter.sha256,
-            token_secret_name=adapter.token_secret_name,
-            base=entry.name,
-        )
+        as_entry = adapter.as_entry(entry.name)
         held = self._member(as_entry, key)
         planned: _Planned | None = None
         if held is not None:
