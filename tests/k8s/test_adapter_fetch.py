@@ -181,7 +181,9 @@ def test_the_wait_is_bounded_across_restarts_then_the_pod_starts_without_the_mis
     fetch, engine = rendered([adapter("gap-a"), adapter("gap-b"), adapter("gap-c")])
     out, seconds = run(fetch, s3, tmp_path, LORA_WAIT_SECONDS="4", LORA_POLL_SECONDS="1")
     assert out.returncode == 0, out.stderr
-    assert 4 <= seconds < 60
+    # The wait is counted in whole seconds from `.since` (`date +%s`, written as the script starts), so it ends
+    # between 3 and 4 s of wall time: a cold CI run measured 3.6 s.
+    assert 3 <= seconds < 60
     assert "gap-b is not served: not copied yet" in out.stderr
     # gap-c is on disk, but the engine serves the landed front only (ids are positions): the entrypoint's rule.
     assert "serves the first 1 adapter(s) of 3, up to gap-b" in out.stderr

@@ -100,6 +100,10 @@ class FakeHub:
         self.omit_headers: set[str] = set()
         self._corrupt: set[int] = set()
         self._lock = threading.Lock()
+        # Response bodies being written: an aborted download's server thread may still write (and count) a chunk
+        # after its client has gone, so reset() waits for them before it zeroes the stats.
+        self._bodies = 0
+        self._idle = threading.Condition(self._lock)
         self._server: ThreadingHTTPServer | None = None
         self._cdn: ThreadingHTTPServer | None = None
         self._servers: list[tuple[ThreadingHTTPServer, threading.Thread]] = []
@@ -146,7 +150,8 @@ class FakeHub:
             self._corrupt = set() if offset is None else {offset}
 
     def reset(self) -> None:
-        with self._lock:
+        with self._idle:
+            self._idle.wait_for(lambda: self._bodies == 0, timeout=10)
             self.stats = Stats()
             self._drops.clear()
             self._fails.clear()
@@ -372,6 +377,8 @@ class _Handler(BaseHTTPRequestHandler):
         rate = self.fake.per_connection_rate
         sent = 0
         began = time.monotonic()
+        with self.fake._idle:
+            self.fake._bodies += 1
         fd = os.open(served.path, os.O_RDONLY)
         try:
             pos = start
@@ -406,3 +413,6 @@ class _Handler(BaseHTTPRequestHandler):
                         time.sleep(ahead)
         finally:
             os.close(fd)
+            with self.fake._idle:
+                self.fake._bodies -= 1
+                self.fake._idle.notify_all()
